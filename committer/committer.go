@@ -1,0 +1,96 @@
+// Package committer makes pre-committed staging files final, one file at a
+// time: Prepare (after the file is synced and closed, before the checkpoint's
+// "prepared" record), Commit (after it) and Abort (instead of it).
+//
+// Final names are relative to the destination and slash-separated:
+//
+//	<stream>/<partition>/part-<node>-<checkpoint:020d>-<index:04d>.<ext>
+//	_manifests/<node>/<checkpoint:020d>.json
+//
+// Every method is idempotent and safe to replay after a crash, and safe for
+// concurrent use on different files. Commit never replaces a final file that
+// holds other content (I7): it reports ErrConflict instead.
+package committer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors shared by all committers. Implementations wrap them.
+var (
+	// ErrConflict means the final name holds content other than the file's.
+	ErrConflict = errors.New("final file exists with other content")
+	// ErrLost means neither the staging data nor the final file exists.
+	ErrLost = errors.New("file lost: neither staged nor final")
+	// ErrNotFound means a destination path does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists means a create-only write found the name taken.
+	ErrExists = errors.New("already exists")
+	// ErrTransient marks an error worth retrying (network, 5xx, timeouts).
+	ErrTransient = errors.New("transient error")
+)
+
+// Part is one uploaded part of an S3 multipart upload.
+type Part struct {
+	Number int    `json:"n"`
+	ETag   string `json:"etag"`
+	Size   int64  `json:"size"`
+}
+
+// File is everything needed to commit or abort one file, as recorded in the
+// state store with the "prepared" record.
+type File struct {
+	Stream    string              `json:"stream"`
+	Temp      string              `json:"temp"`  // staging path (local filesystem)
+	Final     string              `json:"final"` // relative to the destination
+	Bytes     int64               `json:"bytes"`
+	Records   int64               `json:"records"`
+	CRC32C    string              `json:"crc32c"`
+	Producers map[string][2]int64 `json:"producers,omitempty"`
+
+	// Set by committers that upload at Prepare (S3).
+	UploadID   string `json:"upload_id,omitempty"`
+	Parts      []Part `json:"parts,omitempty"`
+	StagingKey string `json:"staging_key,omitempty"`
+	ETag       string `json:"etag,omitempty"`
+}
+
+// Committer moves one file through the two-phase commit.
+type Committer interface {
+	// Prepare is called once f's staging file is synced and closed, before
+	// the "prepared" record. It returns f with whatever Commit will need
+	// (an upload id and parts on S3). On error the checkpoint aborts.
+	Prepare(ctx context.Context, f File) (File, error)
+	// Commit makes f visible under its final name. It is idempotent: a file
+	// already committed is success. After Commit, f's staging data is gone.
+	Commit(ctx context.Context, f File) error
+	// Abort deletes everything Prepare or the staging step made for f.
+	// Missing pieces are not an error.
+	Abort(ctx context.Context, f File) error
+}
+
+// Publisher writes small objects create-only and atomically: readers see all
+// of data or nothing. Publishing the same name again when it exists already
+// returns ErrExists. Used for manifests.
+type Publisher interface {
+	Publish(ctx context.Context, name string, data []byte) error
+}
+
+// Entry describes one file in the destination.
+type Entry struct {
+	Path     string    `json:"path"`
+	Bytes    int64     `json:"bytes"`
+	Modified time.Time `json:"modified"`
+}
+
+// Reader lists and reads the destination.
+type Reader interface {
+	// List returns every file whose path starts with prefix, sorted by path.
+	// Directory entries are not returned.
+	List(ctx context.Context, prefix string) ([]Entry, error)
+	// Open opens a file for reading. A missing file returns ErrNotFound.
+	Open(ctx context.Context, name string) (io.ReadSeekCloser, Entry, error)
+}

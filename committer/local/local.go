@@ -1,0 +1,194 @@
+// Package local commits staging files into a directory on the same
+// filesystem: rename, then fsync of the destination directory. All I/O goes
+// through an injected afero.Fs.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/spf13/afero"
+)
+
+var (
+	_ committer.Committer = (*Local)(nil)
+	_ committer.Publisher = (*Local)(nil)
+	_ committer.Reader    = (*Local)(nil)
+)
+
+// Local commits into Dest on FS. Temp files for published objects go to
+// Staging, which must be on the same filesystem and outside Dest.
+type Local struct {
+	FS      afero.Fs
+	Dest    string
+	Staging string
+}
+
+// New returns a local committer.
+func New(fsys afero.Fs, dest, staging string) *Local {
+	return &Local{FS: fsys, Dest: path.Clean(dest), Staging: path.Clean(staging)}
+}
+
+func (l *Local) abs(name string) string { return path.Join(l.Dest, name) }
+
+// Prepare does nothing: the synced staging file is already what Commit renames.
+func (l *Local) Prepare(_ context.Context, f committer.File) (committer.File, error) {
+	if f.Temp == "" || f.Final == "" {
+		return f, fmt.Errorf("prepare %s: temp and final names required", f.Final)
+	}
+	return f, nil
+}
+
+// Commit renames f.Temp to its final name and fsyncs the directory.
+//
+//   - temp present, final absent: rename + dir fsync.
+//   - temp absent, final present with f's size: done (the dir is fsynced
+//     again: the rename may not have been durable yet).
+//   - both present: if final holds the same bytes, the rename was durable in
+//     the destination but the removal of temp was not; temp is deleted.
+//     Otherwise ErrConflict.
+//   - neither: ErrLost.
+func (l *Local) Commit(_ context.Context, f committer.File) error {
+	final := l.abs(f.Final)
+	_, terr := l.FS.Stat(f.Temp)
+	fi, ferr := l.FS.Stat(final)
+	tempOK, finalOK := terr == nil, ferr == nil
+	if terr != nil && !errors.Is(terr, os.ErrNotExist) {
+		return fmt.Errorf("commit %s: stat temp: %w", f.Final, terr)
+	}
+	if ferr != nil && !errors.Is(ferr, os.ErrNotExist) {
+		return fmt.Errorf("commit %s: stat final: %w", f.Final, ferr)
+	}
+	switch {
+	case tempOK && !finalOK:
+		if err := durable.Rename(l.FS, f.Temp, final); err != nil {
+			return fmt.Errorf("commit %s: %w", f.Final, err)
+		}
+		return nil
+	case !tempOK && finalOK:
+		if fi.Size() != f.Bytes {
+			return fmt.Errorf("commit %s: %w: %d bytes, expected %d", f.Final, committer.ErrConflict, fi.Size(), f.Bytes)
+		}
+		if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+			return fmt.Errorf("commit %s: %w", f.Final, err)
+		}
+		return nil
+	case tempOK && finalOK:
+		tf, err := l.FS.Open(f.Temp)
+		if err != nil {
+			return fmt.Errorf("commit %s: open temp: %w", f.Final, err)
+		}
+		same, err := durable.SameContent(l.FS, final, tf)
+		_ = tf.Close()
+		if err != nil {
+			return fmt.Errorf("commit %s: compare: %w", f.Final, err)
+		}
+		if !same {
+			return fmt.Errorf("commit %s: %w", f.Final, committer.ErrConflict)
+		}
+		if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+			return fmt.Errorf("commit %s: %w", f.Final, err)
+		}
+		if err := l.FS.Remove(f.Temp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("commit %s: remove temp: %w", f.Final, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("commit %s: %w", f.Final, committer.ErrLost)
+	}
+}
+
+// Abort deletes the temp file. The final name is never touched (I7).
+func (l *Local) Abort(_ context.Context, f committer.File) error {
+	if err := l.FS.Remove(f.Temp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("abort %s: %w", f.Final, err)
+	}
+	return nil
+}
+
+// Publish writes data to name atomically and create-only.
+func (l *Local) Publish(_ context.Context, name string, data []byte) error {
+	final := l.abs(name)
+	if _, err := l.FS.Stat(final); err == nil {
+		return fmt.Errorf("publish %s: %w", name, committer.ErrExists)
+	}
+	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+".inprogress")
+	if err := durable.MkdirAll(l.FS, l.Staging); err != nil {
+		return fmt.Errorf("publish %s: %w", name, err)
+	}
+	if err := durable.WriteFile(l.FS, tmp, final, data); err != nil {
+		return fmt.Errorf("publish %s: %w", name, err)
+	}
+	return nil
+}
+
+// List walks the destination for files under prefix.
+func (l *Local) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
+	prefix = strings.TrimPrefix(prefix, "/")
+	root := l.Dest
+	// Walk only the deepest directory the prefix names.
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		root = path.Join(l.Dest, prefix[:i])
+	}
+	var out []committer.Entry
+	err := afero.Walk(l.FS, root, func(p string, info fs.FileInfo, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, l.Dest), "/")
+		if info.IsDir() {
+			if rel != "" && !strings.HasPrefix(rel+"/", prefix) && !strings.HasPrefix(prefix, rel+"/") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !info.Mode().IsRegular() || !strings.HasPrefix(rel, prefix) {
+			return nil
+		}
+		out = append(out, committer.Entry{Path: rel, Bytes: info.Size(), Modified: info.ModTime().UTC()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// Open opens a committed file. name must be a clean relative path.
+func (l *Local) Open(_ context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, committer.Entry{}, fmt.Errorf("open %q: %w", name, committer.ErrNotFound)
+	}
+	p := l.abs(name)
+	fi, err := l.FS.Stat(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
+		}
+		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
+	}
+	f, err := l.FS.Open(p)
+	if err != nil {
+		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, err)
+	}
+	return f, committer.Entry{Path: name, Bytes: fi.Size(), Modified: fi.ModTime().UTC()}, nil
+}

@@ -1,0 +1,164 @@
+// Package durable holds the one recipe eosink uses to make local files
+// final: write, flush, Sync, check Close, Rename, then Sync the directory.
+// Every local write that must survive a power cut goes through here, over an
+// injected afero.Fs, so the crash tests see every step.
+//
+// A failed Sync is never retried here: the kernel may have dropped the dirty
+// pages and a second Sync could report success for data that is gone. Sync
+// failures are wrapped with ErrSync so callers can stop and let recovery
+// decide.
+package durable
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/afero"
+)
+
+// Errors classes. Callers test them with errors.Is.
+var (
+	// ErrSync marks a failed fsync of a file or directory. It must not be
+	// retried: the process should stop and recovery decide.
+	ErrSync = errors.New("fsync failed")
+	// ErrDiskFull marks a write that failed because the device is full.
+	ErrDiskFull = errors.New("disk full")
+)
+
+// Classify wraps err with ErrDiskFull when it is ENOSPC or EDQUOT.
+func Classify(err error) error {
+	if err == nil || errors.Is(err, ErrDiskFull) {
+		return err
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	return err
+}
+
+// SyncDir opens dir and fsyncs it, making the creates, renames and removes
+// of its entries durable.
+func SyncDir(fs afero.Fs, dir string) error {
+	d, err := fs.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return fmt.Errorf("%w: sync directory %s: %w", ErrSync, dir, err)
+	}
+	if err := d.Close(); err != nil {
+		return fmt.Errorf("close directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// MkdirAll creates dir and any missing parents, fsyncing each directory it
+// creates and the parent it was created in, so the whole path survives a
+// power cut. Directories that already exist are left alone.
+func MkdirAll(fs afero.Fs, dir string) error {
+	dir = filepath.Clean(dir)
+	if fi, err := fs.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("create directory %s: %w", dir, syscall.ENOTDIR)
+		}
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stat directory %s: %w", dir, err)
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := MkdirAll(fs, parent); err != nil {
+			return err
+		}
+	}
+	if err := fs.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return Classify(fmt.Errorf("create directory %s: %w", dir, err))
+	}
+	if err := SyncDir(fs, dir); err != nil {
+		return err
+	}
+	if parent != dir {
+		return SyncDir(fs, parent)
+	}
+	return nil
+}
+
+// SyncClose flushes f to stable storage and closes it, checking both errors.
+// f is closed whatever happens.
+func SyncClose(f afero.File) error {
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("%w: sync %s: %w", ErrSync, f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// Rename moves the synced file tmp to final, creating final's directory if
+// needed, and fsyncs final's directory so the new name is durable.
+func Rename(fs afero.Fs, tmp, final string) error {
+	dir := filepath.Dir(final)
+	if err := MkdirAll(fs, dir); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, final); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return SyncDir(fs, dir)
+}
+
+// WriteFile writes data to tmp (created exclusively), syncs and closes it,
+// then renames it to final and syncs final's directory. The caller chooses a
+// tmp outside any directory readers list.
+func WriteFile(fs afero.Fs, tmp, final string, data []byte) error {
+	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return Classify(fmt.Errorf("create %s: %w", tmp, err))
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		_ = fs.Remove(tmp)
+		return Classify(fmt.Errorf("write %s: %w", tmp, err))
+	}
+	if err := SyncClose(f); err != nil {
+		_ = fs.Remove(tmp)
+		return err
+	}
+	return Rename(fs, tmp, final)
+}
+
+// SameContent reports whether the file at path holds exactly want.
+func SameContent(fs afero.Fs, path string, want io.Reader) (bool, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	const chunk = 64 << 10
+	a, b := make([]byte, chunk), make([]byte, chunk)
+	for {
+		na, ea := io.ReadFull(f, a)
+		nb, eb := io.ReadFull(want, b)
+		if na != nb || string(a[:na]) != string(b[:nb]) {
+			return false, nil
+		}
+		aDone := ea == io.EOF || ea == io.ErrUnexpectedEOF
+		bDone := eb == io.EOF || eb == io.ErrUnexpectedEOF
+		if ea != nil && !aDone {
+			return false, ea
+		}
+		if eb != nil && !bDone {
+			return false, eb
+		}
+		if aDone || bDone {
+			return aDone && bDone, nil
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+)
+
+// Manifest is the JSON document written for every committed checkpoint at
+// _manifests/<node>/<checkpoint:020d>.json.
+type Manifest struct {
+	Checkpoint  uint64         `json:"checkpoint"`
+	Node        string         `json:"node"`
+	CommittedAt time.Time      `json:"committed_at"`
+	Files       []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one file of a manifest.
+type ManifestFile struct {
+	Path      string              `json:"path"`
+	Stream    string              `json:"stream"`
+	Bytes     int64               `json:"bytes"`
+	Records   int64               `json:"records"`
+	CRC32C    string              `json:"crc32c"`
+	Producers map[string][2]int64 `json:"producers"`
+}
+
+// ManifestPath returns the destination-relative manifest name.
+func ManifestPath(node string, id uint64) string {
+	return fmt.Sprintf("_manifests/%s/%020d.json", node, id)
+}
+
+// BuildManifest renders c's manifest. The time is the prepare time, so a
+// re-commit after a crash writes the same bytes.
+func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
+	m := Manifest{Checkpoint: c.ID, Node: node, CommittedAt: c.PreparedAt.UTC(), Files: make([]ManifestFile, 0, len(c.Files))}
+	for _, f := range c.Files {
+		p := f.Producers
+		if p == nil {
+			p = map[string][2]int64{}
+		}
+		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
+	}
+	return json.MarshalIndent(&m, "", "  ")
+}
+
+// Finisher completes prepared checkpoints: commit every file, publish the
+// manifest, record "committed". Each step is idempotent, so Finish can run
+// again after any failure or crash.
+type Finisher struct {
+	Store     *Store
+	Committer committer.Committer
+	Publisher committer.Publisher
+	Node      string
+	Retain    int
+	// Parallel bounds concurrent file commits; <= 0 means 8.
+	Parallel int
+}
+
+// Finish commits checkpoint c, which must be recorded prepared.
+func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
+	par := f.Parallel
+	if par <= 0 {
+		par = 8
+	}
+	sem := make(chan struct{}, par)
+	errs := make(chan error, len(c.Files))
+	for _, file := range c.Files {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- f.Committer.Commit(ctx, file)
+		}()
+	}
+	var all []error
+	for range c.Files {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	if err := errors.Join(all...); err != nil {
+		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
+	}
+	body, err := BuildManifest(f.Node, c)
+	if err != nil {
+		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
+	}
+	// A manifest already there was published atomically by an earlier try.
+	if err := f.Publisher.Publish(ctx, ManifestPath(f.Node, c.ID), body); err != nil && !errors.Is(err, committer.ErrExists) {
+		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
+	}
+	dur := time.Since(c.StartedAt).Milliseconds()
+	if err := f.Store.Commit(c.ID, time.Now(), dur, f.Retain); err != nil {
+		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Replay is the recovery run on every start.
+type Replay struct {
+	Finisher
+	FS         afero.Fs // staging filesystem
+	StagingDir string
+	Logger     *slog.Logger
+}
+
+// Result is what Replay hands back.
+type Result struct {
+	Recommitted []uint64   // prepared checkpoints committed again
+	Removed     []string   // staging files deleted
+	Aborted     []string   // intents aborted
+	Producers   []Producer // producer state as of the last prepared checkpoint
+	LastID      uint64     // highest checkpoint id recorded
+}
+
+// Run replays: re-commit prepared checkpoints, delete staging files and abort
+// intents no prepared checkpoint names, load producers. It stops at the
+// first error; calling it again is safe.
+func (r *Replay) Run(ctx context.Context) (*Result, error) {
+	log := r.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	res := &Result{}
+	pending, err := r.Store.Pending()
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	named := map[string]bool{}
+	for _, c := range pending {
+		for _, f := range c.Files {
+			named[f.Temp] = true
+		}
+	}
+	for i := range pending {
+		c := &pending[i]
+		log.Info("re-committing prepared checkpoint", "checkpoint", c.ID, "files", len(c.Files))
+		if err := r.Finish(ctx, c); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		res.Recommitted = append(res.Recommitted, c.ID)
+	}
+	intents, err := r.Store.Intents()
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	keys := make([]string, 0, len(intents))
+	for k := range intents {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f := intents[k]
+		if err := r.Committer.Abort(ctx, f); err != nil {
+			return nil, fmt.Errorf("replay: abort intent %s: %w", k, err)
+		}
+		if err := r.Store.DeleteIntents(k); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		res.Aborted = append(res.Aborted, k)
+		log.Info("aborted unprepared upload", "path", f.Final, "op", "replay")
+	}
+	temps, err := staging.List(r.FS, r.StagingDir)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for _, t := range temps {
+		if named[t] {
+			// Its checkpoint committed above, so Commit consumed it unless
+			// it was already final; either way it is no longer needed.
+			log.Warn("staging file of a committed checkpoint left behind", "path", t)
+		}
+		if err := staging.Remove(r.FS, t); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		res.Removed = append(res.Removed, t)
+	}
+	if len(res.Removed) > 0 {
+		log.Info("deleted unprepared staging files", "count", len(res.Removed), "op", "replay")
+	}
+	if res.Producers, err = r.Store.Producers(); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if res.LastID, err = r.Store.LastID(); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return res, nil
+}

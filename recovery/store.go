@@ -1,0 +1,509 @@
+package recovery
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	bolt "go.etcd.io/bbolt"
+)
+
+// State of a checkpoint.
+type State string
+
+// Checkpoint states.
+const (
+	Prepared  State = "prepared"
+	Committed State = "committed"
+	Aborted   State = "aborted"
+)
+
+// Errors returned by the store.
+var (
+	// ErrCorrupt means the state file cannot be trusted; eosink refuses to start.
+	ErrCorrupt = errors.New("state store corrupt")
+	// ErrNotFound means no such checkpoint or producer.
+	ErrNotFound = errors.New("not found")
+)
+
+// DefaultRetain is how many committed checkpoints keep their file lists.
+const DefaultRetain = 1000
+
+var (
+	bucketMeta        = []byte("meta")
+	bucketCheckpoints = []byte("checkpoints")
+	bucketProducers   = []byte("producers")
+	bucketIntents     = []byte("intents")
+	keyVersion        = []byte("version")
+	keyLastID         = []byte("last_id")
+	keyPrunedBelow    = []byte("pruned_below")
+)
+
+const storeVersion = 1
+
+// Checkpoint is the durable record of one checkpoint.
+type Checkpoint struct {
+	ID          uint64           `json:"id"`
+	State       State            `json:"state"`
+	Files       []committer.File `json:"files,omitempty"`
+	FileCount   int              `json:"file_count"`
+	Records     int64            `json:"records"`
+	Bytes       int64            `json:"bytes"`
+	StartedAt   time.Time        `json:"started_at"`
+	PreparedAt  time.Time        `json:"prepared_at,omitzero"`
+	CommittedAt time.Time        `json:"committed_at,omitzero"`
+	DurationMS  int64            `json:"duration_ms"`
+	Error       string           `json:"error,omitempty"`
+	// Seqs holds, for every (producer, stream) whose state changed in this
+	// checkpoint, the next sequence number as of its barrier.
+	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+}
+
+// StreamSeq is a producer's sequence state on one stream.
+type StreamSeq struct {
+	NextSeq      int64 `json:"next_seq"`
+	CommittedSeq int64 `json:"committed_seq"`
+}
+
+// Producer is the durable state of one producer.
+type Producer struct {
+	ID      string               `json:"producer"`
+	Epoch   int64                `json:"epoch"`
+	Streams map[string]StreamSeq `json:"streams"`
+}
+
+// Store is the bbolt-backed state store. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens or creates the state store at path. A file that is not a valid
+// store returns an error wrapping ErrCorrupt that names the file.
+func Open(path string) (s *Store, err error) {
+	defer func() {
+		// bbolt may panic on pages it cannot parse; a corrupt file must be
+		// an error naming it, never a crash.
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("open state store %s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	if fi, serr := os.Stat(path); serr == nil && fi.Size() > 0 && fi.Size() < 4096*2 {
+		return nil, fmt.Errorf("open state store %s: %w: file truncated to %d bytes", path, ErrCorrupt, fi.Size())
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open state store %s: locked by another process: %w", path, err)
+		}
+		return nil, fmt.Errorf("open state store %s: %w: %w", path, ErrCorrupt, err)
+	}
+	s = &Store{db: db, path: path}
+	if err := s.init(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path returns the store's file name.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the store.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) corrupt(format string, args ...any) error {
+	return fmt.Errorf("open state store %s: %w: %s", s.path, ErrCorrupt, fmt.Sprintf(format, args...))
+}
+
+// init creates the buckets and checks every record decodes.
+func (s *Store) init() error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return s.corrupt("create bucket %s: %v", b, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyVersion); v == nil {
+			if err := meta.Put(keyVersion, u64(storeVersion)); err != nil {
+				return err
+			}
+		} else if len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion {
+			return s.corrupt("unknown version %x", v)
+		}
+		if v := meta.Get(keyLastID); v != nil && len(v) != 8 {
+			return s.corrupt("bad last_id %x", v)
+		}
+		if err := tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
+			var c Checkpoint
+			if len(k) != 8 {
+				return s.corrupt("checkpoint key %x", k)
+			}
+			if err := json.Unmarshal(v, &c); err != nil || c.ID != binary.BigEndian.Uint64(k) {
+				return s.corrupt("checkpoint %d: undecodable record", binary.BigEndian.Uint64(k))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
+			var p Producer
+			if err := json.Unmarshal(v, &p); err != nil || p.ID != string(k) {
+				return s.corrupt("producer %q: undecodable record", k)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		return fmt.Errorf("open state store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func u64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+// LastID returns the highest checkpoint id ever recorded, 0 if none.
+func (s *Store) LastID() (uint64, error) {
+	var id uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyLastID); v != nil {
+			id = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return id, err
+}
+
+func putCheckpoint(tx *bolt.Tx, c *Checkpoint) error {
+	c.FileCount = max(c.FileCount, len(c.Files))
+	v, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint %d: %w", c.ID, err)
+	}
+	if err := tx.Bucket(bucketCheckpoints).Put(u64(c.ID), v); err != nil {
+		return fmt.Errorf("put checkpoint %d: %w", c.ID, err)
+	}
+	meta := tx.Bucket(bucketMeta)
+	last := uint64(0)
+	if v := meta.Get(keyLastID); v != nil {
+		last = binary.BigEndian.Uint64(v)
+	}
+	if c.ID > last {
+		return meta.Put(keyLastID, u64(c.ID))
+	}
+	return nil
+}
+
+func getCheckpoint(tx *bolt.Tx, id uint64) (*Checkpoint, error) {
+	v := tx.Bucket(bucketCheckpoints).Get(u64(id))
+	if v == nil {
+		return nil, fmt.Errorf("checkpoint %d: %w", id, ErrNotFound)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(v, &c); err != nil {
+		return nil, fmt.Errorf("decode checkpoint %d: %w", id, err)
+	}
+	return &c, nil
+}
+
+func putProducer(tx *bolt.Tx, p *Producer) error {
+	v, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode producer %s: %w", p.ID, err)
+	}
+	return tx.Bucket(bucketProducers).Put([]byte(p.ID), v)
+}
+
+func getProducer(tx *bolt.Tx, id string) (*Producer, error) {
+	v := tx.Bucket(bucketProducers).Get([]byte(id))
+	if v == nil {
+		return nil, nil
+	}
+	var p Producer
+	if err := json.Unmarshal(v, &p); err != nil {
+		return nil, fmt.Errorf("decode producer %s: %w", id, err)
+	}
+	if p.Streams == nil {
+		p.Streams = map[string]StreamSeq{}
+	}
+	return &p, nil
+}
+
+// Prepare durably records c as prepared together with the producers'
+// sequence state of c.Seqs, in one transaction. Once it returns nil, c must
+// commit (I4).
+func (s *Store) Prepare(c *Checkpoint) error {
+	c.State = Prepared
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := putCheckpoint(tx, c); err != nil {
+			return err
+		}
+		for pid, streams := range c.Seqs {
+			p, err := getProducer(tx, pid)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				// A producer is recorded at init; a missing one was
+				// initialised and then lost, which cannot happen, but its
+				// sequence state must still be kept.
+				p = &Producer{ID: pid, Streams: map[string]StreamSeq{}}
+			}
+			for stream, next := range streams {
+				ss, ok := p.Streams[stream]
+				if !ok {
+					ss.CommittedSeq = -1
+				}
+				ss.NextSeq = next
+				p.Streams[stream] = ss
+			}
+			if err := putProducer(tx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Commit records a prepared checkpoint committed and advances the committed
+// sequence numbers of its producers. Committing a committed one is a no-op.
+func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		c, err := getCheckpoint(tx, id)
+		if err != nil {
+			return err
+		}
+		if c.State == Committed {
+			return nil
+		}
+		if c.State != Prepared {
+			return fmt.Errorf("commit checkpoint %d: state is %s", id, c.State)
+		}
+		c.State, c.CommittedAt, c.DurationMS = Committed, at.UTC(), durationMS
+		for pid, streams := range c.Seqs {
+			p, err := getProducer(tx, pid)
+			if err != nil || p == nil {
+				return err
+			}
+			for stream, next := range streams {
+				ss := p.Streams[stream]
+				ss.CommittedSeq = max(ss.CommittedSeq, next-1)
+				p.Streams[stream] = ss
+			}
+			if err := putProducer(tx, p); err != nil {
+				return err
+			}
+		}
+		if err := putCheckpoint(tx, c); err != nil {
+			return err
+		}
+		return prune(tx, id, retain)
+	})
+}
+
+// prune drops the file lists of committed checkpoints older than retain
+// before id, and deletes rows older than 10×retain.
+func prune(tx *bolt.Tx, id uint64, retain int) error {
+	if retain <= 0 || id <= uint64(retain) {
+		return nil
+	}
+	meta := tx.Bucket(bucketMeta)
+	from := uint64(1)
+	if v := meta.Get(keyPrunedBelow); v != nil {
+		from = binary.BigEndian.Uint64(v)
+	}
+	below := id - uint64(retain)
+	if from >= below {
+		return nil
+	}
+	b := tx.Bucket(bucketCheckpoints)
+	c := b.Cursor()
+	for k, v := c.Seek(u64(from)); k != nil && binary.BigEndian.Uint64(k) < below; k, v = c.Next() {
+		var ck Checkpoint
+		if err := json.Unmarshal(v, &ck); err != nil {
+			return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		if ck.State == Prepared {
+			// Never prune what must still commit; stop here.
+			below = ck.ID
+			break
+		}
+		if ck.Files == nil && ck.Seqs == nil {
+			continue
+		}
+		ck.Files, ck.Seqs = nil, nil
+		nv, err := json.Marshal(&ck)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(k, nv); err != nil {
+			return err
+		}
+	}
+	return meta.Put(keyPrunedBelow, u64(below))
+}
+
+// Abort records checkpoint c aborted with reason. c need not have been
+// recorded before. Aborting a prepared or committed checkpoint is refused.
+func (s *Store) Abort(c *Checkpoint, reason string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if old, err := getCheckpoint(tx, c.ID); err == nil && old.State != Aborted {
+			return fmt.Errorf("abort checkpoint %d: state is %s", c.ID, old.State)
+		}
+		rec := *c
+		rec.State, rec.Error, rec.Files, rec.Seqs = Aborted, reason, nil, nil
+		rec.FileCount = len(c.Files)
+		return putCheckpoint(tx, &rec)
+	})
+}
+
+// RecordEmpty records an empty checkpoint as committed in one step.
+func (s *Store) RecordEmpty(c *Checkpoint) error {
+	c.State = Committed
+	return s.db.Update(func(tx *bolt.Tx) error { return putCheckpoint(tx, c) })
+}
+
+// Get returns one checkpoint.
+func (s *Store) Get(id uint64) (*Checkpoint, error) {
+	var c *Checkpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		c, err = getCheckpoint(tx, id)
+		return err
+	})
+	return c, err
+}
+
+// List returns up to limit checkpoints, newest first, without file lists
+// unless withFiles.
+func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
+	var out []Checkpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCheckpoints).Cursor()
+		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+			var ck Checkpoint
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if !withFiles {
+				ck.Files, ck.Seqs = nil, nil
+			}
+			out = append(out, ck)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Pending returns every prepared (not yet committed) checkpoint, oldest first.
+func (s *Store) Pending() ([]Checkpoint, error) {
+	var out []Checkpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
+			var ck Checkpoint
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if ck.State == Prepared {
+				out = append(out, ck)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// InitProducer durably bumps the producer's epoch (creating it at epoch 0)
+// and returns its state.
+func (s *Store) InitProducer(id string) (*Producer, error) {
+	var out *Producer
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		p, err := getProducer(tx, id)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			p = &Producer{ID: id, Epoch: 0, Streams: map[string]StreamSeq{}}
+		} else {
+			p.Epoch++
+		}
+		out = p
+		return putProducer(tx, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("init producer %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// Producers returns every producer's durable state, sorted by id.
+func (s *Store) Producers() ([]Producer, error) {
+	var out []Producer
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
+			var p Producer
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("decode producer %s: %w", k, err)
+			}
+			if p.Streams == nil {
+				p.Streams = map[string]StreamSeq{}
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+// PutIntent records that work (an upload) is about to start for f, before
+// any of it exists remotely.
+func (s *Store) PutIntent(key string, f committer.File) error {
+	v, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), v) })
+}
+
+// DeleteIntents removes intents.
+func (s *Store) DeleteIntents(keys ...string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIntents)
+		for _, k := range keys {
+			if err := b.Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Intents returns every recorded intent by key.
+func (s *Store) Intents() (map[string]committer.File, error) {
+	out := map[string]committer.File{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
+			var f committer.File
+			if err := json.Unmarshal(v, &f); err != nil {
+				return fmt.Errorf("decode intent %s: %w", k, err)
+			}
+			out[string(k)] = f
+			return nil
+		})
+	})
+	return out, err
+}

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
+)
+
+// checkpoint runs one checkpoint: barrier, pre-commit, prepared, commit.
+// Only the run loop (and Shutdown, after it stopped) call it.
+func (e *Engine) checkpoint() (CheckpointResult, error) {
+	start := e.cfg.Now()
+	began := time.Now()
+
+	// 1. Barrier: swap the open checkpoint under the ingest lock.
+	e.mu.Lock()
+	if e.failErr != nil {
+		e.mu.Unlock()
+		return CheckpointResult{}, e.failErr
+	}
+	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
+	records, bytes := e.openRecords, e.openBytes
+	seqs := map[string]map[string]int64{}
+	for pid, streams := range e.dirty {
+		m := map[string]int64{}
+		for s := range streams {
+			m[s] = e.producers[pid].streams[s].next
+		}
+		seqs[pid] = m
+	}
+	e.openNextLocked()
+	e.mu.Unlock()
+
+	ck := &recovery.Checkpoint{ID: id, StartedAt: start.UTC(), Records: records, Bytes: bytes, Seqs: seqs}
+	res := CheckpointResult{ID: id, Records: records, Bytes: bytes, Files: []committer.File{}}
+	log := e.log.With("checkpoint", id)
+
+	if len(txns) == 0 && len(seqs) == 0 {
+		if err := e.store.RecordEmpty(ck); err != nil {
+			e.fail(fmt.Errorf("record empty checkpoint %d: %w", id, err))
+			return res, e.Err()
+		}
+		res.State = recovery.Committed
+		e.finished(id, out, res, nil, 0)
+		return res, nil
+	}
+
+	// 2. Pre-commit every file in parallel, then make their names durable.
+	files, err := e.preCommit(txns)
+	if err != nil {
+		return e.abort(ck, txns, files, err, out, began), nil
+	}
+	ck.Files = files
+	ck.PreparedAt = e.cfg.Now().UTC()
+
+	// 3. Prepared: from here on, the checkpoint commits.
+	if err := e.store.Prepare(ck); err != nil {
+		// The record may or may not be durable; only recovery can tell.
+		e.fail(fmt.Errorf("record prepared checkpoint %d: %w", id, err))
+		return res, e.Err()
+	}
+	e.mu.Lock()
+	for pid, streams := range seqs {
+		d := e.durable[pid]
+		if d.Streams == nil {
+			d.ID, d.Streams = pid, map[string]recovery.StreamSeq{}
+		} else {
+			d.Streams = cloneStreams(d.Streams)
+		}
+		for s, next := range streams {
+			ss, ok := d.Streams[s]
+			if !ok {
+				ss.CommittedSeq = -1
+			}
+			ss.NextSeq = next
+			d.Streams[s] = ss
+		}
+		e.durable[pid] = d
+	}
+	e.mu.Unlock()
+	log.Debug("prepared", "files", len(files), "records", records, "bytes", bytes)
+
+	// 4. Commit, retried until it succeeds (I4).
+	for attempt := 0; ; attempt++ {
+		err := e.fin.Finish(e.ctx, ck)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, durable.ErrSync) {
+			e.fail(err)
+			return res, e.Err()
+		}
+		if e.ctx.Err() != nil {
+			return res, ErrClosed
+		}
+		e.mu.Lock()
+		e.stuck = err
+		e.mu.Unlock()
+		if h := e.cfg.Hooks.CommitStuck; h != nil {
+			h(id, err)
+		}
+		log.Warn("commit failed, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return res, ErrClosed
+		}
+	}
+	res.State, res.Files = recovery.Committed, files
+	e.mu.Lock()
+	e.stuck = nil
+	for pid, streams := range seqs {
+		p := e.producers[pid]
+		for s, next := range streams {
+			ss := p.streams[s]
+			ss.committed = max(ss.committed, next-1)
+			i := 0
+			for i < len(ss.pending) && ss.pending[i].ckpt <= id {
+				i++
+			}
+			ss.pending = ss.pending[i:]
+			d := e.durable[pid]
+			st := d.Streams[s]
+			st.CommittedSeq = max(st.CommittedSeq, next-1)
+			d.Streams[s] = st
+		}
+	}
+	e.mu.Unlock()
+	res.DurationMS = time.Since(began).Milliseconds()
+	e.finished(id, out, res, nil, bytes)
+	log.Info("checkpoint committed", "files", len(files), "records", records, "bytes", bytes, "duration_ms", time.Since(began).Milliseconds())
+	return res, nil
+}
+
+func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {
+	out := make(map[string]recovery.StreamSeq, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// openNextLocked opens a new, empty checkpoint after the current one.
+func (e *Engine) openNextLocked() {
+	e.openID++
+	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
+	e.openBytes, e.openRecords = 0, 0
+	e.dirty = map[string]map[string]bool{}
+	e.outcomes[e.openID] = newOutcome()
+	// Keep outcomes of recent checkpoints only; older ones are read from the store.
+	if old := e.openID - 1024; e.openID > 1024 {
+		delete(e.outcomes, old)
+	}
+}
+
+// finished publishes a checkpoint's end to its waiters and hooks.
+func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err error, release int64) {
+	e.mu.Lock()
+	e.held -= release
+	if res.State == recovery.Committed && id > e.lastDone {
+		e.lastDone = id
+	}
+	e.mu.Unlock()
+	if out != nil {
+		out.state, out.err = res.State, err
+		close(out.done)
+	}
+	if h := e.cfg.Hooks.Checkpoint; h != nil {
+		h(res)
+	}
+}
+
+// preCommit flushes, fsyncs and closes every transaction, fsyncs the
+// staging directory, and prepares every file with the committer. It returns
+// the files prepared so far even on error, so abort can undo them.
+func (e *Engine) preCommit(txns []*openTxn) ([]committer.File, error) {
+	files := make([]committer.File, len(txns))
+	errs := make([]error, len(txns))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, e.cfg.Parallel)
+	for i, ot := range txns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			sum, err := ot.txn.PreCommit()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
+				Records: sum.Records, CRC32C: sum.CRC32C, Producers: sum.Producers}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pre-commit: %w", err)
+	}
+	if err := durable.SyncDir(e.cfg.FS, e.cfg.StagingDir); err != nil {
+		return nil, fmt.Errorf("pre-commit: %w", err)
+	}
+	prepared := make([]committer.File, len(files))
+	for i := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			prepared[i], errs[i] = e.cfg.Committer.Prepare(e.ctx, files[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return prepared, fmt.Errorf("pre-commit: %w", err)
+	}
+	return prepared, nil
+}
+
+// abort undoes checkpoint ck before its "prepared" record, and with it the
+// open checkpoint after it, whose batches may follow sequence numbers ck
+// lost. Producer state returns to the last prepared checkpoint's.
+func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committer.File, cause error, out *outcome, began time.Time) CheckpointResult {
+	log := e.log.With("checkpoint", ck.ID)
+	log.Error("checkpoint aborted", "err", cause)
+	for _, ot := range txns {
+		if err := ot.txn.Abort(); err != nil {
+			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	for _, f := range files {
+		if f.Final == "" {
+			continue
+		}
+		if err := e.cfg.Committer.Abort(ctx, f); err != nil {
+			log.Warn("abort file; recovery will", "path", f.Final, "err", err)
+		}
+	}
+	cancel()
+	ck.Files = files
+	if err := e.store.Abort(ck, cause.Error()); err != nil {
+		// Unrecorded, the checkpoint is simply not prepared: recovery
+		// treats it as aborted. Its id may be reused, which is harmless
+		// since nothing of it was made final.
+		log.Warn("record aborted checkpoint", "err", err)
+	}
+
+	e.mu.Lock()
+	nextID, nextTxns, nextOut, nextBytes := e.openID, e.openTxns, e.outcomes[e.openID], e.openBytes
+	for _, ot := range nextTxns {
+		if err := ot.txn.Abort(); err != nil {
+			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
+		}
+	}
+	e.openNextLocked()
+	for pid, p := range e.producers {
+		d := e.durable[pid]
+		for s, ss := range p.streams {
+			if dss, ok := d.Streams[s]; ok {
+				ss.next, ss.committed = dss.NextSeq, dss.CommittedSeq
+			} else {
+				ss.next, ss.committed = 0, -1
+			}
+			ss.pending = nil
+		}
+	}
+	e.mu.Unlock()
+
+	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
+	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil {
+		log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
+	}
+	res := CheckpointResult{ID: ck.ID, State: recovery.Aborted, Files: []committer.File{}, Records: ck.Records, Bytes: ck.Bytes,
+		DurationMS: time.Since(began).Milliseconds(), Error: cause.Error()}
+	e.finished(ck.ID, out, res, cause, ck.Bytes)
+	e.finished(nextID, nextOut, CheckpointResult{ID: nextID, State: recovery.Aborted, Error: res.Error}, cause, nextBytes)
+	return res
+}

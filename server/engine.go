@@ -1,0 +1,722 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Node       string              // node id in file names
+	FS         afero.Fs            // filesystem of the staging directory
+	StagingDir string              // where temp files live
+	StorePath  string              // bbolt state file, on the OS filesystem
+	Committer  committer.Committer // makes files final
+	Publisher  committer.Publisher // publishes manifests
+	Logger     *slog.Logger        // nil discards
+	Now        func() time.Time    // nil means time.Now
+
+	CheckpointInterval  time.Duration // 0: only on request
+	RollBytes           int64         // start a new file beyond this size; default 1 GiB
+	MaxUncommittedBytes int64         // backpressure threshold; default 1 GiB
+	BufferSize          int           // staging buffer per file; default 256 KiB
+	Retain              int           // committed checkpoints that keep details; default 1000
+	Parallel            int           // concurrent pre-commits and commits; default 8
+	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
+	Hooks               Hooks         // optional observer
+}
+
+// Hooks observe the engine; every method must be fast and safe for
+// concurrent use. Nil fields are skipped.
+type Hooks struct {
+	Accepted    func(stream string, records, bytes int)
+	Duplicate   func(stream string)
+	Rejected    func(reason string)
+	Checkpoint  func(r CheckpointResult)
+	CommitStuck func(id uint64, err error)
+}
+
+func (c *Config) defaults() {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RollBytes <= 0 {
+		c.RollBytes = 1 << 30
+	}
+	if c.MaxUncommittedBytes <= 0 {
+		c.MaxUncommittedBytes = 1 << 30
+	}
+	if c.Retain <= 0 {
+		c.Retain = recovery.DefaultRetain
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 8
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = 50 * time.Millisecond
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Second
+	}
+}
+
+// Producer identifies a batch sent with idempotence headers.
+type Producer struct {
+	ID    string
+	Epoch int64
+	Seq   int64
+}
+
+// Write is one batch to append.
+type Write struct {
+	Stream   string
+	Ext      string // "ndjson" or "txt"
+	Data     []byte // records, each terminated by '\n'
+	Records  int
+	Producer *Producer // nil without idempotence headers
+}
+
+// WriteResult answers a Write.
+type WriteResult struct {
+	Checkpoint uint64 // checkpoint holding the batch
+	Records    int
+	Bytes      int
+	Duplicate  bool  // the sequence number was accepted before; nothing written
+	Committed  bool  // the batch is already committed (duplicates only)
+	NextSeq    int64 // next sequence number expected (producers only)
+}
+
+// CheckpointResult is the end of one checkpoint.
+type CheckpointResult struct {
+	ID         uint64           `json:"id"`
+	State      recovery.State   `json:"state"`
+	Files      []committer.File `json:"files"`
+	Records    int64            `json:"records"`
+	Bytes      int64            `json:"bytes"`
+	DurationMS int64            `json:"duration_ms"`
+	Error      string           `json:"error,omitempty"`
+}
+
+// ProducerState is a producer as the API shows it.
+type ProducerState struct {
+	ID      string                        `json:"producer"`
+	Epoch   int64                         `json:"epoch"`
+	Streams map[string]recovery.StreamSeq `json:"streams"`
+	Fenced  int64                         `json:"fenced"`
+}
+
+type pendingRange struct {
+	ckpt uint64
+	last int64
+}
+
+type seqState struct {
+	next      int64
+	committed int64
+	pending   []pendingRange // accepted, not yet committed, by checkpoint
+}
+
+type producer struct {
+	id      string
+	epoch   int64
+	streams map[string]*seqState
+	fenced  int64
+}
+
+type openTxn struct {
+	key   staging.Key
+	txn   *staging.Txn
+	final string
+}
+
+type outcome struct {
+	done  chan struct{}
+	state recovery.State
+	err   error
+}
+
+// Engine accepts batches and runs checkpoints. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	store *recovery.Store
+	fin   recovery.Finisher
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	reqs   chan chan ckptReply
+	ready  chan struct{}
+	failed chan struct{}
+
+	initMu sync.Mutex // serialises producer inits
+
+	mu          sync.Mutex // the ingest lock; guards everything below
+	isReady     bool
+	closed      bool
+	draining    bool
+	failErr     error
+	openID      uint64
+	openTxns    []*openTxn
+	cur         map[staging.Key]*openTxn
+	nextIndex   int
+	openBytes   int64
+	openRecords int64
+	held        int64 // uncommitted bytes: open and in-flight checkpoints
+	producers   map[string]*producer
+	durable     map[string]recovery.Producer // as of the last prepared checkpoint
+	dirty       map[string]map[string]bool
+	outcomes    map[uint64]*outcome
+	lastDone    uint64 // newest committed checkpoint
+	stuck       error  // the error holding a prepared checkpoint back, if any
+	recovering  string
+}
+
+type ckptReply struct {
+	res CheckpointResult
+	err error
+}
+
+// Open opens the state store and starts recovery in the background. A
+// corrupt store is an error here, naming the file: eosink refuses to start.
+// Writes are refused with ErrNotReady until Ready is closed.
+func Open(cfg Config) (*Engine, error) {
+	cfg.defaults()
+	if cfg.Node == "" || cfg.FS == nil || cfg.StagingDir == "" || cfg.StorePath == "" || cfg.Committer == nil || cfg.Publisher == nil {
+		return nil, errors.New("open engine: node, fs, staging dir, store path, committer and publisher are required")
+	}
+	if err := durable.MkdirAll(cfg.FS, cfg.StagingDir); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	st, err := recovery.Open(cfg.StorePath)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		cfg: cfg, log: cfg.Logger, store: st,
+		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
+		ctx: ctx, cancel: cancel,
+		reqs: make(chan chan ckptReply), ready: make(chan struct{}), failed: make(chan struct{}),
+		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
+		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
+		recovering: "starting",
+	}
+	e.wg.Add(1)
+	go e.start()
+	return e, nil
+}
+
+// Ready is closed once recovery has finished and writes are accepted.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
+
+// Failed is closed when the engine stopped after an error it must not
+// paper over (a failed fsync after "prepared", an unwritable state store).
+// The owner should Close it and open a new one, which recovers.
+func (e *Engine) Failed() <-chan struct{} { return e.failed }
+
+// Err returns the error that stopped the engine, if any.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failErr
+}
+
+// WaitReady waits for recovery to finish.
+func (e *Engine) WaitReady(ctx context.Context) error {
+	select {
+	case <-e.ready:
+		return nil
+	case <-e.failed:
+		return e.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Store returns the state store, for read-only queries.
+func (e *Engine) Store() *recovery.Store { return e.store }
+
+func (e *Engine) start() {
+	defer e.wg.Done()
+	if !e.recover() {
+		return
+	}
+	e.run()
+}
+
+// recover replays the store until it succeeds or the engine closes.
+func (e *Engine) recover() bool {
+	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
+	begin := time.Now()
+	var res *recovery.Result
+	for attempt := 0; ; attempt++ {
+		var err error
+		res, err = rp.Run(e.ctx)
+		if err == nil {
+			break
+		}
+		if e.ctx.Err() != nil {
+			return false
+		}
+		e.mu.Lock()
+		e.recovering = err.Error()
+		e.mu.Unlock()
+		e.log.Error("recovery failed, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
+	e.mu.Lock()
+	for _, p := range res.Producers {
+		e.durable[p.ID] = p
+		e.producers[p.ID] = producerFrom(p)
+	}
+	e.openID = res.LastID + 1
+	e.lastDone = res.LastID
+	e.outcomes[e.openID] = newOutcome()
+	e.isReady = true
+	e.recovering = ""
+	e.mu.Unlock()
+	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
+		"aborted_uploads", len(res.Aborted), "producers", len(res.Producers), "checkpoint", e.openID,
+		"duration_ms", time.Since(begin).Milliseconds())
+	close(e.ready)
+	return true
+}
+
+func producerFrom(p recovery.Producer) *producer {
+	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
+	for s, ss := range p.Streams {
+		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq}
+	}
+	return out
+}
+
+func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
+
+func (e *Engine) backoff(attempt int) time.Duration {
+	d := e.cfg.RetryMin << min(attempt, 16)
+	if d > e.cfg.RetryMax || d <= 0 {
+		d = e.cfg.RetryMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (e *Engine) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.ctx.Done():
+		return false
+	}
+}
+
+// fail stops the engine after err. Held under no lock.
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	if e.failErr != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	e.mu.Unlock()
+	e.log.Error("engine stopped; recovery on restart decides", "err", err)
+	close(e.failed)
+}
+
+// Partition returns the partition path for an ingest time.
+func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=15") }
+
+// Write appends one batch to the open checkpoint's transaction for its
+// stream, partition and extension, after the producer checks.
+func (e *Engine) Write(w Write) (WriteResult, error) {
+	part := Partition(e.cfg.Now())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.writableLocked(); err != nil {
+		return WriteResult{}, err
+	}
+	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
+	var ss *seqState
+	if w.Producer != nil {
+		p := e.producers[w.Producer.ID]
+		if p == nil {
+			e.reject("unknown_producer")
+			return res, fmt.Errorf("producer %s: %w", w.Producer.ID, ErrUnknownProducer)
+		}
+		switch {
+		case w.Producer.Epoch < p.epoch:
+			p.fenced++
+			e.reject("producer_fenced")
+			return res, fmt.Errorf("producer %s epoch %d < %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrFenced)
+		case w.Producer.Epoch > p.epoch:
+			e.reject("invalid_epoch")
+			return res, fmt.Errorf("producer %s epoch %d > %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrInvalidEpoch)
+		}
+		ss = p.streams[w.Stream]
+		if ss == nil {
+			ss = &seqState{committed: -1}
+			p.streams[w.Stream] = ss
+		}
+		seq := w.Producer.Seq
+		switch {
+		case seq < ss.next:
+			res.Duplicate, res.NextSeq, res.Records, res.Bytes = true, ss.next, 0, 0
+			res.Committed = seq <= ss.committed
+			res.Checkpoint = e.lastDone
+			for _, r := range ss.pending {
+				if seq <= r.last {
+					res.Checkpoint = r.ckpt
+					break
+				}
+			}
+			if h := e.cfg.Hooks.Duplicate; h != nil {
+				h(w.Stream)
+			}
+			return res, nil
+		case seq > ss.next:
+			e.reject("out_of_order_sequence")
+			return res, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
+		}
+	}
+	if e.held > 0 && e.held+int64(len(w.Data)) > e.cfg.MaxUncommittedBytes {
+		e.reject("backpressure")
+		return res, ErrBackpressure
+	}
+	ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: part, Ext: w.Ext})
+	if err != nil {
+		e.reject("storage")
+		return res, err
+	}
+	pid, seq := "", int64(0)
+	if w.Producer != nil {
+		pid, seq = w.Producer.ID, w.Producer.Seq
+	}
+	if err := ot.txn.Append(w.Data, w.Records, pid, seq); err != nil {
+		e.reject("storage")
+		return res, fmt.Errorf("append to stream %s: %w", w.Stream, err)
+	}
+	e.openBytes += int64(len(w.Data))
+	e.openRecords += int64(w.Records)
+	e.held += int64(len(w.Data))
+	if ss != nil {
+		ss.next++
+		if n := len(ss.pending); n > 0 && ss.pending[n-1].ckpt == e.openID {
+			ss.pending[n-1].last = seq
+		} else {
+			ss.pending = append(ss.pending, pendingRange{ckpt: e.openID, last: seq})
+		}
+		d := e.dirty[pid]
+		if d == nil {
+			d = map[string]bool{}
+			e.dirty[pid] = d
+		}
+		d[w.Stream] = true
+		res.NextSeq = ss.next
+	}
+	if h := e.cfg.Hooks.Accepted; h != nil {
+		h(w.Stream, w.Records, len(w.Data))
+	}
+	return res, nil
+}
+
+func (e *Engine) reject(reason string) {
+	if h := e.cfg.Hooks.Rejected; h != nil {
+		h(reason)
+	}
+}
+
+func (e *Engine) writableLocked() error {
+	switch {
+	case e.failErr != nil:
+		return e.failErr
+	case e.closed || e.draining:
+		return ErrClosed
+	case !e.isReady:
+		return ErrNotReady
+	}
+	return nil
+}
+
+// txnLocked returns the open transaction for key, opening or rolling it.
+func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
+	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.cfg.RollBytes {
+		return ot, nil
+	} else if ot != nil && ot.txn.Err() != nil {
+		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
+	}
+	base := fmt.Sprintf("part-%s-%020d-%04d.%s", e.cfg.Node, e.openID, e.nextIndex, key.Ext)
+	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
+	if err != nil {
+		return nil, err
+	}
+	e.nextIndex++
+	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base)}
+	e.cur[key] = ot
+	e.openTxns = append(e.openTxns, ot)
+	return ot, nil
+}
+
+// InitProducer gives the producer a new epoch, durably, fencing older ones.
+func (e *Engine) InitProducer(id string) (ProducerState, error) {
+	e.initMu.Lock()
+	defer e.initMu.Unlock()
+	e.mu.Lock()
+	err := e.writableLocked()
+	e.mu.Unlock()
+	if err != nil {
+		return ProducerState{}, err
+	}
+	rec, err := e.store.InitProducer(id)
+	if err != nil {
+		e.fail(err)
+		return ProducerState{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.producers[id]
+	if p == nil {
+		p = &producer{id: id, streams: map[string]*seqState{}}
+		e.producers[id] = p
+	}
+	p.epoch = rec.Epoch
+	d := e.durable[id]
+	d.ID, d.Epoch = id, rec.Epoch
+	if d.Streams == nil {
+		d.Streams = rec.Streams
+	}
+	e.durable[id] = d
+	return p.state(), nil
+}
+
+func (p *producer) state() ProducerState {
+	out := ProducerState{ID: p.id, Epoch: p.epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
+	for s, ss := range p.streams {
+		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.next, CommittedSeq: ss.committed}
+	}
+	return out
+}
+
+// Producer returns one producer's live state.
+func (e *Engine) Producer(id string) (ProducerState, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.producers[id]
+	if p == nil {
+		return ProducerState{}, false
+	}
+	return p.state(), true
+}
+
+// Producers returns every producer's live state, sorted by id.
+func (e *Engine) Producers() []ProducerState {
+	e.mu.Lock()
+	out := make([]ProducerState, 0, len(e.producers))
+	for _, p := range e.producers {
+		out = append(out, p.state())
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Status is a snapshot for health, metrics and the UI.
+type Status struct {
+	Ready       bool
+	Recovering  string // why recovery is not done, while it runs
+	OpenID      uint64
+	OpenBytes   int64
+	OpenRecords int64
+	OpenFiles   int
+	Held        int64
+	LastDone    uint64
+	Stuck       string // the error holding a prepared checkpoint, if any
+	Failed      string
+}
+
+// Status returns a snapshot of the engine.
+func (e *Engine) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, OpenBytes: e.openBytes,
+		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone}
+	if e.stuck != nil {
+		s.Stuck = e.stuck.Error()
+	}
+	if e.failErr != nil {
+		s.Failed = e.failErr.Error()
+	}
+	return s
+}
+
+// Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
+// if it aborted.
+func (e *Engine) Wait(ctx context.Context, id uint64) error {
+	e.mu.Lock()
+	o := e.outcomes[id]
+	e.mu.Unlock()
+	if o == nil {
+		c, err := e.store.Get(id)
+		if err != nil {
+			return err
+		}
+		switch c.State {
+		case recovery.Committed:
+			return nil
+		case recovery.Aborted:
+			return fmt.Errorf("checkpoint %d: %w: %s", id, ErrAborted, c.Error)
+		}
+		// Prepared and finishing in recovery: poll the store.
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.failed:
+				return e.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			if c, err := e.store.Get(id); err == nil && c.State == recovery.Committed {
+				return nil
+			}
+		}
+	}
+	select {
+	case <-o.done:
+		if o.state == recovery.Committed {
+			return nil
+		}
+		return fmt.Errorf("checkpoint %d: %w: %v", id, ErrAborted, o.err)
+	case <-e.failed:
+		return e.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Checkpoint runs a checkpoint and waits for its end. A request made while
+// one runs is served by the next one. If ctx ends first, the checkpoint
+// still completes in the background.
+func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
+	reply := make(chan ckptReply, 1)
+	select {
+	case <-e.ready:
+	case <-e.failed:
+		return CheckpointResult{}, e.Err()
+	default:
+		return CheckpointResult{}, ErrNotReady
+	}
+	select {
+	case e.reqs <- reply:
+	case <-e.failed:
+		return CheckpointResult{}, e.Err()
+	case <-e.ctx.Done():
+		return CheckpointResult{}, ErrClosed
+	case <-ctx.Done():
+		return CheckpointResult{}, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return CheckpointResult{}, ctx.Err()
+	}
+}
+
+// run is the coordinator loop: checkpoints on request and on the interval.
+func (e *Engine) run() {
+	var tick <-chan time.Time
+	if e.cfg.CheckpointInterval > 0 {
+		t := time.NewTicker(e.cfg.CheckpointInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var waiters []chan ckptReply
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.failed:
+			return
+		case r := <-e.reqs:
+			waiters = append(waiters, r)
+		drain:
+			for {
+				select {
+				case r := <-e.reqs:
+					waiters = append(waiters, r)
+				default:
+					break drain
+				}
+			}
+		case <-tick:
+		}
+		res, err := e.checkpoint()
+		for _, w := range waiters {
+			w <- ckptReply{res, err}
+		}
+	}
+}
+
+// Shutdown stops accepting writes, runs a final checkpoint (bounded by
+// ctx) so accepted batches commit, then closes the engine.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	ready := e.isReady && e.failErr == nil
+	e.mu.Unlock()
+	var err error
+	if ready {
+		var res CheckpointResult
+		res, err = e.Checkpoint(ctx)
+		if err == nil && res.State == recovery.Aborted {
+			err = fmt.Errorf("final checkpoint %d: %w: %s", res.ID, ErrAborted, res.Error)
+		}
+		if err != nil {
+			err = fmt.Errorf("final checkpoint: %w", err)
+		}
+	}
+	return errors.Join(err, e.Close())
+}
+
+// Close stops the engine at once, like a crash would but with file handles
+// closed: open transactions stay as temp files and a prepared checkpoint
+// still committing stays prepared; the next Open recovers both.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	e.mu.Lock()
+	for _, ot := range e.openTxns {
+		ot.txn.Release()
+	}
+	e.mu.Unlock()
+	if err := e.store.Close(); err != nil {
+		return fmt.Errorf("close state store: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the Engine. The API maps them to HTTP answers.
+var (
+	ErrNotReady        = errors.New("not ready: recovery running")
+	ErrClosed          = errors.New("engine closed")
+	ErrUnknownProducer = errors.New("unknown producer")
+	ErrFenced          = errors.New("producer fenced by a newer epoch")
+	ErrInvalidEpoch    = errors.New("epoch newer than current")
+	ErrOutOfOrder      = errors.New("out of order sequence")
+	ErrBackpressure    = errors.New("too much uncommitted data held")
+	ErrAborted         = errors.New("checkpoint aborted")
+	ErrFailed          = errors.New("engine stopped after a failure; restart to recover")
+)
+
+// SeqError is returned for a sequence gap: the batch is refused and the
+// client must resend from Expected.
+type SeqError struct {
+	Producer string
+	Stream   string
+	Got      int64
+	Expected int64
+}
+
+func (e *SeqError) Error() string {
+	return fmt.Sprintf("producer %s stream %s: sequence %d, expected %d", e.Producer, e.Stream, e.Got, e.Expected)
+}
+
+// Unwrap returns ErrOutOfOrder.
+func (e *SeqError) Unwrap() error { return ErrOutOfOrder }

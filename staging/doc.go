@@ -1,0 +1,16 @@
+// Package staging owns eosink's temp files: one per transaction, that is per
+// (stream, partition, extension) of one checkpoint, under <data>/staging.
+//
+// A transaction file is named
+//
+//	<data>/staging/part-<node>-<checkpoint:020d>-<index:04d>.<ext>.inprogress
+//
+// after the final file it will become, so the name alone tells recovery which
+// checkpoint it belongs to. Appends are buffered; a batch is appended whole or
+// not at all: when a write fails, the file is truncated back to the last whole
+// batch and the batch is refused. PreCommit flushes, fsyncs and closes the file
+// and reports its size, record count, CRC-32C and the producer sequence ranges
+// it holds. Abort closes and deletes it. Files never live under the destination.
+//
+// A Txn is not safe for concurrent use; the coordinator serialises appends.
+package staging
