@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
+)
+
+func TestWriteCheckpointCommit(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	ps, err := e.InitProducer("p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p1", Epoch: ps.Epoch}
+	must := map[invariant.BatchID]bool{}
+	for seq := range int64(5) {
+		res, err := send(e, p, "clicks", seq, 3)
+		if err != nil {
+			t.Fatalf("send %d: %v", seq, err)
+		}
+		if res.NextSeq != seq+1 || res.Duplicate {
+			t.Fatalf("send %d: %+v", seq, res)
+		}
+		must[invariant.BatchID{Producer: "p1", Stream: "clicks", Seq: seq}] = true
+	}
+	if _, err := send(e, nil, "views", 1000, 2); err != nil {
+		t.Fatal(err)
+	}
+	must[invariant.BatchID{Stream: "views", Seq: 1000}] = true
+	if _, err := e.Write(Write{Stream: "views", Ext: "txt", Data: []byte("plain\n"), Records: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res := r.checkpoint()
+	if res.State != recovery.Committed || len(res.Files) != 3 || res.Records != 18 {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	// text files are not test records; check them by name and content.
+	var txt string
+	for _, f := range res.Files {
+		if strings.HasSuffix(f.Final, ".txt") {
+			txt = f.Final
+		}
+	}
+	data, err := afero.ReadFile(r.fs, rigDest+"/"+txt)
+	if err != nil || string(data) != "plain\n" {
+		t.Fatalf("txt file %s: %q %v", txt, data, err)
+	}
+	if err := r.fs.Remove(rigDest + "/" + txt); err != nil {
+		t.Fatal(err)
+	}
+	// The manifest still names the txt file: remove it from the check by
+	// checking batches only through a fresh destination copy is overkill;
+	// instead confirm the checker notices the deletion.
+	rep := (&invariant.Checker{FS: r.fs, Dest: rigDest}).Check(invariant.Expect{Must: must})
+	if rep.Err() == nil || !strings.Contains(rep.Err().Error(), "missing") {
+		t.Fatalf("checker missed a deleted file: %v", rep.Err())
+	}
+	st, _ := e.Producer("p1")
+	if got := st.Streams["clicks"]; got.NextSeq != 5 || got.CommittedSeq != 4 {
+		t.Fatalf("producer state %+v", got)
+	}
+}
+
+func TestProducerRules(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	if _, err := send(e, &Producer{ID: "ghost"}, "s", 0, 1); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("unknown producer: %v", err)
+	}
+	ps, _ := e.InitProducer("p")
+	p0 := &Producer{ID: "p", Epoch: ps.Epoch}
+	if _, err := send(e, p0, "s", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	// duplicate: nothing written, next_seq reported
+	res, err := send(e, p0, "s", 0, 1)
+	if err != nil || !res.Duplicate || res.NextSeq != 1 || res.Committed {
+		t.Fatalf("duplicate: %+v %v", res, err)
+	}
+	// gap
+	if _, err := send(e, p0, "s", 5, 1); err == nil {
+		t.Fatal("gap accepted")
+	} else if exp, ok := isSeqErr(err); !ok || exp != 1 {
+		t.Fatalf("gap: %v", err)
+	}
+	// newer epoch than current
+	if _, err := send(e, &Producer{ID: "p", Epoch: ps.Epoch + 1}, "s", 1, 1); !errors.Is(err, ErrInvalidEpoch) {
+		t.Fatalf("newer epoch: %v", err)
+	}
+	// a new init fences the old epoch (I6)
+	ps2, err := e.InitProducer("p")
+	if err != nil || ps2.Epoch != ps.Epoch+1 || ps2.Streams["s"].NextSeq != 1 {
+		t.Fatalf("re-init: %+v %v", ps2, err)
+	}
+	if _, err := send(e, p0, "s", 1, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale epoch: %v", err)
+	}
+	p1 := &Producer{ID: "p", Epoch: ps2.Epoch}
+	if _, err := send(e, p1, "s", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	// sequences are per stream
+	if _, err := send(e, p1, "other", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	res, err = send(e, p1, "s", 0, 1)
+	if err != nil || !res.Duplicate || !res.Committed {
+		t.Fatalf("committed duplicate: %+v %v", res, err)
+	}
+	st, _ := e.Producer("p")
+	if st.Fenced != 1 {
+		t.Fatalf("fenced count %d", st.Fenced)
+	}
+	r.check(invariant.Expect{Exact: true, Must: map[invariant.BatchID]bool{
+		{Producer: "p", Stream: "s", Seq: 0}: true, {Producer: "p", Stream: "s", Seq: 1}: true, {Producer: "p", Stream: "other", Seq: 0}: true,
+	}})
+	// epochs survive a restart; sequences are those of the last prepared checkpoint.
+	r.stop()
+	e = r.start(nil)
+	st, ok := e.Producer("p")
+	if !ok || st.Epoch != ps2.Epoch || st.Streams["s"].NextSeq != 2 || st.Streams["s"].CommittedSeq != 1 {
+		t.Fatalf("after restart: %+v", st)
+	}
+}
+
+func TestUnpreparedBatchesForgottenOnRestart(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	ps, _ := e.InitProducer("p")
+	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	for seq := range int64(3) {
+		if _, err := send(e, p, "s", seq, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.checkpoint()
+	for seq := int64(3); seq < 6; seq++ {
+		if _, err := send(e, p, "s", seq, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.stop() // crash: 3..5 accepted, never prepared
+	e = r.start(nil)
+	if left, _ := afero.ReadDir(r.fs, rigStaging); len(left) != 0 {
+		t.Fatalf("staging not cleaned: %d files", len(left))
+	}
+	// I5: the service expects 3 again; a client sending 5 is told so.
+	if _, err := send(e, p, "s", 5, 2); err == nil {
+		t.Fatal("seq 5 accepted after losing 3, 4")
+	} else if exp, ok := isSeqErr(err); !ok || exp != 3 {
+		t.Fatalf("expected_seq: %v", err)
+	}
+	for seq := int64(3); seq < 6; seq++ {
+		if _, err := send(e, p, "s", seq, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.checkpoint()
+	must := map[invariant.BatchID]bool{}
+	for seq := range int64(6) {
+		must[invariant.BatchID{Producer: "p", Stream: "s", Seq: seq}] = true
+	}
+	r.check(invariant.Expect{Must: must, Exact: true})
+}
+
+func TestEmptyCheckpointsRecorded(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	a := r.checkpoint()
+	b := r.checkpoint()
+	if a.State != recovery.Committed || b.ID != a.ID+1 {
+		t.Fatalf("empty checkpoints: %+v %+v", a, b)
+	}
+	list, err := e.Store().List(10, false)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	r.stop()
+	e = r.start(nil)
+	if st := e.Status(); st.OpenID != b.ID+1 {
+		t.Fatalf("checkpoint ids reused after restart: open %d, last %d", st.OpenID, b.ID)
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.MaxUncommittedBytes = 1000 }
+	e := r.start(nil)
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, err = send(e, nil, "s", int64(i), 5)
+	}
+	if !errors.Is(err, ErrBackpressure) {
+		t.Fatalf("no backpressure: %v", err)
+	}
+	r.checkpoint()
+	if _, err := send(e, nil, "s", 999, 1); err != nil {
+		t.Fatalf("after checkpoint: %v", err)
+	}
+}
+
+func TestWaitForCommit(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	res, err := send(e, nil, "s", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Wait(context.Background(), res.Checkpoint) }()
+	select {
+	case err := <-done:
+		t.Fatalf("wait returned before the checkpoint: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	r.checkpoint()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// an old id is answered from the store
+	r.checkpoint()
+	if err := e.Wait(context.Background(), res.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCorruptStoreRefusesToStart(t *testing.T) {
+	r := newRig(t, nil)
+	r.start(nil)
+	r.stop()
+	if err := afero.WriteFile(afero.NewOsFs(), r.storePath, []byte("garbage, not a bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(r.config(r.fs))
+	if err == nil || !errors.Is(err, recovery.ErrCorrupt) || !strings.Contains(err.Error(), r.storePath) {
+		t.Fatalf("corrupt store: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/invariant"
+	"github.com/spf13/afero"
+)
+
+const (
+	rigStaging = "/data/staging"
+	rigDest    = "/data/files"
+	rigNode    = "n1"
+)
+
+// rig runs an Engine over a swappable filesystem and a state store in a
+// temp dir, so a test can crash it, power-cut it and start it again.
+type rig struct {
+	t         testing.TB
+	fs        afero.Fs // the disk as the next engine sees it
+	storePath string
+	e         *Engine
+	checker   *invariant.Checker
+	tweak     func(*Config)
+}
+
+func newRig(t testing.TB, fs afero.Fs) *rig {
+	t.Helper()
+	if fs == nil {
+		fs = afero.NewMemMapFs()
+	}
+	r := &rig{t: t, fs: fs, storePath: filepath.Join(t.TempDir(), "state.db")}
+	t.Cleanup(func() {
+		if r.e != nil {
+			_ = r.e.Close()
+		}
+	})
+	return r
+}
+
+func (r *rig) config(fs afero.Fs) Config {
+	cfg := Config{
+		Node: rigNode, FS: fs, StagingDir: rigStaging, StorePath: r.storePath,
+		Committer: local.New(fs, rigDest, rigStaging), Publisher: local.New(fs, rigDest, rigStaging),
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	}
+	if r.tweak != nil {
+		r.tweak(&cfg)
+	}
+	return cfg
+}
+
+// start opens an engine over fs (r.fs when nil) and waits for recovery.
+func (r *rig) start(fs afero.Fs) *Engine {
+	r.t.Helper()
+	if fs == nil {
+		fs = r.fs
+	}
+	e, err := Open(r.config(fs))
+	if err != nil {
+		r.t.Fatalf("open engine: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitReady(ctx); err != nil {
+		r.t.Fatalf("wait ready: %v", err)
+	}
+	r.e = e
+	return e
+}
+
+// stop closes the engine without a final checkpoint, as a crash would.
+func (r *rig) stop() {
+	r.t.Helper()
+	if r.e == nil {
+		return
+	}
+	if err := r.e.Close(); err != nil {
+		r.t.Fatalf("close engine: %v", err)
+	}
+	r.e = nil
+}
+
+// check runs the invariant checker on r.fs.
+func (r *rig) check(exp invariant.Expect) *invariant.Report {
+	r.t.Helper()
+	if r.checker == nil || r.checker.FS != r.fs {
+		seen := r.checker
+		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
+		if seen != nil {
+			r.checker.Inherit(seen)
+		}
+	}
+	rep := r.checker.Check(exp)
+	if err := rep.Err(); err != nil {
+		r.t.Fatal(err)
+	}
+	return rep
+}
+
+func (r *rig) checkpoint() CheckpointResult {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := r.e.Checkpoint(ctx)
+	if err != nil {
+		r.t.Fatalf("checkpoint: %v", err)
+	}
+	return res
+}
+
+// send writes batch seq of producer p (nil p: anonymous, seq is a unique id).
+func send(e *Engine, p *Producer, stream string, seq int64, n int) (WriteResult, error) {
+	id := invariant.BatchID{Stream: stream, Seq: seq}
+	var pp *Producer
+	if p != nil {
+		id.Producer = p.ID
+		pp = &Producer{ID: p.ID, Epoch: p.Epoch, Seq: seq}
+	}
+	return e.Write(Write{Stream: stream, Ext: "ndjson", Data: invariant.Batch(id, n), Records: n, Producer: pp})
+}
+
+func isSeqErr(err error) (int64, bool) {
+	var se *SeqError
+	if errors.As(err, &se) {
+		return se.Expected, true
+	}
+	return 0, false
+}
