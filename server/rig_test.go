@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func newRig(t testing.TB, fs afero.Fs) *rig {
 	if fs == nil {
 		fs = afero.NewMemMapFs()
 	}
-	r := &rig{t: t, fs: fs, storePath: filepath.Join(t.TempDir(), "state.db")}
+	r := &rig{t: t, fs: fs, storePath: filepath.Join(fastTempDir(t), "state.db")}
 	t.Cleanup(func() {
 		if r.e != nil {
 			_ = r.e.Close()
@@ -131,4 +132,18 @@ func isSeqErr(err error) (int64, bool) {
 		return se.Expected, true
 	}
 	return 0, false
+}
+
+// fastTempDir returns a temp dir on tmpfs when there is one: the state
+// store fsyncs on every transaction, and the sweeps open thousands of them.
+// Durability against power cuts is simulated by the CrashFS, not the disk.
+func fastTempDir(t testing.TB) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "eosink-test-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(d) })
+			return d
+		}
+	}
+	return t.TempDir()
 }
