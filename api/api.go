@@ -1,0 +1,232 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/server"
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+// Engine is what the API needs of *server.Engine.
+type Engine interface {
+	// Write appends one batch; see server.Engine.Write for its errors.
+	Write(w server.Write) (server.WriteResult, error)
+	// InitProducer durably gives a producer a new epoch.
+	InitProducer(id string) (server.ProducerState, error)
+	// Producer returns one producer's live state; false if unknown.
+	Producer(id string) (server.ProducerState, bool)
+	// Producers returns every producer, sorted by id.
+	Producers() []server.ProducerState
+	// Checkpoint runs a checkpoint and waits for its end.
+	Checkpoint(ctx context.Context) (server.CheckpointResult, error)
+	// Wait waits for checkpoint id to end: nil if committed, an error
+	// wrapping server.ErrAborted if aborted, ctx's error on timeout.
+	Wait(ctx context.Context, id uint64) error
+	// Status returns a snapshot; it must be cheap.
+	Status() server.Status
+}
+
+// Store is the read side of the state store (*recovery.Store).
+type Store interface {
+	// Get returns one checkpoint or an error wrapping recovery.ErrNotFound.
+	Get(id uint64) (*recovery.Checkpoint, error)
+	// List returns up to limit checkpoints, newest first.
+	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
+}
+
+var _ Engine = (*server.Engine)(nil)
+var _ Store = (*recovery.Store)(nil)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxBody       = 64 << 20
+	DefaultMaxRecord     = 1 << 20
+	DefaultWaitTimeout   = 30 * time.Second
+	DefaultRetryAfter    = time.Second
+	DefaultManifestCache = 4096
+)
+
+// Config holds the Server's dependencies.
+type Config struct {
+	Engine Engine           // required
+	Store  Store            // required: the engine's state store, engine.Store()
+	Files  committer.Reader // required: the destination
+
+	// Gatherer is served at /metrics; nil serves an empty registry.
+	Gatherer prometheus.Gatherer
+	// Auth holds the tokens; nil turns authorization off.
+	Auth *Tokens
+	// UI serves GET /; nil serves a small page of links.
+	UI http.Handler
+	// Logger receives internal errors; nil discards.
+	Logger *slog.Logger
+
+	MaxBody       int64         // bytes of one write body; default 64 MiB
+	MaxRecord     int           // bytes of one record; default 1 MiB
+	WaitTimeout   time.Duration // longest ?wait=commit; default 30s
+	RetryAfter    time.Duration // Retry-After of 429 and 503; default 1s
+	ManifestCache int           // manifests kept in memory; default 4096
+}
+
+// Server answers the HTTP API. Its handlers are safe for concurrent use.
+type Server struct {
+	eng        Engine
+	store      Store
+	files      committer.Reader
+	auth       *Tokens
+	ui         http.Handler
+	metrics    http.Handler
+	log        *slog.Logger
+	maxBody    int64
+	maxRecord  int
+	wait       time.Duration
+	retryAfter string
+	manifests  *manifestCache
+	handler    http.Handler
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil || cfg.Store == nil || cfg.Files == nil {
+		return nil, errors.New("new api server: engine, store and files are required")
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.MaxRecord <= 0 {
+		cfg.MaxRecord = DefaultMaxRecord
+	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.ManifestCache <= 0 {
+		cfg.ManifestCache = DefaultManifestCache
+	}
+	s := &Server{
+		eng:        cfg.Engine,
+		store:      cfg.Store,
+		files:      cfg.Files,
+		auth:       cfg.Auth,
+		ui:         cfg.UI,
+		log:        cfg.Logger,
+		metrics:    promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
+		maxBody:    cfg.MaxBody,
+		maxRecord:  cfg.MaxRecord,
+		wait:       cfg.WaitTimeout,
+		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
+		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the router.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// routes is the one route table. Every route here is in openapi.yaml, and
+// the test TestOpenAPIMatchesRoutes keeps the two equal.
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: r.Method + " is not allowed here"})
+	})
+
+	// Who may call what; admin passes every check.
+	ingest := s.allow(RoleIngest)
+	producers := s.allow(RoleIngest, RoleRead)
+	read := s.allow(RoleRead)
+	admin := s.allow()
+
+	r.Get("/healthz", s.healthz) // open
+	r.Get("/readyz", s.readyz)   // open
+	r.With(s.openCheckpointHeader, ingest).Post("/v1/streams/{stream}/records", s.postRecords)
+	r.With(ingest).Post("/v1/producers/{producer}/init", s.initProducer)
+	r.With(producers).Get("/v1/producers/{producer}", s.getProducer)
+	r.With(producers).Get("/v1/producers", s.listProducers)
+	r.With(admin).Post("/v1/checkpoints", s.postCheckpoint)
+	r.With(read).Get("/v1/checkpoints/{id}", s.getCheckpoint)
+	r.With(read).Get("/v1/checkpoints", s.listCheckpoints)
+	r.With(read).Get("/v1/streams", s.listStreams)
+	r.With(read).Get("/v1/files", s.listFiles)
+	r.With(read).Get("/v1/files/*", s.getFile)
+	r.With(read).Get("/v1/openapi.yaml", s.openapi)
+	r.With(read).Get("/metrics", s.metrics.ServeHTTP)
+	r.With(read).Get("/", s.index)
+	return r
+}
+
+// recoverer answers 500 for a panicking handler instead of dropping the
+// connection, and logs the panic.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panicked", "op", r.Method+" "+r.URL.Path, "panic", fmt.Sprint(v))
+				writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: "internal", Message: "internal error; see the server log"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeJSON answers status with v encoded as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Only our own wire types are encoded; they always marshal.
+		status, body = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encode response"}`)
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeError answers an error; e.Message must be set.
+func writeError(w http.ResponseWriter, status int, e *ErrorResponse) {
+	writeJSON(w, status, e)
+}
+
+// internal logs err and answers 500.
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("request failed", "op", r.Method+" "+r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: "internal", Message: "internal error; see the server log"})
+}

@@ -1,0 +1,241 @@
+package api
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// routeSet returns "METHOD /pattern" for every route of the router, with
+// chi's trailing "/*" written as the document's "/{path}".
+func routeSet(t *testing.T, h http.Handler) []string {
+	t.Helper()
+	var out []string
+	err := chi.Walk(h.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if strings.HasSuffix(route, "/*") {
+			route = strings.TrimSuffix(route, "*") + "{path}"
+		}
+		out = append(out, method+" "+route)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestAuthTable sends every route with every kind of credentials.
+func TestAuthTable(t *testing.T) {
+	r := filled(t, rigOpts{api: withAuth})
+	r.initProducer("p")
+	file := decode[FileList](t, r.admin("GET", "/v1/files", "")).Files[0].Path
+
+	const (
+		open = iota
+		ingestOnly
+		producers // ingest or read
+		readOnly
+		adminOnly
+	)
+	routes := []struct {
+		pattern, target, body, ct string
+		who                       int
+		ok                        int
+	}{
+		{"POST /v1/streams/{stream}/records", "/v1/streams/s/records", "{}", "application/x-ndjson", ingestOnly, 202},
+		{"POST /v1/producers/{producer}/init", "/v1/producers/q/init", "", "", ingestOnly, 200},
+		{"GET /v1/producers/{producer}", "/v1/producers/p", "", "", producers, 200},
+		{"GET /v1/producers", "/v1/producers", "", "", producers, 200},
+		{"POST /v1/checkpoints", "/v1/checkpoints", "", "", adminOnly, 200},
+		{"GET /v1/checkpoints/{id}", "/v1/checkpoints/1", "", "", readOnly, 200},
+		{"GET /v1/checkpoints", "/v1/checkpoints?limit=5", "", "", readOnly, 200},
+		{"GET /v1/streams", "/v1/streams", "", "", readOnly, 200},
+		{"GET /v1/files", "/v1/files?prefix=clicks", "", "", readOnly, 200},
+		{"GET /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
+		{"GET /v1/openapi.yaml", "/v1/openapi.yaml", "", "", readOnly, 200},
+		{"GET /metrics", "/metrics", "", "", readOnly, 200},
+		{"GET /", "/", "", "", readOnly, 200},
+		{"GET /healthz", "/healthz", "", "", open, 200},
+		{"GET /readyz", "/readyz", "", "", open, 200},
+	}
+	var patterns []string
+	for _, rt := range routes {
+		patterns = append(patterns, rt.pattern)
+	}
+	slices.Sort(patterns)
+	if got := routeSet(t, r.srv.Handler()); !slices.Equal(got, patterns) {
+		t.Fatalf("the table misses routes:\nrouter %q\ntable  %q", got, patterns)
+	}
+
+	type cred struct {
+		name string
+		hdr  []string
+		role Role // 0: no valid token
+	}
+	creds := []cred{
+		{"none", nil, 0},
+		{"unknown token", []string{"Authorization", "Bearer " + tokAdmin + "x"}, 0},
+		{"token prefix", []string{"Authorization", "Bearer " + tokAdmin[:10]}, 0},
+		{"basic scheme", []string{"Authorization", "Basic " + tokAdmin}, 0},
+		{"empty bearer", []string{"Authorization", "Bearer "}, 0},
+		{"ingest", []string{"Authorization", "Bearer " + tokIngest}, RoleIngest},
+		{"read", []string{"Authorization", "Bearer " + tokRead}, RoleRead},
+		{"admin", []string{"Authorization", "bearer " + tokAdmin}, RoleAdmin},
+		{"read cookie", []string{"Cookie", CookieName + "=" + tokRead}, RoleRead},
+		{"admin cookie", []string{"Cookie", CookieName + "=" + tokAdmin}, RoleAdmin},
+		{"ingest cookie", []string{"Cookie", CookieName + "=" + tokIngest}, RoleIngest},
+		{"bad header beats good cookie", []string{"Authorization", "Bearer nope", "Cookie", CookieName + "=" + tokAdmin}, 0},
+	}
+	for _, rt := range routes {
+		method := strings.Fields(rt.pattern)[0]
+		for _, c := range creds {
+			role := c.role
+			if method != http.MethodGet && strings.HasSuffix(c.name, " cookie") {
+				role = 0 // cookies count for GET only
+			}
+			want := rt.ok
+			if rt.who != open {
+				allowed := role == RoleAdmin ||
+					rt.who == ingestOnly && role == RoleIngest ||
+					rt.who == producers && (role == RoleIngest || role == RoleRead) ||
+					rt.who == readOnly && role == RoleRead
+				switch {
+				case role == 0:
+					want = http.StatusUnauthorized
+				case !allowed:
+					want = http.StatusForbidden
+				}
+			}
+			hdr := append([]string{}, c.hdr...)
+			if rt.ct != "" {
+				hdr = append(hdr, "Content-Type", rt.ct)
+			}
+			rec := r.do(method, rt.target, rt.body, hdr...)
+			if rec.Code != want {
+				t.Errorf("%s as %s: %d, want %d: %s", rt.pattern, c.name, rec.Code, want, rec.Body.String())
+				continue
+			}
+			switch want {
+			case http.StatusUnauthorized:
+				if e := decode[ErrorResponse](t, rec); e.Error != "unauthorized" || !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("%s as %s: %+v %q", rt.pattern, c.name, e, rec.Header().Get("WWW-Authenticate"))
+				}
+			case http.StatusForbidden:
+				if e := decode[ErrorResponse](t, rec); e.Error != "forbidden" {
+					t.Errorf("%s as %s: %+v", rt.pattern, c.name, e)
+				}
+			}
+			if method == http.MethodPost && strings.HasSuffix(rt.pattern, "/records") && rec.Header().Get(CheckpointHeader) == "" {
+				t.Errorf("%s as %s: no %s", rt.pattern, c.name, CheckpointHeader)
+			}
+		}
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	good := "# eosink tokens\n\nadmin  a-very-long-admin-token\t# the operator\n  read r-token\ningest i-token # a pipeline\n"
+	tk, err := ParseTokens(strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]Role{"a-very-long-admin-token": RoleAdmin, "r-token": RoleRead, "i-token": RoleIngest} {
+		if got, ok := tk.lookup(tok); !ok || got != want {
+			t.Errorf("%s: %v %v", tok, got, ok)
+		}
+	}
+	for _, tok := range []string{"", "r-toke", "r-tokenx", "R-TOKEN", "#"} {
+		if _, ok := tk.lookup(tok); ok {
+			t.Errorf("%q accepted", tok)
+		}
+	}
+	for _, tc := range []struct{ in, err string }{
+		{"", "no tokens"},
+		{"# only a comment\n", "no tokens"},
+		{"read t1\nwrite t2\n", `line 2: unknown role "write"`},
+		{"read\n", "line 1: want"},
+		{"read t1\n\nadmin t2 extra\n", "line 3: want"},
+		{"read t1\nadmin t1\n", "line 2: token listed twice"},
+		{"Admin t1\n", "line 1: unknown role"},
+	} {
+		_, err := ParseTokens(strings.NewReader(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: %v, want %q", tc.in, err, tc.err)
+		}
+	}
+
+	dir := t.TempDir()
+	p := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(p, []byte("read t1\nbogus t2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTokens(p); err == nil || !strings.Contains(err.Error(), p+": line 2") {
+		t.Errorf("load: %v", err)
+	}
+	if _, err := LoadTokens(filepath.Join(dir, "missing")); err == nil {
+		t.Error("missing file loaded")
+	}
+	if err := os.WriteFile(p, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTokens(p); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestOpenAPIMatchesRoutes checks that openapi.yaml documents exactly the
+// routes the router serves.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	served := routeSet(t, r.srv.Handler())
+	documented := openAPIOperations(t, string(openAPI))
+	if !slices.Equal(served, documented) {
+		t.Fatalf("router and openapi.yaml differ:\nserved     %q\ndocumented %q", served, documented)
+	}
+	if len(served) < 15 {
+		t.Fatalf("only %d routes", len(served))
+	}
+}
+
+// openAPIOperations reads "METHOD /path" pairs from the document's paths
+// section: paths are keys indented two spaces, operations keys indented
+// four, as the file's header comment promises.
+func openAPIOperations(t *testing.T, doc string) []string {
+	t.Helper()
+	var out []string
+	in, path := false, ""
+	for n, line := range strings.Split(doc, "\n") {
+		switch {
+		case line == "paths:":
+			in = true
+			continue
+		case !in || line == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
+			continue
+		case line[0] != ' ':
+			in = false
+			continue
+		}
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		key, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case indent == 2:
+			if !ok || rest != "" || !strings.HasPrefix(key, "/") {
+				t.Fatalf("openapi.yaml line %d: want a path key, got %q", n+1, line)
+			}
+			path = key
+		case indent == 4:
+			m := strings.ToUpper(key)
+			if !ok || rest != "" || !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}, m) {
+				t.Fatalf("openapi.yaml line %d: want an operation, got %q", n+1, line)
+			}
+			out = append(out, m+" "+path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,284 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+	"github.com/go-chi/chi/v5"
+)
+
+// manifestDir is the destination folder of manifests.
+const manifestDir = "_manifests/"
+
+// maxManifest bounds the bytes read of one manifest.
+const maxManifest = 256 << 20
+
+var (
+	// partName matches part-<node>-<checkpoint:020d>-<index:04d>.<ext>; the
+	// node may hold '-', so it is matched greedily up to the last two
+	// numbers.
+	partName = regexp.MustCompile(`^part-(.+)-([0-9]{20})-([0-9]{4,})\.[A-Za-z0-9.]+$`)
+	// manifestName matches _manifests/<node>/<checkpoint:020d>.json.
+	manifestName = regexp.MustCompile(`^_manifests/[^/]+/([0-9]{20})\.json$`)
+)
+
+// parsePart returns the node and checkpoint in a data file's name.
+func parsePart(p string) (node string, ckpt uint64, ok bool) {
+	m := partName.FindStringSubmatch(path.Base(p))
+	if m == nil {
+		return "", 0, false
+	}
+	id, err := strconv.ParseUint(m[2], 10, 64)
+	return m[1], id, err == nil
+}
+
+// manifestCheckpoint returns the checkpoint of a manifest's name.
+func manifestCheckpoint(p string) (uint64, bool) {
+	m := manifestName.FindStringSubmatch(p)
+	if m == nil {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(m[1], 10, 64)
+	return id, err == nil
+}
+
+// manifestCache holds, per manifest, the record count of each file it
+// names. Manifests are immutable, so entries never go stale; absent
+// manifests are not cached. When full, an arbitrary entry is evicted.
+type manifestCache struct {
+	files committer.Reader
+	max   int
+
+	mu sync.Mutex
+	m  map[string]map[string]int64 // manifest path -> file path -> records
+}
+
+func newManifestCache(files committer.Reader, max int) *manifestCache {
+	return &manifestCache{files: files, max: max, m: map[string]map[string]int64{}}
+}
+
+// records returns the record counts of manifest name, nil if it does not
+// exist (yet).
+func (c *manifestCache) records(ctx context.Context, name string) (map[string]int64, error) {
+	c.mu.Lock()
+	m, ok := c.m[name]
+	c.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	rc, _, err := c.files.Open(ctx, name)
+	if errors.Is(err, committer.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	defer rc.Close()
+	var doc recovery.Manifest
+	if err := json.NewDecoder(io.LimitReader(rc, maxManifest)).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("decode manifest %s: %w", name, err)
+	}
+	m = make(map[string]int64, len(doc.Files))
+	for _, f := range doc.Files {
+		m[f.Path] = f.Records
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[name] = m
+	c.mu.Unlock()
+	return m, nil
+}
+
+// fileRecords returns a data file's record count from its manifest.
+func (s *Server) fileRecords(ctx context.Context, p string) (int64, bool) {
+	node, ckpt, ok := parsePart(p)
+	if !ok {
+		return 0, false
+	}
+	name := recovery.ManifestPath(node, ckpt)
+	m, err := s.manifests.records(ctx, name)
+	if err != nil {
+		// A listing still answers; the count is absent.
+		s.log.Warn("records unknown", "path", p, "op", "read manifest", "err", err)
+		return 0, false
+	}
+	n, ok := m[p]
+	return n, ok
+}
+
+// validPrefix reports whether a listing prefix is a relative path that
+// cannot leave the destination. Its last segment may be partial or empty.
+func validPrefix(p string) bool {
+	if len(p) > 4096 || strings.HasPrefix(p, "/") || !cleanChars(p) {
+		return false
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if seg == "." || seg == ".." || (seg == "" && i < len(segs)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanChars reports whether s holds no backslash and no control byte.
+func cleanChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// filePath returns the destination-relative name a download asks for, or
+// false if it is not a clean relative path: no empty, "." or ".." segment,
+// no escaped '/', no backslash or control byte.
+func filePath(r *http.Request) (string, bool) {
+	raw := chi.URLParam(r, "*")
+	escaped := r.URL.RawPath != "" // chi matched on the raw path: unescape each segment
+	if raw == "" {
+		return "", false
+	}
+	segs := strings.Split(raw, "/")
+	for i, seg := range segs {
+		if escaped {
+			u, err := url.PathUnescape(seg)
+			if err != nil {
+				return "", false
+			}
+			seg = u
+		}
+		if seg == "" || seg == "." || seg == ".." || strings.Contains(seg, "/") || !cleanChars(seg) {
+			return "", false
+		}
+		segs[i] = seg
+	}
+	name := strings.Join(segs, "/")
+	if !fs.ValidPath(name) {
+		return "", false
+	}
+	return name, true
+}
+
+// contentType returns the media type a file is served with.
+func contentType(name string) string {
+	switch path.Ext(name) {
+	case ".ndjson":
+		return "application/x-ndjson"
+	case ".txt":
+		return "text/plain; charset=utf-8"
+	case ".json":
+		return "application/json"
+	case ".gz":
+		return "application/gzip"
+	case ".zst":
+		return "application/zstd"
+	}
+	return "application/octet-stream"
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+	name, ok := filePath(r)
+	if !ok {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "the path must be a clean relative path inside the destination"})
+		return
+	}
+	rc, ent, err := s.files.Open(r.Context(), name)
+	if errors.Is(err, committer.ErrNotFound) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("no committed file %q", name)})
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", contentType(name))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	http.ServeContent(w, r, path.Base(name), ent.Modified, rc)
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	prefix := r.URL.Query().Get("prefix")
+	if !validPrefix(prefix) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_prefix", Message: fmt.Sprintf("prefix %q: want a relative path without \".\" or \"..\" segments", prefix)})
+		return
+	}
+	entries, err := s.files.List(r.Context(), prefix)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	// Manifests are listed only when asked for: no stream starts with '_'.
+	manifests := strings.HasPrefix(prefix, "_")
+	out := FileList{Files: make([]File, 0, len(entries))}
+	for _, e := range entries {
+		f := File{Path: e.Path, Bytes: e.Bytes, Modified: e.Modified}
+		if strings.HasPrefix(e.Path, manifestDir) {
+			if !manifests {
+				continue
+			}
+			if id, ok := manifestCheckpoint(e.Path); ok {
+				f.Checkpoint = &id
+			}
+		} else if _, id, ok := parsePart(e.Path); ok {
+			f.Checkpoint = &id
+			if n, ok := s.fileRecords(r.Context(), e.Path); ok {
+				f.Records = &n
+			}
+		}
+		out.Files = append(out.Files, f)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
+	entries, err := s.files.List(r.Context(), "")
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	by := map[string]*Stream{}
+	for _, e := range entries {
+		name, _, ok := strings.Cut(e.Path, "/")
+		if !ok || !validStream(name) {
+			continue // manifests, or nothing eosink wrote
+		}
+		st := by[name]
+		if st == nil {
+			st = &Stream{Name: name}
+			by[name] = st
+		}
+		st.Files++
+		st.Bytes += e.Bytes
+		if n, ok := s.fileRecords(r.Context(), e.Path); ok {
+			st.Records += n
+		}
+	}
+	out := StreamList{Streams: make([]Stream, 0, len(by))}
+	for _, st := range by {
+		out.Streams = append(out.Streams, *st)
+	}
+	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].Name < out.Streams[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,380 @@
+package api
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
+)
+
+// filled returns a rig holding committed files in two checkpoints:
+// clicks (ndjson, 3 + 2 records) and logs (txt, 2 records).
+func filled(t *testing.T, o rigOpts) *rig {
+	t.Helper()
+	r := newRig(t, o)
+	post := func(stream, ct, body string) {
+		expectStatus(t, r.admin("POST", "/v1/streams/"+stream+"/records", body, "Content-Type", ct), http.StatusAccepted)
+	}
+	post("clicks", "application/x-ndjson", "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")
+	post("logs", "text/plain", "line one\nline two\n")
+	r.checkpoint()
+	post("clicks", "application/x-ndjson", "{\"n\":4}\n{\"n\":5}\n")
+	r.checkpoint()
+	return r
+}
+
+func TestListFilesAndStreams(t *testing.T) {
+	r := filled(t, rigOpts{})
+	rec := r.do("GET", "/v1/files?prefix=clicks/", "")
+	expectStatus(t, rec, http.StatusOK)
+	fl := decode[FileList](t, rec)
+	if len(fl.Files) != 2 {
+		t.Fatalf("files %+v", fl)
+	}
+	for i, f := range fl.Files {
+		if !strings.HasPrefix(f.Path, "clicks/dt=") || f.Records == nil || f.Checkpoint == nil || f.Modified.IsZero() {
+			t.Fatalf("file %+v", f)
+		}
+		want := []int64{3, 2}[i]
+		if *f.Records != want || f.Bytes != want*8 {
+			t.Errorf("%s: records %d bytes %d, want %d", f.Path, *f.Records, f.Bytes, want)
+		}
+		if _, id, ok := parsePart(f.Path); !ok || id != *f.Checkpoint {
+			t.Errorf("%s: checkpoint %d", f.Path, *f.Checkpoint)
+		}
+	}
+	if *fl.Files[0].Checkpoint >= *fl.Files[1].Checkpoint {
+		t.Errorf("checkpoints %d, %d", *fl.Files[0].Checkpoint, *fl.Files[1].Checkpoint)
+	}
+
+	// No prefix: data files only; a "_" prefix: manifests.
+	all := decode[FileList](t, r.do("GET", "/v1/files", ""))
+	if len(all.Files) != 3 {
+		t.Fatalf("all files %+v", all)
+	}
+	man := decode[FileList](t, r.do("GET", "/v1/files?prefix=_manifests/", ""))
+	if len(man.Files) != 2 || man.Files[0].Checkpoint == nil || man.Files[0].Records != nil {
+		t.Fatalf("manifests %+v", man)
+	}
+
+	rec = r.do("GET", "/v1/streams", "")
+	expectStatus(t, rec, http.StatusOK)
+	sl := decode[StreamList](t, rec)
+	want := []Stream{{Name: "clicks", Files: 2, Records: 5, Bytes: 40}, {Name: "logs", Files: 1, Records: 2, Bytes: 18}}
+	if len(sl.Streams) != 2 || sl.Streams[0] != want[0] || sl.Streams[1] != want[1] {
+		t.Fatalf("streams %+v, want %+v", sl.Streams, want)
+	}
+
+	// A file whose manifest is not there (yet) has no record count.
+	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := &Server{}
+	*r2 = *r.srv
+	r2.manifests = newManifestCache(r.srv.files, 10) // empty cache
+	r2.handler = r2.routes()
+	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
+	fl = decode[FileList](t, rec)
+	if fl.Files[0].Records == nil || fl.Files[1].Records != nil {
+		t.Fatalf("records %v %v", fl.Files[0].Records, fl.Files[1].Records)
+	}
+
+	for _, bad := range []string{"../", "..", "/data", "clicks/../..", "a//b", `a\b`, "a/./b", "a\x00b", "a\x01"} {
+		rec := r.do("GET", "/v1/files?prefix="+url.QueryEscape(bad), "")
+		expectStatus(t, rec, http.StatusBadRequest)
+		if strings.Contains(rec.Body.String(), tSecret) {
+			t.Fatalf("prefix %q: %s", bad, rec.Body.String())
+		}
+	}
+}
+
+func (r *rig) serveWith(s *Server, method, target string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, request(method, target, ""))
+	return rec
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func TestDownload(t *testing.T) {
+	r := filled(t, rigOpts{})
+	fl := decode[FileList](t, r.do("GET", "/v1/files", ""))
+	for _, f := range fl.Files {
+		rec := r.do("GET", "/v1/files/"+f.Path, "")
+		expectStatus(t, rec, http.StatusOK)
+		want, err := afero.ReadFile(r.base, tDest+"/"+f.Path)
+		if err != nil || rec.Body.String() != string(want) {
+			t.Fatalf("%s: %q, want %q (%v)", f.Path, rec.Body.String(), want, err)
+		}
+		wantCT := "application/x-ndjson"
+		if strings.HasSuffix(f.Path, ".txt") {
+			wantCT = "text/plain; charset=utf-8"
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != wantCT {
+			t.Errorf("%s: Content-Type %q", f.Path, ct)
+		}
+	}
+	man := decode[FileList](t, r.do("GET", "/v1/files?prefix=_manifests/", ""))
+	rec := r.do("GET", "/v1/files/"+man.Files[0].Path, "")
+	expectStatus(t, rec, http.StatusOK)
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("manifest Content-Type %q", ct)
+	}
+
+	// Range.
+	p := fl.Files[0].Path // {"n":1}\n{"n":2}\n{"n":3}\n
+	rec = r.do("GET", "/v1/files/"+p, "", "Range", "bytes=8-15")
+	expectStatus(t, rec, http.StatusPartialContent)
+	if rec.Body.String() != "{\"n\":2}\n" || rec.Header().Get("Content-Range") != "bytes 8-15/24" {
+		t.Fatalf("range: %q %q", rec.Body.String(), rec.Header().Get("Content-Range"))
+	}
+	rec = r.do("GET", "/v1/files/"+p, "", "Range", "bytes=-4")
+	expectStatus(t, rec, http.StatusPartialContent)
+	if rec.Body.String() != ":3}\n" {
+		t.Fatalf("suffix range: %q", rec.Body.String())
+	}
+	expectStatus(t, r.do("GET", "/v1/files/"+p, "", "Range", "bytes=100-"), http.StatusRequestedRangeNotSatisfiable)
+
+	rec = r.do("GET", "/v1/files/clicks/nope.ndjson", "")
+	expectStatus(t, rec, http.StatusNotFound)
+	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
+		t.Fatalf("%+v", e)
+	}
+	// A directory is not a file.
+	expectStatus(t, r.do("GET", "/v1/files/clicks", ""), http.StatusNotFound)
+}
+
+// TestDownloadTraversal tries to read outside the destination.
+func TestDownloadTraversal(t *testing.T) {
+	r := filled(t, rigOpts{})
+	// Secrets live at /secret.txt, /data/secret.txt, /data/staging-secret.txt
+	// and /data/files-secret.txt; the destination is /data/files.
+	targets := []string{
+		"/v1/files/../secret.txt",
+		"/v1/files/../../secret.txt",
+		"/v1/files/clicks/../../secret.txt",
+		"/v1/files/%2e%2e/secret.txt",
+		"/v1/files/%2E%2E/%2E%2E/secret.txt",
+		"/v1/files/clicks/%2e%2e/%2e%2e/secret.txt",
+		"/v1/files/..%2Fsecret.txt",
+		"/v1/files/..%2fsecret.txt",
+		"/v1/files/%2e%2e%2fsecret.txt",
+		"/v1/files/%2Fdata%2Fsecret.txt",
+		"/v1/files/%2Fsecret.txt",
+		"/v1/files//data/secret.txt",
+		"/v1/files//secret.txt",
+		"/v1/files/clicks//../../secret.txt",
+		`/v1/files/..\secret.txt`,
+		"/v1/files/..%5Csecret.txt",
+		"/v1/files/..%5c..%5csecret.txt",
+		"/v1/files/.",
+		"/v1/files/./../secret.txt",
+		"/v1/files/%2e/%2e%2e/secret.txt",
+		"/v1/files/",
+		"/v1/files/secret.txt%00",
+		"/v1/files/..%00/secret.txt",
+		"/v1/files/%252e%252e/secret.txt",
+		"/v1/files/..;/secret.txt",
+		"/v1/files/../files-secret.txt",
+		"/v1/files/../staging-secret.txt",
+		"/v1/files/..%2F..%2Fsecret.txt",
+		"/v1/files/%c0%ae%c0%ae/secret.txt",
+		"/v1/files/./secret.txt",
+	}
+	// Names that are clean but do not exist are 404; everything else 400.
+	notFound := map[string]bool{"/v1/files/%252e%252e/secret.txt": true, "/v1/files/..;/secret.txt": true}
+	check := func(target string, code int, body string) {
+		t.Helper()
+		want := http.StatusBadRequest
+		if notFound[target] {
+			want = http.StatusNotFound
+		}
+		if code != want || strings.Contains(body, tSecret) {
+			t.Errorf("%s: %d %q, want %d", target, code, body, want)
+		}
+	}
+	for _, target := range targets {
+		rec := r.do("GET", target, "")
+		check(target, rec.Code, rec.Body.String())
+	}
+	// The same through a real server and a raw connection, so nothing
+	// between the wire and the handler cleans the path first.
+	ts := httptest.NewServer(r.srv)
+	defer ts.Close()
+	for _, target := range targets {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		_ = conn.Close()
+		check(target, resp.StatusCode, string(body))
+	}
+	// The checks do not refuse ordinary names.
+	fl := decode[FileList](t, r.do("GET", "/v1/files", ""))
+	p := fl.Files[0].Path
+	expectStatus(t, r.do("GET", "/v1/files/"+strings.ReplaceAll(p, "=", "%3D"), ""), http.StatusOK)
+}
+
+func TestCheckpointRoutes(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	expectStatus(t, r.do("POST", "/v1/streams/s/records", "{}\n{}\n", "Content-Type", "application/x-ndjson"), http.StatusAccepted)
+	st := r.eng.Status()
+	rec := r.do("GET", "/v1/checkpoints/"+u64(st.OpenID), "")
+	expectStatus(t, rec, http.StatusOK)
+	if c := decode[Checkpoint](t, rec); c.State != StateOpen || c.Records != 2 || c.FileCount != 1 {
+		t.Fatalf("open checkpoint %+v", c)
+	}
+	c := r.checkpoint()
+	if len(c.Files) != 1 || c.Files[0].Records != 2 || c.Files[0].Stream != "s" || c.Files[0].Bytes != 6 || c.DurationMS < 0 {
+		t.Fatalf("checkpoint %+v", c)
+	}
+	e := r.checkpoint() // empty
+	if e.ID != c.ID+1 || len(e.Files) != 0 {
+		t.Fatalf("empty checkpoint %+v", e)
+	}
+
+	rec = r.do("GET", "/v1/checkpoints/"+u64(c.ID), "")
+	expectStatus(t, rec, http.StatusOK)
+	got := decode[Checkpoint](t, rec)
+	if got.ID != c.ID || got.State != "committed" || len(got.Files) != 1 || got.Files[0] != c.Files[0] ||
+		got.StartedAt.IsZero() || got.CommittedAt.IsZero() || got.Records != 2 || got.Bytes != 6 {
+		t.Fatalf("get %+v, posted %+v", got, c)
+	}
+	if !strings.Contains(rec.Body.String(), `"files":[`) {
+		t.Fatalf("no files: %s", rec.Body.String())
+	}
+
+	rec = r.do("GET", "/v1/checkpoints", "")
+	expectStatus(t, rec, http.StatusOK)
+	cl := decode[CheckpointList](t, rec)
+	if len(cl.Checkpoints) != 2 || cl.Checkpoints[0].ID != e.ID || cl.Checkpoints[1].ID != c.ID || cl.Checkpoints[1].FileCount != 1 {
+		t.Fatalf("list %+v", cl)
+	}
+	if strings.Contains(rec.Body.String(), `"files"`) {
+		t.Fatalf("list holds files: %s", rec.Body.String())
+	}
+	if cl := decode[CheckpointList](t, r.do("GET", "/v1/checkpoints?limit=1", "")); len(cl.Checkpoints) != 1 || cl.Checkpoints[0].ID != e.ID {
+		t.Fatalf("limit=1 %+v", cl)
+	}
+	expectStatus(t, r.do("GET", "/v1/checkpoints?limit=100000", ""), http.StatusOK)
+
+	for _, tc := range []struct {
+		target string
+		status int
+		code   string
+	}{
+		{"/v1/checkpoints/abc", 400, "invalid_id"},
+		{"/v1/checkpoints/-1", 400, "invalid_id"},
+		{"/v1/checkpoints/1.5", 400, "invalid_id"},
+		{"/v1/checkpoints/99999", 404, "not_found"},
+		{"/v1/checkpoints/0", 404, "not_found"},
+		{"/v1/checkpoints?limit=0", 400, "invalid_limit"},
+		{"/v1/checkpoints?limit=x", 400, "invalid_limit"},
+	} {
+		rec := r.do("GET", tc.target, "")
+		expectStatus(t, rec, tc.status)
+		if e := decode[ErrorResponse](t, rec); e.Error != tc.code {
+			t.Errorf("%s: %+v", tc.target, e)
+		}
+	}
+}
+
+func TestProducerRoutes(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	rec := r.do("POST", "/v1/producers/app-1:x/init", "")
+	expectStatus(t, rec, http.StatusOK)
+	p := decode[Producer](t, rec)
+	if p.Producer != "app-1:x" || p.Epoch != 0 || p.Streams == nil || len(p.Streams) != 0 {
+		t.Fatalf("init %+v", p)
+	}
+	if !strings.Contains(rec.Body.String(), `"streams":{}`) {
+		t.Fatalf("streams not an object: %s", rec.Body.String())
+	}
+	if e := r.initProducer("app-1:x"); e != 1 {
+		t.Fatalf("epoch %d", e)
+	}
+	expectStatus(t, r.do("POST", "/v1/streams/s/records", "{}", "Content-Type", "application/x-ndjson",
+		"Producer-Id", "app-1:x", "Producer-Epoch", "1", "Producer-Seq", "0"), http.StatusAccepted)
+	got := decode[Producer](t, r.do("GET", "/v1/producers/app-1:x", ""))
+	if got.Epoch != 1 || got.Streams["s"] != (StreamSeq{NextSeq: 1, CommittedSeq: -1}) {
+		t.Fatalf("get %+v", got)
+	}
+	r.checkpoint()
+	got = decode[Producer](t, r.do("GET", "/v1/producers/app-1%3Ax", ""))
+	if got.Streams["s"] != (StreamSeq{NextSeq: 1, CommittedSeq: 0}) {
+		t.Fatalf("get after commit %+v", got)
+	}
+	r.initProducer("b")
+	pl := decode[ProducerList](t, r.do("GET", "/v1/producers", ""))
+	if len(pl.Producers) != 2 || pl.Producers[0].Producer != "app-1:x" || pl.Producers[1].Producer != "b" {
+		t.Fatalf("list %+v", pl)
+	}
+	rec = r.do("GET", "/v1/producers/ghost", "")
+	expectStatus(t, rec, http.StatusNotFound)
+	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
+		t.Fatalf("%+v", e)
+	}
+	for _, target := range []string{"/v1/producers/-x/init", "/v1/producers/a%2Fb/init", "/v1/producers/" + strings.Repeat("a", 129) + "/init"} {
+		rec := r.do("POST", target, "")
+		expectStatus(t, rec, http.StatusBadRequest)
+		if e := decode[ErrorResponse](t, rec); e.Error != "invalid_producer" {
+			t.Fatalf("%s: %+v", target, e)
+		}
+	}
+}
+
+func TestProbesAndMisc(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	rec := r.do("GET", "/healthz", "")
+	expectStatus(t, rec, http.StatusOK)
+	rec = r.do("GET", "/readyz", "")
+	expectStatus(t, rec, http.StatusOK)
+	if s := decode[Status](t, rec); s.Status != "ready" {
+		t.Fatalf("%+v", s)
+	}
+	rec = r.do("GET", "/", "")
+	expectStatus(t, rec, http.StatusOK)
+	if !strings.Contains(rec.Body.String(), `href="/v1/streams"`) {
+		t.Fatalf("index %q", rec.Body.String())
+	}
+	rec = r.do("GET", "/v1/openapi.yaml", "")
+	expectStatus(t, rec, http.StatusOK)
+	if !strings.HasPrefix(rec.Body.String(), "openapi: 3.1") {
+		t.Fatalf("openapi %q", rec.Body.String()[:40])
+	}
+	rec = r.do("GET", "/metrics", "")
+	expectStatus(t, rec, http.StatusOK)
+	rec = r.do("GET", "/v2/nothing", "")
+	expectStatus(t, rec, http.StatusNotFound)
+	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
+		t.Fatalf("%+v", e)
+	}
+	rec = r.do("DELETE", "/v1/streams", "")
+	expectStatus(t, rec, http.StatusMethodNotAllowed)
+	if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
+		t.Fatalf("%+v", e)
+	}
+
+	ui := newRig(t, rigOpts{api: func(c *Config) {
+		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("the ui")) })
+	}})
+	if rec := ui.do("GET", "/", ""); rec.Body.String() != "the ui" {
+		t.Fatalf("ui %q", rec.Body.String())
+	}
+}

@@ -1,0 +1,172 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/eosink/eosink/recovery"
+)
+
+// Checkpoint list limits.
+const (
+	defaultListLimit = 20
+	maxListLimit     = 1000
+)
+
+func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathParam(r, "producer")
+	if !ok || !validProducer(id) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+		return
+	}
+	st, err := s.eng.InitProducer(id)
+	if err != nil {
+		s.engineError(w, r, err, false)
+		return
+	}
+	writeJSON(w, http.StatusOK, producerFrom(st))
+}
+
+func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathParam(r, "producer")
+	if !ok || !validProducer(id) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+		return
+	}
+	st, ok := s.eng.Producer(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("producer %q is not known", id)})
+		return
+	}
+	writeJSON(w, http.StatusOK, producerFrom(st))
+}
+
+func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
+	ps := s.eng.Producers()
+	out := ProducerList{Producers: make([]Producer, 0, len(ps))}
+	for _, p := range ps {
+		out.Producers = append(out.Producers, producerFrom(p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
+	res, err := s.eng.Checkpoint(r.Context())
+	if err != nil {
+		s.engineError(w, r, err, false)
+		return
+	}
+	// An aborted checkpoint is a result, not a failure of this call.
+	w.Header().Set(CheckpointHeader, strconv.FormatUint(res.ID, 10))
+	writeJSON(w, http.StatusOK, checkpointFromResult(res))
+}
+
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+	raw, _ := pathParam(r, "id")
+	id, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("checkpoint id %q: want an unsigned integer", raw)})
+		return
+	}
+	c, err := s.store.Get(id)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, checkpointFromStore(c, true))
+		return
+	case !errors.Is(err, recovery.ErrNotFound):
+		s.internal(w, r, err)
+		return
+	}
+	// Not in the store: the open checkpoint, or one between its barrier
+	// and its "prepared" record (or its abort record).
+	st := s.eng.Status()
+	switch {
+	case st.Ready && id == st.OpenID:
+		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateOpen, FileCount: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes})
+	case st.Ready && id < st.OpenID && id > st.LastDone:
+		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateRunning})
+	default:
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("checkpoint %d is not known", id)})
+	}
+}
+
+func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	limit := defaultListLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit", Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, maxListLimit)})
+			return
+		}
+		limit = min(n, maxListLimit)
+	}
+	cs, err := s.store.List(limit, false)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := CheckpointList{Checkpoints: make([]Checkpoint, 0, len(cs))}
+	for i := range cs {
+		out.Checkpoints = append(out.Checkpoints, checkpointFromStore(&cs[i], false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if st := s.eng.Status(); st.Failed != "" {
+		// The engine stopped; the process must be restarted to recover.
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "failed", Message: st.Failed})
+		return
+	}
+	writeJSON(w, http.StatusOK, Status{Status: "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	st := s.eng.Status()
+	if !st.Ready || st.Failed != "" {
+		msg := "recovery running"
+		switch {
+		case st.Failed != "":
+			msg = st.Failed
+		case st.Recovering != "":
+			msg = "recovery running: " + st.Recovering
+		}
+		w.Header().Set("Retry-After", s.retryAfter)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: msg})
+		return
+	}
+	writeJSON(w, http.StatusOK, Status{Status: "ready"})
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(openAPI)))
+	_, _ = w.Write(openAPI)
+}
+
+const indexPage = `<!doctype html>
+<html><head><meta charset="utf-8"><title>eosink</title></head>
+<body><h1>eosink</h1><ul>
+<li><a href="/v1/streams">/v1/streams</a></li>
+<li><a href="/v1/files">/v1/files</a></li>
+<li><a href="/v1/checkpoints">/v1/checkpoints</a></li>
+<li><a href="/v1/producers">/v1/producers</a></li>
+<li><a href="/v1/openapi.yaml">/v1/openapi.yaml</a></li>
+<li><a href="/metrics">/metrics</a></li>
+<li><a href="/readyz">/readyz</a></li>
+</ul></body></html>
+`
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	if s.ui != nil {
+		s.ui.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write([]byte(indexPage))
+}

@@ -1,0 +1,306 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/eosink/eosink/batch"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/server"
+	"github.com/go-chi/chi/v5"
+)
+
+// CheckpointHeader is carried by every answer to a write.
+const CheckpointHeader = "X-Eosink-Checkpoint"
+
+// Idempotence headers.
+const (
+	HeaderProducerID    = "Producer-Id"
+	HeaderProducerEpoch = "Producer-Epoch"
+	HeaderProducerSeq   = "Producer-Seq"
+)
+
+// validStream reports whether s is a stream name:
+// ^[a-z0-9][a-z0-9_.-]{0,127}$ and no "..".
+func validStream(s string) bool {
+	if len(s) == 0 || len(s) > 128 || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validProducer reports whether s is a producer id:
+// ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$.
+func validProducer(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// pathParam returns a route parameter, unescaped. chi matches on the raw
+// path when the request has one, so its parameters may still be escaped.
+func pathParam(r *http.Request, name string) (string, bool) {
+	v := chi.URLParam(r, name)
+	if r.URL.RawPath == "" {
+		return v, true
+	}
+	u, err := url.PathUnescape(v)
+	return u, err == nil
+}
+
+// producerHeaders parses the idempotence headers: all three or none.
+func producerHeaders(h http.Header) (*server.Producer, error) {
+	names := []string{HeaderProducerID, HeaderProducerEpoch, HeaderProducerSeq}
+	var vals [3]string
+	n := 0
+	for i, name := range names {
+		vs := h.Values(name)
+		switch len(vs) {
+		case 0:
+			continue
+		case 1:
+			vals[i] = vs[0]
+			n++
+		default:
+			return nil, fmt.Errorf("%s given %d times", name, len(vs))
+		}
+	}
+	switch n {
+	case 0:
+		return nil, nil
+	case 3:
+	default:
+		return nil, fmt.Errorf("send all of %s, %s and %s, or none", names[0], names[1], names[2])
+	}
+	if !validProducer(vals[0]) {
+		return nil, fmt.Errorf("%s %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", names[0], vals[0])
+	}
+	p := &server.Producer{ID: vals[0]}
+	for i, dst := range []*int64{&p.Epoch, &p.Seq} {
+		v, err := strconv.ParseInt(vals[i+1], 10, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%s %q: want an integer >= 0", names[i+1], vals[i+1])
+		}
+		*dst = v
+	}
+	return p, nil
+}
+
+// openCheckpointHeader sets X-Eosink-Checkpoint to the open checkpoint
+// before anything else runs, so that refusals by the authorization
+// middleware carry it too; the handler replaces it.
+func (s *Server) openCheckpointHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(CheckpointHeader, strconv.FormatUint(s.eng.Status().OpenID, 10))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeFail answers a refused write, with the open checkpoint in the header.
+func (s *Server) writeFail(w http.ResponseWriter, status int, e *ErrorResponse) {
+	w.Header().Set(CheckpointHeader, strconv.FormatUint(s.eng.Status().OpenID, 10))
+	writeError(w, status, e)
+}
+
+func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
+	stream, ok := pathParam(r, "stream")
+	if !ok || !validStream(stream) {
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream",
+			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
+		return
+	}
+	prod, err := producerHeaders(r.Header)
+	if err != nil {
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer_headers", Message: err.Error()})
+		return
+	}
+	wait := false
+	switch q := r.URL.Query(); q.Get("wait") {
+	case "":
+	case "commit":
+		wait = true
+	default:
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_wait", Message: fmt.Sprintf("wait=%q: the only value is commit", q.Get("wait"))})
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if _, err := batch.KindOf(ct); err != nil {
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_media_type",
+			Message: fmt.Sprintf("Content-Type %q: want application/x-ndjson, application/json or text/plain", ct)})
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large",
+				Message: fmt.Sprintf("body over the limit of %d bytes", s.maxBody)})
+			return
+		}
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
+		return
+	}
+	b, err := batch.Parse(ct, body, batch.Limits{MaxBody: s.maxBody, MaxRecord: s.maxRecord})
+	if err != nil {
+		s.writeFail(w, parseStatus(err), parseError(err))
+		return
+	}
+	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod})
+	if err != nil {
+		s.engineError(w, r, err, true)
+		return
+	}
+	out := WriteResponse{Stream: stream, Checkpoint: res.Checkpoint, Records: res.Records, Bytes: res.Bytes,
+		Duplicate: res.Duplicate, Committed: res.Committed, NextSeq: res.NextSeq}
+	status := http.StatusAccepted
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	if wait && !out.Committed {
+		ctx, cancel := context.WithTimeout(r.Context(), s.wait)
+		err := s.eng.Wait(ctx, res.Checkpoint)
+		cancel()
+		switch {
+		case err == nil:
+			out.Committed, status = true, http.StatusOK
+		case errors.Is(err, server.ErrAborted):
+			e := &ErrorResponse{Error: "aborted", Checkpoint: res.Checkpoint,
+				Message: fmt.Sprintf("checkpoint %d aborted; the batch is not stored: send it again", res.Checkpoint)}
+			if prod != nil {
+				next := int64(0)
+				if st, ok := s.eng.Producer(prod.ID); ok {
+					next = st.Streams[stream].NextSeq
+				}
+				e.ExpectedSeq = &next
+				e.Message = fmt.Sprintf("checkpoint %d aborted; the batch is not stored: send again from seq %d", res.Checkpoint, next)
+			}
+			w.Header().Set(CheckpointHeader, strconv.FormatUint(res.Checkpoint, 10))
+			w.Header().Set("Retry-After", s.retryAfter)
+			writeError(w, http.StatusServiceUnavailable, e)
+			return
+		case r.Context().Err() != nil:
+			return // the client is gone
+		case errors.Is(err, context.DeadlineExceeded):
+			// Not committed yet: the batch stays accepted, answer as without wait.
+		default:
+			s.engineError(w, r, err, true)
+			return
+		}
+	}
+	w.Header().Set(CheckpointHeader, strconv.FormatUint(res.Checkpoint, 10))
+	writeJSON(w, status, out)
+}
+
+// readBody reads at most maxBody bytes of the body.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > s.maxBody {
+		return nil, &http.MaxBytesError{Limit: s.maxBody}
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom stops at EOF without growing
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func parseStatus(err error) int {
+	switch {
+	case errors.Is(err, batch.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, batch.ErrUnsupportedMediaType):
+		return http.StatusUnsupportedMediaType
+	default:
+		return http.StatusBadRequest
+	}
+}
+
+func parseError(err error) *ErrorResponse {
+	e := &ErrorResponse{Message: err.Error()}
+	switch {
+	case errors.Is(err, batch.ErrTooLarge):
+		e.Error = "too_large"
+	case errors.Is(err, batch.ErrUnsupportedMediaType):
+		e.Error = "unsupported_media_type"
+	default:
+		e.Error = "invalid_json"
+	}
+	var le *batch.LineError
+	if errors.As(err, &le) {
+		e.Line = le.Line
+	}
+	return e
+}
+
+// engineError answers an error of the engine. write marks the write route,
+// whose answers carry the open checkpoint.
+func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, write bool) {
+	if r.Context().Err() != nil {
+		return // the client is gone; nobody reads an answer
+	}
+	var (
+		status int
+		e      = &ErrorResponse{Message: err.Error()}
+		se     *server.SeqError
+	)
+	switch {
+	case errors.As(err, &se):
+		status, e.Error, e.ExpectedSeq = http.StatusConflict, "out_of_order_sequence", &se.Expected
+	case errors.Is(err, server.ErrUnknownProducer):
+		status, e.Error = http.StatusConflict, "unknown_producer"
+		e.Message += ": POST /v1/producers/{producer}/init first"
+	case errors.Is(err, server.ErrFenced):
+		status, e.Error = http.StatusConflict, "producer_fenced"
+	case errors.Is(err, server.ErrInvalidEpoch):
+		status, e.Error = http.StatusConflict, "invalid_epoch"
+	case errors.Is(err, server.ErrBackpressure):
+		status, e.Error = http.StatusTooManyRequests, "backpressure"
+		w.Header().Set("Retry-After", s.retryAfter)
+	case errors.Is(err, server.ErrNotReady):
+		status, e.Error = http.StatusServiceUnavailable, "not_ready"
+		w.Header().Set("Retry-After", s.retryAfter)
+	case errors.Is(err, server.ErrClosed):
+		status, e.Error = http.StatusServiceUnavailable, "shutting_down"
+	case errors.Is(err, durable.ErrDiskFull):
+		status, e.Error = http.StatusInsufficientStorage, "insufficient_storage"
+	default:
+		if write {
+			w.Header().Set(CheckpointHeader, strconv.FormatUint(s.eng.Status().OpenID, 10))
+		}
+		s.internal(w, r, err)
+		return
+	}
+	if write {
+		s.writeFail(w, status, e)
+		return
+	}
+	writeError(w, status, e)
+}

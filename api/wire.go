@@ -1,0 +1,154 @@
+package api
+
+import (
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/server"
+)
+
+// ErrorResponse is the body of every error: {"error": code, "message": ...}
+// plus the fields some codes carry.
+type ErrorResponse struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	// Line is the 1-based line of an invalid_json or too_large body.
+	Line int `json:"line,omitempty"`
+	// ExpectedSeq is the sequence number to resend from
+	// (out_of_order_sequence, aborted).
+	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
+	// Checkpoint is the checkpoint that aborted (aborted).
+	Checkpoint uint64 `json:"checkpoint,omitempty"`
+}
+
+// WriteResponse answers POST /v1/streams/{stream}/records.
+type WriteResponse struct {
+	Stream     string `json:"stream"`
+	Checkpoint uint64 `json:"checkpoint"`
+	Records    int    `json:"records"`
+	Bytes      int    `json:"bytes"`
+	Duplicate  bool   `json:"duplicate"`
+	Committed  bool   `json:"committed"`
+	NextSeq    int64  `json:"next_seq"` // 0 without a producer
+}
+
+// StreamSeq is a producer's sequence state on one stream.
+type StreamSeq struct {
+	NextSeq      int64 `json:"next_seq"`
+	CommittedSeq int64 `json:"committed_seq"` // -1 when none
+}
+
+// Producer is a producer's state.
+type Producer struct {
+	Producer string               `json:"producer"`
+	Epoch    int64                `json:"epoch"`
+	Streams  map[string]StreamSeq `json:"streams"`
+	Fenced   int64                `json:"fenced"` // writes refused for an old epoch since start
+}
+
+// ProducerList answers GET /v1/producers.
+type ProducerList struct {
+	Producers []Producer `json:"producers"`
+}
+
+// CheckpointFile is one file of a checkpoint.
+type CheckpointFile struct {
+	Path    string `json:"path"` // relative to the destination
+	Stream  string `json:"stream"`
+	Bytes   int64  `json:"bytes"`
+	Records int64  `json:"records"`
+	CRC32C  string `json:"crc32c,omitempty"`
+}
+
+// Checkpoint states beyond recovery's: the open checkpoint taking writes,
+// and one between its barrier and its "prepared" record.
+const (
+	StateOpen    = "open"
+	StateRunning = "running"
+)
+
+// Checkpoint is one checkpoint. Files is absent in lists and holds [] when
+// the store has pruned the file list (FileCount still counts them).
+type Checkpoint struct {
+	ID          uint64           `json:"id"`
+	State       string           `json:"state"` // open, running, prepared, committed, aborted
+	Files       []CheckpointFile `json:"files,omitzero"`
+	FileCount   int              `json:"file_count"`
+	Records     int64            `json:"records"`
+	Bytes       int64            `json:"bytes"`
+	DurationMS  int64            `json:"duration_ms"`
+	StartedAt   time.Time        `json:"started_at,omitzero"`
+	PreparedAt  time.Time        `json:"prepared_at,omitzero"`
+	CommittedAt time.Time        `json:"committed_at,omitzero"`
+	Error       string           `json:"error,omitempty"`
+}
+
+// CheckpointList answers GET /v1/checkpoints.
+type CheckpointList struct {
+	Checkpoints []Checkpoint `json:"checkpoints"`
+}
+
+// File is one committed file of the destination.
+type File struct {
+	Path       string    `json:"path"`
+	Bytes      int64     `json:"bytes"`
+	Records    *int64    `json:"records,omitempty"`    // absent if its manifest is not readable
+	Checkpoint *uint64   `json:"checkpoint,omitempty"` // absent if the name holds none
+	Modified   time.Time `json:"modified"`
+}
+
+// FileList answers GET /v1/files.
+type FileList struct {
+	Files []File `json:"files"`
+}
+
+// Stream is one stream with counts over its committed files.
+type Stream struct {
+	Name    string `json:"name"`
+	Files   int    `json:"files"`
+	Records int64  `json:"records"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// StreamList answers GET /v1/streams.
+type StreamList struct {
+	Streams []Stream `json:"streams"`
+}
+
+// Status answers /healthz and /readyz when all is well.
+type Status struct {
+	Status string `json:"status"`
+}
+
+func producerFrom(p server.ProducerState) Producer {
+	out := Producer{Producer: p.ID, Epoch: p.Epoch, Fenced: p.Fenced, Streams: make(map[string]StreamSeq, len(p.Streams))}
+	for s, ss := range p.Streams {
+		out.Streams[s] = StreamSeq{NextSeq: ss.NextSeq, CommittedSeq: ss.CommittedSeq}
+	}
+	return out
+}
+
+func filesFrom(fs []committer.File) []CheckpointFile {
+	out := make([]CheckpointFile, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, CheckpointFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C})
+	}
+	return out
+}
+
+func checkpointFromResult(r server.CheckpointResult) Checkpoint {
+	files := filesFrom(r.Files)
+	return Checkpoint{ID: r.ID, State: string(r.State), Files: files, FileCount: len(files), Records: r.Records,
+		Bytes: r.Bytes, DurationMS: r.DurationMS, Error: r.Error}
+}
+
+func checkpointFromStore(c *recovery.Checkpoint, withFiles bool) Checkpoint {
+	out := Checkpoint{ID: c.ID, State: string(c.State), FileCount: max(c.FileCount, len(c.Files)), Records: c.Records,
+		Bytes: c.Bytes, DurationMS: c.DurationMS, StartedAt: c.StartedAt, PreparedAt: c.PreparedAt,
+		CommittedAt: c.CommittedAt, Error: c.Error}
+	if withFiles {
+		out.Files = filesFrom(c.Files)
+	}
+	return out
+}
