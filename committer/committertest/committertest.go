@@ -1,0 +1,490 @@
+// Package committertest is the conformance suite every committer must pass:
+// the committer.Committer, committer.Publisher and committer.Reader
+// contracts, checked from the outside. An implementation's tests call Run
+// with a function that builds a fresh, empty Env per case.
+package committertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+)
+
+// Env is one empty destination and its staging area.
+type Env struct {
+	Committer committer.Committer
+	Publisher committer.Publisher
+	Reader    committer.Reader
+	// FS holds the staging files (committer.File.Temp).
+	FS afero.Fs
+	// TempPath returns the staging path for a file that will be final,
+	// in a directory that exists.
+	TempPath func(final string) string
+	// Leftovers, if set, lists what Prepare made for f that is not visible
+	// through Reader (uploads, staging objects), to check that Abort
+	// removed all of it.
+	Leftovers func(ctx context.Context, f committer.File) ([]string, error)
+}
+
+// Run runs every case, each on a new Env from newEnv.
+func Run(t *testing.T, newEnv func(t *testing.T) Env) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, e Env)
+	}{
+		{"PrepareCommitExactBytes", testPrepareCommit},
+		{"EmptyFile", testEmptyFile},
+		{"NothingVisibleBeforeCommit", testNothingVisibleBeforeCommit},
+		{"CommitTwice", testCommitTwice},
+		{"CommitAfterCrashTempLeft", testCommitTempLeft},
+		{"AbortAfterPrepare", testAbortAfterPrepare},
+		{"AbortWithoutPrepare", testAbortWithoutPrepare},
+		{"CommitAfterAbortIsLost", testCommitAfterAbort},
+		{"ConflictLeavesExistingContent", testConflict},
+		{"ConcurrentFiles", testConcurrentFiles},
+		{"PublishCreateOnly", testPublishCreateOnly},
+		{"ListPrefixes", testList},
+		{"OpenMissing", testOpenMissing},
+		{"OpenSeek", testOpenSeek},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t, newEnv(t))
+		})
+	}
+}
+
+// Content returns n reproducible bytes of NDJSON-like lines for seed.
+func Content(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, 0, n+64)
+	for len(b) < n {
+		b = fmt.Appendf(b, "{\"seed\":%d,\"v\":%d}\n", seed, r.Uint64())
+	}
+	return b[:n]
+}
+
+// Stage writes data as the staging file of final and returns its File, as
+// the staging step hands it to Prepare.
+func Stage(t testing.TB, e Env, final string, data []byte) committer.File {
+	t.Helper()
+	temp := e.TempPath(final)
+	if err := afero.WriteFile(e.FS, temp, data, 0o644); err != nil {
+		t.Fatalf("write staging file: %v", err)
+	}
+	return committer.File{
+		Stream:  "s",
+		Temp:    temp,
+		Final:   final,
+		Bytes:   int64(len(data)),
+		Records: int64(bytes.Count(data, []byte("\n"))),
+		CRC32C:  staging.CRC32C(data),
+	}
+}
+
+// Prepare stages data under final and prepares it.
+func Prepare(t testing.TB, e Env, final string, data []byte) committer.File {
+	t.Helper()
+	f, err := e.Committer.Prepare(t.Context(), Stage(t, e, final, data))
+	if err != nil {
+		t.Fatalf("prepare %s: %v", final, err)
+	}
+	return f
+}
+
+// ReadAll returns the content of name, failing the test if it cannot.
+func ReadAll(t testing.TB, r committer.Reader, name string) []byte {
+	t.Helper()
+	rc, ent, err := r.Open(t.Context(), name)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	if int64(len(b)) != ent.Bytes {
+		t.Fatalf("open %s: entry says %d bytes, read %d", name, ent.Bytes, len(b))
+	}
+	return b
+}
+
+// WantContent fails the test unless name holds exactly want.
+func WantContent(t testing.TB, r committer.Reader, name string, want []byte) {
+	t.Helper()
+	got := ReadAll(t, r, name)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: got %d bytes %q..., want %d bytes %q...", name, len(got), head(got), len(want), head(want))
+	}
+}
+
+// WantAbsent fails the test if name can be opened or is listed.
+func WantAbsent(t testing.TB, r committer.Reader, name string) {
+	t.Helper()
+	rc, _, err := r.Open(t.Context(), name)
+	if err == nil {
+		_ = rc.Close()
+		t.Fatalf("%s is visible", name)
+	}
+	if !errors.Is(err, committer.ErrNotFound) {
+		t.Fatalf("open %s: %v, want ErrNotFound", name, err)
+	}
+	ents, err := r.List(t.Context(), "")
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	for _, e := range ents {
+		if e.Path == name {
+			t.Fatalf("%s is listed", name)
+		}
+	}
+}
+
+func wantNoTemp(t testing.TB, e Env, f committer.File) {
+	t.Helper()
+	if _, err := e.FS.Stat(f.Temp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("staging file %s: stat error %v, want it gone", f.Temp, err)
+	}
+}
+
+func wantNoLeftovers(t testing.TB, e Env, f committer.File) {
+	t.Helper()
+	if e.Leftovers == nil {
+		return
+	}
+	left, err := e.Leftovers(t.Context(), f)
+	if err != nil {
+		t.Fatalf("leftovers of %s: %v", f.Final, err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("leftovers of %s: %v", f.Final, left)
+	}
+}
+
+func head(b []byte) []byte {
+	if len(b) > 40 {
+		return b[:40]
+	}
+	return b
+}
+
+func final(i int) string {
+	return fmt.Sprintf("clicks/dt=2026-11-29/hour=09/part-n1-%020d-%04d.ndjson", 7, i)
+}
+
+func testPrepareCommit(t *testing.T, e Env) {
+	data := Content(1, 100_000)
+	f := Prepare(t, e, final(0), data)
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	WantContent(t, e.Reader, final(0), data)
+	wantNoTemp(t, e, f)
+	wantNoLeftovers(t, e, f)
+	ents, err := e.Reader.List(t.Context(), "clicks/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Path != final(0) || ents[0].Bytes != int64(len(data)) || ents[0].Modified.IsZero() {
+		t.Fatalf("list: %+v", ents)
+	}
+}
+
+func testEmptyFile(t *testing.T, e Env) {
+	f := Prepare(t, e, final(0), nil)
+	WantAbsent(t, e.Reader, final(0))
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	WantContent(t, e.Reader, final(0), nil)
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("second commit: %v", err)
+	}
+}
+
+func testNothingVisibleBeforeCommit(t *testing.T, e Env) {
+	data := Content(2, 10_000)
+	f := Prepare(t, e, final(0), data)
+	WantAbsent(t, e.Reader, final(0))
+	ents, err := e.Reader.List(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Fatalf("after prepare, list shows %+v", ents)
+	}
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	WantContent(t, e.Reader, final(0), data)
+}
+
+func testCommitTwice(t *testing.T, e Env) {
+	data := Content(3, 5_000)
+	f := Prepare(t, e, final(0), data)
+	for i := range 3 {
+		if err := e.Committer.Commit(t.Context(), f); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	WantContent(t, e.Reader, final(0), data)
+	wantNoTemp(t, e, f)
+}
+
+// testCommitTempLeft: the commit took effect but the process died before
+// the staging file was removed; the retry must succeed and remove it.
+func testCommitTempLeft(t *testing.T, e Env) {
+	data := Content(4, 5_000)
+	f := Prepare(t, e, final(0), data)
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if err := afero.WriteFile(e.FS, f.Temp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit with the staging file back: %v", err)
+	}
+	WantContent(t, e.Reader, final(0), data)
+	wantNoTemp(t, e, f)
+}
+
+func testAbortAfterPrepare(t *testing.T, e Env) {
+	f := Prepare(t, e, final(0), Content(5, 20_000))
+	for i := range 2 {
+		if err := e.Committer.Abort(t.Context(), f); err != nil {
+			t.Fatalf("abort %d: %v", i, err)
+		}
+		WantAbsent(t, e.Reader, final(0))
+		wantNoTemp(t, e, f)
+		wantNoLeftovers(t, e, f)
+	}
+}
+
+func testAbortWithoutPrepare(t *testing.T, e Env) {
+	// As recovery sees an intent recorded before Prepare ran.
+	f := Stage(t, e, final(0), Content(6, 1000))
+	if err := e.Committer.Abort(t.Context(), f); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	wantNoTemp(t, e, f)
+	// Nothing at all: not even the staging file.
+	if err := e.Committer.Abort(t.Context(), f); err != nil {
+		t.Fatalf("abort of nothing: %v", err)
+	}
+	WantAbsent(t, e.Reader, final(0))
+}
+
+func testCommitAfterAbort(t *testing.T, e Env) {
+	f := Prepare(t, e, final(0), Content(7, 1000))
+	if err := e.Committer.Abort(t.Context(), f); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	err := e.Committer.Commit(t.Context(), f)
+	if !errors.Is(err, committer.ErrLost) {
+		t.Fatalf("commit after abort: %v, want ErrLost", err)
+	}
+	WantAbsent(t, e.Reader, final(0))
+}
+
+// testConflict: a final name holding other content of the same size is
+// never replaced (I7).
+func testConflict(t *testing.T, e Env) {
+	ours, theirs := Content(8, 4096), Content(9, 4096)
+	if err := e.Publisher.Publish(t.Context(), final(0), theirs); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	f := Stage(t, e, final(0), ours)
+	g, err := e.Committer.Prepare(t.Context(), f)
+	if err == nil {
+		err = e.Committer.Commit(t.Context(), g)
+	} else {
+		g = f
+	}
+	if !errors.Is(err, committer.ErrConflict) {
+		t.Fatalf("prepare+commit over other content: %v, want ErrConflict", err)
+	}
+	WantContent(t, e.Reader, final(0), theirs)
+	if err := e.Committer.Abort(t.Context(), g); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	WantContent(t, e.Reader, final(0), theirs)
+}
+
+func testConcurrentFiles(t *testing.T, e Env) {
+	const n = 8
+	files := make([]committer.File, n)
+	for i := range n {
+		files[i] = Stage(t, e, final(i), Content(uint64(100+i), 3000+i))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			f, err := e.Committer.Prepare(t.Context(), files[i])
+			if err == nil {
+				err = e.Committer.Commit(t.Context(), f)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+		WantContent(t, e.Reader, final(i), Content(uint64(100+i), 3000+i))
+	}
+}
+
+func testPublishCreateOnly(t *testing.T, e Env) {
+	name := "_manifests/n1/00000000000000000007.json"
+	first, second := []byte(`{"checkpoint":7}`), []byte(`{"checkpoint":7,"other":true}`)
+	if err := e.Publisher.Publish(t.Context(), name, first); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if err := e.Publisher.Publish(t.Context(), name, second); !errors.Is(err, committer.ErrExists) {
+		t.Fatalf("second publish: %v, want ErrExists", err)
+	}
+	if err := e.Publisher.Publish(t.Context(), name, first); !errors.Is(err, committer.ErrExists) {
+		t.Fatalf("same publish again: %v, want ErrExists", err)
+	}
+	WantContent(t, e.Reader, name, first)
+}
+
+func testList(t *testing.T, e Env) {
+	files := map[string][]byte{
+		"s1/dt=1/a.ndjson":        Content(20, 10),
+		"s1/dt=2/b.ndjson":        Content(21, 20),
+		"s1/dt=2/c.txt":           Content(22, 30),
+		"s10/dt=1/d.ndjson":       Content(23, 40),
+		"_manifests/n1/0001.json": Content(24, 50),
+	}
+	// Two of them through the committer, the rest published.
+	for i, name := range []string{"s1/dt=2/b.ndjson", "s10/dt=1/d.ndjson"} {
+		f := Prepare(t, e, name, files[name])
+		if err := e.Committer.Commit(t.Context(), f); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	for _, name := range []string{"s1/dt=1/a.ndjson", "s1/dt=2/c.txt", "_manifests/n1/0001.json"} {
+		if err := e.Publisher.Publish(t.Context(), name, files[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A prepared file is not listed anywhere.
+	Prepare(t, e, "s1/dt=3/pending.ndjson", Content(25, 60))
+
+	for _, c := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"_manifests/n1/0001.json", "s1/dt=1/a.ndjson", "s1/dt=2/b.ndjson", "s1/dt=2/c.txt", "s10/dt=1/d.ndjson"}},
+		{"s1/", []string{"s1/dt=1/a.ndjson", "s1/dt=2/b.ndjson", "s1/dt=2/c.txt"}},
+		{"s1", []string{"s1/dt=1/a.ndjson", "s1/dt=2/b.ndjson", "s1/dt=2/c.txt", "s10/dt=1/d.ndjson"}},
+		{"s1/dt=2/", []string{"s1/dt=2/b.ndjson", "s1/dt=2/c.txt"}},
+		{"s1/dt=2/b", []string{"s1/dt=2/b.ndjson"}},
+		{"s1/dt=3/", nil},
+		{"_manifests/", []string{"_manifests/n1/0001.json"}},
+		{"nope/", nil},
+	} {
+		ents, err := e.Reader.List(t.Context(), c.prefix)
+		if err != nil {
+			t.Fatalf("list %q: %v", c.prefix, err)
+		}
+		var got []string
+		for _, ent := range ents {
+			got = append(got, ent.Path)
+			if ent.Bytes != int64(len(files[ent.Path])) {
+				t.Errorf("list %q: %s has %d bytes, want %d", c.prefix, ent.Path, ent.Bytes, len(files[ent.Path]))
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("list %q: got %q, want %q", c.prefix, got, c.want)
+		}
+	}
+}
+
+func testOpenMissing(t *testing.T, e Env) {
+	for _, name := range []string{"missing.ndjson", "a/b/missing.txt", "../x", "/abs", ""} {
+		rc, _, err := e.Reader.Open(t.Context(), name)
+		if err == nil {
+			_ = rc.Close()
+			t.Fatalf("open %q succeeded", name)
+		}
+		if !errors.Is(err, committer.ErrNotFound) {
+			t.Fatalf("open %q: %v, want ErrNotFound", name, err)
+		}
+	}
+}
+
+func testOpenSeek(t *testing.T, e Env) {
+	data := Content(30, 200_000)
+	f := Prepare(t, e, final(0), data)
+	if err := e.Committer.Commit(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	rc, ent, err := e.Reader.Open(t.Context(), final(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if ent.Path != final(0) || ent.Bytes != int64(len(data)) {
+		t.Fatalf("entry %+v", ent)
+	}
+	read := func(n int) []byte {
+		t.Helper()
+		b := make([]byte, n)
+		if _, err := io.ReadFull(rc, b); err != nil {
+			t.Fatalf("read %d: %v", n, err)
+		}
+		return b
+	}
+	seek := func(off int64, whence int, want int64) {
+		t.Helper()
+		got, err := rc.Seek(off, whence)
+		if err != nil || got != want {
+			t.Fatalf("seek(%d, %d) = %d, %v; want %d", off, whence, got, err, want)
+		}
+	}
+	if got := read(100); !bytes.Equal(got, data[:100]) {
+		t.Fatalf("first 100 bytes differ")
+	}
+	seek(150_000, io.SeekStart, 150_000)
+	if got := read(1000); !bytes.Equal(got, data[150_000:151_000]) {
+		t.Fatalf("bytes at 150000 differ")
+	}
+	seek(-2000, io.SeekCurrent, 149_000)
+	if got := read(10); !bytes.Equal(got, data[149_000:149_010]) {
+		t.Fatalf("bytes at 149000 differ")
+	}
+	seek(-50, io.SeekEnd, int64(len(data))-50)
+	rest, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(rest, data[len(data)-50:]) {
+		t.Fatalf("last 50 bytes differ")
+	}
+	seek(0, io.SeekStart, 0)
+	all, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(all, data) {
+		t.Fatalf("full read after seek differs")
+	}
+}

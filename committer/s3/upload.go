@@ -1,0 +1,225 @@
+package s3
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/minio/minio-go/v7"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checkStaging reads the local staging file once and returns its CRC-32C
+// (hex, as the staging package writes it). Its size must be f.Bytes and its
+// checksum f.CRC32C when that is set: what goes up is what was recorded.
+func (s *S3) checkStaging(f committer.File) (string, error) {
+	file, err := s.fs.Open(f.Temp)
+	if err != nil {
+		return "", fmt.Errorf("open staging file: %w", err)
+	}
+	defer file.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, file)
+	if err != nil {
+		return "", fmt.Errorf("read staging file %s: %w", f.Temp, err)
+	}
+	crc := hex.EncodeToString(h.Sum(nil))
+	if n != f.Bytes || (f.CRC32C != "" && !strings.EqualFold(crc, f.CRC32C)) {
+		return "", fmt.Errorf("%w: %s holds %d bytes with crc32c %s, expected %d bytes with %s",
+			ErrBadStaging, f.Temp, n, crc, f.Bytes, f.CRC32C)
+	}
+	return crc, nil
+}
+
+// partSizeFor returns the part size for a file of size bytes: the
+// configured one, grown when the file would need more than 10000 parts.
+func (s *S3) partSizeFor(size int64) int64 {
+	ps := s.partSize
+	if need := (size + maxParts - 1) / maxParts; need > ps {
+		ps = need
+	}
+	return ps
+}
+
+// uploadParts uploads f.Temp as the parts of upload id on key, up to
+// s.parallel at once. Every part but the last is partSizeFor bytes; an empty
+// file is one empty part. Each part reads its own file handle through a
+// SectionReader, so minio-go can seek back and retry it.
+func (s *S3) uploadParts(ctx context.Context, key, id string, f committer.File) ([]committer.Part, error) {
+	ps := s.partSizeFor(f.Bytes)
+	n := int((f.Bytes + ps - 1) / ps)
+	if n == 0 {
+		n = 1
+	}
+	parts := make([]committer.Part, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error // the first failure, not the cancellations it caused
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, s.parallel)
+	for i := range n {
+		off := int64(i) * ps
+		size := min(ps, f.Bytes-off)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			p, err := s.uploadPart(ctx, key, id, i+1, f.Temp, off, size)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+			parts[i] = p
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+func (s *S3) uploadPart(ctx context.Context, key, id string, num int, name string, off, size int64) (committer.Part, error) {
+	file, err := s.fs.Open(name)
+	if err != nil {
+		return committer.Part{}, fmt.Errorf("open staging file: %w", err)
+	}
+	defer file.Close()
+	r := io.NewSectionReader(file, off, size)
+	p, err := s.core.PutObjectPart(ctx, s.bucket, key, id, num, r, size, minio.PutObjectPartOptions{})
+	if err != nil {
+		return committer.Part{}, fmt.Errorf("upload part %d: %w", num, classify(err))
+	}
+	return committer.Part{Number: num, ETag: p.ETag, Size: size}, nil
+}
+
+// putStaging uploads f.Temp to f.StagingKey and returns the object's ETag:
+// one PUT up to a part's size, a completed multipart upload beyond. The
+// staging key is this node's own, so the write is not conditional.
+func (s *S3) putStaging(ctx context.Context, f committer.File) (string, error) {
+	opts := s.putOptions(f.Final, f.CRC32C)
+	if f.Bytes <= s.partSizeFor(f.Bytes) {
+		file, err := s.fs.Open(f.Temp)
+		if err != nil {
+			return "", fmt.Errorf("open staging file: %w", err)
+		}
+		defer file.Close()
+		info, err := s.core.PutObject(ctx, s.bucket, f.StagingKey, io.NewSectionReader(file, 0, f.Bytes), f.Bytes, "", "", opts)
+		if err != nil {
+			return "", fmt.Errorf("put staging object: %w", classify(err))
+		}
+		return info.ETag, nil
+	}
+	id, err := s.core.NewMultipartUpload(ctx, s.bucket, f.StagingKey, opts)
+	if err != nil {
+		return "", fmt.Errorf("start staging upload: %w", classify(err))
+	}
+	parts, err := s.uploadParts(ctx, f.StagingKey, id, f)
+	if err == nil {
+		var info minio.UploadInfo
+		info, err = s.core.CompleteMultipartUpload(ctx, s.bucket, f.StagingKey, id, completeParts(parts), minio.PutObjectOptions{})
+		if err == nil {
+			return info.ETag, nil
+		}
+		err = fmt.Errorf("complete staging upload: %w", classify(err))
+	}
+	// The caller's cleanup aborts every upload on the staging key.
+	return "", err
+}
+
+// copyParts copies the staging object into upload f.UploadID on key, in
+// ranges of at most 5 GiB, up to s.parallel at once. Each copy requires the
+// staging object to still have the ETag Prepare saw. Errors are raw
+// minio-go errors, for the caller to classify.
+func (s *S3) copyParts(ctx context.Context, key string, f committer.File) ([]minio.CompletePart, error) {
+	n := int((f.Bytes + maxCopyPart - 1) / maxCopyPart)
+	if n <= 1 {
+		// One part, no range: works for an empty object too.
+		p, err := s.core.CopyObjectPart(ctx, s.bucket, f.StagingKey, s.bucket, key, f.UploadID, 1, 0, -1, s.copySourceIf(f))
+		if err != nil {
+			return nil, err
+		}
+		return []minio.CompletePart{p}, nil
+	}
+	parts := make([]minio.CompletePart, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, s.parallel)
+	for i := range n {
+		off := int64(i) * maxCopyPart
+		size := min(int64(maxCopyPart), f.Bytes-off)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			p, err := s.core.CopyObjectPart(ctx, s.bucket, f.StagingKey, s.bucket, key, f.UploadID, i+1, off, size, s.copySourceIf(f))
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+			parts[i] = p
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+func (s *S3) copySourceIf(f committer.File) map[string]string {
+	if f.ETag == "" {
+		return nil
+	}
+	return map[string]string{"x-amz-copy-source-if-match": `"` + f.ETag + `"`}
+}
+
+func completeParts(parts []committer.Part) []minio.CompletePart {
+	out := make([]minio.CompletePart, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, minio.CompletePart{PartNumber: p.Number, ETag: p.ETag})
+	}
+	return out
+}
