@@ -58,7 +58,7 @@ func envs(t *testing.T) map[string]*env {
 
 	// notready: recovery cannot list the staging directory, and retries.
 	stuck := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpOpen && op.Path == tStaging
+		return op.Kind == faultfs.OpRead && op.Path == tStaging
 	}}
 	stuck.on.Store(true)
 	nr := newRig(t, rigOpts{inject: stuck, noReady: true})
@@ -395,7 +395,7 @@ func TestWaitCommitAborted(t *testing.T) {
 func TestEngineErrorsElsewhere(t *testing.T) {
 	// Checkpoints and inits on an engine that is not ready.
 	stuck := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpOpen && op.Path == tStaging
+		return op.Kind == faultfs.OpRead && op.Path == tStaging
 	}}
 	stuck.on.Store(true)
 	r := newRig(t, rigOpts{inject: stuck, noReady: true})

@@ -72,6 +72,14 @@ type Committer interface {
 	Abort(ctx context.Context, f File) error
 }
 
+// RemotePreparer marks committers whose Prepare leaves state outside the
+// local staging directory (S3 uploads, staging objects). The engine records
+// an intent for every file before Prepare, so recovery can abort what no
+// prepared checkpoint names; local committers need none.
+type RemotePreparer interface {
+	PreparesRemotely()
+}
+
 // Publisher writes small objects create-only and atomically: readers see all
 // of data or nothing. Publishing the same name again when it exists already
 // returns ErrExists. Used for manifests.

@@ -135,9 +135,11 @@ func (r *Replay) Run(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	named := map[string]bool{}
+	pendingFinal := map[string]bool{}
 	for _, c := range pending {
 		for _, f := range c.Files {
 			named[f.Temp] = true
+			pendingFinal[f.Final] = true
 		}
 	}
 	for i := range pending {
@@ -159,6 +161,13 @@ func (r *Replay) Run(ctx context.Context) (*Result, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		f := intents[k]
+		if pendingFinal[f.Final] {
+			// Prepared after all (the intent outlived its record): keep.
+			if err := r.Store.DeleteIntents(k); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+			continue
+		}
 		if err := r.Committer.Abort(ctx, f); err != nil {
 			return nil, fmt.Errorf("replay: abort intent %s: %w", k, err)
 		}

@@ -243,13 +243,19 @@ func getProducer(tx *bolt.Tx, id string) (*Producer, error) {
 }
 
 // Prepare durably records c as prepared together with the producers'
-// sequence state of c.Seqs, in one transaction. Once it returns nil, c must
+// sequence state of c.Seqs, in one transaction, and drops c's intents. Once it returns nil, c must
 // commit (I4).
 func (s *Store) Prepare(c *Checkpoint) error {
 	c.State = Prepared
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
+		}
+		intents := tx.Bucket(bucketIntents)
+		for _, f := range c.Files {
+			if err := intents.Delete([]byte(IntentKey(c.ID, f.Final))); err != nil {
+				return err
+			}
 		}
 		for pid, streams := range c.Seqs {
 			p, err := getProducer(tx, pid)
@@ -467,6 +473,27 @@ func (s *Store) Producers() ([]Producer, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
+}
+
+// IntentKey is the intents-bucket key of a file of checkpoint id.
+func IntentKey(id uint64, final string) string { return fmt.Sprintf("%020d/%s", id, final) }
+
+// PutIntents records, in one transaction, that uploads are about to start
+// for files of checkpoint id.
+func (s *Store) PutIntents(id uint64, files []committer.File) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIntents)
+		for _, f := range files {
+			v, err := json.Marshal(f)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(IntentKey(id, f.Final)), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // PutIntent records that work (an upload) is about to start for f, before

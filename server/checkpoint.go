@@ -53,7 +53,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	}
 
 	// 2. Pre-commit every file in parallel, then make their names durable.
-	files, err := e.preCommit(txns)
+	files, err := e.preCommit(id, txns)
 	if err != nil {
 		return e.abort(ck, txns, files, err, out, began), nil
 	}
@@ -178,7 +178,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 // preCommit flushes, fsyncs and closes every transaction, fsyncs the
 // staging directory, and prepares every file with the committer. It returns
 // the files prepared so far even on error, so abort can undo them.
-func (e *Engine) preCommit(txns []*openTxn) ([]committer.File, error) {
+func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error) {
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
 	var wg sync.WaitGroup
@@ -204,6 +204,11 @@ func (e *Engine) preCommit(txns []*openTxn) ([]committer.File, error) {
 	if err := durable.SyncDir(e.cfg.FS, e.cfg.StagingDir); err != nil {
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
+	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {
+		if err := e.store.PutIntents(id, files); err != nil {
+			return nil, fmt.Errorf("pre-commit: record upload intents: %w", err)
+		}
+	}
 	prepared := make([]committer.File, len(files))
 	for i := range files {
 		wg.Add(1)
@@ -215,6 +220,11 @@ func (e *Engine) preCommit(txns []*openTxn) ([]committer.File, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		for i := range prepared {
+			if errs[i] != nil {
+				prepared[i] = files[i] // abort what a failed Prepare may have started
+			}
+		}
 		return prepared, fmt.Errorf("pre-commit: %w", err)
 	}
 	return prepared, nil
@@ -241,6 +251,18 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 		}
 	}
 	cancel()
+	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok && len(files) > 0 {
+		keys := make([]string, 0, len(files))
+		for _, f := range files {
+			if f.Final != "" {
+				keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
+			}
+		}
+		// Left behind, an intent is aborted again by recovery: harmless.
+		if err := e.store.DeleteIntents(keys...); err != nil {
+			log.Warn("delete upload intents", "err", err)
+		}
+	}
 	ck.Files = files
 	if err := e.store.Abort(ck, cause.Error()); err != nil {
 		// Unrecorded, the checkpoint is simply not prepared: recovery

@@ -398,6 +398,14 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			return res, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
 		}
 	}
+	if w.Records == 0 {
+		// An empty batch still takes its sequence number, but opens no file.
+		if ss != nil {
+			e.advanceLocked(ss, w.Producer.ID, w.Stream, w.Producer.Seq)
+			res.NextSeq = ss.next
+		}
+		return res, nil
+	}
 	if e.held > 0 && e.held+int64(len(w.Data)) > e.cfg.MaxUncommittedBytes {
 		e.reject("backpressure")
 		return res, ErrBackpressure
@@ -419,24 +427,29 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	e.openRecords += int64(w.Records)
 	e.held += int64(len(w.Data))
 	if ss != nil {
-		ss.next++
-		if n := len(ss.pending); n > 0 && ss.pending[n-1].ckpt == e.openID {
-			ss.pending[n-1].last = seq
-		} else {
-			ss.pending = append(ss.pending, pendingRange{ckpt: e.openID, last: seq})
-		}
-		d := e.dirty[pid]
-		if d == nil {
-			d = map[string]bool{}
-			e.dirty[pid] = d
-		}
-		d[w.Stream] = true
+		e.advanceLocked(ss, pid, w.Stream, seq)
 		res.NextSeq = ss.next
 	}
 	if h := e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))
 	}
 	return res, nil
+}
+
+// advanceLocked accepts seq for (producer, stream) into the open checkpoint.
+func (e *Engine) advanceLocked(ss *seqState, pid, stream string, seq int64) {
+	ss.next++
+	if n := len(ss.pending); n > 0 && ss.pending[n-1].ckpt == e.openID {
+		ss.pending[n-1].last = seq
+	} else {
+		ss.pending = append(ss.pending, pendingRange{ckpt: e.openID, last: seq})
+	}
+	d := e.dirty[pid]
+	if d == nil {
+		d = map[string]bool{}
+		e.dirty[pid] = d
+	}
+	d[stream] = true
 }
 
 func (e *Engine) reject(reason string) {

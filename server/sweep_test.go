@@ -291,14 +291,16 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 		round(func() {})
 	}
 	ops = inj.Count(sweepKinds)
+	r.stop() // with the fault still armed: a crashed process does nothing more
 	sw.set(nil)
-	r.stop()
 	if n < 0 {
 		return ops
 	}
 
 	// Phase 2: restart (after a power cut, from what was durable) and check.
-	if mode == modePowerCut {
+	// A failed operation is followed by a power cut too: whatever the engine
+	// reported committed after retrying must have been made durable.
+	if mode == modePowerCut || mode == modeFail {
 		clone := base.CrashClone()
 		r.fs = clone
 	} else {
@@ -314,7 +316,8 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 	exp := m.expect()
 	exp.Exact = false // accepted batches of an unknown fate may be there; checked below
 	if rep := r.checker0(exp); rep.Err() != nil {
-		t.Fatalf("op %d %s, after recovery: %v\n%s", n, mode, rep.Err(), base)
+		list, _ := e.Store().List(10, false)
+		t.Fatalf("op %d %s, after recovery: %v\nstore: %+v\nunknown %d\n%s\nclone:\n%s", n, mode, rep.Err(), list, unknownID, base, r.fs)
 	}
 
 	// Phase 3: the client resends from expected_seq; all lands exactly once.

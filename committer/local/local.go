@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -31,6 +32,7 @@ type Local struct {
 	FS      afero.Fs
 	Dest    string
 	Staging string
+	dirs    durable.Dirs // directories made durable by this process
 }
 
 // New returns a local committer.
@@ -70,7 +72,7 @@ func (l *Local) Commit(_ context.Context, f committer.File) error {
 	}
 	switch {
 	case tempOK && !finalOK:
-		if err := durable.Rename(l.FS, f.Temp, final); err != nil {
+		if err := durable.Rename(l.FS, &l.dirs, f.Temp, final); err != nil {
 			return fmt.Errorf("commit %s: %w", f.Final, err)
 		}
 		return nil
@@ -78,7 +80,16 @@ func (l *Local) Commit(_ context.Context, f committer.File) error {
 		if fi.Size() != f.Bytes {
 			return fmt.Errorf("commit %s: %w: %d bytes, expected %d", f.Final, committer.ErrConflict, fi.Size(), f.Bytes)
 		}
-		if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+		if f.CRC32C != "" {
+			sum, err := crcOf(l.FS, final)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", f.Final, err)
+			}
+			if sum != f.CRC32C {
+				return fmt.Errorf("commit %s: %w: crc32c %s, expected %s", f.Final, committer.ErrConflict, sum, f.CRC32C)
+			}
+		}
+		if err := l.syncPath(path.Dir(final)); err != nil {
 			return fmt.Errorf("commit %s: %w", f.Final, err)
 		}
 		return nil
@@ -95,7 +106,7 @@ func (l *Local) Commit(_ context.Context, f committer.File) error {
 		if !same {
 			return fmt.Errorf("commit %s: %w", f.Final, committer.ErrConflict)
 		}
-		if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+		if err := l.syncPath(path.Dir(final)); err != nil {
 			return fmt.Errorf("commit %s: %w", f.Final, err)
 		}
 		if err := l.FS.Remove(f.Temp); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -119,13 +130,18 @@ func (l *Local) Abort(_ context.Context, f committer.File) error {
 func (l *Local) Publish(_ context.Context, name string, data []byte) error {
 	final := l.abs(name)
 	if _, err := l.FS.Stat(final); err == nil {
+		// An earlier try may have renamed it without its directory being
+		// synced; make the name durable before calling it done.
+		if err := l.syncPath(path.Dir(final)); err != nil {
+			return fmt.Errorf("publish %s: %w", name, err)
+		}
 		return fmt.Errorf("publish %s: %w", name, committer.ErrExists)
 	}
 	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+".inprogress")
-	if err := durable.MkdirAll(l.FS, l.Staging); err != nil {
+	if err := l.dirs.MkdirAll(l.FS, l.Staging); err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
-	if err := durable.WriteFile(l.FS, tmp, final, data); err != nil {
+	if err := durable.WriteFile(l.FS, &l.dirs, tmp, final, data); err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
 	return nil
@@ -176,6 +192,9 @@ func (l *Local) Open(_ context.Context, name string) (io.ReadSeekCloser, committ
 		return nil, committer.Entry{}, fmt.Errorf("open %q: %w", name, committer.ErrNotFound)
 	}
 	p := l.abs(name)
+	if err := l.noSymlinks(name); err != nil {
+		return nil, committer.Entry{}, err
+	}
 	fi, err := l.FS.Stat(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -191,4 +210,51 @@ func (l *Local) Open(_ context.Context, name string) (io.ReadSeekCloser, committ
 		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, err)
 	}
 	return f, committer.Entry{Path: name, Bytes: fi.Size(), Modified: fi.ModTime().UTC()}, nil
+}
+
+// noSymlinks refuses a name any component of which is a symbolic link, so
+// a link placed in the destination cannot serve files from outside it.
+func (l *Local) noSymlinks(name string) error {
+	ls, ok := l.FS.(afero.Lstater)
+	if !ok {
+		return nil
+	}
+	p := l.Dest
+	for _, part := range strings.Split(name, "/") {
+		p = path.Join(p, part)
+		fi, _, err := ls.LstatIfPossible(p)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
+			}
+			return fmt.Errorf("open %s: %w", name, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("open %s: symbolic link refused: %w", name, committer.ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// crcOf returns the hex CRC-32C of a file's content.
+func crcOf(fsys afero.Fs, name string) (string, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	return fmt.Sprintf("%08x", h.Sum32()), nil
+}
+
+// syncPath makes an existing final name's directory entry durable: the
+// directory itself and, once per process, every ancestor.
+func (l *Local) syncPath(dir string) error {
+	if err := l.dirs.MkdirAll(l.FS, dir); err != nil {
+		return err
+	}
+	return durable.SyncDir(l.FS, dir)
 }

@@ -17,9 +17,10 @@ import (
 )
 
 var (
-	_ committer.Committer = (*S3)(nil)
-	_ committer.Publisher = (*S3)(nil)
-	_ committer.Reader    = (*S3)(nil)
+	_ committer.Committer      = (*S3)(nil)
+	_ committer.RemotePreparer = (*S3)(nil)
+	_ committer.Publisher      = (*S3)(nil)
+	_ committer.Reader         = (*S3)(nil)
 )
 
 // Errors of this package. They wrap with the committer sentinels where
@@ -483,3 +484,7 @@ func userMeta(info minio.ObjectInfo, key string) string {
 	}
 	return ""
 }
+
+// PreparesRemotely marks S3 as leaving uploads behind Prepare: the engine
+// records an intent for each file first, so recovery can abort them.
+func (s *S3) PreparesRemotely() {}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/afero"
@@ -57,34 +58,58 @@ func SyncDir(fs afero.Fs, dir string) error {
 	return nil
 }
 
-// MkdirAll creates dir and any missing parents, fsyncing each directory it
-// creates and the parent it was created in, so the whole path survives a
-// power cut. Directories that already exist are left alone.
+// MkdirAll creates dir and any missing parents, then fsyncs dir and every
+// ancestor up to the root, so the whole path survives a power cut. It syncs
+// existing directories too: a directory that exists may have been created
+// by a run that failed before syncing it, and only a sync makes it certain.
+// Callers that create many files in one directory remember which
+// directories they have made durable (see Dirs).
 func MkdirAll(fs afero.Fs, dir string) error {
 	dir = filepath.Clean(dir)
 	if fi, err := fs.Stat(dir); err == nil {
 		if !fi.IsDir() {
 			return fmt.Errorf("create directory %s: %w", dir, syscall.ENOTDIR)
 		}
-		return nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("stat directory %s: %w", dir, err)
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := MkdirAll(fs, parent); err != nil {
-			return err
-		}
-	}
-	if err := fs.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	} else if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return Classify(fmt.Errorf("create directory %s: %w", dir, err))
 	}
-	if err := SyncDir(fs, dir); err != nil {
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := SyncDir(fs, d); err != nil {
+			return err
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
+}
+
+// Dirs remembers directories made durable by MkdirAll in this process, so
+// each is synced once. Safe for concurrent use.
+type Dirs struct {
+	mu   sync.Mutex
+	done map[string]bool
+}
+
+// MkdirAll is MkdirAll, skipped for a directory already made durable.
+func (d *Dirs) MkdirAll(fs afero.Fs, dir string) error {
+	dir = filepath.Clean(dir)
+	d.mu.Lock()
+	ok := d.done[dir]
+	d.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if err := MkdirAll(fs, dir); err != nil {
 		return err
 	}
-	if parent != dir {
-		return SyncDir(fs, parent)
+	d.mu.Lock()
+	if d.done == nil {
+		d.done = map[string]bool{}
 	}
+	d.done[dir] = true
+	d.mu.Unlock()
 	return nil
 }
 
@@ -102,10 +127,11 @@ func SyncClose(f afero.File) error {
 }
 
 // Rename moves the synced file tmp to final, creating final's directory if
-// needed, and fsyncs final's directory so the new name is durable.
-func Rename(fs afero.Fs, tmp, final string) error {
+// needed (durably, through dirs), and fsyncs final's directory so the new
+// name is durable.
+func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
 	dir := filepath.Dir(final)
-	if err := MkdirAll(fs, dir); err != nil {
+	if err := dirs.MkdirAll(fs, dir); err != nil {
 		return err
 	}
 	if err := fs.Rename(tmp, final); err != nil {
@@ -117,7 +143,7 @@ func Rename(fs afero.Fs, tmp, final string) error {
 // WriteFile writes data to tmp (created exclusively), syncs and closes it,
 // then renames it to final and syncs final's directory. The caller chooses a
 // tmp outside any directory readers list.
-func WriteFile(fs afero.Fs, tmp, final string, data []byte) error {
+func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return Classify(fmt.Errorf("create %s: %w", tmp, err))
@@ -131,7 +157,7 @@ func WriteFile(fs afero.Fs, tmp, final string, data []byte) error {
 		_ = fs.Remove(tmp)
 		return err
 	}
-	return Rename(fs, tmp, final)
+	return Rename(fs, dirs, tmp, final)
 }
 
 // SameContent reports whether the file at path holds exactly want.
