@@ -175,7 +175,19 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// LastID returns the highest checkpoint id ever recorded, 0 if none.
+// Reserve durably marks id as used, so no later start hands it out again:
+// the open checkpoint takes writes before anything records it.
+func (s *Store) Reserve(id uint64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyLastID); v != nil && binary.BigEndian.Uint64(v) >= id {
+			return nil
+		}
+		return meta.Put(keyLastID, u64(id))
+	})
+}
+
+// LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.
 func (s *Store) LastID() (uint64, error) {
 	var id uint64
 	err := s.db.View(func(tx *bolt.Tx) error {

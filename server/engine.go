@@ -283,12 +283,29 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
+	// The open checkpoint takes writes before anything records its id, and
+	// the one after it opens at its barrier, before its record: so ids up
+	// to LastID+1 may have been handed out. Start beyond, and reserve.
+	open := uint64(1)
+	if res.LastID > 0 {
+		open = res.LastID + 2
+	}
+	for attempt := 0; ; attempt++ {
+		err := e.store.Reserve(open)
+		if err == nil {
+			break
+		}
+		e.log.Error("reserve checkpoint id, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
 	e.mu.Lock()
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p)
 	}
-	e.openID = res.LastID + 1
+	e.openID = open
 	e.lastDone = res.LastID
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true

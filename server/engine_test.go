@@ -186,7 +186,9 @@ func TestEmptyCheckpointsRecorded(t *testing.T) {
 	}
 	r.stop()
 	e = r.start(nil)
-	if st := e.Status(); st.OpenID != b.ID+1 {
+	// b.ID+1 was open when the engine stopped and may have taken writes:
+	// a new start never hands it out again.
+	if st := e.Status(); st.OpenID <= b.ID+1 {
 		t.Fatalf("checkpoint ids reused after restart: open %d, last %d", st.OpenID, b.ID)
 	}
 }

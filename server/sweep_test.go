@@ -164,7 +164,10 @@ func (m *model) checkProducers(t testing.TB, e *Engine) {
 		if !ok {
 			t.Fatalf("I5: producer %s lost", k[0])
 		}
-		got := st.Streams[k[1]]
+		got, ok := st.Streams[k[1]]
+		if !ok {
+			got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+		}
 		if got.NextSeq != want || got.CommittedSeq != want-1 {
 			t.Fatalf("I5: %s/%s next %d committed %d, want next %d committed %d", k[0], k[1], got.NextSeq, got.CommittedSeq, want, want-1)
 		}
