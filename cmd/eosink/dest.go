@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	s3c "github.com/eosink/eosink/committer/s3"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/spf13/afero"
+)
+
+// destination is where committed files go.
+type destination interface {
+	committer.Committer
+	committer.Publisher
+	committer.Reader
+}
+
+type destFlags struct {
+	dest       string
+	endpoint   string
+	insecure   bool
+	commitMode string
+}
+
+// openDest parses --dest and builds its committer. staging is the local
+// staging directory (for file:// it must be on the same filesystem).
+func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node string, log *slog.Logger) (destination, string, error) {
+	u, err := url.Parse(df.dest)
+	if err != nil {
+		return nil, "", fmt.Errorf("--dest %q: %w", df.dest, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, "", fmt.Errorf("--dest %q: want file:///absolute/path", df.dest)
+		}
+		dir := filepath.Clean(u.Path)
+		if !filepath.IsAbs(dir) {
+			return nil, "", fmt.Errorf("--dest %q: path must be absolute", df.dest)
+		}
+		if staging != "" {
+			if rel, err := filepath.Rel(dir, staging); err == nil && !strings.HasPrefix(rel, "..") {
+				return nil, "", fmt.Errorf("--dest %s: the staging directory %s must not be inside the destination", dir, staging)
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, "", fmt.Errorf("create destination %s: %w", dir, err)
+			}
+			if err := sameDevice(dir, staging); err != nil {
+				return nil, "", err
+			}
+		}
+		return local.New(fsys, dir, staging), dir, nil
+	case "s3":
+		if df.endpoint == "" {
+			return nil, "", errors.New("--dest s3://... needs --s3-endpoint host:port")
+		}
+		bucket := u.Host
+		prefix := strings.Trim(u.Path, "/")
+		if bucket == "" {
+			return nil, "", fmt.Errorf("--dest %q: no bucket", df.dest)
+		}
+		cl, err := minio.New(df.endpoint, &minio.Options{
+			Creds:  credentials.NewStaticV4(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")),
+			Secure: !df.insecure,
+			Region: os.Getenv("AWS_REGION"),
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("s3 client for %s: %w", df.endpoint, err)
+		}
+		ok, err := cl.BucketExists(ctx, bucket)
+		if err != nil {
+			return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, df.endpoint, err)
+		}
+		if !ok {
+			return nil, "", fmt.Errorf("bucket %s does not exist at %s", bucket, df.endpoint)
+		}
+		mode := s3c.Multipart
+		switch df.commitMode {
+		case "", "multipart":
+		case "copy":
+			mode = s3c.Copy
+		default:
+			return nil, "", fmt.Errorf("--s3-commit %q: want multipart or copy", df.commitMode)
+		}
+		c, err := s3c.New(s3c.Config{Client: cl, Bucket: bucket, Prefix: prefix, Node: node, Staging: fsys, Mode: mode, Logger: log})
+		if err != nil {
+			return nil, "", err
+		}
+		return c, df.dest, nil
+	default:
+		return nil, "", fmt.Errorf("--dest %q: want file:///path or s3://bucket/prefix", df.dest)
+	}
+}
+
+// sameDevice refuses a destination on another filesystem than staging:
+// commit is a rename, which cannot cross filesystems.
+func sameDevice(a, b string) error {
+	var sa, sb syscall.Stat_t
+	if err := syscall.Stat(a, &sa); err != nil {
+		return fmt.Errorf("stat %s: %w", a, err)
+	}
+	if err := syscall.Stat(b, &sb); err != nil {
+		return fmt.Errorf("stat %s: %w", b, err)
+	}
+	if sa.Dev != sb.Dev {
+		return fmt.Errorf("destination %s and staging %s are on different filesystems; a commit is a rename and cannot cross them (put --data-dir on the destination's filesystem)", a, b)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+// Command eosink is the exactly-once file sink: `eosink serve` runs the
+// service, `eosink verify` checks a destination, `eosink version` prints
+// the build.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee))
+		}
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "eosink:", err)
+		}
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// exitError ends the process with a status and nothing more to say.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+var errUsage = errors.New("usage")
+
+const usage = `eosink lands records in files, exactly once.
+
+Usage:
+  eosink [serve] [flags]     run the service (the default)
+  eosink verify --dest URL   check a destination against its manifests
+  eosink version             print the version
+
+Run 'eosink serve --help' or 'eosink verify --help' for their flags.
+Every flag can also be set as EOSINK_<FLAG>, e.g. EOSINK_DATA_DIR=/var/lib/eosink.
+`
+
+// run is main without the process: args without the program name.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "verify":
+		return verify(ctx, args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "eosink", version())
+		return nil
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}
+
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v + " " + bi.GoVersion
+}
+
+// envFlags sets each flag of fs not given on the command line from
+// EOSINK_<NAME>, with dashes as underscores. Command-line flags win.
+func envFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		key := "EOSINK_" + upperUnderscore(f.Name)
+		if v, ok := os.LookupEnv(key); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", key, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+func upperUnderscore(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c == '-':
+			b[i] = '_'
+		case c >= 'a' && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

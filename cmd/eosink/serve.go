@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/afero"
+)
+
+type serveFlags struct {
+	listen  string
+	dataDir string
+	destFlags
+	node            string
+	interval        time.Duration
+	tokenFile       string
+	insecureNoAuth  bool
+	maxBody         size
+	maxRecord       size
+	maxUncommitted  size
+	rollSize        size
+	waitTimeout     time.Duration
+	shutdownTimeout time.Duration
+	logFormat       string
+	logLevel        string
+}
+
+func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	f.maxBody, f.maxRecord, f.maxUncommitted, f.rollSize = 64<<20, 1<<20, 1<<30, 1<<30
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on")
+	fs.StringVar(&f.dataDir, "data-dir", "./data", "staging files and the state store")
+	fs.StringVar(&f.dest, "dest", "", "where committed files go: file:///abs/path or s3://bucket/prefix (default file://<data-dir>/files)")
+	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+	fs.BoolVar(&f.insecure, "s3-insecure", false, "talk plain HTTP to --s3-endpoint")
+	fs.StringVar(&f.commitMode, "s3-commit", "multipart", "S3 commit mode: multipart (upload at pre-commit, complete at commit) or copy (staging object, server-side copy at commit)")
+	fs.StringVar(&f.node, "node", sanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
+	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "periodic checkpoints; 0 means only on request")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file of '<role> <token>' lines (roles: ingest, read, admin); without it only loopback addresses may be served")
+	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without tokens (anyone who can connect can write)")
+	fs.Var(&f.maxBody, "max-body", "largest write body (e.g. 64MiB)")
+	fs.Var(&f.maxRecord, "max-record", "largest record (e.g. 1MiB)")
+	fs.Var(&f.maxUncommitted, "max-uncommitted", "uncommitted data held before writes get 429 backpressure")
+	fs.Var(&f.rollSize, "roll-size", "start a new file beyond this size within a checkpoint")
+	fs.DurationVar(&f.waitTimeout, "wait-timeout", 30*time.Second, "longest a ?wait=commit write waits before answering 202")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
+	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+var nodeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]{0,63}$`)
+
+func sanitizeNode(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	out := strings.TrimLeft(string(b), "_.")
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	if out == "" {
+		return "node"
+	}
+	return out
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "auto":
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				return slog.New(slog.NewTextHandler(w, opts)), nil
+			}
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json, text or auto", format)
+}
+
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f serveFlags
+	fs := serveFlagSet(&f, stderr)
+	if err := envFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	if !nodeRE.MatchString(f.node) {
+		return fmt.Errorf("--node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", f.node)
+	}
+	var tokens *api.Tokens
+	if f.tokenFile != "" {
+		if tokens, err = api.LoadTokens(f.tokenFile); err != nil {
+			return err
+		}
+	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
+		return fmt.Errorf("--listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", f.listen)
+	}
+	dataDir, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	if f.dest == "" {
+		f.dest = "file://" + filepath.Join(dataDir, "files")
+	}
+	staging := filepath.Join(dataDir, "staging")
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return fmt.Errorf("create staging dir: %w", err)
+	}
+	osfs := afero.NewOsFs()
+	dest, destName, err := openDest(ctx, f.destFlags, osfs, staging, f.node, log)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var eng *server.Engine
+	metrics := server.NewMetrics(reg, func() server.Status {
+		if eng == nil {
+			return server.Status{}
+		}
+		return eng.Status()
+	})
+	eng, err = server.Open(server.Config{
+		Node: f.node, FS: osfs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
+		Committer: dest, Publisher: dest, Logger: log,
+		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
+		Hooks: metrics.Hooks(),
+	})
+	if err != nil {
+		return err
+	}
+	apiSrv, err := api.New(api.Config{
+		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log,
+		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
+	})
+	if err != nil {
+		_ = eng.Close()
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		_ = eng.Close()
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	hs := &http.Server{
+		Handler:           apiSrv,
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      f.waitTimeout + time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("eosink serving", "listen", ln.Addr().String(), "dest", destName, "data_dir", dataDir, "node", f.node,
+		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "version", version())
+	fmt.Fprintf(stdout, "eosink listening on http://%s\n", ln.Addr())
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- hs.Serve(ln) }()
+
+	go func() {
+		select {
+		case <-eng.Ready():
+			log.Info("ready: recovery finished, accepting writes")
+		case <-ctx.Done():
+		case <-eng.Failed():
+		}
+	}()
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: final checkpoint", "timeout", f.shutdownTimeout.String())
+		sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+		defer cancel()
+		engErr := make(chan error, 1)
+		go func() { engErr <- eng.Shutdown(sctx) }()
+		herr := hs.Shutdown(sctx)
+		err := errors.Join(<-engErr, herr)
+		if err != nil {
+			log.Error("shutdown", "err", err)
+			return exitError(1)
+		}
+		log.Info("stopped cleanly")
+		return nil
+	case <-eng.Failed():
+		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		_ = eng.Close()
+		return exitError(1)
+	case err := <-httpErr:
+		_ = eng.Close()
+		return fmt.Errorf("serve http: %w", err)
+	}
+}
+
+// size is a byte count flag: 1048576, 64KiB, 64MiB, 1GiB, 10MB.
+type size int64
+
+func (s *size) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (s *size) Set(v string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("want a positive size like 1048576 or 64MiB")
+	}
+	*s = size(n * mult)
+	return nil
+}

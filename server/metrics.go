@@ -1,0 +1,92 @@
+package server
+
+import (
+	"github.com/eosink/eosink/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the engine's Prometheus metrics, registered on a registry the
+// caller owns.
+type Metrics struct {
+	records     *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	fenced      prometheus.Counter
+	ckptSeconds prometheus.Histogram
+	ckpts       *prometheus.CounterVec
+	files       prometheus.Counter
+	stuck       prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them on reg. status is read
+// at scrape time for the gauges; it may be set later with SetStatus.
+func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
+	m := &Metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_records_ingested_total",
+			Help: "Records accepted into open checkpoints, by stream."}, []string{"stream"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_bytes_ingested_total",
+			Help: "Bytes accepted into open checkpoints, by stream."}, []string{"stream"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_batches_rejected_total",
+			Help: "Batches refused by the engine, by reason."}, []string{"reason"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_duplicates_dropped_total",
+			Help: "Batches dropped as duplicates of an accepted sequence number, by stream."}, []string{"stream"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_fenced_total",
+			Help: "Writes refused because a newer epoch fenced the producer."}),
+		ckptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eosink_checkpoint_duration_seconds",
+			Help: "Time from barrier to committed or aborted.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
+		ckpts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_checkpoints_total",
+			Help: "Checkpoints ended, by state."}, []string{"state"}),
+		files: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_files_committed_total",
+			Help: "Files made final."}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_commit_retries_total",
+			Help: "Failed attempts to commit a prepared checkpoint (each is retried)."}),
+	}
+	gauge := func(name, help string, f func(Status) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if status == nil {
+				return 0
+			}
+			return f(status())
+		})
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck,
+		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
+		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
+		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
+		gauge("eosink_ready", "1 once recovery finished and writes are accepted.", func(s Status) float64 { return b2f(s.Ready) }),
+		gauge("eosink_commit_stuck", "1 while a prepared checkpoint fails to commit and is being retried.", func(s Status) float64 { return b2f(s.Stuck != "") }),
+	)
+	return m
+}
+
+// Hooks returns engine hooks that update m.
+func (m *Metrics) Hooks() Hooks {
+	return Hooks{
+		Accepted: func(stream string, records, bytes int) {
+			m.records.WithLabelValues(stream).Add(float64(records))
+			m.bytes.WithLabelValues(stream).Add(float64(bytes))
+		},
+		Duplicate: func(stream string) { m.duplicates.WithLabelValues(stream).Inc() },
+		Rejected: func(reason string) {
+			m.rejected.WithLabelValues(reason).Inc()
+			if reason == "producer_fenced" {
+				m.fenced.Inc()
+			}
+		},
+		Checkpoint: func(r CheckpointResult) {
+			m.ckpts.WithLabelValues(string(r.State)).Inc()
+			m.ckptSeconds.Observe(float64(r.DurationMS) / 1000)
+			if r.State == recovery.Committed {
+				m.files.Add(float64(len(r.Files)))
+			}
+		},
+		CommitStuck: func(uint64, error) { m.stuck.Inc() },
+	}
+}
