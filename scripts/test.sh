@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# Runs every test of eosink. Installs what the tests need first.
+# Runs every test of eosink, after installing what the tests need: a MinIO
+# server (scripts/minio.sh) and Chromium (scripts/chromium.sh). Safe to run
+# again; installs are skipped when already done.
+#
+# Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
+# EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+echo "== install test dependencies"
+bash scripts/minio.sh
+bash scripts/chromium.sh
+
 echo "== gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
-if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt needed:"; echo "$unformatted"; exit 1
+fi
 echo "== go vet"
 go vet ./...
 echo "== go test"
