@@ -127,11 +127,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	st := s.eng.Status()
-	if !st.Ready || st.Failed != "" {
+	if !st.Ready || st.Failed != "" || st.Draining {
 		msg := "recovery running"
 		switch {
 		case st.Failed != "":
 			msg = st.Failed
+		case st.Draining:
+			msg = "shutting down"
 		case st.Recovering != "":
 			msg = "recovery running: " + st.Recovering
 		}

@@ -581,6 +581,7 @@ type Status struct {
 	LastDone    uint64
 	Stuck       string // the error holding a prepared checkpoint, if any
 	Failed      string
+	Draining    bool // shutting down: writes are refused
 }
 
 // Status returns a snapshot of the engine.
@@ -588,7 +589,8 @@ func (e *Engine) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, OpenBytes: e.openBytes,
-		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone}
+		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
+		Draining: e.draining || e.closed}
 	if e.stuck != nil {
 		s.Stuck = e.stuck.Error()
 	}
