@@ -546,3 +546,8 @@ func (s *Store) Intents() (map[string]committer.File, error) {
 	})
 	return out, err
 }
+
+// FileOf builds a committer.File; a convenience for tools and benchmarks.
+func FileOf(stream, temp, final string, bytes, records int64, crc string) committer.File {
+	return committer.File{Stream: stream, Temp: temp, Final: final, Bytes: bytes, Records: records, CRC32C: crc}
+}

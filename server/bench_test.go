@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
+)
+
+// osEngine opens an engine on the real filesystem under a temp dir: the
+// benchmarks measure real writes and fsyncs.
+func osEngine(b *testing.B, tweak func(*Config)) *Engine {
+	b.Helper()
+	dir := b.TempDir()
+	fs := afero.NewOsFs()
+	staging, dest := filepath.Join(dir, "staging"), filepath.Join(dir, "files")
+	cfg := Config{Node: "bench", FS: fs, StagingDir: staging, StorePath: filepath.Join(dir, "state.db"),
+		Committer: local.New(fs, dest, staging), Publisher: local.New(fs, dest, staging), MaxUncommittedBytes: 8 << 30}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	e, err := Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.WaitReady(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func ndjsonBatch(records, size int) []byte {
+	line := `{"k":"` + strings.Repeat("x", size-9) + `"}` + "\n"
+	return []byte(strings.Repeat(line, records))
+}
+
+// BenchmarkWriteIdempotent is the producer sequence check plus the staging
+// append, from parallel producers on separate streams: the ingest lock's cost.
+func BenchmarkWriteIdempotent(b *testing.B) {
+	e := osEngine(b, nil)
+	data := ndjsonBatch(100, 1024)
+	var n atomic.Int64
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		id := fmt.Sprintf("p%d", n.Add(1))
+		ps, err := e.InitProducer(id)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		seq := int64(0)
+		for pb.Next() {
+			if _, err := e.Write(Write{Stream: "s", Ext: "ndjson", Data: data, Records: 100,
+				Producer: &Producer{ID: id, Epoch: ps.Epoch, Seq: seq}}); err != nil {
+				b.Error(err)
+				return
+			}
+			seq++
+		}
+	})
+}
+
+// BenchmarkSequenceCheck is the duplicate path: the producer check alone.
+func BenchmarkSequenceCheck(b *testing.B) {
+	e := osEngine(b, nil)
+	ps, _ := e.InitProducer("p")
+	data := ndjsonBatch(1, 64)
+	if _, err := e.Write(Write{Stream: "s", Ext: "ndjson", Data: data, Records: 1, Producer: &Producer{ID: "p", Epoch: ps.Epoch}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		res, err := e.Write(Write{Stream: "s", Ext: "ndjson", Data: data, Records: 1, Producer: &Producer{ID: "p", Epoch: ps.Epoch}})
+		if err != nil || !res.Duplicate {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkCheckpoint100Files measures one checkpoint (barrier, fsync of
+// 100 files, prepared record, 100 renames, manifest, committed record) on
+// the real filesystem. Reports p50/p99 of the checkpoint alone.
+func BenchmarkCheckpoint100Files(b *testing.B) {
+	for _, par := range []int{8, 32, 128} {
+		b.Run(fmt.Sprintf("parallel=%d", par), func(b *testing.B) { benchCheckpoint(b, par) })
+	}
+}
+
+func benchCheckpoint(b *testing.B, par int) {
+	e := osEngine(b, func(c *Config) { c.Parallel = par })
+	data := ndjsonBatch(10, 200)
+	var durs []time.Duration
+	for range b.N {
+		b.StopTimer()
+		for s := range 100 {
+			if _, err := e.Write(Write{Stream: fmt.Sprintf("s%03d", s), Ext: "ndjson", Data: data, Records: 10}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := e.Checkpoint(context.Background())
+		durs = append(durs, time.Since(start))
+		if err != nil || res.State != recovery.Committed || len(res.Files) != 100 {
+			b.Fatalf("checkpoint: %v %v %d", err, res.State, len(res.Files))
+		}
+	}
+	reportQuantiles(b, durs)
+}
+
+func reportQuantiles(b *testing.B, durs []time.Duration) {
+	if len(durs) == 0 {
+		return
+	}
+	s := append([]time.Duration(nil), durs...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	q := func(p float64) float64 { return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+}
+
+// BenchmarkRecovery10000Prepared measures a start that must re-commit a
+// prepared checkpoint of 10,000 files: the time until ready.
+func BenchmarkRecovery10000Prepared(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		fs := afero.NewOsFs()
+		staging, dest := filepath.Join(dir, "staging"), filepath.Join(dir, "files")
+		if err := fs.MkdirAll(staging, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		st, err := recovery.Open(filepath.Join(dir, "state.db"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ck := &recovery.Checkpoint{ID: 1, StartedAt: time.Now(), PreparedAt: time.Now()}
+		for i := range 10000 {
+			base := fmt.Sprintf("part-bench-%020d-%04d.ndjson", 1, i)
+			temp := filepath.Join(staging, base+".inprogress")
+			if err := afero.WriteFile(fs, temp, []byte("{}\n"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			ck.Files = append(ck.Files, recovery.FileOf(fmt.Sprintf("s%02d", i%50), temp, fmt.Sprintf("s%02d/dt=2026-11-29/hour=09/%s", i%50, base), 3, 1, "d6a8b2e4"))
+		}
+		if err := st.Prepare(ck); err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		e, err := Open(Config{Node: "bench", FS: fs, StagingDir: staging, StorePath: filepath.Join(dir, "state.db"),
+			Committer: local.New(fs, dest, staging), Publisher: local.New(fs, dest, staging)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.WaitReady(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ready-ms")
+		b.StopTimer()
+		_ = e.Close()
+	}
+}
