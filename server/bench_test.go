@@ -131,7 +131,9 @@ func reportQuantiles(b *testing.B, durs []time.Duration) {
 			}
 		}
 	}
-	q := func(p float64) float64 { return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000 }
+	q := func(p float64) float64 {
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
+	}
 	b.ReportMetric(q(0.5), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 }
