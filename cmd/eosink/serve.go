@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -39,6 +40,7 @@ type serveFlags struct {
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        string
+	pprofListen     string
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -64,6 +66,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -211,6 +214,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "eosink listening on http://%s\n", ln.Addr())
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- hs.Serve(ln) }()
+	if f.pprofListen != "" {
+		if !isLoopback(f.pprofListen) {
+			_ = eng.Close()
+			return fmt.Errorf("--pprof-listen %s: only loopback addresses", f.pprofListen)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		go func() {
+			err := http.ListenAndServe(f.pprofListen, mux)
+			log.Error("pprof server stopped", "err", err)
+		}()
+	}
 
 	go func() {
 		select {
