@@ -1,0 +1,479 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultMaxBuffered is the default bound of the bytes of kept batches.
+const DefaultMaxBuffered = 128 << 20
+
+// Polling of the producer's state while waiting for commits.
+const (
+	pollMin = 20 * time.Millisecond
+	pollMax = time.Second
+)
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	hc          *http.Client
+	token       string
+	producer    string
+	retry       Retry
+	maxBuffered int64
+	log         *slog.Logger
+}
+
+// WithHTTPClient sets the HTTP client; the default is a new http.Client
+// without a timeout (every call is bounded by its ctx). A Timeout set here
+// bounds each attempt; keep it above the service's wait timeout (30s by
+// default) when using SendWait.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.hc = hc } }
+
+// WithToken sends "Authorization: Bearer <token>" on every request.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithProducer sets the producer id, which Init, Send, SendWait and Flush
+// need: ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$. Use one id per live writer:
+// a second Client with the same id fences the first at its Init.
+func WithProducer(id string) Option { return func(c *config) { c.producer = id } }
+
+// WithRetry sets the retry policy; zero fields take DefaultRetry's values.
+func WithRetry(r Retry) Option { return func(c *config) { c.retry = r } }
+
+// WithMaxBuffered bounds the bytes of batches kept until committed (bodies
+// as sent); n <= 0 means DefaultMaxBuffered. A Send that would go over it
+// waits for commits; see Send.
+func WithMaxBuffered(n int64) Option { return func(c *config) { c.maxBuffered = n } }
+
+// WithLogger receives retries and resends (debug and info) and fencing
+// (warn). Nil, the default, discards.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// Client is a producer of one eosink service. It is safe for concurrent
+// use: Sends on one stream are serialized, since sequence order matters;
+// Sends on different streams run in parallel.
+type Client struct {
+	base        *url.URL
+	hc          *http.Client
+	token       string
+	producer    string
+	retry       Retry
+	maxBuffered int64
+	log         *slog.Logger
+
+	mu       sync.Mutex // guards everything below and every stream's state
+	epoch    int64
+	inited   bool
+	initing  int  // Inits in flight: a newer epoch seen meanwhile may be ours
+	fenced   bool // terminal
+	streams  map[string]*stream
+	buffered int64         // bytes of kept batches and reservations
+	space    chan struct{} // closed and replaced when buffered shrinks
+}
+
+// stream is the client's state of one stream. The fields other than name
+// and sendLock are guarded by Client.mu.
+type stream struct {
+	name string
+	// sendLock is held by whoever sends the stream's batches: one
+	// request in flight per stream, in sequence order.
+	sendLock chan struct{}
+
+	next      int64    // sequence number of the next new batch
+	committed int64    // highest sequence number known committed, -1 if none
+	kept      []*batch // sent, not known committed; kept[i].seq == kept[0].seq+i
+	broken    error    // set once the stream cannot go on (ErrSequenceLost)
+}
+
+// batch is one kept batch.
+type batch struct {
+	seq     int64
+	body    []byte
+	records int
+	// confirmed: the service answered that it holds the batch. Reset when
+	// it says it lost it (an expected_seq at or below seq).
+	confirmed bool
+	// maybeSent: an attempt may have reached the service (any answer
+	// other than a refusal before the append). From then on the sequence
+	// number belongs to this body for good: a slow earlier attempt may
+	// still land.
+	maybeSent bool
+	committed bool
+	ans       writeAnswer // the answer that confirmed it
+}
+
+func (s *stream) lock(ctx context.Context) error {
+	select {
+	case s.sendLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *stream) tryLock() bool {
+	select {
+	case s.sendLock <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *stream) unlock() { <-s.sendLock }
+
+// New returns a Client of the service at baseURL (such as
+// "http://127.0.0.1:8080"; a path is kept as a prefix).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("new client: parse base url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("new client: base url %q: want http(s)://host[:port][/prefix]", baseURL)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.producer != "" && !validProducer(cfg.producer) {
+		return nil, fmt.Errorf("new client: producer id %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", cfg.producer)
+	}
+	if cfg.hc == nil {
+		cfg.hc = &http.Client{}
+	}
+	if cfg.maxBuffered <= 0 {
+		cfg.maxBuffered = DefaultMaxBuffered
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{
+		base: u, hc: cfg.hc, token: cfg.token, producer: cfg.producer, retry: cfg.retry.withDefaults(),
+		maxBuffered: cfg.maxBuffered, log: cfg.log.With("producer", cfg.producer),
+		streams: map[string]*stream{}, space: make(chan struct{}),
+	}, nil
+}
+
+// Producer returns the producer id, "" without WithProducer.
+func (c *Client) Producer() string { return c.producer }
+
+// Epoch returns the epoch of the last Init, 0 before.
+func (c *Client) Epoch() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
+}
+
+// Init asks the service for a new epoch of the producer (POST
+// /v1/producers/{id}/init), which fences every other Client with the same
+// id, and takes up the service's sequence state: per stream, the next new
+// batch gets next_seq. Call it once before sending. Called again, it fences
+// the Client's own earlier epoch: batches kept are delivered with the new
+// one, and those the service lost are resent from its next_seq.
+func (c *Client) Init(ctx context.Context) (ProducerState, error) {
+	c.mu.Lock()
+	if err := c.checkLocked(false); err != nil {
+		c.mu.Unlock()
+		return ProducerState{}, fmt.Errorf("init producer: %w", err)
+	}
+	c.initing++
+	c.mu.Unlock()
+
+	var ps ProducerState
+	err := c.call(ctx, "init producer", request{method: http.MethodPost, path: "/v1/producers/" + c.producer + "/init"}, &ps)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.initing--
+	if err != nil {
+		return ProducerState{}, err
+	}
+	if c.fenced {
+		return ProducerState{}, fmt.Errorf("init producer: %w", ErrFenced)
+	}
+	if ps.Epoch > c.epoch || !c.inited {
+		c.epoch = ps.Epoch
+	}
+	c.inited = true
+	for name, ss := range ps.Streams {
+		c.adoptLocked(c.streamLocked(name), ss)
+	}
+	for name, st := range c.streams {
+		if _, ok := ps.Streams[name]; !ok {
+			c.adoptLocked(st, StreamState{NextSeq: 0, CommittedSeq: -1})
+		}
+	}
+	return ps, nil
+}
+
+// adoptLocked takes up the service's state of st after an Init.
+func (c *Client) adoptLocked(st *stream, ss StreamState) {
+	c.trimLocked(st, ss.CommittedSeq)
+	switch {
+	case ss.NextSeq > st.next:
+		if len(st.kept) > 0 {
+			c.log.Warn("service ahead of the batches kept: another writer used this producer id",
+				"stream", st.name, "next_seq", ss.NextSeq, "kept_up_to", st.next-1)
+		}
+		st.next = ss.NextSeq
+	case ss.NextSeq < st.next:
+		// The service lost batches; the next delivery resends them.
+		_ = c.rewindLocked(st, ss.NextSeq)
+	}
+}
+
+// State returns the producer's state in the service (GET
+// /v1/producers/{id}) and drops the kept batches it reports committed.
+func (c *Client) State(ctx context.Context) (ProducerState, error) {
+	c.mu.Lock()
+	err := c.checkLocked(false)
+	c.mu.Unlock()
+	if err != nil {
+		return ProducerState{}, fmt.Errorf("get producer: %w", err)
+	}
+	ps, err := c.fetchState(ctx)
+	if err != nil {
+		return ProducerState{}, err
+	}
+	c.mu.Lock()
+	_, err = c.observeLocked(ps)
+	c.mu.Unlock()
+	return ps, err
+}
+
+// fetchState gets the producer's state, with retries.
+func (c *Client) fetchState(ctx context.Context) (ProducerState, error) {
+	s := streak{pol: c.retry}
+	for readySeen := false; ; {
+		var ps ProducerState
+		err := c.call(ctx, "get producer", request{method: http.MethodGet, path: "/v1/producers/" + c.producer}, &ps)
+		if !errors.Is(err, ErrNotFound) || readySeen {
+			if errors.Is(err, ErrNotFound) {
+				err = fmt.Errorf("%w: %w", ErrUnknownProducer, err)
+			}
+			return ps, err
+		}
+		// While it recovers, the service knows no producer yet and answers
+		// 404 rather than 503: believe a 404 only if it came after /readyz
+		// said ready.
+		rerr := c.do(ctx, request{method: http.MethodGet, path: "/readyz"}, nil)
+		var ae *APIError
+		var retryAfter time.Duration
+		switch {
+		case rerr == nil:
+			readySeen = true
+			continue
+		case ctx.Err() != nil:
+			return ps, fmt.Errorf("get producer: %w", ctx.Err())
+		case errors.As(rerr, &ae) && ae.Status != http.StatusServiceUnavailable:
+			return ps, fmt.Errorf("%w: %w", ErrUnknownProducer, err)
+		case ae != nil:
+			retryAfter = ae.RetryAfter
+		}
+		d, ok := s.next(retryAfter)
+		if !ok {
+			return ps, fmt.Errorf("get producer: giving up after %d attempts: %w", s.n, rerr)
+		}
+		c.log.Debug("retrying", "op", "get producer", "attempt", s.n, "wait", d, "err", rerr)
+		if err := sleep(ctx, d); err != nil {
+			return ps, fmt.Errorf("get producer: %w", err)
+		}
+	}
+}
+
+// observeLocked applies a state of the producer read from the service:
+// kept batches it reports committed are dropped, a newer epoch fences the
+// client. It returns the streams that need a delivery: kept batches the
+// service does not confirm holding (lost in a crash or never confirmed).
+func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
+	if c.fenced {
+		return nil, ErrFenced
+	}
+	if c.inited && ps.Epoch > c.epoch && c.initing == 0 {
+		c.fenceLocked(fmt.Sprintf("service has epoch %d, this client %d", ps.Epoch, c.epoch))
+		return nil, ErrFenced
+	}
+	var need []*stream
+	for name, st := range c.streams {
+		ss, ok := ps.Streams[name]
+		if !ok {
+			ss = StreamState{NextSeq: 0, CommittedSeq: -1}
+		}
+		c.trimLocked(st, ss.CommittedSeq)
+		for _, b := range st.kept {
+			if !b.confirmed || b.seq >= ss.NextSeq {
+				need = append(need, st)
+				break
+			}
+		}
+	}
+	return need, nil
+}
+
+// Stats counts the batches a Client keeps.
+type Stats struct {
+	Batches     int   // kept: sent, not known committed
+	Bytes       int64 // their bodies
+	Unconfirmed int   // of which the service has not confirmed holding
+}
+
+// Stats returns what the client keeps now.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s Stats
+	for _, st := range c.streams {
+		for _, b := range st.kept {
+			s.Batches++
+			s.Bytes += int64(len(b.body))
+			if !b.confirmed {
+				s.Unconfirmed++
+			}
+		}
+	}
+	return s
+}
+
+// checkLocked returns why the client cannot work: no producer, fenced,
+// or (needInit) not initialised.
+func (c *Client) checkLocked(needInit bool) error {
+	switch {
+	case c.producer == "":
+		return ErrNoProducer
+	case c.fenced:
+		return ErrFenced
+	case needInit && !c.inited:
+		return ErrNotInitialized
+	}
+	return nil
+}
+
+// streamLocked returns the state of a stream, creating it.
+func (c *Client) streamLocked(name string) *stream {
+	st := c.streams[name]
+	if st == nil {
+		st = &stream{name: name, sendLock: make(chan struct{}, 1), committed: -1}
+		c.streams[name] = st
+	}
+	return st
+}
+
+// trimLocked drops the kept batches up to committed.
+func (c *Client) trimLocked(st *stream, committed int64) {
+	if committed <= st.committed {
+		return
+	}
+	st.committed = committed
+	i := 0
+	for i < len(st.kept) && st.kept[i].seq <= committed {
+		b := st.kept[i]
+		b.confirmed, b.committed = true, true
+		c.releaseLocked(int64(len(b.body)))
+		st.kept[i] = nil
+		i++
+	}
+	st.kept = st.kept[i:]
+	if len(st.kept) == 0 {
+		st.kept = nil // let the array go
+	}
+}
+
+// releaseLocked gives back n buffered bytes and wakes waiting Sends.
+func (c *Client) releaseLocked(n int64) {
+	if n <= 0 {
+		return
+	}
+	c.buffered -= n
+	close(c.space)
+	c.space = make(chan struct{})
+}
+
+// rewindLocked handles "the service expects seq": every kept batch from
+// seq on is marked unconfirmed, to be resent in order.
+func (c *Client) rewindLocked(st *stream, seq int64) error {
+	if st.broken != nil {
+		return st.broken
+	}
+	first := st.next - int64(len(st.kept))
+	if seq < first || seq > st.next {
+		st.broken = fmt.Errorf("stream %s: service expects seq %d, this client keeps %d..%d: %w",
+			st.name, seq, first, st.next-1, ErrSequenceLost)
+		return st.broken
+	}
+	for _, b := range st.kept {
+		if b.seq >= seq {
+			b.confirmed = false
+		} else if !b.confirmed {
+			// The service holds every seq below the one it expects.
+			b.confirmed = true
+		}
+	}
+	return nil
+}
+
+// fenceLocked makes the client a zombie: kept batches are dropped.
+func (c *Client) fenceLocked(why string) {
+	if c.fenced {
+		return
+	}
+	c.fenced = true
+	var batches int
+	var bytes int64
+	for _, st := range c.streams {
+		for _, b := range st.kept {
+			batches++
+			bytes += int64(len(b.body))
+		}
+		st.kept = nil
+	}
+	c.log.Warn("producer fenced: dropping kept batches", "why", why, "batches", batches, "bytes", bytes)
+	c.releaseLocked(bytes)
+}
+
+// validStream reports whether s is a stream name:
+// ^[a-z0-9][a-z0-9_.-]{0,127}$ and no "..".
+func validStream(s string) bool {
+	if len(s) == 0 || len(s) > 128 || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validProducer reports whether s is a producer id:
+// ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$.
+func validProducer(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
