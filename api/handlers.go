@@ -37,6 +37,9 @@ func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
+	if !s.readyOr503(w) {
+		return
+	}
 	st, ok := s.eng.Producer(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("producer %q is not known", id)})
@@ -46,6 +49,9 @@ func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
+	if !s.readyOr503(w) {
+		return
+	}
 	ps := s.eng.Producers()
 	out := ProducerList{Producers: make([]Producer, 0, len(ps))}
 	for _, p := range ps {
@@ -171,4 +177,15 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write([]byte(indexPage))
+}
+
+// readyOr503 answers 503 not_ready while recovery runs: producers are not
+// loaded yet, and a 404 then would tell a client its producer is unknown.
+func (s *Server) readyOr503(w http.ResponseWriter) bool {
+	if s.eng.Status().Ready {
+		return true
+	}
+	w.Header().Set("Retry-After", s.retryAfter)
+	writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: "recovery running"})
+	return false
 }
