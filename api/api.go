@@ -182,7 +182,15 @@ func (s *Server) routes() http.Handler {
 	r.With(read).Get("/v1/files/*", s.getFile)
 	r.With(read).Get("/v1/openapi.yaml", s.openapi)
 	r.With(read).Get("/metrics", s.metrics.ServeHTTP)
-	r.With(read).Get("/", s.index)
+	if s.ui != nil {
+		// The UI does its own auth (login form, cookie, CSRF on POST): its
+		// login page must be reachable without a token.
+		r.Get("/", s.ui.ServeHTTP)
+		r.Handle("/ui", s.ui)
+		r.Handle("/ui/*", s.ui)
+	} else {
+		r.With(read).Get("/", s.index)
+	}
 	return r
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/server"
+	"github.com/eosink/eosink/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/afero"
@@ -189,8 +190,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var auth web.Authenticator
+	if tokens != nil {
+		auth = tokens
+	}
+	ui, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Files: dest, Auth: auth,
+		Logger: log.With("component", "web"), Node: f.node})
+	if err != nil {
+		_ = eng.Close()
+		return err
+	}
 	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log,
+		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log, UI: ui,
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
 	})
 	if err != nil {

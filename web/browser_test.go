@@ -1,0 +1,407 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/spf13/afero"
+)
+
+// EnvChromium overrides where the browser tests find Chromium.
+const EnvChromium = "EOSINK_CHROMIUM"
+
+// EnvScreenshots names a folder for the browser tests' screenshots; by
+// default they go to a temp dir, and each path is logged.
+const EnvScreenshots = "EOSINK_SCREENSHOTS"
+
+// chromium returns the browser's path. Without one the test skips, but
+// fails under CI=true: a CI run must never pass by skipping.
+func chromium(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv(EnvChromium)
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(p); err != nil {
+		msg := fmt.Sprintf("chromium not found at %s (set %s, or run scripts/chromium.sh to install it): %v", p, EnvChromium, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// browser is one headless Chromium with a fresh profile, one tab, and a
+// folder for screenshots.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	base  string // the server's URL
+	shots string
+	n     int
+}
+
+// cspProbe records Content-Security-Policy violations of every page. It
+// is installed through the DevTools protocol, which the CSP does not
+// govern.
+const cspProbe = `window.__csp = []; document.addEventListener('securitypolicyviolation', function (e) { window.__csp.push(e.violatedDirective + ' ' + e.blockedURI); });`
+
+func newBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	exe := chromium(t)
+	shots := os.Getenv(EnvScreenshots)
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("force-color-profile", "srgb"),
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
+		chromedp.WindowSize(1280, 900),
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(bcancel)
+	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspProbe}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{t: t, ctx: bctx, base: base, shots: shots}
+}
+
+// dark switches prefers-color-scheme to dark, or back.
+func (b *browser) dark(on bool) {
+	b.t.Helper()
+	var f []*emulation.MediaFeature
+	if on {
+		f = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}
+	} else {
+		f = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}
+	}
+	if _, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: f}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// open navigates and expects a 200.
+func (b *browser) open(p string) {
+	b.t.Helper()
+	resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(b.base+p))
+	if err != nil {
+		b.t.Fatalf("open %s: %v", p, err)
+	}
+	if resp.Status != http.StatusOK {
+		b.t.Fatalf("open %s: status %d", p, resp.Status)
+	}
+}
+
+// click clicks what sel finds and waits for the page it leads to.
+func (b *browser) click(sel string) {
+	b.t.Helper()
+	resp, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("click %s: %v", sel, err)
+	}
+	if resp.Status != http.StatusOK {
+		b.t.Fatalf("click %s: %s answered %d", sel, resp.URL, resp.Status)
+	}
+}
+
+// location is the current address, without the server's.
+func (b *browser) location() string {
+	b.t.Helper()
+	loc, err := chromedp.Run(b.ctx, chromedp.Location())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return strings.TrimPrefix(loc, b.base)
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+func eval[T any](b *browser, js string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// shot saves a full-page screenshot of the current page and checks that
+// the page broke no rule of its Content-Security-Policy.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	if v := eval[[]string](b, `window.__csp || []`); len(v) > 0 {
+		b.t.Errorf("%s: Content-Security-Policy violations: %v", name, v)
+	}
+	buf, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	b.n++
+	p := filepath.Join(b.shots, fmt.Sprintf("%02d-%s.png", b.n, name))
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", p)
+}
+
+// TestBrowser walks the UI in real Chromium as an admin and then as a
+// read-only user: sign in, overview, stream, partition, file, preview,
+// download, "Checkpoint now", and forged POSTs.
+func TestBrowser(t *testing.T) {
+	r := newRig(t, rigOpts{auth: true})
+	file := r.seed()
+	// More producers, a fenced write and a few more checkpoints, so the
+	// tables and charts have something to show.
+	r.initProducer("billing.worker:7")
+	epoch := r.initProducer("billing.worker:7")
+	for i := range 12 {
+		seq := fmt.Sprint(i)
+		r.write("clicks", strings.Repeat(fmt.Sprintf("{\"user\":\"u%d\",\"n\":%d}\n", i, i), 40*(i%5+1)))
+		r.write("orders", fmt.Sprintf("{\"order\":%d,\"total\":%d.5}\n", i, i*10),
+			"Producer-Id", "billing.worker:7", "Producer-Epoch", fmt.Sprint(epoch), "Producer-Seq", seq)
+		if i == 3 {
+			rec := r.apiDo("POST", "/v1/streams/orders/records", "{}\n", "Content-Type", "application/x-ndjson",
+				"Producer-Id", "billing.worker:7", "Producer-Epoch", fmt.Sprint(epoch-1), "Producer-Seq", "9")
+			if rec.Code != http.StatusConflict {
+				t.Fatalf("fenced write: %d", rec.Code)
+			}
+		}
+		if i < 11 {
+			r.checkpoint()
+		}
+	}
+	// Hostile names and content, as a destination could hold them.
+	const hostile = `clicks/dt=x/"><img src=x onerror=window.__xss=1>.ndjson`
+	if err := afero.WriteFile(r.base, path.Join(tDest, hostile), []byte("<script>window.__xss=2</script>\n{\"h\":\"<img src=x onerror=window.__xss=3>\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(r.h)
+	t.Cleanup(srv.Close)
+	b := newBrowser(t, srv.URL)
+
+	// Without a cookie, the UI asks for a token.
+	b.open("/")
+	if loc := b.location(); loc != "/ui/login?next=%2Fui%2F" {
+		t.Fatalf("GET / led to %s, want the login form", loc)
+	}
+	b.shot("login")
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), tokAdmin))
+	b.click("#sign-in")
+	if loc := b.location(); loc != "/ui/" {
+		t.Fatalf("signed in to %s, want /ui/", loc)
+	}
+	if cookies := eval[string](b, `document.cookie`); strings.Contains(cookies, tokAdmin) {
+		t.Fatal("the token cookie is readable from script: want HttpOnly")
+	}
+
+	// Overview → stream → partition (two folder levels) → file.
+	if txt := b.text("#stream-table"); !strings.Contains(txt, "clicks") || !strings.Contains(txt, "views") {
+		t.Fatalf("overview streams: %q", txt)
+	}
+	b.shot("overview")
+	b.click(`#stream-table a[href="/ui/files/clicks/"]`)
+	b.shot("stream")
+	dir := path.Dir(file)
+	day := path.Dir(dir)
+	b.click(`#rows a[href="/ui/files/` + day + `/"]`)
+	b.click(`#rows a[href="/ui/files/` + dir + `/"]`)
+	if loc := b.location(); loc != "/ui/files/"+dir+"/" {
+		t.Fatalf("at %s, want the partition", loc)
+	}
+	if crumbs := b.text(".crumbs"); !strings.Contains(crumbs, "clicks") || !strings.Contains(crumbs, path.Base(dir)) {
+		t.Errorf("breadcrumbs %q", crumbs)
+	}
+	b.shot("partition")
+	// The filter box narrows the page as one types.
+	b.do("filter", chromedp.SendKeys(chromedp.ID("filter"), "0001-0000"))
+	if shown := eval[int](b, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown != 1 {
+		t.Errorf("%d rows shown after filtering, want 1", shown)
+	}
+	b.do("clear filter", chromedp.SendKeys(chromedp.ID("filter"), kb.Escape))
+	if shown := eval[int](b, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown < 7 {
+		t.Errorf("%d rows shown after Escape", shown)
+	}
+	b.click(`#rows a[href="/ui/files/` + file + `"]`)
+	preview := b.text("#preview")
+	for _, want := range []string{`"user": "ada"`, `"n": 1`, `"ok": true`, `"tags": [`} {
+		if !strings.Contains(preview, want) {
+			t.Errorf("preview lacks %q:\n%s", want, preview)
+		}
+	}
+	if m := b.text("#manifest"); !strings.Contains(m, "app-1") || !strings.Contains(m, "CRC-32C") {
+		t.Errorf("manifest entry: %q", m)
+	}
+	b.shot("file")
+
+	// Download: the link serves the committed bytes.
+	want, err := afero.ReadFile(r.base, path.Join(tDest, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := eval[[]byte](b, `fetch(document.getElementById('download').href).then(function (r) {
+		if (!r.ok) throw new Error('download: ' + r.status);
+		return r.arrayBuffer();
+	}).then(function (buf) { return Array.from(new Uint8Array(buf)); })`)
+	if gotBytes := jsonBytes(t, got); string(gotBytes) != string(want) {
+		t.Fatalf("downloaded %q, want %q", gotBytes, want)
+	}
+
+	// "Checkpoint now" commits what came in since and lists it.
+	r.write("views", "{\"page\":\"/pricing\"}\n{\"page\":\"/docs\"}\n")
+	st := r.eng.Status()
+	next := st.OpenID
+	b.click("#checkpoint-now")
+	if loc := b.location(); loc != fmt.Sprintf("/ui/checkpoints?ran=%d", next) {
+		t.Fatalf("after checkpoint at %s", loc)
+	}
+	if ran := b.text("#ran"); !strings.Contains(ran, fmt.Sprintf("#%d committed", next)) || !strings.Contains(ran, fmt.Sprintf("%d records", st.OpenRecords)) {
+		t.Errorf("notice %q", ran)
+	}
+	if row := b.text(fmt.Sprintf(`#checkpoint-table tr[data-id="%d"]`, next)); !strings.Contains(row, "committed") {
+		t.Errorf("new checkpoint row %q", row)
+	}
+	if bars := eval[int](b, `document.querySelectorAll('svg rect.bar').length`); bars < 2*int(next) {
+		t.Errorf("%d bars in the charts, want %d", bars, 2*next)
+	}
+	b.shot("checkpoints")
+	b.click(fmt.Sprintf(`#checkpoint-table a[href="/ui/checkpoints/%d"]`, next))
+	if files := b.text("#checkpoint-files"); !strings.Contains(files, "views/") {
+		t.Errorf("checkpoint files %q", files)
+	}
+	b.shot("checkpoint")
+	b.click(`.nav a[href="/ui/producers"]`)
+	if p := b.text("#producer-table"); !strings.Contains(p, "app-1") || !strings.Contains(p, "billing.worker:7") {
+		t.Errorf("producers %q", p)
+	}
+	b.shot("producers")
+	b.dark(true)
+	b.open("/ui/checkpoints")
+	b.shot("checkpoints-dark")
+	b.open("/ui/files/" + file)
+	b.shot("file-dark")
+	b.dark(false)
+
+	// A POST without the form token is refused, even from our own page.
+	if status := eval[int](b, forgedPost("")); status != http.StatusForbidden {
+		t.Errorf("forged POST as admin: %d, want 403", status)
+	}
+
+	// Read-only: no button, and no checkpoint however the POST is made.
+	b.click(`form[action="/ui/logout"] button`)
+	if loc := b.location(); !strings.HasPrefix(loc, "/ui/login") {
+		t.Fatalf("signed out to %s", loc)
+	}
+	b.do("sign in as reader", chromedp.SendKeys(chromedp.ID("token"), tokRead))
+	b.click("#sign-in")
+	if n := eval[int](b, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
+		t.Fatal("a read-only session sees the checkpoint button")
+	}
+	if role := b.text(".role"); role != "read" {
+		t.Errorf("role %q", role)
+	}
+	b.shot("overview-read-only")
+	open := r.eng.Status().OpenID
+	if status := eval[int](b, forgedPost("")); status != http.StatusForbidden {
+		t.Errorf("forged POST as reader: %d, want 403", status)
+	}
+	// Even with the session's own form token (from the sign-out form).
+	if status := eval[int](b, forgedPost(`document.querySelector('input[name="csrf"]').value`)); status != http.StatusForbidden {
+		t.Errorf("POST with a reader's form token: %d, want 403", status)
+	}
+	if got := r.eng.Status().OpenID; got != open {
+		t.Errorf("a read-only session ran a checkpoint: open %d, was %d", got, open)
+	}
+	b.open("/ui/files/" + file)
+	b.shot("file-read-only")
+
+	// Hostile names show as text and run nothing (and shot checks that
+	// the CSP had nothing to block).
+	b.open("/ui/files/clicks/dt=x/")
+	if rows := b.text("#rows"); !strings.Contains(rows, `"><img src=x onerror=window.__xss=1>.ndjson`) {
+		t.Errorf("hostile name not shown as text: %q", rows)
+	}
+	b.shot("hostile-folder")
+	b.click(`#rows tbody a`)
+	if p := b.text("#preview"); !strings.Contains(p, "<script>window.__xss=2</script>") || !strings.Contains(p, "<img src=x onerror=window.__xss=3>") {
+		t.Errorf("hostile content not shown as text: %q", p)
+	}
+	if xss := eval[string](b, `typeof window.__xss`); xss != "undefined" {
+		t.Errorf("hostile script ran: window.__xss is %s", xss)
+	}
+	b.shot("hostile-file")
+}
+
+// forgedPost is script that posts the checkpoint form from the page,
+// with csrf (a JS expression) as the form token or none, and answers the
+// status.
+func forgedPost(csrf string) string {
+	body := `'x=1'`
+	if csrf != "" {
+		body = `'csrf=' + encodeURIComponent(` + csrf + `)`
+	}
+	return `fetch('/ui/checkpoint', {method: 'POST', redirect: 'manual', headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: ` + body + `}).then(function (r) { return r.status; })`
+}
+
+// jsonBytes turns the numbers of a JS byte array, which Evaluate hands
+// over as JSON, into bytes.
+func jsonBytes(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	var nums []int
+	if err := json.Unmarshal(raw, &nums); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(nums))
+	for i, n := range nums {
+		if n < 0 || n > 255 {
+			t.Fatal(errors.New("not a byte"))
+		}
+		out[i] = byte(n)
+	}
+	return out
+}

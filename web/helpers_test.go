@@ -1,0 +1,418 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/committer/s3"
+	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/server"
+	"github.com/spf13/afero"
+)
+
+const (
+	tStaging = "/data/staging"
+	tDest    = "/data/files"
+	tNode    = "n1"
+	// tSecret is the content of files outside the destination; no page of
+	// the UI may ever hold it.
+	tSecret = "TOP-SECRET-OUTSIDE-DEST"
+)
+
+// Tokens of the rigs with authorization.
+const (
+	tokIngest = "ingest-token-0123456789"
+	tokRead   = "read-token-0123456789"
+	tokAdmin  = "admin-token-0123456789"
+)
+
+// tokenAuth is an Authenticator over a map. *api.Tokens takes its place
+// once it exports Lookup.
+type tokenAuth map[string]api.Role
+
+func (m tokenAuth) Lookup(token string) (api.Role, bool) {
+	r, ok := m[token]
+	return r, ok
+}
+
+var testTokens = map[string]api.Role{tokIngest: api.RoleIngest, tokRead: api.RoleRead, tokAdmin: api.RoleAdmin}
+
+// rig is a real engine over a MemMapFs with the local committer and its
+// state store in a temp dir, served by the API and the UI.
+type rig struct {
+	t     *testing.T
+	base  afero.Fs
+	eng   *server.Engine
+	api   *api.Server
+	ui    http.Handler
+	h     http.Handler // API and UI together, as the command will serve them
+	files committer.Reader
+	auth  bool
+	clock *clock
+}
+
+type rigOpts struct {
+	auth   bool
+	ui     func(*Config)
+	engine func(Engine) Engine // wraps the engine the UI sees
+	s3     *testsrv.MinIO      // the destination is this server's bucket, else the MemMapFs
+}
+
+// destination is where a rig commits to, and how to read it back.
+type destination interface {
+	committer.Committer
+	committer.Publisher
+	committer.Reader
+}
+
+// clock is a settable time source; zero means the real time.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time {
+	if c.t.IsZero() {
+		return time.Now()
+	}
+	return c.t
+}
+
+func newRig(t *testing.T, o rigOpts) *rig {
+	t.Helper()
+	base := afero.NewMemMapFs()
+	for _, p := range []string{"/data/secret.txt", "/secret.txt", "/data/files-secret.txt", "/etc/passwd"} {
+		if err := afero.WriteFile(base, p, []byte(tSecret+" "+p+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{tDest, tStaging} {
+		if err := base.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dest destination = local.New(base, tDest, tStaging)
+	if o.s3 != nil {
+		client, err := o.s3.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A prefix of its own per test, so tests can share the server.
+		prefix := "web/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+		if dest, err = s3.New(s3.Config{Client: client, Bucket: o.s3.Bucket, Prefix: prefix, Node: tNode, Staging: base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng, err := server.Open(server.Config{
+		Node: tNode, FS: base, StagingDir: tStaging, StorePath: filepath.Join(t.TempDir(), "state.db"),
+		Committer: dest, Publisher: dest, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("open engine: %v", err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := eng.WaitReady(ctx); err != nil {
+		t.Fatalf("wait ready: %v", err)
+	}
+	r := &rig{t: t, base: base, eng: eng, auth: o.auth, clock: &clock{}, files: dest}
+	files := committer.Reader(dest)
+	acfg := api.Config{Engine: eng, Store: eng.Store(), Files: files}
+	ucfg := Config{Engine: eng, Store: eng.Store(), Files: files, Node: tNode, Now: r.clock.now, Logger: testLogger(t)}
+	if o.engine != nil {
+		ucfg.Engine = o.engine(eng)
+	}
+	if o.auth {
+		toks, err := api.NewTokens(testTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acfg.Auth = toks
+		ucfg.Auth = tokenAuth(testTokens)
+	}
+	if o.ui != nil {
+		o.ui(&ucfg)
+	}
+	if r.api, err = api.New(acfg); err != nil {
+		t.Fatalf("new api: %v", err)
+	}
+	if r.ui, err = New(ucfg); err != nil {
+		t.Fatalf("new ui: %v", err)
+	}
+	r.h = combine(r.api, r.ui)
+	return r
+}
+
+// combine serves the UI at / and under /ui, and the API elsewhere: what
+// the API's route table does once the UI is mounted there.
+func combine(apiH, uiH http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "/" || p == "/ui" || strings.HasPrefix(p, "/ui/") {
+			uiH.ServeHTTP(w, r)
+			return
+		}
+		apiH.ServeHTTP(w, r)
+	})
+}
+
+// req builds a request; target is sent as is, so it may hold "..", "%2F"
+// and the like. hdr is key, value pairs.
+func req(method, target, body string, hdr ...string) *http.Request {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r := httptest.NewRequest(method, target, rd)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+func (r *rig) serve(q *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	r.h.ServeHTTP(rec, q)
+	return rec
+}
+
+// get fetches a UI page with token as the cookie ("" for none).
+func (r *rig) get(target, token string) *httptest.ResponseRecorder {
+	q := req("GET", target, "")
+	if token != "" {
+		q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+	}
+	return r.serve(q)
+}
+
+// page fetches a page as admin and expects 200.
+func (r *rig) page(t *testing.T, target string) string {
+	t.Helper()
+	rec := r.get(target, tokAdmin)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET %s: %d, want 200: %.2000s", target, rec.Code, rec.Body.String())
+	}
+	return rec.Body.String()
+}
+
+// testLogger writes to the test's log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// apiDo calls the API with the admin token.
+func (r *rig) apiDo(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	r.t.Helper()
+	return r.serve(req(method, target, body, append(hdr, "Authorization", "Bearer "+tokAdmin)...))
+}
+
+// write ingests records through the API and expects 202.
+func (r *rig) write(stream, body string, hdr ...string) {
+	r.t.Helper()
+	rec := r.apiDo("POST", "/v1/streams/"+stream+"/records", body, append(hdr, "Content-Type", "application/x-ndjson")...)
+	if rec.Code != http.StatusAccepted {
+		r.t.Fatalf("write %s: %d %s", stream, rec.Code, rec.Body.String())
+	}
+}
+
+// initProducer inits a producer through the API and returns its epoch.
+func (r *rig) initProducer(id string) int64 {
+	r.t.Helper()
+	rec := r.apiDo("POST", "/v1/producers/"+id+"/init", "")
+	if rec.Code != http.StatusOK {
+		r.t.Fatalf("init %s: %d %s", id, rec.Code, rec.Body.String())
+	}
+	var p api.Producer
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		r.t.Fatal(err)
+	}
+	return p.Epoch
+}
+
+// checkpoint runs a checkpoint through the API and expects it committed.
+func (r *rig) checkpoint() api.Checkpoint {
+	r.t.Helper()
+	rec := r.apiDo("POST", "/v1/checkpoints", "")
+	if rec.Code != http.StatusOK {
+		r.t.Fatalf("checkpoint: %d %s", rec.Code, rec.Body.String())
+	}
+	var c api.Checkpoint
+	if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
+		r.t.Fatal(err)
+	}
+	if c.State != "committed" {
+		r.t.Fatalf("checkpoint %d: %s %s", c.ID, c.State, c.Error)
+	}
+	return c
+}
+
+// seed ingests a little into two streams, one with a producer, and
+// commits it. It returns the committed file of "clicks".
+func (r *rig) seed() string {
+	r.t.Helper()
+	epoch := r.initProducer("app-1")
+	r.write("clicks", "{\"user\":\"ada\",\"n\":1,\"tags\":[\"a\",\"b\"]}\n{\"user\":\"bob\",\"n\":2,\"ok\":true}\n",
+		"Producer-Id", "app-1", "Producer-Epoch", fmt.Sprint(epoch), "Producer-Seq", "0")
+	r.write("views", "{\"page\":\"/home\"}\n")
+	c := r.checkpoint()
+	for _, f := range c.Files {
+		if f.Stream == "clicks" {
+			return f.Path
+		}
+	}
+	r.t.Fatalf("no clicks file in %+v", c.Files)
+	return ""
+}
+
+// csrfOf returns the form token of a page.
+func csrfOf(t *testing.T, body string) string {
+	t.Helper()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no csrf field in page")
+	}
+	return m[1]
+}
+
+// form posts a form with token as the cookie.
+func (r *rig) form(target, token string, values url.Values, hdr ...string) *httptest.ResponseRecorder {
+	q := req("POST", target, values.Encode(), append(hdr, "Content-Type", "application/x-www-form-urlencoded")...)
+	if token != "" {
+		q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+	}
+	return r.serve(q)
+}
+
+func expectCode(t *testing.T, rec *httptest.ResponseRecorder, want int) {
+	t.Helper()
+	if rec.Code != want {
+		t.Fatalf("status %d, want %d: %.600s", rec.Code, want, rec.Body.String())
+	}
+}
+
+func expectContains(t *testing.T, body string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(body, s) {
+			t.Errorf("page lacks %q", s)
+		}
+	}
+}
+
+// memReader is a committer.Reader over a map, for listings too large to
+// write to a filesystem quickly.
+type memReader struct {
+	entries []committer.Entry // sorted by path
+	data    map[string][]byte
+}
+
+func newMemReader(files map[string][]byte, mod time.Time) *memReader {
+	m := &memReader{data: files}
+	for p, b := range files {
+		m.entries = append(m.entries, committer.Entry{Path: p, Bytes: int64(len(b)), Modified: mod})
+	}
+	sort.Slice(m.entries, func(i, j int) bool { return m.entries[i].Path < m.entries[j].Path })
+	return m
+}
+
+func (m *memReader) List(_ context.Context, prefix string) ([]committer.Entry, error) {
+	var out []committer.Entry
+	for _, e := range m.entries {
+		if strings.HasPrefix(e.Path, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+type nopSeekCloser struct{ *bytes.Reader }
+
+func (nopSeekCloser) Close() error { return nil }
+
+func (m *memReader) Open(_ context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	b, ok := m.data[name]
+	if !ok {
+		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
+	}
+	i := sort.Search(len(m.entries), func(i int) bool { return m.entries[i].Path >= name })
+	return nopSeekCloser{bytes.NewReader(b)}, m.entries[i], nil
+}
+
+// fakeEngine is an Engine with a fixed status and producers.
+type fakeEngine struct {
+	status    server.Status
+	producers []server.ProducerState
+	ckpt      func(context.Context) (server.CheckpointResult, error)
+}
+
+func (f *fakeEngine) Status() server.Status             { return f.status }
+func (f *fakeEngine) Producers() []server.ProducerState { return f.producers }
+func (f *fakeEngine) Checkpoint(ctx context.Context) (server.CheckpointResult, error) {
+	if f.ckpt != nil {
+		return f.ckpt(ctx)
+	}
+	return server.CheckpointResult{}, server.ErrNotReady
+}
+
+// fakeStore is a Store over a slice, newest last.
+type fakeStore struct{ cs []recovery.Checkpoint }
+
+func (f *fakeStore) Get(id uint64) (*recovery.Checkpoint, error) {
+	for i := range f.cs {
+		if f.cs[i].ID == id {
+			c := f.cs[i]
+			return &c, nil
+		}
+	}
+	return nil, fmt.Errorf("checkpoint %d: %w", id, recovery.ErrNotFound)
+}
+
+func (f *fakeStore) List(limit int, _ bool) ([]recovery.Checkpoint, error) {
+	var out []recovery.Checkpoint
+	for i := len(f.cs) - 1; i >= 0 && len(out) < limit; i-- {
+		out = append(out, f.cs[i])
+	}
+	return out, nil
+}
+
+// newFakeUI serves files with a fake engine and store.
+func newFakeUI(t testing.TB, files committer.Reader, eng *fakeEngine, store *fakeStore, mod func(*Config)) http.Handler {
+	t.Helper()
+	if eng == nil {
+		eng = &fakeEngine{status: server.Status{Ready: true, OpenID: 2, LastDone: 1}}
+	}
+	if store == nil {
+		store = &fakeStore{}
+	}
+	cfg := Config{Engine: eng, Store: store, Files: files, Logger: testLogger(t)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -1,0 +1,309 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/server"
+)
+
+// Engine is what the UI needs of *server.Engine.
+type Engine interface {
+	// Status returns a snapshot; it must be cheap (every page calls it).
+	Status() server.Status
+	// Producers returns every producer, sorted by id.
+	Producers() []server.ProducerState
+	// Checkpoint runs a checkpoint and waits for its end; an aborted
+	// checkpoint is a result, not an error.
+	Checkpoint(ctx context.Context) (server.CheckpointResult, error)
+}
+
+// Store is the read side of the state store (*recovery.Store).
+type Store interface {
+	// Get returns one checkpoint or an error wrapping recovery.ErrNotFound.
+	Get(id uint64) (*recovery.Checkpoint, error)
+	// List returns up to limit checkpoints, newest first.
+	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
+}
+
+// Authenticator tells a token's role. It must be safe for concurrent use
+// and take the same time whichever token matches (*api.Tokens).
+type Authenticator interface {
+	Lookup(token string) (api.Role, bool)
+}
+
+var (
+	_ Engine = (*server.Engine)(nil)
+	_ Store  = (*recovery.Store)(nil)
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPageSize          = 100
+	DefaultListMaxAge        = 5 * time.Minute
+	DefaultManifestCache     = 4096
+	DefaultCheckpointTimeout = time.Minute
+	DefaultDownloadPrefix    = "/v1/files/"
+)
+
+// Prefix is the path under which the UI serves everything; GET / redirects
+// there.
+const Prefix = "/ui/"
+
+// Config holds the UI's dependencies.
+type Config struct {
+	Engine Engine           // required
+	Store  Store            // required: the engine's state store
+	Files  committer.Reader // required: the destination
+
+	// Auth checks tokens; nil turns the login off and every visitor is
+	// admin (the command serves only loopback addresses then).
+	Auth Authenticator
+	// Logger receives internal errors; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Node is this process's node id. When set, per-stream rates count only
+	// this node's files, whose checkpoint ids the state store knows.
+	Node string
+
+	DownloadPrefix    string        // where files download from; default "/v1/files/" (the API)
+	PageSize          int           // rows per page of a folder; default 100
+	ListMaxAge        time.Duration // a listing older is taken again, in the background; default 5m
+	ManifestCache     int           // manifests kept in memory; default 4096
+	CheckpointTimeout time.Duration // longest "Checkpoint now" waits; default 1m
+}
+
+// ui serves the web UI. Its handlers are safe for concurrent use.
+type ui struct {
+	eng      Engine
+	store    Store
+	files    committer.Reader
+	auth     Authenticator
+	log      *slog.Logger
+	now      func() time.Time
+	node     string
+	download string
+	pageSize int
+	ckptWait time.Duration
+
+	csrfKey   []byte
+	origin    *http.CrossOriginProtection
+	pages     map[string]*template.Template
+	static    map[string]asset
+	listing   *listingCache
+	manifests *manifestCache
+}
+
+// New checks cfg and returns the UI's handler. It serves GET / (a redirect
+// to /ui/) and everything under /ui/.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Engine == nil || cfg.Store == nil || cfg.Files == nil {
+		return nil, errors.New("new web ui: engine, store and files are required")
+	}
+	if v := reflect.ValueOf(cfg.Auth); cfg.Auth != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+		cfg.Auth = nil // a nil *api.Tokens means no auth, as in api.Config
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DownloadPrefix == "" {
+		cfg.DownloadPrefix = DefaultDownloadPrefix
+	}
+	if !strings.HasPrefix(cfg.DownloadPrefix, "/") || !strings.HasSuffix(cfg.DownloadPrefix, "/") {
+		return nil, fmt.Errorf("new web ui: download prefix %q must start and end with '/'", cfg.DownloadPrefix)
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.ListMaxAge <= 0 {
+		cfg.ListMaxAge = DefaultListMaxAge
+	}
+	if cfg.ManifestCache <= 0 {
+		cfg.ManifestCache = DefaultManifestCache
+	}
+	if cfg.CheckpointTimeout <= 0 {
+		cfg.CheckpointTimeout = DefaultCheckpointTimeout
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("new web ui: csrf key: %w", err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, fmt.Errorf("new web ui: %w", err)
+	}
+	static, err := loadStatic()
+	if err != nil {
+		return nil, fmt.Errorf("new web ui: %w", err)
+	}
+	u := &ui{
+		eng:       cfg.Engine,
+		store:     cfg.Store,
+		files:     cfg.Files,
+		auth:      cfg.Auth,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		node:      cfg.Node,
+		download:  cfg.DownloadPrefix,
+		pageSize:  cfg.PageSize,
+		ckptWait:  cfg.CheckpointTimeout,
+		csrfKey:   key,
+		origin:    http.NewCrossOriginProtection(),
+		pages:     pages,
+		static:    static,
+		manifests: newManifestCache(cfg.Files, cfg.ManifestCache),
+	}
+	u.listing = newListingCache(cfg.Files, cfg.Store, u.manifests, cfg.ListMaxAge, cfg.Now, cfg.Logger)
+	return u.routes(), nil
+}
+
+// routes is the one route table.
+func (u *ui) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", u.redirectHome)
+	mux.HandleFunc("GET /ui", u.redirectHome)
+	mux.HandleFunc("GET /ui/{$}", u.page(u.overview))
+	mux.HandleFunc("GET /ui/files/{path...}", u.page(u.browse))
+	mux.HandleFunc("GET /ui/files", u.page(u.browse))
+	mux.HandleFunc("GET /ui/checkpoints", u.page(u.checkpoints))
+	mux.HandleFunc("GET /ui/checkpoints/{id}", u.page(u.checkpointPage))
+	mux.HandleFunc("GET /ui/producers", u.page(u.producers))
+	mux.HandleFunc("GET /ui/login", u.loginPage)
+	mux.HandleFunc("POST /ui/login", u.post(u.login))
+	mux.HandleFunc("POST /ui/logout", u.post(u.logout))
+	mux.HandleFunc("POST /ui/checkpoint", u.post(u.checkpointNow))
+	mux.HandleFunc("GET /ui/static/{name}", u.serveStatic)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		u.fail(w, r, http.StatusNotFound, "Not found", "There is no page at this address.")
+	})
+	return u.recoverer(u.headers(u.cleanPath(mux)))
+}
+
+// csp forbids inline script and inline style, framing, plugins and
+// foreign origins. SVG charts use presentation attributes, which it allows.
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// headers sets the security headers on every response.
+func (u *ui) headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath refuses, before any routing, a path that is not clean: an
+// empty, "." or ".." segment, or one that unescapes to hold '/', '\\' or
+// a control byte. So no handler (and no redirect of the mux) ever sees
+// one.
+func (u *ui) cleanPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := splitEscaped(r.URL.EscapedPath()); !ok {
+			u.fail(w, r, http.StatusBadRequest, "Invalid path", "The address must be a clean path inside the destination.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverer answers 500 for a panicking handler and logs the panic.
+func (u *ui) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				u.log.Error("ui handler panicked", "op", r.Method+" "+r.URL.Path, "panic", fmt.Sprint(v))
+				http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (u *ui) redirectHome(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// view is what every page template gets.
+type view struct {
+	Title   string
+	Nav     string // the active nav item
+	Sess    *session
+	CSRF    string
+	Status  server.Status
+	CSS, JS string // asset URLs, versioned
+	Icon    string
+	Refresh int // seconds between reloads, 0 for none
+	Data    any
+}
+
+// render executes page into a buffer, then writes it, so a template error
+// is a clean 500.
+func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page string, v *view) {
+	t, ok := u.pages[page]
+	if !ok {
+		u.internal(w, r, fmt.Errorf("no template %q", page))
+		return
+	}
+	if v.Sess == nil {
+		v.Sess = u.session(r)
+	}
+	v.CSRF = u.csrfToken(v.Sess.token)
+	v.Status = u.eng.Status()
+	v.CSS, v.JS, v.Icon = u.assetURL("style.css"), u.assetURL("app.js"), u.assetURL("icon.svg")
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", v); err != nil {
+		u.internal(w, r, fmt.Errorf("render %s: %w", page, err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type failData struct {
+	Code    int
+	Heading string
+	Message string
+}
+
+// fail answers an error page.
+func (u *ui) fail(w http.ResponseWriter, r *http.Request, status int, heading, msg string) {
+	u.render(w, r, status, "error.html", &view{Title: heading, Data: failData{Code: status, Heading: heading, Message: msg}})
+}
+
+// internal logs err and answers 500.
+func (u *ui) internal(w http.ResponseWriter, r *http.Request, err error) {
+	u.log.Error("ui request failed", "op", r.Method+" "+r.URL.Path, "err", err)
+	if _, ok := u.pages["error.html"]; !ok || strings.HasPrefix(err.Error(), "render error.html") {
+		http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
+		return
+	}
+	u.fail(w, r, http.StatusInternalServerError, "Something went wrong", "The server could not build this page; its log says why.")
+}
