@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -23,9 +21,6 @@ import (
 
 // manifestDir is the destination folder of manifests.
 const manifestDir = "_manifests/"
-
-// maxManifest bounds the bytes read of one manifest.
-const maxManifest = 256 << 20
 
 var (
 	// partName matches part-<node>-<checkpoint:020d>-<index:04d>.<ext>; the
@@ -80,17 +75,12 @@ func (c *manifestCache) records(ctx context.Context, name string) (map[string]in
 	if ok {
 		return m, nil
 	}
-	rc, _, err := c.files.Open(ctx, name)
+	doc, err := recovery.ReadManifest(ctx, c.files, name)
 	if errors.Is(err, committer.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", name, err)
-	}
-	defer rc.Close()
-	var doc recovery.Manifest
-	if err := json.NewDecoder(io.LimitReader(rc, maxManifest)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("decode manifest %s: %w", name, err)
 	}
 	m = make(map[string]int64, len(doc.Files))
 	for _, f := range doc.Files {

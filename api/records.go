@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/names"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/eosink/eosink/batch"
 	"github.com/eosink/eosink/internal/durable"
@@ -26,41 +26,9 @@ const (
 	HeaderProducerSeq   = "Producer-Seq"
 )
 
-// validStream reports whether s is a stream name:
-// ^[a-z0-9][a-z0-9_.-]{0,127}$ and no "..".
-func validStream(s string) bool {
-	if len(s) == 0 || len(s) > 128 || strings.Contains(s, "..") {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+func validStream(s string) bool { return names.Stream(s) }
 
-// validProducer reports whether s is a producer id:
-// ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$.
-func validProducer(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+func validProducer(s string) bool { return names.Producer(s) }
 
 // pathParam returns a route parameter, unescaped. chi matches on the raw
 // path when the request has one, so its parameters may still be escaped.

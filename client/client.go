@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/names"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 )
@@ -442,38 +442,6 @@ func (c *Client) fenceLocked(why string) {
 	c.releaseLocked(bytes)
 }
 
-// validStream reports whether s is a stream name:
-// ^[a-z0-9][a-z0-9_.-]{0,127}$ and no "..".
-func validStream(s string) bool {
-	if len(s) == 0 || len(s) > 128 || strings.Contains(s, "..") {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+func validStream(s string) bool { return names.Stream(s) }
 
-// validProducer reports whether s is a producer id:
-// ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$.
-func validProducer(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+func validProducer(s string) bool { return names.Producer(s) }

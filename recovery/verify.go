@@ -57,7 +57,7 @@ func Verify(ctx context.Context, r committer.Reader, progress func(done, total i
 	}
 	var entries []entry
 	for _, mp := range manifests {
-		m, err := readManifest(ctx, r, mp)
+		m, err := ReadManifest(ctx, r, mp)
 		if err != nil {
 			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
 			continue
@@ -116,14 +116,19 @@ func Verify(ctx context.Context, r committer.Reader, progress func(done, total i
 	return rep, nil
 }
 
-func readManifest(ctx context.Context, r committer.Reader, name string) (*Manifest, error) {
+// MaxManifest bounds the bytes of one manifest a reader accepts.
+const MaxManifest = 1 << 30
+
+// ReadManifest reads and checks the manifest at name (a destination path).
+// A missing manifest is an error wrapping committer.ErrNotFound.
+func ReadManifest(ctx context.Context, r committer.Reader, name string) (*Manifest, error) {
 	rc, _, err := r.Open(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("open manifest: %w", err)
 	}
 	defer rc.Close()
 	var m Manifest
-	if err := json.NewDecoder(io.LimitReader(rc, 1<<30)).Decode(&m); err != nil {
+	if err := json.NewDecoder(io.LimitReader(rc, MaxManifest)).Decode(&m); err != nil {
 		return nil, fmt.Errorf("manifest is not valid JSON: %w", err)
 	}
 	if want := ManifestPath(m.Node, m.Checkpoint); want != name {

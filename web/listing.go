@@ -3,10 +3,8 @@ package web
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -23,8 +21,6 @@ import (
 const (
 	// manifestDir is the destination folder of manifests.
 	manifestDir = "_manifests/"
-	// maxManifest bounds the bytes read of one manifest.
-	maxManifest = 256 << 20
 	// buildTimeout bounds one listing of the destination.
 	buildTimeout = 2 * time.Minute
 	// maxDirViews bounds the folder views kept per listing.
@@ -127,17 +123,12 @@ func (c *manifestCache) get(ctx context.Context, name string) (*manifest, error)
 	if ok {
 		return m, nil
 	}
-	rc, _, err := c.files.Open(ctx, name)
+	doc, err := recovery.ReadManifest(ctx, c.files, name)
 	if errors.Is(err, committer.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", name, err)
-	}
-	defer rc.Close()
-	var doc recovery.Manifest
-	if err := json.NewDecoder(io.LimitReader(rc, maxManifest)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("decode manifest %s: %w", name, err)
 	}
 	m = &manifest{Node: doc.Node, Checkpoint: doc.Checkpoint, CommittedAt: doc.CommittedAt, Files: make(map[string]*recovery.ManifestFile, len(doc.Files))}
 	for i := range doc.Files {
