@@ -9,6 +9,7 @@ require (
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/afero v1.15.0
+	github.com/valyala/fastjson v1.6.10
 	go.etcd.io/bbolt v1.5.0
 )
 

@@ -200,8 +200,7 @@ func parseLines(body []byte, maxRecord int, checkJSON bool) (data []byte, record
 				return nil, 0, &LineError{Line: lineNo, Err: ErrTooLarge,
 					Msg: fmt.Sprintf("record is %d bytes, limit %d", len(line), maxRecord)}
 			}
-			// json.Valid does not allocate; a faster validator may replace it.
-			if checkJSON && !json.Valid(line) {
+			if checkJSON && !validJSON(line) {
 				msg, _ := syntaxMsg(line)
 				return nil, 0, &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
 			}
