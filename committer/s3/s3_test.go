@@ -36,7 +36,7 @@ type rig struct {
 	prefix string
 }
 
-func newRig(t *testing.T, srv *testsrv.MinIO, mode s3.Mode, partSize int64) *rig {
+func newRig(t testing.TB, srv *testsrv.MinIO, mode s3.Mode, partSize int64) *rig {
 	t.Helper()
 	client, err := srv.Client()
 	if err != nil {
