@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -98,6 +99,7 @@ type Server struct {
 	retryAfter string
 	manifests  *manifestCache
 	handler    http.Handler
+	bodies     sync.Pool // *bytes.Buffer for request bodies
 }
 
 // New checks cfg and returns a Server.

@@ -78,9 +78,9 @@ func TestListFilesAndStreams(t *testing.T) {
 	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
-	r2 := &Server{}
-	*r2 = *r.srv
-	r2.manifests = newManifestCache(r.srv.files, 10) // empty cache
+	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth, ui: r.srv.ui,
+		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
+		retryAfter: r.srv.retryAfter, manifests: newManifestCache(r.srv.files, 10)} // empty cache
 	r2.handler = r2.routes()
 	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
 	fl = decode[FileList](t, rec)
