@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
@@ -78,12 +79,19 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		if err != nil {
 			return nil, "", fmt.Errorf("s3 client for %s: %w", df.endpoint, err)
 		}
-		ok, err := cl.BucketExists(ctx, bucket)
-		if err != nil {
-			return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, df.endpoint, err)
-		}
-		if !ok {
+		// A missing bucket is a configuration error; an unreachable server
+		// is an outage, which recovery waits out (not ready meanwhile).
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ok, err := cl.BucketExists(cctx, bucket)
+		cancel()
+		switch {
+		case err == nil && !ok:
 			return nil, "", fmt.Errorf("bucket %s does not exist at %s", bucket, df.endpoint)
+		case err != nil:
+			if er := minio.ToErrorResponse(err); er.StatusCode == 401 || er.StatusCode == 403 {
+				return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, df.endpoint, err)
+			}
+			log.Warn("cannot reach the S3 endpoint yet; recovery retries until it can", "endpoint", df.endpoint, "err", err)
 		}
 		mode := s3c.Multipart
 		switch df.commitMode {

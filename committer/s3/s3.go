@@ -272,7 +272,9 @@ func (s *S3) reupload(ctx context.Context, f committer.File) error {
 		// A retry of Commit uploads again.
 		s.cleanup(ctx, g, "commit")
 		if errors.Is(err, errGone) {
-			return committer.ErrLost
+			// Cut off again; the staging file is still here, so the next
+			// try uploads once more.
+			return fmt.Errorf("upload again: the new upload is gone too: %w", committer.ErrTransient)
 		}
 		return err
 	}
@@ -303,7 +305,7 @@ func (s *S3) complete(ctx context.Context, f committer.File) error {
 			case minio.NoSuchUpload, minio.NoSuchKey, minio.PreconditionFailed:
 				// The upload was completed or aborted, or the staging
 				// object is gone or changed: the final object decides.
-				return s.finalOrGone(ctx, f)
+				return s.finalOrGoneAbort(ctx, f)
 			}
 			return fmt.Errorf("copy staging object: %w", classify(err))
 		}
@@ -315,12 +317,29 @@ func (s *S3) complete(ctx context.Context, f committer.File) error {
 		return nil
 	}
 	switch code(err) {
-	case minio.PreconditionFailed, minio.NoSuchUpload:
+	case minio.PreconditionFailed, minio.NoSuchUpload, "InvalidPart":
 		// The key is taken: by this file on an earlier try whose answer
-		// was lost, or by other content. Or the upload is gone.
-		return s.finalOrGone(ctx, f)
+		// was lost, or by other content. Or the upload is gone. Or — a
+		// Complete cut off mid-way on MinIO — the upload still exists but
+		// its parts were used up and can never complete: with no final
+		// object that is gone too, and the staging file is uploaded again.
+		return s.finalOrGoneAbort(ctx, f)
 	}
 	return fmt.Errorf("complete upload: %w", classify(err))
+}
+
+// finalOrGoneAbort is finalOrGone, and then aborts f's prepared upload,
+// which may still be listed (dead, or left behind by a cut-off Complete)
+// although the final object decided the outcome.
+func (s *S3) finalOrGoneAbort(ctx context.Context, f committer.File) error {
+	err := s.finalOrGone(ctx, f)
+	if err != nil && !errors.Is(err, errGone) {
+		return err
+	}
+	if aerr := s.core.AbortMultipartUpload(ctx, s.bucket, s.Key(f.Final), f.UploadID); aerr != nil && code(aerr) != minio.NoSuchUpload {
+		return fmt.Errorf("abort spent upload: %w", classify(aerr))
+	}
+	return err
 }
 
 func (s *S3) finalOrGone(ctx context.Context, f committer.File) error {

@@ -1,0 +1,160 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestTwoNodesOneBucket runs two eosink nodes, writing the same streams into
+// the same bucket and prefix at once, each SIGKILLed and restarted a few
+// times. Node ids "n1" and "n10" share a prefix, and one node commits by
+// multipart upload, the other by copy, so their staging objects, uploads
+// and manifests sit side by side. Every batch of both must be there exactly
+// once, each node's records only in its own files, and `eosink verify`
+// must pass.
+func TestTwoNodesOneBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two nodes with crashes: not in -short mode")
+	}
+	srv := sharedMinIO(t)
+	rng, _ := testRand(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	bucket, err := srv.NewBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "shared/dest"
+	url := "s3://" + bucket + "/" + prefix
+	s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
+	env := s3Env(srv.AccessKey, srv.SecretKey)
+	dir := workDir(t)
+
+	nodes := []struct{ id, mode string }{{"n1", "multipart"}, {"n10", "copy"}}
+	procs := make([]*proc, len(nodes))
+	var rngMu sync.Mutex
+	for i, n := range nodes {
+		procs[i] = newProc(t, dir, procConfig{
+			Name: n.id,
+			Args: append([]string{"--dest", url, "--s3-commit", n.mode, "--node", n.id}, s3flags...),
+			Env:  env,
+			PerStart: func() []string {
+				rngMu.Lock()
+				defer rngMu.Unlock()
+				return []string{"--checkpoint-interval", fmt.Sprintf("%dms", 100+rng.IntN(201))}
+			},
+		})
+		procs[i].StartReady()
+	}
+
+	led := newLedger()
+	var stop atomic.Bool
+	var errs errorLog
+	var wg sync.WaitGroup
+	var senders []sender
+	for i, n := range nodes {
+		for j := range 2 {
+			s := newSender(ctx, t, procs[i].URL, fmt.Sprintf("%s-p%d", n.id, j))
+			senders = append(senders, s)
+			prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+			wg.Go(func() { producerLoop(ctx, s, crashStreams, prng, led, &stop, &errs) })
+		}
+	}
+
+	kills := envInt(t, envKills, 6)
+	var maxRecovery time.Duration
+	for k := range kills {
+		if err := sleepCtx(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		p := procs[k%len(procs)]
+		p.Kill()
+		maxRecovery = max(maxRecovery, p.Restart())
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	if !waitGroup(&wg, ctx) {
+		t.Fatalf("producers did not stop: %v", ctx.Err())
+	}
+	var fwg sync.WaitGroup
+	for _, s := range senders {
+		fwg.Go(func() {
+			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+			defer fcancel()
+			if err := s.Flush(fctx); err != nil {
+				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
+			}
+		})
+	}
+	fwg.Wait()
+	for i, p := range procs {
+		if code := p.Term(); code != 0 {
+			t.Errorf("node %s: SIGTERM: exit %d", nodes[i].id, code)
+		}
+	}
+
+	for _, err := range errs.all() {
+		t.Errorf("producer error: %v", err)
+	}
+	d := s3Dest{c: c, bucket: bucket, prefix: prefix}
+	want := led.snapshot()
+	batches, records := led.records()
+	rep := requireDest(t, d, want, true)
+	for _, n := range nodes {
+		if rep.Nodes[n.id] == 0 {
+			t.Errorf("no data file of node %s", n.id)
+		}
+	}
+	if len(rep.Staging) > 0 {
+		t.Errorf("staging objects left after clean stops: %s", firstN(rep.Staging, 10))
+	}
+	requireNoUploads(t, c, bucket, prefix, rep)
+	requireOwnFiles(t, ctx, d)
+	requireVerify(t, env, append([]string{"--dest", url}, s3flags...)...)
+	resends := 0
+	for _, s := range senders {
+		resends += s.Resends()
+	}
+	report(t, "2 nodes (n1 multipart, n10 copy) on one prefix, %d SIGKILLs; %d batches, %d records verified exactly once in %d files (n1: %d, n10: %d), %d manifests; %d resends; longest recovery %s",
+		kills, batches, records, rep.Files, rep.Nodes["n1"], rep.Nodes["n10"], rep.Manifests, resends, maxRecovery.Round(time.Millisecond))
+}
+
+// requireOwnFiles checks that every data file holds only records of its
+// node's producers (producer ids start with "<node>-").
+func requireOwnFiles(t testing.TB, ctx context.Context, d destReader) {
+	t.Helper()
+	objs, err := d.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		m := dataFileRE.FindStringSubmatch(o.Path)
+		if m == nil {
+			continue
+		}
+		node := m[2]
+		data, err := d.Read(ctx, o.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSuffix(data, []byte{'\n'}), []byte{'\n'}) {
+			var r record
+			if json.Unmarshal(line, &r) == nil && !strings.HasPrefix(r.P, node+"-") {
+				t.Errorf("%s, a file of node %s, holds a record of producer %s", o.Path, node, r.P)
+				break
+			}
+		}
+	}
+}
