@@ -291,6 +291,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 		}
 		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = m.writeAnon(e, "a") })
 		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1) })
+		round(func() { w("p2", "b", 2); w("p1", "c", 2); _ = m.writeAnon(e, "c") })
 		round(func() {})
 	}
 	ops = inj.Count(sweepKinds)
@@ -336,7 +337,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 			m.epoch[p] = ps.Epoch
 		}
 	}
-	full := map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 2, {"p2", "a"}: 1, {"p1", "b"}: 1}
+	full := map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 4, {"p2", "a"}: 1, {"p1", "b"}: 1, {"p1", "c"}: 2}
 	for k, want := range full {
 		for m.next[k] < want {
 			if err := m.write(t, e, k[0], k[1], 2); err != nil {
