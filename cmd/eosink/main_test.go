@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("EOSINK_CHECKPOINT_INTERVAL", "250ms")
+	t.Setenv("EOSINK_MAX_BODY", "2MiB")
+	t.Setenv("EOSINK_NODE", "from-env")
+	var f serveFlags
+	fs := serveFlagSet(&f, io.Discard)
+	if err := envFlags(fs, []string{"--node", "from_flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.interval != 250*time.Millisecond || f.maxBody != 2<<20 || f.node != "from_flag" {
+		t.Fatalf("interval %v, max body %d, node %q", f.interval, f.maxBody, f.node)
+	}
+	t.Setenv("EOSINK_MAX_BODY", "lots")
+	if err := envFlags(serveFlagSet(&serveFlags{}, io.Discard), nil); err == nil || !strings.Contains(err.Error(), "EOSINK_MAX_BODY") {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+func TestSize(t *testing.T) {
+	for in, want := range map[string]int64{"1048576": 1 << 20, "64MiB": 64 << 20, "1GiB": 1 << 30, "10MB": 10e6, "512K": 512 << 10} {
+		var s size
+		if err := s.Set(in); err != nil || int64(s) != want {
+			t.Errorf("size %q = %d, %v; want %d", in, s, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1", "MiB", "1.5GiB", "x"} {
+		var s size
+		if err := s.Set(bad); err == nil {
+			t.Errorf("size %q accepted", bad)
+		}
+	}
+}
+
+func TestListenNeedsAuthOffLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "localhost:1": true, "[::1]:80": true, "0.0.0.0:8080": false, ":8080": false, "10.0.0.1:80": false} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v", addr, got)
+		}
+	}
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--listen", "0.0.0.0:0", "--data-dir", t.TempDir()}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Fatalf("serving 0.0.0.0 without tokens: %v", err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "eosink ") {
+		t.Fatalf("version: %q %v", out.String(), err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Fatalf("unknown command: %v", err)
+	}
+	if err := run(context.Background(), []string{"serve", "--help"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if err := run(context.Background(), []string{"verify"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Fatalf("verify without --dest: %v", err)
+	}
+	for _, bad := range [][]string{{"--node", "a-b"}, {"--dest", "ftp://x"}, {"--dest", "file://relative"}, {"--log-level", "loud"}} {
+		args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, bad...)
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("serve %v: accepted", bad)
+		}
+	}
+}
