@@ -48,6 +48,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 			return res, e.Err()
 		}
 		res.State = recovery.Committed
+		res.DurationMS, res.Seconds = time.Since(began).Milliseconds(), time.Since(began).Seconds()
 		e.finished(id, out, res, nil, 0)
 		return res, nil
 	}
@@ -131,7 +132,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		}
 	}
 	e.mu.Unlock()
-	res.DurationMS = time.Since(began).Milliseconds()
+	res.DurationMS, res.Seconds = time.Since(began).Milliseconds(), time.Since(began).Seconds()
 	e.finished(id, out, res, nil, bytes)
 	log.Info("checkpoint committed", "files", len(files), "records", records, "bytes", bytes, "duration_ms", time.Since(began).Milliseconds())
 	return res, nil
@@ -297,7 +298,7 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 		log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
 	}
 	res := CheckpointResult{ID: ck.ID, State: recovery.Aborted, Files: []committer.File{}, Records: ck.Records, Bytes: ck.Bytes,
-		DurationMS: time.Since(began).Milliseconds(), Error: cause.Error()}
+		DurationMS: time.Since(began).Milliseconds(), Seconds: time.Since(began).Seconds(), Error: cause.Error()}
 	e.finished(ck.ID, out, res, cause, ck.Bytes)
 	e.finished(nextID, nextOut, CheckpointResult{ID: nextID, State: recovery.Aborted, Error: res.Error}, cause, nextBytes)
 	return res

@@ -111,6 +111,8 @@ type CheckpointResult struct {
 	Bytes      int64            `json:"bytes"`
 	DurationMS int64            `json:"duration_ms"`
 	Error      string           `json:"error,omitempty"`
+	// Seconds is the duration, unrounded, for metrics.
+	Seconds float64 `json:"-"`
 }
 
 // ProducerState is a producer as the API shows it.
@@ -162,6 +164,7 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	reqs   chan chan ckptReply
+	kick   chan struct{} // an early checkpoint: the open one grew large
 	ready  chan struct{}
 	failed chan struct{}
 
@@ -213,7 +216,7 @@ func Open(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Logger, store: st,
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
 		ctx: ctx, cancel: cancel,
-		reqs: make(chan chan ckptReply), ready: make(chan struct{}), failed: make(chan struct{}),
+		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
 		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
@@ -443,6 +446,15 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	e.openBytes += int64(len(w.Data))
 	e.openRecords += int64(w.Records)
 	e.held += int64(len(w.Data))
+	if e.cfg.CheckpointInterval > 0 && e.openBytes > e.cfg.MaxUncommittedBytes/4 {
+		// With periodic checkpoints, checkpoint early rather than let the
+		// open checkpoint run into backpressure, which idles every
+		// producer for a Retry-After. (Interval 0 means only on request.)
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
 	if ss != nil {
 		e.advanceLocked(ss, pid, w.Stream, seq)
 		res.NextSeq = ss.next
@@ -700,6 +712,13 @@ func (e *Engine) run() {
 				}
 			}
 		case <-tick:
+		case <-e.kick:
+			e.mu.Lock()
+			big := e.openBytes > e.cfg.MaxUncommittedBytes/4
+			e.mu.Unlock()
+			if !big {
+				continue // the checkpoint that just ran already took it
+			}
 		}
 		res, err := e.checkpoint()
 		for _, w := range waiters {

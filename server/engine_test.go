@@ -247,3 +247,26 @@ func TestCorruptStoreRefusesToStart(t *testing.T) {
 		t.Fatalf("corrupt store: %v", err)
 	}
 }
+
+// With periodic checkpoints on, a large open checkpoint is checkpointed
+// early instead of running into backpressure; with interval 0 it is not.
+func TestEarlyCheckpointWhenLarge(t *testing.T) {
+	for _, interval := range []time.Duration{time.Hour, 0} {
+		r := newRig(t, nil)
+		r.tweak = func(c *Config) { c.MaxUncommittedBytes = 4000; c.CheckpointInterval = interval }
+		e := r.start(nil)
+		for i := range 20 {
+			if _, err := send(e, nil, "s", int64(i), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for e.Status().LastDone == 0 && interval > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if done := e.Status().LastDone; (done > 0) != (interval > 0) {
+			t.Fatalf("interval %v: last committed checkpoint %d", interval, done)
+		}
+		r.stop()
+	}
+}

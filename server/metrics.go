@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_fenced_total",
 			Help: "Writes refused because a newer epoch fenced the producer."}),
 		ckptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eosink_checkpoint_duration_seconds",
-			Help: "Time from barrier to committed or aborted.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
+			Help: "Time from barrier to committed or aborted, of checkpoints that held data.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
 		ckpts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_checkpoints_total",
 			Help: "Checkpoints ended, by state."}, []string{"state"}),
 		files: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_files_committed_total",
@@ -82,7 +82,10 @@ func (m *Metrics) Hooks() Hooks {
 		},
 		Checkpoint: func(r CheckpointResult) {
 			m.ckpts.WithLabelValues(string(r.State)).Inc()
-			m.ckptSeconds.Observe(float64(r.DurationMS) / 1000)
+			if r.Records > 0 || len(r.Files) > 0 {
+				// Empty checkpoints would crowd the histogram with zeros.
+				m.ckptSeconds.Observe(r.Seconds)
+			}
 			if r.State == recovery.Committed {
 				m.files.Add(float64(len(r.Files)))
 			}
