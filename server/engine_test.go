@@ -255,8 +255,8 @@ func TestEarlyCheckpointWhenLarge(t *testing.T) {
 		r := newRig(t, nil)
 		r.tweak = func(c *Config) { c.MaxUncommittedBytes = 4000; c.CheckpointInterval = interval }
 		e := r.start(nil)
-		for i := range 20 {
-			if _, err := send(e, nil, "s", int64(i), 1); err != nil {
+		for i := range 10 { // about 1,800 bytes: past a quarter, short of the limit
+			if _, err := send(e, nil, "s", int64(i), 5); err != nil {
 				t.Fatal(err)
 			}
 		}
