@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/eosink/eosink/internal/testbrowser"
 	"io"
 	"net/http"
 	"net/url"
@@ -22,7 +23,6 @@ import (
 
 // Knobs of the browser test, as in web/browser_test.go.
 const (
-	envChromium    = "EOSINK_CHROMIUM"    // where Chromium is; default /usr/bin/chromium
 	envScreenshots = "EOSINK_SCREENSHOTS" // keep the screenshots there; default a temp dir
 )
 
@@ -39,7 +39,7 @@ const (
 // preview, the download, "Checkpoint now"; then sign in read-only and check
 // that there is no button and that a forged POST runs no checkpoint.
 func TestUIOnBinary(t *testing.T) {
-	exe := chromiumPath(t)
+	exe := testbrowser.Chromium(t)
 	dir := workDir(t)
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("# e2e UI test\nadmin "+uiAdminToken+"\nread "+uiReadToken+"\n"), 0o600); err != nil {
@@ -187,24 +187,6 @@ func TestUIOnBinary(t *testing.T) {
 	b.shot("checkpoints-read-only")
 }
 
-// chromiumPath returns the browser's path. Without one the test skips, but
-// fails under CI=true: a CI run must never pass by skipping.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv(envChromium)
-	if p == "" {
-		p = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(p); err != nil {
-		msg := fmt.Sprintf("chromium not found at %s (set %s, or run scripts/chromium.sh to install it): %v", p, envChromium, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
-
 // uiBrowseURL is the UI address of a destination path, each segment
 // escaped as the UI does.
 func uiBrowseURL(p string, dir bool) string {
@@ -289,10 +271,6 @@ type uiBrowser struct {
 	n     int
 }
 
-// uiCSPProbe records Content-Security-Policy violations of every page; the
-// DevTools protocol installs it, which the CSP does not govern.
-const uiCSPProbe = `window.__csp = []; document.addEventListener('securitypolicyviolation', function (e) { window.__csp.push(e.violatedDirective + ' ' + e.blockedURI); });`
-
 func newUIBrowser(t *testing.T, exe, base string) *uiBrowser {
 	t.Helper()
 	shots := os.Getenv(envScreenshots)
@@ -301,22 +279,7 @@ func newUIBrowser(t *testing.T, exe, base string) *uiBrowser {
 	} else if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("force-color-profile", "srgb"),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
-		chromedp.WindowSize(1280, 900),
-	}
+	opts := testbrowser.Options(t, exe)
 	ctx, cancel := context.WithTimeout(t.Context(), uiBudget)
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
@@ -326,7 +289,7 @@ func newUIBrowser(t *testing.T, exe, base string) *uiBrowser {
 	b := &uiBrowser{t: t, ctx: bctx, base: base, shots: shots}
 	// The first call starts Chromium and ties it to the context it is given:
 	// that must be bctx (bounded by uiBudget), not a shorter step's.
-	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: uiCSPProbe}); err != nil {
+	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: testbrowser.CSPProbe}); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return b

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/testbrowser"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,30 +22,9 @@ import (
 	"github.com/spf13/afero"
 )
 
-// EnvChromium overrides where the browser tests find Chromium.
-const EnvChromium = "EOSINK_CHROMIUM"
-
 // EnvScreenshots names a folder for the browser tests' screenshots; by
 // default they go to a temp dir, and each path is logged.
 const EnvScreenshots = "EOSINK_SCREENSHOTS"
-
-// chromium returns the browser's path. Without one the test skips, but
-// fails under CI=true: a CI run must never pass by skipping.
-func chromium(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv(EnvChromium)
-	if p == "" {
-		p = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(p); err != nil {
-		msg := fmt.Sprintf("chromium not found at %s (set %s, or run scripts/chromium.sh to install it): %v", p, EnvChromium, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
 
 // browser is one headless Chromium with a fresh profile, one tab, and a
 // folder for screenshots.
@@ -56,43 +36,23 @@ type browser struct {
 	n     int
 }
 
-// cspProbe records Content-Security-Policy violations of every page. It
-// is installed through the DevTools protocol, which the CSP does not
-// govern.
-const cspProbe = `window.__csp = []; document.addEventListener('securitypolicyviolation', function (e) { window.__csp.push(e.violatedDirective + ' ' + e.blockedURI); });`
-
 func newBrowser(t *testing.T, base string) *browser {
 	t.Helper()
-	exe := chromium(t)
+	exe := testbrowser.Chromium(t)
 	shots := os.Getenv(EnvScreenshots)
 	if shots == "" {
 		shots = t.TempDir()
 	} else if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("force-color-profile", "srgb"),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
-		chromedp.WindowSize(1280, 900),
-	}
+	opts := testbrowser.Options(t, exe)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(acancel)
 	bctx, bcancel := chromedp.NewContext(actx)
 	t.Cleanup(bcancel)
-	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspProbe}); err != nil {
+	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: testbrowser.CSPProbe}); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return &browser{t: t, ctx: bctx, base: base, shots: shots}
