@@ -8,8 +8,9 @@
 // Nothing here imports the engine (server/, api/): what a user runs is what
 // is tested.
 //
-// The S3 tests need a MinIO server binary (scripts/minio.sh installs it);
-// without one they skip, or fail when CI=true.
+// The S3 tests need a MinIO server binary (scripts/minio.sh installs it),
+// and the UI test Chromium (scripts/chromium.sh); without them they skip,
+// or fail when CI=true.
 //
 // Knobs, all optional:
 //
@@ -22,6 +23,9 @@
 //	EOSINK_E2E_RACE=1        build the service with -race; a data race fails the test
 //	EOSINK_E2E_KEEP=1        keep the logs and data of passing tests too (a failing
 //	                         test always keeps them and prints where)
+//	EOSINK_CHROMIUM=path     the browser for TestUIOnBinary (default /usr/bin/chromium,
+//	                         installed by scripts/chromium.sh)
+//	EOSINK_SCREENSHOTS=dir   keep the UI test's full-page screenshots there
 //
 // The S3 outage test puts a small reverse proxy between eosink and MinIO
 // that stops MinIO at the first commit request of a checkpoint, so the
