@@ -194,7 +194,8 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			st.checkpoints++
 			id := e.Status().OpenID
 			snap := m.snapshot()
-			res, err := checkpointUntil(e, func() bool { return crash != nil && crash.Crashed() })
+			armed := crash // the poller must not read the variable the loop reassigns
+			res, err := checkpointUntil(e, func() bool { return armed != nil && armed.Crashed() })
 			note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
 			switch {
 			case err == nil && res.State == recovery.Committed:
