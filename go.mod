@@ -11,6 +11,7 @@ require (
 	github.com/spf13/afero v1.15.0
 	github.com/valyala/fastjson v1.6.10
 	go.etcd.io/bbolt v1.5.0
+	golang.org/x/sync v0.23.0
 )
 
 require (

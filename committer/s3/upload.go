@@ -7,10 +7,10 @@ import (
 	"hash/crc32"
 	"io"
 	"strings"
-	"sync"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sync/errgroup"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -58,45 +58,18 @@ func (s *S3) uploadParts(ctx context.Context, key, id string, f committer.File) 
 		n = 1
 	}
 	parts := make([]committer.Part, n)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		firstErr error // the first failure, not the cancellations it caused
-		wg       sync.WaitGroup
-	)
-	sem := make(chan struct{}, s.parallel)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.parallel)
 	for i := range n {
 		off := int64(i) * ps
 		size := min(ps, f.Bytes-off)
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			p, err := s.uploadPart(ctx, key, id, i+1, f.Temp, off, size)
-			if err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				cancel()
-				return
-			}
 			parts[i] = p
-		}()
+			return err
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return parts, nil
@@ -165,45 +138,18 @@ func (s *S3) copyParts(ctx context.Context, key string, f committer.File) ([]min
 		return []minio.CompletePart{p}, nil
 	}
 	parts := make([]minio.CompletePart, n)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	sem := make(chan struct{}, s.parallel)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.parallel)
 	for i := range n {
 		off := int64(i) * maxCopyPart
 		size := min(int64(maxCopyPart), f.Bytes-off)
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			p, err := s.core.CopyObjectPart(ctx, s.bucket, f.StagingKey, s.bucket, key, f.UploadID, i+1, off, size, s.copySourceIf(f))
-			if err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				cancel()
-				return
-			}
 			parts[i] = p
-		}()
+			return err
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return parts, nil
