@@ -81,11 +81,44 @@ type Producer struct {
 type Store struct {
 	db   *bolt.DB
 	path string
+	opts Options
+}
+
+// Phase says where a write transaction's commit is when Options.WriteFault
+// is consulted.
+type Phase int
+
+// Phases of a write transaction's commit.
+const (
+	// BeforeCommit is after the transaction's changes are made, before
+	// bbolt writes anything: a fault here is one that leaves the file as it
+	// was (a page write refused for lack of space).
+	BeforeCommit Phase = iota
+	// AfterCommit is after bbolt's commit returned: a fault here is one
+	// reported after the change may have reached the file (its final
+	// fdatasync failed).
+	AfterCommit
+)
+
+// Options tune Open. The zero value is what eosink runs with.
+type Options struct {
+	// WriteFault, for tests only, is called at both phases of the commit of
+	// every write transaction, with the operation's name ("init producer",
+	// "prepare", ...). A non-nil error fails the transaction there as the
+	// disk would have: at BeforeCommit the transaction is rolled back and
+	// the error returned as bbolt's; at AfterCommit the transaction stays
+	// committed and the error is returned as if its fdatasync had failed.
+	// The error should look like the OS's: an *os.PathError with Op "write"
+	// for a failed page write, a bare syscall.Errno for a failed fdatasync.
+	WriteFault func(op string, phase Phase) error
 }
 
 // Open opens or creates the state store at path. A file that is not a valid
 // store returns an error wrapping ErrCorrupt that names the file.
-func Open(path string) (s *Store, err error) {
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open with options.
+func OpenWith(path string, opts Options) (s *Store, err error) {
 	defer func() {
 		// bbolt may panic on pages it cannot parse; a corrupt file must be
 		// an error naming it, never a crash.
@@ -103,7 +136,7 @@ func Open(path string) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("open state store %s: %w: %w", path, ErrCorrupt, err)
 	}
-	s = &Store{db: db, path: path}
+	s = &Store{db: db, path: path, opts: opts}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -123,7 +156,7 @@ func (s *Store) corrupt(format string, args ...any) error {
 
 // init creates the buckets and checks every record decodes.
 func (s *Store) init() error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update("open", func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return s.corrupt("create bucket %s: %v", b, err)
@@ -169,6 +202,25 @@ func (s *Store) init() error {
 	return nil
 }
 
+// update runs fn in a write transaction, consulting Options.WriteFault
+// around its commit.
+func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
+	hook := s.opts.WriteFault
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if hook != nil {
+			return hook(op, BeforeCommit)
+		}
+		return nil
+	})
+	if err == nil && hook != nil {
+		err = hook(op, AfterCommit)
+	}
+	return err
+}
+
 func u64(v uint64) []byte {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], v)
@@ -178,7 +230,7 @@ func u64(v uint64) []byte {
 // Reserve durably marks id as used, so no later start hands it out again:
 // the open checkpoint takes writes before anything records it.
 func (s *Store) Reserve(id uint64) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("reserve", func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(keyLastID); v != nil && binary.BigEndian.Uint64(v) >= id {
 			return nil
@@ -259,7 +311,7 @@ func getProducer(tx *bolt.Tx, id string) (*Producer, error) {
 // commit (I4).
 func (s *Store) Prepare(c *Checkpoint) error {
 	c.State = Prepared
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("prepare", func(tx *bolt.Tx) error {
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
 		}
@@ -299,7 +351,7 @@ func (s *Store) Prepare(c *Checkpoint) error {
 // Commit records a prepared checkpoint committed and advances the committed
 // sequence numbers of its producers. Committing a committed one is a no-op.
 func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("commit", func(tx *bolt.Tx) error {
 		c, err := getCheckpoint(tx, id)
 		if err != nil {
 			return err
@@ -377,7 +429,7 @@ func prune(tx *bolt.Tx, id uint64, retain int) error {
 // Abort records checkpoint c aborted with reason. c need not have been
 // recorded before. Aborting a prepared or committed checkpoint is refused.
 func (s *Store) Abort(c *Checkpoint, reason string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("abort", func(tx *bolt.Tx) error {
 		if old, err := getCheckpoint(tx, c.ID); err == nil && old.State != Aborted {
 			return fmt.Errorf("abort checkpoint %d: state is %s", c.ID, old.State)
 		}
@@ -391,7 +443,7 @@ func (s *Store) Abort(c *Checkpoint, reason string) error {
 // RecordEmpty records an empty checkpoint as committed in one step.
 func (s *Store) RecordEmpty(c *Checkpoint) error {
 	c.State = Committed
-	return s.db.Update(func(tx *bolt.Tx) error { return putCheckpoint(tx, c) })
+	return s.update("record empty", func(tx *bolt.Tx) error { return putCheckpoint(tx, c) })
 }
 
 // Get returns one checkpoint.
@@ -448,7 +500,7 @@ func (s *Store) Pending() ([]Checkpoint, error) {
 // and returns its state.
 func (s *Store) InitProducer(id string) (*Producer, error) {
 	var out *Producer
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update("init producer", func(tx *bolt.Tx) error {
 		p, err := getProducer(tx, id)
 		if err != nil {
 			return err
@@ -493,7 +545,7 @@ func IntentKey(id uint64, final string) string { return fmt.Sprintf("%020d/%s", 
 // PutIntents records, in one transaction, that uploads are about to start
 // for files of checkpoint id.
 func (s *Store) PutIntents(id uint64, files []committer.File) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("put intents", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIntents)
 		for _, f := range files {
 			v, err := json.Marshal(f)
@@ -515,12 +567,12 @@ func (s *Store) PutIntent(key string, f committer.File) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), v) })
+	return s.update("put intent", func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), v) })
 }
 
 // DeleteIntents removes intents.
 func (s *Store) DeleteIntents(keys ...string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update("delete intents", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIntents)
 		for _, k := range keys {
 			if err := b.Delete([]byte(k)); err != nil {

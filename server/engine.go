@@ -37,6 +37,9 @@ type Config struct {
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	Hooks               Hooks         // optional observer
+	// StoreOptions are passed to recovery.OpenWith; tests inject state
+	// store faults through them.
+	StoreOptions recovery.Options
 }
 
 // Hooks observe the engine; every method must be fast and safe for
@@ -207,7 +210,7 @@ func Open(cfg Config) (*Engine, error) {
 	if err := durable.MkdirAll(cfg.FS, cfg.StagingDir); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	st, err := recovery.Open(cfg.StorePath)
+	st, err := recovery.OpenWith(cfg.StorePath, cfg.StoreOptions)
 	if err != nil {
 		return nil, err
 	}
