@@ -147,6 +147,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: msg})
 		return
 	}
+	if st.DiskFull != "" {
+		// Writes are refused for space: say why, while it lasts.
+		w.Header().Set("Retry-After", s.retryAfter)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "insufficient_storage", Message: st.DiskFull})
+		return
+	}
 	writeJSON(w, http.StatusOK, Status{Status: "ready"})
 }
 

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
 
@@ -424,4 +427,37 @@ func TestEngineErrorsElsewhere(t *testing.T) {
 	if e := decode[ErrorResponse](t, rec); e.Error != "shutting_down" {
 		t.Errorf("%+v", e)
 	}
+}
+
+// TestStoreDiskFull: a state store refusing a write for space answers 507
+// and /readyz says why, while the engine goes on; once a write succeeds
+// again, all is well.
+func TestStoreDiskFull(t *testing.T) {
+	var full atomic.Bool
+	r := newRig(t, rigOpts{engine: func(c *server.Config) {
+		c.StoreOptions.WriteFault = func(op string, ph recovery.Phase) error {
+			if full.Load() && ph == recovery.BeforeCommit {
+				return &os.PathError{Op: "write", Path: "state.db", Err: syscall.ENOSPC}
+			}
+			return nil
+		}
+	}})
+	full.Store(true)
+	rec := r.do("POST", "/v1/producers/p/init", "")
+	expectStatus(t, rec, http.StatusInsufficientStorage)
+	if e := decode[ErrorResponse](t, rec); e.Error != "insufficient_storage" {
+		t.Fatalf("init: %+v", e)
+	}
+	rec = r.do("GET", "/readyz", "")
+	expectStatus(t, rec, http.StatusServiceUnavailable)
+	if e := decode[ErrorResponse](t, rec); e.Error != "insufficient_storage" || !strings.Contains(e.Message, "no space left on device") {
+		t.Fatalf("readyz on a full disk: %+v", e)
+	}
+	if rec.Header().Get("Retry-After") == "" {
+		t.Fatal("readyz on a full disk: no Retry-After")
+	}
+	expectStatus(t, r.do("GET", "/healthz", ""), http.StatusOK)
+	full.Store(false)
+	r.initProducer("p")
+	expectStatus(t, r.do("GET", "/readyz", ""), http.StatusOK)
 }

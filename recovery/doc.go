@@ -17,6 +17,39 @@
 // checkpoints older than the retention count are pruned; their summary row
 // stays.
 //
+// # Write failures
+//
+// Every write transaction commits as bbolt does: write the dirty pages
+// (allocated from free pages, or past the end after growing the file with
+// ftruncate and fsync), fdatasync, write the meta page, fdatasync. A failed
+// commit rolls back bbolt's memory, but not necessarily the file: after a
+// failed fdatasync the kernel may have dropped dirty pages that the page
+// cache (and bbolt's mmap) still shows, so neither the process nor a
+// restart can trust what it reads (bbolt issue #233; "fsyncgate"). Hence:
+//
+//   - A page write (pwrite) refused with ENOSPC or EDQUOT is safe to go on
+//     from. It happens before the meta page is written, and the pages it
+//     writes are free ones no meta page points at (bbolt is copy-on-write),
+//     so the store, on disk and in memory, is exactly as before the
+//     transaction. The store checks that the transaction is not visible
+//     (its meta page did not land, e.g. a torn meta page on a
+//     copy-on-write file system fails its checksum) and returns an error
+//     wrapping durable.ErrDiskFull. The caller answers 507 and goes on;
+//     nothing is half-recorded.
+//   - Everything else is not: a failed fdatasync (whatever its errno, ENOSPC
+//     included, as NFS and thin volumes report), EIO, a failed file resize
+//     or its fsync (bbolt reports those as text, without the errno), or any
+//     failure after the transaction became visible. The store returns an
+//     error wrapping ErrWriteFailed and refuses every later write the same
+//     way; the engine stops, and a new process (or Close and Open) reopens
+//     the file, whose meta pages and checksums decide what was recorded.
+//
+// A transaction that its own code refuses (committing an aborted
+// checkpoint, say) writes nothing and is simply an error.
+//
+// Tests reach these paths through Options.WriteFault, which fails a commit
+// before bbolt writes anything or after it returned, as the disk would.
+//
 // Replay, on every start: commit again every prepared checkpoint
 // (idempotently), delete the staging files and abort the intents that no
 // prepared checkpoint names, and hand back the producers' state.

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -29,6 +32,12 @@ var (
 	ErrCorrupt = errors.New("state store corrupt")
 	// ErrNotFound means no such checkpoint or producer.
 	ErrNotFound = errors.New("not found")
+	// ErrWriteFailed means a write transaction failed in bbolt's commit in
+	// a way that may have left the file, or bbolt's view of it, in an
+	// unknown state (a failed fdatasync; see bbolt issue #233). The store
+	// refuses every later write: close it and open it again, which is what
+	// recovery does.
+	ErrWriteFailed = errors.New("state store write failed")
 )
 
 // DefaultRetain is how many committed checkpoints keep their file lists.
@@ -82,6 +91,9 @@ type Store struct {
 	db   *bolt.DB
 	path string
 	opts Options
+
+	mu     sync.Mutex
+	broken error // the commit failure that left the store in an unknown state
 }
 
 // Phase says where a write transaction's commit is when Options.WriteFault
@@ -202,13 +214,30 @@ func (s *Store) init() error {
 	return nil
 }
 
-// update runs fn in a write transaction, consulting Options.WriteFault
-// around its commit.
+// update runs fn in one write transaction. fn's own error (a refusal) rolls
+// the transaction back and is returned as it is. A failure of bbolt's
+// commit is classified (see "Write failures" in doc.go):
+//
+//   - a page write refused for space (ENOSPC, EDQUOT from pwrite) before the
+//     new meta page was seen: nothing is recorded and bbolt rolled back, so
+//     the error wraps durable.ErrDiskFull and the store goes on;
+//   - anything else (a failed fdatasync, EIO, a failed file resize, or a
+//     change already visible): the error wraps ErrWriteFailed, and every
+//     later write is refused the same way until the store is reopened.
 func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
+	s.mu.Lock()
+	broken := s.broken
+	s.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("%s: %w: refused after an earlier failure: %w", op, ErrWriteFailed, broken)
+	}
 	hook := s.opts.WriteFault
+	var refused error
+	txid := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
+		txid = tx.ID()
+		if refused = fn(tx); refused != nil {
+			return refused
 		}
 		if hook != nil {
 			return hook(op, BeforeCommit)
@@ -218,7 +247,44 @@ func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
 	if err == nil && hook != nil {
 		err = hook(op, AfterCommit)
 	}
-	return err
+	switch {
+	case err == nil:
+		return nil
+	case refused != nil || txid == 0:
+		// Refused by fn, or no transaction began (the store is closed):
+		// nothing was written.
+		return err
+	case pageWriteNoSpace(err) && !s.visible(txid):
+		return fmt.Errorf("%w: %w", durable.ErrDiskFull, err)
+	}
+	s.mu.Lock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	s.mu.Unlock()
+	return fmt.Errorf("%w: %w", ErrWriteFailed, err)
+}
+
+// pageWriteNoSpace reports whether err is bbolt's pwrite of a page failing
+// for lack of space: an *os.PathError "write" with ENOSPC or EDQUOT. bbolt
+// returns fdatasync's error as a bare errno and a failed file resize as
+// text, so neither is mistaken for it.
+func pageWriteNoSpace(err error) bool {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "write" {
+		return false
+	}
+	return errors.Is(pe.Err, syscall.ENOSPC) || errors.Is(pe.Err, syscall.EDQUOT)
+}
+
+// visible reports whether the write transaction txid is what readers see:
+// its meta page was written, so its fate on disk is unknown.
+func (s *Store) visible(txid int) bool {
+	cur := txid
+	if err := s.db.View(func(tx *bolt.Tx) error { cur = tx.ID(); return nil }); err != nil {
+		return true // cannot tell: assume the worst
+	}
+	return cur >= txid
 }
 
 func u64(v uint64) []byte {
@@ -438,12 +504,6 @@ func (s *Store) Abort(c *Checkpoint, reason string) error {
 		rec.FileCount = len(c.Files)
 		return putCheckpoint(tx, &rec)
 	})
-}
-
-// RecordEmpty records an empty checkpoint as committed in one step.
-func (s *Store) RecordEmpty(c *Checkpoint) error {
-	c.State = Committed
-	return s.update("record empty", func(tx *bolt.Tx) error { return putCheckpoint(tx, c) })
 }
 
 // Get returns one checkpoint.

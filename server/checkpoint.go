@@ -25,6 +25,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		e.mu.Unlock()
 		return CheckpointResult{}, e.failErr
 	}
+	if len(e.openTxns) == 0 && len(e.dirty) == 0 {
+		return e.emptyLocked(began)
+	}
 	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
 	records, bytes := e.openRecords, e.openBytes
 	seqs := map[string]map[string]int64{}
@@ -42,20 +45,10 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	res := CheckpointResult{ID: id, Records: records, Bytes: bytes, Files: []committer.File{}}
 	log := e.log.With("checkpoint", id)
 
-	if len(txns) == 0 && len(seqs) == 0 {
-		if err := e.store.RecordEmpty(ck); err != nil {
-			e.fail(fmt.Errorf("record empty checkpoint %d: %w", id, err))
-			return res, e.Err()
-		}
-		res.State = recovery.Committed
-		res.DurationMS, res.Seconds = time.Since(began).Milliseconds(), time.Since(began).Seconds()
-		e.finished(id, out, res, nil, 0)
-		return res, nil
-	}
-
 	// 2. Pre-commit every file in parallel, then make their names durable.
 	files, err := e.preCommit(id, txns)
 	if err != nil {
+		e.noteDiskFull(err)
 		return e.abort(ck, txns, files, err, out, began), nil
 	}
 	ck.Files = files
@@ -63,10 +56,16 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 
 	// 3. Prepared: from here on, the checkpoint commits.
 	if err := e.store.Prepare(ck); err != nil {
+		if errors.Is(err, durable.ErrDiskFull) {
+			// Refused for space with nothing recorded: not prepared.
+			e.noteDiskFull(err)
+			return e.abort(ck, txns, files, fmt.Errorf("record prepared checkpoint %d: %w", id, err), out, began), nil
+		}
 		// The record may or may not be durable; only recovery can tell.
 		e.fail(fmt.Errorf("record prepared checkpoint %d: %w", id, err))
 		return res, e.Err()
 	}
+	e.diskOK()
 	e.mu.Lock()
 	for pid, streams := range seqs {
 		d := e.durable[pid]
@@ -94,13 +93,14 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, durable.ErrSync) {
+		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) {
 			e.fail(err)
 			return res, e.Err()
 		}
 		if e.ctx.Err() != nil {
 			return res, ErrClosed
 		}
+		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.stuck = err
 		e.mu.Unlock()
@@ -114,7 +114,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	}
 	res.State, res.Files = recovery.Committed, files
 	e.mu.Lock()
-	e.stuck = nil
+	e.stuck, e.diskFull = nil, nil
 	for pid, streams := range seqs {
 		p := e.producers[pid]
 		for s, next := range streams {
@@ -135,6 +135,39 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	res.DurationMS, res.Seconds = time.Since(began).Milliseconds(), time.Since(began).Seconds()
 	e.finished(id, out, res, nil, bytes)
 	log.Info("checkpoint committed", "files", len(files), "records", records, "bytes", bytes, "duration_ms", time.Since(began).Milliseconds())
+	return res, nil
+}
+
+// emptyIDBlock is how many ids an empty checkpoint reserves when it needs
+// to: empty checkpoints write nothing else, and this once per block.
+const emptyIDBlock = 1024
+
+// emptyLocked ends the open checkpoint, which holds nothing to commit: it is
+// committed without a record or an fsync (DESIGN: an idle service does no
+// I/O), and the next one opens. Its id appeared in answers, so the id after
+// it, handed out now, must stay out of reach of a restart (I8), which opens
+// beyond the store's LastID+1: when that horizon is reached, ids are
+// reserved a block at a time, under the ingest lock so no write sees the
+// new id before it is durable. Called with e.mu held; it unlocks it.
+func (e *Engine) emptyLocked(began time.Time) (CheckpointResult, error) {
+	id, out := e.openID, e.outcomes[e.openID]
+	last, err := e.store.LastID()
+	if err == nil && last < id {
+		err = e.store.Reserve(id + emptyIDBlock)
+	}
+	if err != nil {
+		e.mu.Unlock()
+		err = fmt.Errorf("reserve checkpoint ids after %d: %w", id, err)
+		if !e.storeFailed(err) {
+			e.noteDiskFull(err)
+		}
+		return CheckpointResult{}, err
+	}
+	e.openNextLocked()
+	e.mu.Unlock()
+	res := CheckpointResult{ID: id, State: recovery.Committed, Files: []committer.File{},
+		DurationMS: time.Since(began).Milliseconds(), Seconds: time.Since(began).Seconds()}
+	e.finished(id, out, res, nil, 0)
 	return res, nil
 }
 
@@ -260,12 +293,12 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 			}
 		}
 		// Left behind, an intent is aborted again by recovery: harmless.
-		if err := e.store.DeleteIntents(keys...); err != nil {
+		if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
 			log.Warn("delete upload intents", "err", err)
 		}
 	}
 	ck.Files = files
-	if err := e.store.Abort(ck, cause.Error()); err != nil {
+	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.storeFailed(err) {
 		// Unrecorded, the checkpoint is simply not prepared: recovery
 		// treats it as aborted. Its id may be reused, which is harmless
 		// since nothing of it was made final.
@@ -294,7 +327,7 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 	e.mu.Unlock()
 
 	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
-	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil {
+	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.storeFailed(err) {
 		log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
 	}
 	res := CheckpointResult{ID: ck.ID, State: recovery.Aborted, Files: []committer.File{}, Records: ck.Records, Bytes: ck.Bytes,

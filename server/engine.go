@@ -192,7 +192,15 @@ type Engine struct {
 	lastDone    uint64 // newest committed checkpoint
 	stuck       error  // the error holding a prepared checkpoint back, if any
 	recovering  string
+	diskFull    error     // the last write refused for space, until a write succeeds
+	diskFullAt  time.Time // when
 }
+
+// diskFullHold is how long Status reports a full disk after the last write
+// refused for space, when no write succeeded since: long enough to span a
+// client's retries, short enough that a node nobody writes to (a load
+// balancer took it out on /readyz) comes back by itself.
+const diskFullHold = 10 * time.Second
 
 type ckptReply struct {
 	res CheckpointResult
@@ -281,6 +289,10 @@ func (e *Engine) recover() bool {
 		if e.ctx.Err() != nil {
 			return false
 		}
+		if e.storeFailed(err) {
+			return false
+		}
+		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.recovering = err.Error()
 		e.mu.Unlock()
@@ -301,6 +313,13 @@ func (e *Engine) recover() bool {
 		if err == nil {
 			break
 		}
+		if e.storeFailed(err) {
+			return false
+		}
+		e.noteDiskFull(err)
+		e.mu.Lock()
+		e.recovering = "reserve checkpoint id: " + err.Error()
+		e.mu.Unlock()
 		e.log.Error("reserve checkpoint id, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
 			return false
@@ -315,7 +334,7 @@ func (e *Engine) recover() bool {
 	e.lastDone = res.LastID
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
-	e.recovering = ""
+	e.recovering, e.diskFull = "", nil
 	e.mu.Unlock()
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
 		"aborted_uploads", len(res.Aborted), "producers", len(res.Producers), "checkpoint", e.openID,
@@ -364,6 +383,41 @@ func (e *Engine) fail(err error) {
 	e.mu.Unlock()
 	e.log.Error("engine stopped; recovery on restart decides", "err", err)
 	close(e.failed)
+}
+
+// storeFailed stops the engine if err says the state store may be in an
+// unknown state (recovery.ErrWriteFailed): it must be reopened. It reports
+// whether it did.
+func (e *Engine) storeFailed(err error) bool {
+	if !errors.Is(err, recovery.ErrWriteFailed) {
+		return false
+	}
+	e.fail(err)
+	return true
+}
+
+// noteDiskFull remembers err if it is a write refused for space, for
+// Status and /readyz.
+func (e *Engine) noteDiskFull(err error) {
+	if !errors.Is(err, durable.ErrDiskFull) {
+		return
+	}
+	e.mu.Lock()
+	e.diskFull, e.diskFullAt = err, time.Now()
+	e.mu.Unlock()
+}
+
+func (e *Engine) noteDiskFullLocked(err error) {
+	if errors.Is(err, durable.ErrDiskFull) {
+		e.diskFull, e.diskFullAt = err, time.Now()
+	}
+}
+
+// diskOK forgets a full disk: a durable write just succeeded.
+func (e *Engine) diskOK() {
+	e.mu.Lock()
+	e.diskFull = nil
+	e.mu.Unlock()
 }
 
 // Partition returns the partition path for an ingest time.
@@ -436,6 +490,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: part, Ext: w.Ext})
 	if err != nil {
 		e.reject("storage")
+		e.noteDiskFullLocked(err)
 		return res, err
 	}
 	pid, seq := "", int64(0)
@@ -444,6 +499,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	}
 	if err := ot.txn.Append(w.Data, w.Records, pid, seq); err != nil {
 		e.reject("storage")
+		e.noteDiskFullLocked(err)
 		return res, fmt.Errorf("append to stream %s: %w", w.Stream, err)
 	}
 	e.openBytes += int64(len(w.Data))
@@ -533,9 +589,15 @@ func (e *Engine) InitProducer(id string) (ProducerState, error) {
 	}
 	rec, err := e.store.InitProducer(id)
 	if err != nil {
+		if errors.Is(err, durable.ErrDiskFull) {
+			// Refused for space with nothing recorded: an answer.
+			e.noteDiskFull(err)
+			return ProducerState{}, err
+		}
 		e.fail(err)
 		return ProducerState{}, err
 	}
+	e.diskOK()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.producers[id]
@@ -596,7 +658,8 @@ type Status struct {
 	LastDone    uint64
 	Stuck       string // the error holding a prepared checkpoint, if any
 	Failed      string
-	Draining    bool // shutting down: writes are refused
+	Draining    bool   // shutting down: writes are refused
+	DiskFull    string // why writes are refused for space, while that lasts
 }
 
 // Status returns a snapshot of the engine.
@@ -611,6 +674,9 @@ func (e *Engine) Status() Status {
 	}
 	if e.failErr != nil {
 		s.Failed = e.failErr.Error()
+	}
+	if e.diskFull != nil && time.Since(e.diskFullAt) < diskFullHold {
+		s.DiskFull = e.diskFull.Error()
 	}
 	return s
 }
@@ -715,6 +781,9 @@ func (e *Engine) run() {
 				}
 			}
 		case <-tick:
+			if e.idle() {
+				continue // nothing to commit: no barrier, no I/O
+			}
 		case <-e.kick:
 			e.mu.Lock()
 			big := e.openBytes > e.cfg.MaxUncommittedBytes/4
@@ -728,6 +797,13 @@ func (e *Engine) run() {
 			w <- ckptReply{res, err}
 		}
 	}
+}
+
+// idle reports whether the open checkpoint holds nothing to commit.
+func (e *Engine) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.openTxns) == 0 && len(e.dirty) == 0
 }
 
 // Shutdown stops accepting writes, runs a final checkpoint (bounded by

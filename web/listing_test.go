@@ -174,7 +174,8 @@ func TestFolderPagination(t *testing.T) {
 func TestListingRefresh(t *testing.T) {
 	files, dir := bigDir(3)
 	eng := &fakeEngine{status: server.Status{Ready: true, OpenID: 2, LastDone: 1}}
-	h := newFakeUI(t, files, eng, nil, nil)
+	store := &fakeStore{}
+	h := newFakeUI(t, files, eng, store, nil)
 	newName := dir + "/part-n1-00000000000000000002-0000.ndjson"
 	expectCode(t, serveH(h, req("GET", "/ui/files/"+dir+"/", "")), http.StatusOK)
 	// A file that appears while the listing is cached is found once a
@@ -185,6 +186,8 @@ func TestListingRefresh(t *testing.T) {
 	if body := serveH(h, req("GET", "/ui/files/"+dir+"/", "")).Body.String(); strings.Contains(body, "00000000000000000002-0000") {
 		t.Fatal("the cached listing changed without a checkpoint")
 	}
+	store.cs = append(store.cs, recovery.Checkpoint{ID: 2, State: recovery.Committed, FileCount: 1, CommittedAt: time.Now(),
+		Files: []committer.File{{Final: newName, Bytes: int64(len(files.data[newName])), Records: 1}}})
 	eng.status.LastDone = 2
 	if body := serveH(h, req("GET", "/ui/files/"+dir+"/", "")).Body.String(); !strings.Contains(body, "00000000000000000002-0000") {
 		t.Fatal("a new checkpoint did not refresh the listing")

@@ -586,6 +586,10 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 		if c, err := u.store.Get(ran); err == nil {
 			flash := rowFrom(c)
 			d.Ran = &flash
+		} else if errors.Is(err, recovery.ErrNotFound) && r.URL.Query().Get("empty") == "1" {
+			// A checkpoint with nothing to commit records nothing.
+			flash := rowFrom(&recovery.Checkpoint{ID: ran, State: recovery.Committed})
+			d.Ran = &flash
 		}
 	}
 	n := min(len(cs), chartCheckpoints)
@@ -767,7 +771,11 @@ func (u *ui) checkpointNow(w http.ResponseWriter, r *http.Request, s *session) {
 	res, err := u.eng.Checkpoint(ctx)
 	switch {
 	case err == nil:
-		http.Redirect(w, r, "/ui/checkpoints?ran="+strconv.FormatUint(res.ID, 10), http.StatusSeeOther)
+		to := "/ui/checkpoints?ran=" + strconv.FormatUint(res.ID, 10)
+		if res.State == recovery.Committed && len(res.Files) == 0 && res.Records == 0 {
+			to += "&empty=1"
+		}
+		http.Redirect(w, r, to, http.StatusSeeOther)
 	case errors.Is(err, server.ErrNotReady):
 		u.fail(w, r, http.StatusServiceUnavailable, "Recovery is running", "Checkpoints start once recovery is done; try again in a moment.")
 	case errors.Is(err, context.DeadlineExceeded):
