@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/spf13/afero"
 )
 
 type serveFlags struct {
@@ -166,7 +166,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return fmt.Errorf("create staging dir: %w", err)
 	}
-	osfs := afero.NewOsFs()
+	osfs := durable.NewOsFs() // renames that never replace (renameat2)
 	dest, destName, err := openDest(ctx, f.destFlags, osfs, staging, f.node, log)
 	if err != nil {
 		return err

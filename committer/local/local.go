@@ -59,6 +59,9 @@ func (l *Local) Prepare(_ context.Context, f committer.File) (committer.File, er
 //     the destination but the removal of temp was not; temp is deleted.
 //     Otherwise ErrConflict.
 //   - neither: ErrLost.
+//
+// The rename never replaces a file (durable.Rename): one that appears at
+// the final name after the check is handled as "both present".
 func (l *Local) Commit(_ context.Context, f committer.File) error {
 	final := l.abs(f.Final)
 	_, terr := l.FS.Stat(f.Temp)
@@ -72,7 +75,11 @@ func (l *Local) Commit(_ context.Context, f committer.File) error {
 	}
 	switch {
 	case tempOK && !finalOK:
-		if err := durable.Rename(l.FS, &l.dirs, f.Temp, final); err != nil {
+		err := durable.Rename(l.FS, &l.dirs, f.Temp, final)
+		if errors.Is(err, fs.ErrExist) {
+			return l.commitOver(f, final)
+		}
+		if err != nil {
 			return fmt.Errorf("commit %s: %w", f.Final, err)
 		}
 		return nil
@@ -94,28 +101,34 @@ func (l *Local) Commit(_ context.Context, f committer.File) error {
 		}
 		return nil
 	case tempOK && finalOK:
-		tf, err := l.FS.Open(f.Temp)
-		if err != nil {
-			return fmt.Errorf("commit %s: open temp: %w", f.Final, err)
-		}
-		same, err := durable.SameContent(l.FS, final, tf)
-		_ = tf.Close()
-		if err != nil {
-			return fmt.Errorf("commit %s: compare: %w", f.Final, err)
-		}
-		if !same {
-			return fmt.Errorf("commit %s: %w", f.Final, committer.ErrConflict)
-		}
-		if err := l.syncPath(path.Dir(final)); err != nil {
-			return fmt.Errorf("commit %s: %w", f.Final, err)
-		}
-		if err := l.FS.Remove(f.Temp); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("commit %s: remove temp: %w", f.Final, err)
-		}
-		return nil
+		return l.commitOver(f, final)
 	default:
 		return fmt.Errorf("commit %s: %w", f.Final, committer.ErrLost)
 	}
+}
+
+// commitOver handles a final file present with the temp file: the same
+// bytes mean an earlier rename landed (temp is deleted), others a conflict.
+func (l *Local) commitOver(f committer.File, final string) error {
+	tf, err := l.FS.Open(f.Temp)
+	if err != nil {
+		return fmt.Errorf("commit %s: open temp: %w", f.Final, err)
+	}
+	same, err := durable.SameContent(l.FS, final, tf)
+	_ = tf.Close()
+	if err != nil {
+		return fmt.Errorf("commit %s: compare: %w", f.Final, err)
+	}
+	if !same {
+		return fmt.Errorf("commit %s: %w", f.Final, committer.ErrConflict)
+	}
+	if err := l.syncPath(path.Dir(final)); err != nil {
+		return fmt.Errorf("commit %s: %w", f.Final, err)
+	}
+	if err := l.FS.Remove(f.Temp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("commit %s: remove temp: %w", f.Final, err)
+	}
+	return nil
 }
 
 // Abort deletes the temp file. The final name is never touched (I7).
@@ -141,7 +154,19 @@ func (l *Local) Publish(_ context.Context, name string, data []byte) error {
 	if err := l.dirs.MkdirAll(l.FS, l.Staging); err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
-	if err := durable.WriteFile(l.FS, &l.dirs, tmp, final, data); err != nil {
+	err := durable.WriteFile(l.FS, &l.dirs, tmp, final, data)
+	if errors.Is(err, fs.ErrExist) {
+		// Published meanwhile; never replaced. As above, its name is made
+		// durable before it counts as there.
+		if rerr := l.FS.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("publish %s: remove temp: %w", name, rerr)
+		}
+		if serr := l.syncPath(path.Dir(final)); serr != nil {
+			return fmt.Errorf("publish %s: %w", name, serr)
+		}
+		return fmt.Errorf("publish %s: %w: %w", name, committer.ErrExists, err)
+	}
+	if err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
 	return nil

@@ -7,13 +7,13 @@ import (
 
 	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/committer/local"
-	"github.com/spf13/afero"
+	"github.com/eosink/eosink/internal/durable"
 )
 
 func TestConformance(t *testing.T) {
 	committertest.Run(t, func(t *testing.T) committertest.Env {
 		root := t.TempDir()
-		fsys := afero.NewOsFs()
+		fsys := durable.NewOsFs() // what eosink runs on: renames never replace
 		dest, staging := filepath.Join(root, "files"), filepath.Join(root, "staging")
 		for _, d := range []string{dest, staging} {
 			if err := fsys.MkdirAll(d, 0o755); err != nil {

@@ -128,13 +128,14 @@ func SyncClose(f afero.File) error {
 
 // Rename moves the synced file tmp to final, creating final's directory if
 // needed (durably, through dirs), and fsyncs final's directory so the new
-// name is durable.
+// name is durable. It never replaces a file at final: it fails with an
+// error wrapping fs.ErrExist instead (see RenameNoReplace).
 func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
 	dir := filepath.Dir(final)
 	if err := dirs.MkdirAll(fs, dir); err != nil {
 		return err
 	}
-	if err := fs.Rename(tmp, final); err != nil {
+	if err := RenameNoReplace(fs, tmp, final); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	return SyncDir(fs, dir)
@@ -142,7 +143,8 @@ func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
 
 // WriteFile writes data to tmp (created exclusively), syncs and closes it,
 // then renames it to final and syncs final's directory. The caller chooses a
-// tmp outside any directory readers list.
+// tmp outside any directory readers list. If final exists, it is left as it
+// is and the error wraps fs.ErrExist; tmp stays for the caller.
 func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {

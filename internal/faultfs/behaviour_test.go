@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/spf13/afero"
 )
 
@@ -85,6 +86,9 @@ func TestErrors(t *testing.T) {
 			return fs.Rename("/d", "/d/sub/d")
 		}, syscall.EINVAL, true},
 		{"rename onto itself", func(fs afero.Fs) error { return fs.Rename("/f", "/f") }, nil, false},
+		{"rename-noreplace onto file", func(fs afero.Fs) error { return durable.RenameNoReplace(fs, "/d/x", "/f") }, os.ErrExist, true},
+		{"rename-noreplace onto itself", func(fs afero.Fs) error { return durable.RenameNoReplace(fs, "/f", "/f") }, os.ErrExist, true},
+		{"rename-noreplace to a new name", func(fs afero.Fs) error { return durable.RenameNoReplace(fs, "/d/x", "/g") }, nil, false},
 		{"stat missing", func(fs afero.Fs) error { _, err := fs.Stat("/missing"); return err }, os.ErrNotExist, false},
 		{"chmod missing", func(fs afero.Fs) error { return fs.Chmod("/missing", 0o600) }, os.ErrNotExist, false},
 		{"read write-only", onFile(os.O_WRONLY, func(f afero.File) error {

@@ -12,12 +12,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/spf13/afero"
 )
 
 var (
-	_ afero.Fs   = (*CrashFS)(nil)
-	_ afero.File = (*crashFile)(nil)
+	_ afero.Fs                 = (*CrashFS)(nil)
+	_ afero.File               = (*crashFile)(nil)
+	_ durable.NoReplaceRenamer = (*CrashFS)(nil)
 )
 
 // CrashFS is an in-memory afero.Fs that remembers which file contents and
@@ -364,6 +366,16 @@ func (fs *CrashFS) RemoveAll(path string) error {
 // may be renamed too. Like os.Rename it fails with EEXIST if newname is a
 // directory.
 func (fs *CrashFS) Rename(oldname, newname string) error {
+	return fs.rename(oldname, newname, false)
+}
+
+// RenameNoReplace is Rename that fails with EEXIST if newname exists, as
+// renameat2(RENAME_NOREPLACE) does, atomically.
+func (fs *CrashFS) RenameNoReplace(oldname, newname string) error {
+	return fs.rename(oldname, newname, true)
+}
+
+func (fs *CrashFS) rename(oldname, newname string, noReplace bool) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 
@@ -398,6 +410,8 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	dstDir, dstBase := dirs[len(dirs)-1], newParts[len(newParts)-1]
 	if dst, ok := dstDir.entries[dstBase]; ok {
 		switch {
+		case noReplace:
+			return linkErr(syscall.EEXIST)
 		case dst == src:
 			return nil
 		case dst.dir:

@@ -6,12 +6,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/spf13/afero"
 )
 
 var (
-	_ afero.Fs   = (*InjectFS)(nil)
-	_ afero.File = (*injectFile)(nil)
+	_ afero.Fs                 = (*InjectFS)(nil)
+	_ afero.File               = (*injectFile)(nil)
+	_ durable.NoReplaceRenamer = (*InjectFS)(nil)
 )
 
 // InjectFS wraps an afero.Fs, and every file it opens, so that each
@@ -143,6 +145,21 @@ func (fs *InjectFS) Rename(oldname, newname string) error {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
 	return fs.fs.Rename(oldname, newname)
+}
+
+// RenameNoReplace is Rename that never replaces newname (see
+// durable.NoReplaceRenamer); it is an OpRename whose Path is oldname. The
+// wrapped file system's own RenameNoReplace is used when it has one.
+func (fs *InjectFS) RenameNoReplace(oldname, newname string) error {
+	if err := fs.check(OpRename, oldname); err != nil {
+		var pe *os.PathError
+		var le *os.LinkError
+		if errors.As(err, &pe) || errors.As(err, &le) {
+			return err
+		}
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	return durable.RenameNoReplace(fs.fs, oldname, newname)
 }
 
 // Stat describes name; it is an OpStat.

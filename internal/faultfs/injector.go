@@ -25,7 +25,7 @@ const (
 	OpWrite                  // File.Write, File.WriteAt, File.WriteString
 	OpSync                   // File.Sync, on files and directories
 	OpClose                  // File.Close
-	OpRename                 // Fs.Rename
+	OpRename                 // Fs.Rename, RenameNoReplace
 	OpRemove                 // Fs.Remove, Fs.RemoveAll
 	OpMkdir                  // Fs.Mkdir, Fs.MkdirAll
 	OpTruncate               // File.Truncate
