@@ -183,7 +183,7 @@ func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq
 func (e *Engine) openNextLocked() {
 	e.openID++
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
-	e.openBytes, e.openRecords = 0, 0
+	e.openBytes, e.openRecords, e.early = 0, 0, false
 	e.dirty = map[string]map[string]bool{}
 	e.outcomes[e.openID] = newOutcome()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.

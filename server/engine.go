@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -36,6 +37,7 @@ type Config struct {
 	Retain              int           // committed checkpoints that keep details; default 1000
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
+	MaxOpenFiles        int           // transactions (open staging files) per checkpoint; 0: no limit
 	Hooks               Hooks         // optional observer
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
@@ -192,6 +194,7 @@ type Engine struct {
 	lastDone    uint64 // newest committed checkpoint
 	stuck       error  // the error holding a prepared checkpoint back, if any
 	recovering  string
+	early       bool      // the open checkpoint must end now: too many open files
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
 }
@@ -489,6 +492,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	}
 	ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: part, Ext: w.Ext})
 	if err != nil {
+		if errors.Is(err, ErrBackpressure) {
+			e.reject("backpressure")
+			return res, err
+		}
 		e.reject("storage")
 		e.noteDiskFullLocked(err)
 		return res, err
@@ -509,10 +516,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		// With periodic checkpoints, checkpoint early rather than let the
 		// open checkpoint run into backpressure, which idles every
 		// producer for a Retry-After. (Interval 0 means only on request.)
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
+		e.kickLocked()
 	}
 	if ss != nil {
 		e.advanceLocked(ss, pid, w.Stream, seq)
@@ -522,6 +526,20 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		h(w.Stream, w.Records, len(w.Data))
 	}
 	return res, nil
+}
+
+func (e *Engine) kickLocked() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// earlyLocked asks for the open checkpoint to end now, whatever the
+// interval: it holds too many open files.
+func (e *Engine) earlyLocked() {
+	e.early = true
+	e.kickLocked()
 }
 
 // advanceLocked accepts seq for (producer, stream) into the open checkpoint.
@@ -565,8 +583,20 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 	} else if ot != nil && ot.txn.Err() != nil {
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
 	}
+	if n := len(e.openTxns); e.cfg.MaxOpenFiles > 0 && n >= e.cfg.MaxOpenFiles {
+		// Each transaction holds a file descriptor until its pre-commit:
+		// end this checkpoint early rather than run out of them.
+		e.earlyLocked()
+		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
+	}
 	base := fmt.Sprintf("part-%s-%020d-%04d.%s", e.cfg.Node, e.openID, e.nextIndex, key.Ext)
 	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		// Out of file descriptors (the process's or the system's): a
+		// checkpoint closes ours; the client retries after it.
+		e.earlyLocked()
+		return nil, fmt.Errorf("%w: %w", ErrBackpressure, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -786,7 +816,7 @@ func (e *Engine) run() {
 			}
 		case <-e.kick:
 			e.mu.Lock()
-			big := e.openBytes > e.cfg.MaxUncommittedBytes/4
+			big := e.openBytes > e.cfg.MaxUncommittedBytes/4 || e.early
 			e.mu.Unlock()
 			if !big {
 				continue // the checkpoint that just ran already took it

@@ -36,6 +36,7 @@ type serveFlags struct {
 	maxBody         size
 	maxRecord       size
 	maxUncommitted  size
+	maxOpenFiles    positive
 	rollSize        size
 	waitTimeout     time.Duration
 	shutdownTimeout time.Duration
@@ -62,6 +63,8 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&f.maxBody, "max-body", "largest write body (e.g. 64MiB)")
 	fs.Var(&f.maxRecord, "max-record", "largest record (e.g. 1MiB)")
 	fs.Var(&f.maxUncommitted, "max-uncommitted", "uncommitted data held before writes get 429 backpressure")
+	f.maxOpenFiles = positive(defaultMaxOpenFiles())
+	fs.Var(&f.maxOpenFiles, "max-open-files", "staging files open at once (transactions per checkpoint); reaching it starts a checkpoint early and answers 429; the default is half the open-file limit, less a reserve")
 	fs.Var(&f.rollSize, "roll-size", "start a new file beyond this size within a checkpoint")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 30*time.Second, "longest a ?wait=commit write waits before answering 202")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
@@ -185,7 +188,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Node: f.node, FS: osfs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
-		Hooks: metrics.Hooks(),
+		MaxOpenFiles: int(f.maxOpenFiles),
+		Hooks:        metrics.Hooks(),
 	})
 	if err != nil {
 		return err
