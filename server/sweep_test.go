@@ -206,20 +206,54 @@ const (
 	modeFail sweepMode = iota
 	modeCrash
 	modePowerCut
+	// The store modes fail the n-th write transaction of the state store
+	// (through recovery.Options.WriteFault) instead of a file operation:
+	// before bbolt writes anything, as a page write refused for space
+	// (ENOSPC) or failing (EIO) would, or after its commit, as a failed
+	// fdatasync (EIO, ENOSPC) would.
+	modeStoreNoSpace
+	modeStoreEIO
+	modeStoreSyncEIO
+	modeStoreSyncNoSpace
 )
 
-func (m sweepMode) String() string { return [...]string{"fail", "crash", "power-cut"}[m] }
+func (m sweepMode) String() string {
+	return [...]string{"fail", "crash", "power-cut", "store-page-enospc", "store-page-eio", "store-fdatasync-eio", "store-fdatasync-enospc"}[m]
+}
 
-// sweepRun runs the fixed workload with one fault at op n, then recovers,
-// checks I1-I7 and I5, lets the client resend, and checks everything landed
-// exactly once. With n < 0 it only counts the operations.
-func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
+func (m sweepMode) store() bool { return m >= modeStoreNoSpace }
+
+// storeFault is the fault of a store mode.
+func (m sweepMode) storeFault() (recovery.Phase, error) {
+	switch m {
+	case modeStoreNoSpace:
+		return recovery.BeforeCommit, errPageENOSPC
+	case modeStoreEIO:
+		return recovery.BeforeCommit, errPageEIO
+	case modeStoreSyncEIO:
+		return recovery.AfterCommit, syscall.EIO
+	default:
+		return recovery.AfterCommit, syscall.ENOSPC
+	}
+}
+
+// sweepRun runs the fixed workload with one fault at op n (in the store
+// modes: at the state store's write transaction n), then recovers, checks
+// I1-I7 and I5, lets the client resend, and checks everything landed
+// exactly once. With n < 0 it only counts the operations and the store's
+// write transactions.
+func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	base := faultfs.NewCrashFS()
 	sw := &swapInjector{}
 	inj := faultfs.NewInjectFS(base, sw)
 	r := newRig(t, inj)
 	fixed := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
-	r.tweak = func(c *Config) { c.Parallel = 1; c.Now = func() time.Time { return fixed } }
+	sf := &storeFaults{}
+	r.tweak = func(c *Config) {
+		c.Parallel = 1
+		c.Now = func() time.Time { return fixed }
+		c.StoreOptions.WriteFault = sf.hook
+	}
 	m := newModel()
 	var unknownID uint64 // a checkpoint whose fate the crash hid
 	var unknownSnap map[[2]string]int64
@@ -227,6 +261,14 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 	var crash *faultfs.CrashAfterInjector
 	switch {
 	case n < 0:
+	case mode.store():
+		phase, ferr := mode.storeFault()
+		sf.set(func(k int, _ string, ph recovery.Phase) error {
+			if int64(k) == n && ph == phase {
+				return ferr
+			}
+			return nil
+		})
 	case mode == modeFail:
 		errno := syscall.EIO
 		if n%2 == 1 {
@@ -251,7 +293,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 		ctx, cancel := untilCtx(crashed)
 		err = e.WaitReady(ctx)
 		cancel()
-		if err != nil && !crashed() && mode != modeFail {
+		if err != nil && !crashed() && mode != modeFail && !mode.store() {
 			t.Fatalf("op %d %s: recovery: %v", n, mode, err)
 		}
 	}
@@ -259,7 +301,12 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 		for _, p := range []string{"p1", "p2"} {
 			ps, err := e.InitProducer(p)
 			if err != nil {
-				t.Fatal(err)
+				if !mode.store() {
+					t.Fatal(err)
+				}
+				// Refused (disk full) or failed (the engine stopped): the
+				// epoch is not known; phase 3 takes a new one.
+				break
 			}
 			m.epoch[p] = ps.Epoch
 		}
@@ -289,22 +336,29 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 				}
 			}
 		}
+		if len(m.epoch) < 2 {
+			round = func(func()) {}
+		}
 		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = m.writeAnon(e, "a") })
 		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1) })
 		round(func() { w("p2", "b", 2); w("p1", "c", 2); _ = m.writeAnon(e, "c") })
 		round(func() {})
 	}
-	ops = inj.Count(sweepKinds)
+	ops, storeTxns = inj.Count(sweepKinds), int64(sf.count())
 	r.stop() // with the fault still armed: a crashed process does nothing more
 	sw.set(nil)
+	sf.set(nil)
 	if n < 0 {
-		return ops
+		return ops, storeTxns
+	}
+	if mode.store() && len(sf.fired) != 1 {
+		t.Fatalf("op %d %s: store fault fired %d times, want once (workload not deterministic?)", n, mode, len(sf.fired))
 	}
 
 	// Phase 2: restart (after a power cut, from what was durable) and check.
 	// A failed operation is followed by a power cut too: whatever the engine
 	// reported committed after retrying must have been made durable.
-	if mode == modePowerCut || mode == modeFail {
+	if mode == modePowerCut || mode == modeFail || mode.store() {
 		clone := base.CrashClone()
 		r.fs = clone
 	} else {
@@ -356,7 +410,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 	if left, _ := afero.ReadDir(r.fs, rigStaging); len(left) != 0 {
 		t.Fatalf("op %d %s: %d staging files left", n, mode, len(left))
 	}
-	return ops
+	return ops, storeTxns
 }
 
 // checker0 checks the destination without failing the test.
@@ -372,14 +426,20 @@ func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
 }
 
 // TestFaultSweep fails, crashes after, and power-cuts after every
-// filesystem operation of a workload in turn, and checks the invariants
-// after recovery each time (pebble's error_test.go, applied to eosink).
+// filesystem operation of a workload in turn, fails every write transaction
+// of the state store in turn (before it writes, with ENOSPC and EIO; after
+// its commit, as a failed fdatasync with EIO and ENOSPC), and checks the
+// invariants after recovery each time (pebble's error_test.go, applied to
+// eosink).
 func TestFaultSweep(t *testing.T) {
-	total := sweepRun(t, modeFail, -1)
+	total, txns := sweepRun(t, modeFail, -1)
 	if total < 50 {
 		t.Fatalf("workload does only %d operations; the sweep would prove little", total)
 	}
-	points := 0
+	if txns < 8 {
+		t.Fatalf("workload runs only %d state-store write transactions", txns)
+	}
+	points, storePoints := 0, 0
 	for _, mode := range []sweepMode{modeFail, modeCrash, modePowerCut} {
 		t.Run(mode.String(), func(t *testing.T) {
 			for n := int64(0); n <= total; n++ {
@@ -391,6 +451,18 @@ func TestFaultSweep(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("fault sweep: %d operations in the workload, %d fault points swept (fail, crash, power cut)", total, points)
-	fmt.Printf("fault sweep: %d operations, %d fault points swept\n", total, points)
+	for _, mode := range []sweepMode{modeStoreNoSpace, modeStoreEIO, modeStoreSyncEIO, modeStoreSyncNoSpace} {
+		t.Run(mode.String(), func(t *testing.T) {
+			for n := int64(0); n < txns; n++ {
+				sweepRun(t, mode, n)
+				storePoints++
+				if t.Failed() {
+					return
+				}
+			}
+		})
+	}
+	t.Logf("fault sweep: %d operations in the workload, %d fault points swept (fail, crash, power cut); %d state-store write transactions, %d store fault points",
+		total, points, txns, storePoints)
+	fmt.Printf("fault sweep: %d operations, %d fault points swept; %d store transactions, %d store fault points\n", total, points, txns, storePoints)
 }
