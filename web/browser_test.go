@@ -185,6 +185,25 @@ func (b *browser) visit(p string, want int) {
 	}
 }
 
+// tabTo presses Tab until the focused element matches sel, at most max
+// times, and tells whether it got there.
+func (b *browser) tabTo(sel string, max int) bool {
+	b.t.Helper()
+	for range max {
+		b.do("press Tab", chromedp.KeyEvent(kb.Tab))
+		if eval[bool](b, `document.activeElement !== null && document.activeElement.matches(`+jsString(sel)+`)`) {
+			return true
+		}
+	}
+	return false
+}
+
+// jsString quotes s as a JS string literal (JSON's is one).
+func jsString(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
 // TestAccessibility runs axe-core on every page of the UI, in light and
 // in dark mode, and fails on serious or critical violations: colour
 // contrast, names, roles, keyboard access. It takes a screenshot of each.
@@ -267,6 +286,17 @@ func TestAccessibility(t *testing.T) {
 			b.a11y(p.name + "-" + scheme)
 			b.shot(p.name + "-" + scheme)
 		}
+		// The keyboard reaches the preview box (to scroll it) and the
+		// charts' bars, and shows where it is.
+		b.open("/ui/files/" + file)
+		if !b.tabTo("#preview", 40) {
+			t.Errorf("file page (%s): Tab never reaches the preview", scheme)
+		}
+		b.open("/ui/checkpoints")
+		if !b.tabTo("svg a.bar-link", 40) {
+			t.Errorf("checkpoints page (%s): Tab never reaches a chart bar", scheme)
+		}
+		b.shot("chart-focus-" + scheme)
 		b.visit("/ui/nowhere", http.StatusNotFound)
 		b.a11y("not-found-" + scheme)
 		b.shot("not-found-" + scheme)
