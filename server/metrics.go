@@ -10,7 +10,7 @@ import (
 
 // rejectReasons are the reasons the engine passes to Hooks.Rejected, which
 // NewMetrics starts at 0 so that alerts see 0 rather than no data.
-// TestrejectReasonsComplete keeps the list equal to the engine's calls.
+// TestRejectReasonsComplete keeps the list equal to the engine's calls.
 func rejectReasons() []string {
 	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
 }
