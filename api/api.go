@@ -70,6 +70,8 @@ type Config struct {
 
 	// Gatherer is served at /metrics; nil serves an empty registry.
 	Gatherer prometheus.Gatherer
+	// Registerer takes the HTTP request metrics (httpmetrics.go); nil keeps none.
+	Registerer prometheus.Registerer
 	// Auth holds the tokens; nil turns authorization off.
 	Auth *Tokens
 	// UI serves GET /; nil serves a small page of links.
@@ -92,6 +94,7 @@ type Server struct {
 	auth       *Tokens
 	ui         http.Handler
 	metrics    http.Handler
+	httpm      *httpMetrics
 	log        *slog.Logger
 	maxBody    int64
 	maxRecord  int
@@ -142,6 +145,10 @@ func New(cfg Config) (*Server, error) {
 		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
 		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
 	}
+	var err error
+	if s.httpm, err = newHTTPMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("new api server: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -156,7 +163,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // the test TestOpenAPIMatchesRoutes keeps the two equal.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.recoverer)
+	r.Use(s.httpm.instrument, s.recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
 	})

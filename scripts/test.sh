@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of eosink, after installing what the tests need: a MinIO
-# server (scripts/minio.sh) and Chromium (scripts/chromium.sh). Safe to run
-# again; installs are skipped when already done.
+# server (scripts/minio.sh), Chromium (scripts/chromium.sh), axe-core for the
+# accessibility checks (scripts/axe.sh) and promtool for the metrics check
+# (scripts/promtool.sh). Safe to run again; installs are skipped when already
+# done.
 #
 # Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
 # EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop).
@@ -11,6 +13,8 @@ cd "$(dirname "$0")/.."
 echo "== install test dependencies"
 bash scripts/minio.sh
 bash scripts/chromium.sh
+bash scripts/axe.sh
+bash scripts/promtool.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))

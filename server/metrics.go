@@ -1,9 +1,19 @@
 package server
 
 import (
+	"runtime"
+	"runtime/debug"
+
 	"github.com/eosink/eosink/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// rejectReasons are the reasons the engine passes to Hooks.Rejected, which
+// NewMetrics starts at 0 so that alerts see 0 rather than no data.
+// TestRejectReasonsComplete keeps the list equal to the engine's calls.
+func rejectReasons() []string {
+	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
+}
 
 // Metrics are the engine's Prometheus metrics, registered on a registry the
 // caller owns.
@@ -56,7 +66,18 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 		}
 		return 0
 	}
-	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck,
+	// Every label value known in advance exists from the start, at 0.
+	for _, st := range []recovery.State{recovery.Committed, recovery.Aborted} {
+		m.ckpts.WithLabelValues(string(st))
+	}
+	for _, r := range rejectReasons() {
+		m.rejected.WithLabelValues(r)
+	}
+	bi, ok := debug.ReadBuildInfo()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "eosink_build_info",
+		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(bi, ok)})
+	build.Set(1)
+	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, build,
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
@@ -92,4 +113,38 @@ func (m *Metrics) Hooks() Hooks {
 		},
 		CommitStuck: func(uint64, error) { m.stuck.Inc() },
 	}
+}
+
+// buildLabels are eosink_build_info's labels from the binary's build info
+// (ok false when it has none): the main module's version ("(devel)" for a
+// build from a work tree), the VCS revision with "-dirty" when the tree had
+// changes ("unknown" without VCS data), and the Go version.
+func buildLabels(bi *debug.BuildInfo, ok bool) prometheus.Labels {
+	l := prometheus.Labels{"version": "unknown", "revision": "unknown", "goversion": runtime.Version()}
+	if !ok || bi == nil {
+		return l
+	}
+	if bi.Main.Version != "" {
+		l["version"] = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		l["goversion"] = bi.GoVersion
+	}
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if dirty {
+			rev += "-dirty"
+		}
+		l["revision"] = rev
+	}
+	return l
 }

@@ -15,10 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )
 
@@ -34,6 +38,7 @@ type browser struct {
 	base  string // the server's URL
 	shots string
 	n     int
+	axe   string // axe-core's source, for a11y
 }
 
 func newBrowser(t *testing.T, base string) *browser {
@@ -148,6 +153,168 @@ func (b *browser) shot(name string) {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot %s", p)
+}
+
+// a11y runs axe-core on the current page and fails the test for each
+// serious or critical violation, printed as rule, impact, selector and
+// summary; lesser ones are logged.
+func (b *browser) a11y(name string) {
+	b.t.Helper()
+	vs, err := testbrowser.AxeCheck(b.ctx, b.axe)
+	if err != nil {
+		b.t.Fatalf("%s: %v", name, err)
+	}
+	for _, v := range vs {
+		if v.Blocking() {
+			b.t.Errorf("%s (%s): axe-core: %s", name, b.location(), v)
+		} else {
+			b.t.Logf("%s (%s): axe-core, not failing the test: %s", name, b.location(), v)
+		}
+	}
+}
+
+// visit navigates and expects the status want.
+func (b *browser) visit(p string, want int) {
+	b.t.Helper()
+	resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(b.base+p))
+	if err != nil {
+		b.t.Fatalf("open %s: %v", p, err)
+	}
+	if resp.Status != int64(want) {
+		b.t.Fatalf("open %s: status %d, want %d", p, resp.Status, want)
+	}
+}
+
+// tabTo presses Tab until the focused element matches sel, at most max
+// times, and tells whether it got there.
+func (b *browser) tabTo(sel string, max int) bool {
+	b.t.Helper()
+	for range max {
+		b.do("press Tab", chromedp.KeyEvent(kb.Tab))
+		if eval[bool](b, `document.activeElement !== null && document.activeElement.matches(`+jsString(sel)+`)`) {
+			return true
+		}
+	}
+	return false
+}
+
+// jsString quotes s as a JS string literal (JSON's is one).
+func jsString(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// TestAccessibility runs axe-core on every page of the UI, in light and
+// in dark mode, and fails on serious or critical violations: colour
+// contrast, names, roles, keyboard access. It takes a screenshot of each.
+// A second UI over a fake engine and store shows what a healthy engine
+// does not: banners, aborted and pending checkpoints.
+func TestAccessibility(t *testing.T) {
+	axe := testbrowser.Axe(t)
+	r := newRig(t, rigOpts{auth: true})
+	file := r.seed()
+	epoch := r.initProducer("billing.worker:7")
+	for i := range 4 {
+		r.write("clicks", strings.Repeat(fmt.Sprintf("{\"user\":\"u%d\",\"n\":%d}\n", i, i), 20*(i+1)))
+		r.write("orders", fmt.Sprintf("{\"order\":%d}\n", i),
+			"Producer-Id", "billing.worker:7", "Producer-Epoch", fmt.Sprint(epoch), "Producer-Seq", fmt.Sprint(i))
+		r.checkpoint()
+	}
+	if rec := r.apiDo("POST", "/v1/producers/billing.worker:7/init", ""); rec.Code != http.StatusOK {
+		t.Fatalf("init: %d", rec.Code)
+	}
+	if rec := r.apiDo("POST", "/v1/streams/orders/records", "{}\n", "Content-Type", "application/x-ndjson",
+		"Producer-Id", "billing.worker:7", "Producer-Epoch", fmt.Sprint(epoch), "Producer-Seq", "4"); rec.Code != http.StatusConflict {
+		t.Fatalf("fenced write: %d", rec.Code)
+	}
+	r.write("views", "{\"page\":\"/docs\"}\n") // an open checkpoint with data
+	last := r.eng.Status().LastDone
+	srv := httptest.NewServer(r.h)
+	t.Cleanup(srv.Close)
+
+	// A stopped engine with a stuck commit, and one still recovering, with
+	// checkpoints in every state.
+	now := time.Now()
+	store := &fakeStore{cs: []recovery.Checkpoint{
+		{ID: 1, State: recovery.Committed, FileCount: 1, Records: 10, Bytes: 900, StartedAt: now.Add(-time.Minute), CommittedAt: now.Add(-time.Minute), DurationMS: 12},
+		{ID: 2, State: recovery.Aborted, Records: 3, Bytes: 300, StartedAt: now.Add(-50 * time.Second), DurationMS: 40, Error: "sync staging file: input/output error"},
+		{ID: 3, State: recovery.Committed, FileCount: 2, Records: 20, Bytes: 2000, StartedAt: now.Add(-40 * time.Second), CommittedAt: now.Add(-40 * time.Second), DurationMS: 9},
+		{ID: 4, State: recovery.Prepared, FileCount: 1, Records: 5, Bytes: 500, StartedAt: now.Add(-30 * time.Second), PreparedAt: now.Add(-30 * time.Second)},
+	}}
+	files := newMemReader(map[string][]byte{"clicks/dt=2026-01-01/hour=00/part-n1-00000000000000000001-0000.ndjson": []byte("{}\n")}, now)
+	stopped := httptest.NewServer(newFakeUI(t, files, &fakeEngine{status: server.Status{Ready: true, OpenID: 5, LastDone: 3,
+		Failed: "commit checkpoint 4: disk full", Stuck: "rename part: no space left on device"}}, store, nil))
+	t.Cleanup(stopped.Close)
+	recovering := httptest.NewServer(newFakeUI(t, files, &fakeEngine{status: server.Status{Recovering: "committing checkpoint 4 again", OpenID: 5, LastDone: 3}}, store, nil))
+	t.Cleanup(recovering.Close)
+
+	b := newBrowser(t, srv.URL)
+	b.axe = axe
+	pages := []struct{ name, path string }{
+		{"overview", "/ui/"},
+		{"files", "/ui/files/"},
+		{"stream", "/ui/files/clicks/"},
+		{"partition", "/ui/files/" + path.Dir(path.Dir(file)) + "/"},
+		{"hour", "/ui/files/" + path.Dir(file) + "/"},
+		{"file", "/ui/files/" + file},
+		{"manifest", fmt.Sprintf("/ui/files/_manifests/%s/%020d.json", tNode, 1)},
+		{"checkpoints", "/ui/checkpoints"},
+		{"checkpoints-ran", fmt.Sprintf("/ui/checkpoints?ran=%d", last)},
+		{"checkpoint", fmt.Sprintf("/ui/checkpoints/%d", last)},
+		{"checkpoint-open", fmt.Sprintf("/ui/checkpoints/%d", last+1)},
+		{"producers", "/ui/producers"},
+	}
+	for _, scheme := range []string{"light", "dark"} {
+		b.dark(scheme == "dark")
+		b.base = srv.URL
+		if _, err := chromedp.Call(b.ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
+			t.Fatalf("sign out: %v", err)
+		}
+		b.open("/ui/login")
+		b.a11y("login-" + scheme)
+		b.shot("login-" + scheme)
+		b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "nope"))
+		if _, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS("#sign-in"))); err != nil {
+			t.Fatal(err)
+		}
+		b.a11y("login-error-" + scheme)
+		b.open("/ui/login")
+		b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), tokAdmin))
+		b.click("#sign-in")
+		for _, p := range pages {
+			b.open(p.path)
+			b.a11y(p.name + "-" + scheme)
+			b.shot(p.name + "-" + scheme)
+		}
+		// The keyboard reaches the preview box (to scroll it) and the
+		// charts' bars, and shows where it is.
+		b.open("/ui/files/" + file)
+		if !b.tabTo("#preview", 40) {
+			t.Errorf("file page (%s): Tab never reaches the preview", scheme)
+		}
+		b.open("/ui/checkpoints")
+		if !b.tabTo("svg a.bar-link", 40) {
+			t.Errorf("checkpoints page (%s): Tab never reaches a chart bar", scheme)
+		}
+		b.shot("chart-focus-" + scheme)
+		b.visit("/ui/nowhere", http.StatusNotFound)
+		b.a11y("not-found-" + scheme)
+		b.shot("not-found-" + scheme)
+
+		b.base = stopped.URL
+		for _, p := range []struct{ name, path string }{
+			{"stopped-overview", "/ui/"}, {"stopped-checkpoints", "/ui/checkpoints"}, {"aborted-checkpoint", "/ui/checkpoints/2"},
+		} {
+			b.open(p.path)
+			b.a11y(p.name + "-" + scheme)
+			b.shot(p.name + "-" + scheme)
+		}
+		b.base = recovering.URL
+		b.open("/ui/")
+		b.a11y("recovering-overview-" + scheme)
+		b.shot("recovering-overview-" + scheme)
+	}
+	b.dark(false)
 }
 
 // TestBrowser walks the UI in real Chromium as an admin and then as a
