@@ -13,6 +13,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -506,7 +507,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 	} else if ot != nil && ot.txn.Err() != nil {
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
 	}
-	base := fmt.Sprintf("part-%s-%020d-%04d.%s", e.cfg.Node, e.openID, e.nextIndex, key.Ext)
+	base := names.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
 	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
 	if err != nil {
 		return nil, err
