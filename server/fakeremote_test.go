@@ -27,15 +27,15 @@ type fakeRemote struct {
 	*local.Local
 	node string
 
-	mu          sync.Mutex
-	seq         int
-	uploads     map[string]fakeUpload // by upload id
-	down        bool
-	abortDown   bool
+	mu        sync.Mutex
+	seq       int
+	uploads   map[string]fakeUpload // by upload id
+	down      bool
+	abortDown bool
 	// onPrepare runs in Prepare after the upload started; an error fails
 	// the Prepare and leaves the upload, as a cut connection would.
 	onPrepare func(ctx context.Context, f committer.File) error
-	aborts      int // failed abort calls
+	aborts    int // failed abort calls
 }
 
 type fakeUpload struct {
