@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -113,15 +112,17 @@ type Replay struct {
 
 // Result is what Replay hands back.
 type Result struct {
-	Recommitted []uint64   // prepared checkpoints committed again
-	Removed     []string   // staging files deleted
-	Aborted     []string   // intents aborted
-	Producers   []Producer // producer state as of the last prepared checkpoint
-	LastID      uint64     // highest checkpoint id recorded
+	Recommitted []uint64             // prepared checkpoints committed again
+	Removed     []string             // staging files deleted
+	Aborted     []string             // intents aborted
+	Orphans     []committer.Leftover // uploads and staging objects no record named, removed
+	Producers   []Producer           // producer state as of the last prepared checkpoint
+	LastID      uint64               // highest checkpoint id recorded
 }
 
-// Run replays: re-commit prepared checkpoints, delete staging files and abort
-// intents no prepared checkpoint names, load producers. It stops at the
+// Run replays: re-commit prepared checkpoints, delete staging files, abort
+// intents and remove the remote leftovers no prepared checkpoint names
+// (Sweep), load producers. It stops at the
 // first error; calling it again is safe.
 func (r *Replay) Run(ctx context.Context) (*Result, error) {
 	log := r.Logger
@@ -149,32 +150,13 @@ func (r *Replay) Run(ctx context.Context) (*Result, error) {
 		}
 		res.Recommitted = append(res.Recommitted, c.ID)
 	}
-	intents, err := r.Store.Intents()
+	// Abort what the intents name, and every upload and staging object of
+	// this node that nothing claims (I10).
+	sw := Sweep{Store: r.Store, Committer: r.Committer, Node: r.Node, Logger: log}
+	swept, err := sw.Run(ctx, 0)
+	res.Aborted, res.Orphans = swept.Intents, swept.Removed
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
-	}
-	keys := make([]string, 0, len(intents))
-	for k := range intents {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f := intents[k]
-		if pendingFinal[f.Final] {
-			// Prepared after all (the intent outlived its record): keep.
-			if err := r.Store.DeleteIntents(k); err != nil {
-				return nil, fmt.Errorf("replay: %w", err)
-			}
-			continue
-		}
-		if err := r.Committer.Abort(ctx, f); err != nil {
-			return nil, fmt.Errorf("replay: abort intent %s: %w", k, err)
-		}
-		if err := r.Store.DeleteIntents(k); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
-		}
-		res.Aborted = append(res.Aborted, k)
-		log.Info("aborted unprepared upload", "path", f.Final, "op", "replay")
 	}
 	temps, err := staging.List(r.FS, r.StagingDir)
 	if err != nil {

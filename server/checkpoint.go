@@ -26,6 +26,12 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		return CheckpointResult{}, e.failErr
 	}
 	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
+	e.inflight = id // the orphan sweep leaves its intents alone
+	defer func() {
+		e.mu.Lock()
+		e.inflight = 0
+		e.mu.Unlock()
+	}()
 	records, bytes := e.openRecords, e.openBytes
 	seqs := map[string]map[string]int64{}
 	for pid, streams := range e.dirty {

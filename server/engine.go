@@ -38,6 +38,13 @@ type Config struct {
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	Hooks               Hooks         // optional observer
+
+	// SweepInterval is how often the orphan sweep runs (recovery runs one
+	// at every start) when the committer prepares remotely: it retries
+	// failed aborts and removes this node's uploads and staging objects
+	// that nothing claims (I10). 0 means DefaultSweepInterval; negative
+	// turns the periodic sweep off.
+	SweepInterval time.Duration
 }
 
 // Hooks observe the engine; every method must be fast and safe for
@@ -48,7 +55,15 @@ type Hooks struct {
 	Rejected    func(reason string)
 	Checkpoint  func(r CheckpointResult)
 	CommitStuck func(id uint64, err error)
+	// OrphansRemoved counts what recovery or the orphan sweep removed, by
+	// kind: "intent" (an upload whose abort had failed), "upload",
+	// "object".
+	OrphansRemoved func(kind string, n int)
 }
+
+// DefaultSweepInterval is the orphan sweep's period when
+// Config.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Minute
 
 func (c *Config) defaults() {
 	if c.Now == nil {
@@ -74,6 +89,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
 	}
 }
 
@@ -171,6 +189,8 @@ type Engine struct {
 
 	initMu sync.Mutex // serialises producer inits
 
+	sweepMu sync.Mutex // serialises orphan sweeps
+
 	mu          sync.Mutex // the ingest lock; guards everything below
 	isReady     bool
 	closed      bool
@@ -189,6 +209,7 @@ type Engine struct {
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
 	stuck       error  // the error holding a prepared checkpoint back, if any
+	inflight    uint64 // the checkpoint past its barrier, 0 when none
 	recovering  string
 }
 
@@ -262,6 +283,12 @@ func (e *Engine) start() {
 	if !e.recover() {
 		return
 	}
+	_, remote := e.cfg.Committer.(committer.RemotePreparer)
+	_, sweeper := e.cfg.Committer.(committer.Sweeper)
+	if (remote || sweeper) && e.cfg.SweepInterval > 0 {
+		e.wg.Add(1)
+		go e.sweepLoop()
+	}
 	e.run()
 }
 
@@ -315,9 +342,10 @@ func (e *Engine) recover() bool {
 	e.isReady = true
 	e.recovering = ""
 	e.mu.Unlock()
+	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
-		"aborted_uploads", len(res.Aborted), "producers", len(res.Producers), "checkpoint", e.openID,
-		"duration_ms", time.Since(begin).Milliseconds())
+		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", len(res.Producers),
+		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
 	close(e.ready)
 	return true
 }

@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -123,4 +126,129 @@ func TestShutdownCutLeavesNoUploads(t *testing.T) {
 	if n := intentCount(t, e); n != 0 {
 		t.Errorf("intents after recovery: %d, want 0", n)
 	}
+}
+
+// I10 without a restart: once the remote heals, the orphan sweep aborts
+// what the failed aborts left, and counts it.
+func TestSweepAfterFailedAbortHeals(t *testing.T) {
+	r, fake := newRemoteRig(t)
+	var removed atomic.Int64
+	tweak := r.tweak
+	r.tweak = func(c *Config) {
+		tweak(c)
+		c.Hooks.OrphansRemoved = func(kind string, n int) { removed.Add(int64(n)) }
+	}
+	e := r.start(nil)
+	for i, s := range []string{"a", "b"} {
+		if _, err := send(e, nil, s, int64(i), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = failOn("b"), true })
+	if res := r.checkpoint(); res.State != recovery.Aborted {
+		t.Fatalf("checkpoint: %+v, want aborted", res)
+	}
+	// Still down: the sweep fails and keeps everything.
+	if _, err := e.Sweep(t.Context()); err == nil {
+		t.Error("sweep with the remote down: nil error")
+	}
+	if got := fake.Uploads(); len(got) != 2 {
+		t.Fatalf("uploads after a failed sweep: %v", got)
+	}
+	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = nil, false })
+	res, err := e.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.Uploads(); len(got) != 0 {
+		t.Fatalf("uploads after the sweep: %v, want none (I10)", got)
+	}
+	if n := intentCount(t, e); n != 0 {
+		t.Errorf("intents after the sweep: %d, want 0", n)
+	}
+	if len(res.Intents) != 2 || removed.Load() != 2 {
+		t.Errorf("sweep result %+v, hook counted %d; want 2 intents aborted", res, removed.Load())
+	}
+}
+
+// The periodic sweep removes an upload no record names (a crash between
+// the request that started it and the record, a committer's retry, a lost
+// state store) without being asked.
+func TestPeriodicSweep(t *testing.T) {
+	r, fake := newRemoteRig(t)
+	tweak := r.tweak
+	r.tweak = func(c *Config) { tweak(c); c.SweepInterval = 10 * time.Millisecond }
+	r.start(nil)
+	fake.startUpload("a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 3, 0, "ndjson"))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(fake.Uploads()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("uploads 10s later: %v", fake.Uploads())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The sweep never touches another node's uploads, nor the uploads of the
+// checkpoint the engine is preparing right now; it removes this node's
+// unclaimed ones.
+func TestSweepSparesInflightAndOtherNodes(t *testing.T) {
+	r, fake := newRemoteRig(t)
+	e := r.start(nil)
+	other := "a/dt=2026-11-29/hour=09/" + names.PartName("n2", 1, 0, "ndjson")
+	otherManifest := recovery.ManifestPath("n2", 1)
+	orphan := "a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 900, 0, "ndjson")
+	for _, n := range []string{other, otherManifest, orphan} {
+		fake.startUpload(n)
+	}
+	if _, err := send(e, nil, "a", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	inPrepare, release := make(chan string, 1), make(chan struct{})
+	fake.set(func(f *fakeRemote) {
+		f.onPrepare = func(ctx context.Context, file committer.File) error {
+			inPrepare <- file.Final
+			<-release
+			return nil
+		}
+	})
+	done := make(chan CheckpointResult, 1)
+	go func() {
+		res, _ := e.Checkpoint(context.Background())
+		done <- res
+	}()
+	inflight := <-inPrepare
+	res, err := e.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Removed) != 1 || res.Removed[0].Name != orphan {
+		t.Errorf("sweep removed %+v, want only %s", res.Removed, orphan)
+	}
+	want := []string{other, inflight, otherManifest}
+	if got := fake.Uploads(); !slices.Equal(got, sortedCopy(want)) {
+		t.Errorf("uploads after the sweep: %v, want %v", got, sortedCopy(want))
+	}
+	if n := intentCount(t, e); n != 1 {
+		t.Errorf("intents after the sweep: %d, want the in-flight file's", n)
+	}
+	close(release)
+	select {
+	case ck := <-done:
+		if ck.State != recovery.Committed {
+			t.Fatalf("in-flight checkpoint: %+v, want committed", ck)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("in-flight checkpoint not committed 10s later: %+v", e.Status())
+	}
+	if got := fake.Uploads(); !slices.Equal(got, sortedCopy([]string{other, otherManifest})) {
+		t.Errorf("uploads after the commit: %v, want only the other node's", got)
+	}
+	r.check(invariant.Expect{Exact: true, Must: map[invariant.BatchID]bool{{Stream: "a", Seq: 1}: true}})
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }
