@@ -3,8 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"slices"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/eosink/eosink/internal/invariant"
 	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // newRemoteRig is a rig whose committer is a fakeRemote over the rig's
@@ -132,11 +135,12 @@ func TestShutdownCutLeavesNoUploads(t *testing.T) {
 // what the failed aborts left, and counts it.
 func TestSweepAfterFailedAbortHeals(t *testing.T) {
 	r, fake := newRemoteRig(t)
-	var removed atomic.Int64
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg, nil)
 	tweak := r.tweak
 	r.tweak = func(c *Config) {
 		tweak(c)
-		c.Hooks.OrphansRemoved = func(kind string, n int) { removed.Add(int64(n)) }
+		c.Hooks = metrics.Hooks()
 	}
 	e := r.start(nil)
 	for i, s := range []string{"a", "b"} {
@@ -166,8 +170,21 @@ func TestSweepAfterFailedAbortHeals(t *testing.T) {
 	if n := intentCount(t, e); n != 0 {
 		t.Errorf("intents after the sweep: %d, want 0", n)
 	}
-	if len(res.Intents) != 2 || removed.Load() != 2 {
-		t.Errorf("sweep result %+v, hook counted %d; want 2 intents aborted", res, removed.Load())
+	// A leftover no record names is removed too, and counted by kind.
+	fake.startUpload("a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 900, 0, "ndjson"))
+	res2, err := e.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Intents) != 2 || len(res2.Removed) != 1 {
+		t.Errorf("sweeps: %+v then %+v; want 2 intents aborted, then 1 upload removed", res, res2)
+	}
+	body := scrape(t, reg)
+	for _, want := range []string{`eosink_orphans_removed_total{kind="intent"} 2`,
+		`eosink_orphans_removed_total{kind="object"} 0`, `eosink_orphans_removed_total{kind="upload"} 1`} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
 
@@ -251,4 +268,12 @@ func sortedCopy(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+// scrape returns what /metrics would show for reg.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
 }
