@@ -1,10 +1,12 @@
 package recovery
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -91,13 +93,42 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	// A manifest already there was published atomically by an earlier try.
-	if err := f.Publisher.Publish(ctx, ManifestPath(f.Node, c.ID), body); err != nil && !errors.Is(err, committer.ErrExists) {
+	name := ManifestPath(f.Node, c.ID)
+	if err := f.Publisher.Publish(ctx, name, body); errors.Is(err, committer.ErrExists) {
+		// Published by an earlier try — if it holds these bytes (they are
+		// deterministic). Other bytes mean the id was used before, by a
+		// state store since lost: never call that published.
+		if err := f.sameManifest(ctx, name, body); err != nil {
+			return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
 	if err := f.Store.Commit(c.ID, time.Now(), dur, f.Retain); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
+	}
+	return nil
+}
+
+// sameManifest checks that the manifest published at name holds body. A
+// Publisher that cannot be read (not a committer.Reader) is trusted.
+func (f *Finisher) sameManifest(ctx context.Context, name string, body []byte) error {
+	r, ok := f.Publisher.(committer.Reader)
+	if !ok {
+		return nil
+	}
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return fmt.Errorf("read existing %s: %w", name, err)
+	}
+	defer rc.Close()
+	have, err := io.ReadAll(io.LimitReader(rc, int64(len(body))+1))
+	if err != nil {
+		return fmt.Errorf("read existing %s: %w", name, err)
+	}
+	if !bytes.Equal(have, body) {
+		return fmt.Errorf("%w: %s exists with other content (a checkpoint id used before, by a lost or older state store?)", committer.ErrConflict, name)
 	}
 	return nil
 }
