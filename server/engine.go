@@ -297,9 +297,13 @@ func (e *Engine) recover() bool {
 	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
 	begin := time.Now()
 	var res *recovery.Result
+	var inDest uint64
 	for attempt := 0; ; attempt++ {
 		var err error
 		res, err = rp.Run(e.ctx)
+		if err == nil {
+			inDest, err = e.highestManifestID(e.ctx)
+		}
 		if err == nil {
 			break
 		}
@@ -317,9 +321,16 @@ func (e *Engine) recover() bool {
 	// The open checkpoint takes writes before anything records its id, and
 	// the one after it opens at its barrier, before its record: so ids up
 	// to LastID+1 may have been handed out. Start beyond, and reserve.
+	last := res.LastID
+	if inDest > last {
+		// Recovery step 5: never reuse an id the destination shows (I8).
+		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing after the highest manifest id found",
+			"store", e.store.Path(), "store_last_checkpoint", res.LastID, "manifest_checkpoint", inDest)
+		last = inDest
+	}
 	open := uint64(1)
-	if res.LastID > 0 {
-		open = res.LastID + 2
+	if last > 0 {
+		open = last + 2
 	}
 	for attempt := 0; ; attempt++ {
 		err := e.store.Reserve(open)
@@ -348,6 +359,31 @@ func (e *Engine) recover() bool {
 		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
 	close(e.ready)
 	return true
+}
+
+// highestManifestID returns the highest checkpoint id among this node's
+// manifests in the destination, 0 when there are none or the destination
+// cannot be listed (neither the publisher nor the committer is a
+// committer.Reader).
+func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
+	r, ok := e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+			return 0, nil
+		}
+	}
+	dir := path.Dir(recovery.ManifestPath(e.cfg.Node, 0)) + "/"
+	entries, err := r.List(ctx, dir)
+	if err != nil {
+		return 0, fmt.Errorf("list manifests: %w", err)
+	}
+	var top uint64
+	for _, en := range entries {
+		if node, id, ok := names.ParseManifestName(en.Path); ok && node == e.cfg.Node {
+			top = max(top, id)
+		}
+	}
+	return top, nil
 }
 
 func producerFrom(p recovery.Producer) *producer {
