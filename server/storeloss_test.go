@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // checkpointWithin runs a checkpoint and fails the test if it has not
@@ -84,4 +88,65 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 			r.check(invariant.Expect{Must: must, Exact: true})
 		})
 	}
+}
+
+// loseStore is the model test's "loss of the state store" step (recovery
+// step 5): after a committed checkpoint, the engine stops, state.db is
+// deleted and a new engine starts on the same destination. What was
+// committed must stay (the model keeps it as must-have batches); producers
+// start over, so the model renames them (a batch id names one batch for
+// the checker); the new engine must open beyond every id it handed out
+// (I8). It returns the new engine.
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, gen int, fail func(string, ...any)) *Engine {
+	t.Helper()
+	// A checkpoint that commits first: then nothing is prepared and
+	// uncommitted, which a lost store would lose. (One may abort on a
+	// staging file that an earlier fault left failed; the next is clean.)
+	for try := 0; ; try++ {
+		snap := m.snapshot()
+		res, err := checkpointUntil(e, func() bool { return false })
+		if err != nil {
+			fail("store loss: the checkpoint before it: %v", err)
+		}
+		m.checkpointed(snap, res.State == recovery.Committed)
+		m.resolveAnon(t, e)
+		if res.State == recovery.Committed {
+			break
+		}
+		if try == 2 {
+			fail("store loss: the checkpoint before it, without faults: %+v", res)
+		}
+	}
+	for k, next := range m.prepared {
+		for q := range next {
+			m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
+		}
+	}
+	r.stop()
+	if err := os.Remove(r.storePath); err != nil {
+		fail("store loss: %v", err)
+	}
+	// Every id that carried data has a manifest. (Ids of empty
+	// checkpoints after the last manifest leave no trace anywhere once
+	// the store is gone: an idle service writes nothing.)
+	var withData uint64
+	entries, _ := afero.ReadDir(r.fs, rigDest+"/_manifests/"+rigNode)
+	for _, en := range entries {
+		if _, id, ok := names.ParseManifestName("_manifests/" + rigNode + "/" + en.Name()); ok {
+			withData = max(withData, id)
+		}
+	}
+	e = r.start(nil)
+	if open := e.Status().OpenID; open <= withData {
+		fail("store loss: open checkpoint %d, but the destination has a manifest of %d (I8)", open, withData)
+	}
+	if len(m.anon) > 0 {
+		fail("store loss: anonymous batches of unended checkpoints: %v", m.anon)
+	}
+	m.epoch, m.next, m.prepared = map[string]int64{}, map[[2]string]int64{}, map[[2]string]int64{}
+	for i, p := range producers {
+		base, _, _ := strings.Cut(p, ":")
+		producers[i] = fmt.Sprintf("%s:%d", base, gen)
+	}
+	return e
 }
