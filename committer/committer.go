@@ -80,6 +80,40 @@ type RemotePreparer interface {
 	PreparesRemotely()
 }
 
+// Leftover kinds.
+const (
+	LeftoverUpload = "upload" // an incomplete multipart upload
+	LeftoverObject = "object" // a staging object
+)
+
+// Leftover is something a committer made in the destination that is not a
+// committed file: an incomplete multipart upload or a staging object.
+type Leftover struct {
+	Kind string `json:"kind"` // LeftoverUpload or LeftoverObject
+	// Name is the destination-relative name it was made for: a file's
+	// final name (File.Final) or a manifest's name.
+	Name      string    `json:"name"`
+	Key       string    `json:"key"`                 // the object key
+	UploadID  string    `json:"upload_id,omitempty"` // uploads only
+	Initiated time.Time `json:"initiated,omitzero"`
+}
+
+// Sweeper is implemented by committers that leave state outside the local
+// staging directory (see RemotePreparer), so that recovery and the orphan
+// sweep can find and remove what no prepared checkpoint names (I10) — also
+// after a failed abort, a cut-off shutdown or a lost state store.
+type Sweeper interface {
+	// Leftovers lists this node's incomplete uploads and staging objects,
+	// and only this node's: never another node's, never a committed
+	// file. The caller decides which are orphans. Safe for concurrent use
+	// with the other methods.
+	Leftovers(ctx context.Context) ([]Leftover, error)
+	// RemoveLeftover aborts the upload or deletes the staging object. One
+	// already gone returns an error wrapping ErrNotFound. It never touches
+	// a committed file (I7).
+	RemoveLeftover(ctx context.Context, l Leftover) error
+}
+
 // Publisher writes small objects create-only and atomically: readers see all
 // of data or nothing. Publishing the same name again when it exists already
 // returns ErrExists. Used for manifests.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -662,4 +663,48 @@ func (s *Store) Intents() (map[string]committer.File, error) {
 // FileOf builds a committer.File; a convenience for tools and benchmarks.
 func FileOf(stream, temp, final string, bytes, records int64, crc string) committer.File {
 	return committer.File{Stream: stream, Temp: temp, Final: final, Bytes: bytes, Records: records, CRC32C: crc}
+}
+
+// Claims returns, read in one transaction, every intent and every prepared
+// checkpoint: together the names no orphan sweep may remove. One read
+// matters: a checkpoint that is prepared between two reads would be in
+// neither.
+func (s *Store) Claims() (intents map[string]committer.File, pending []Checkpoint, err error) {
+	intents = map[string]committer.File{}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
+			var f committer.File
+			if err := json.Unmarshal(v, &f); err != nil {
+				return fmt.Errorf("decode intent %s: %w", k, err)
+			}
+			intents[string(k)] = f
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
+			var ck Checkpoint
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if ck.State == Prepared {
+				pending = append(pending, ck)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read claims: %w", err)
+	}
+	return intents, pending, nil
+}
+
+// IntentCheckpoint returns the checkpoint id of an intent key made by
+// IntentKey.
+func IntentCheckpoint(key string) (uint64, bool) {
+	if len(key) < 21 || key[20] != '/' {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(key[:20], 10, 64)
+	return id, err == nil
 }

@@ -29,6 +29,12 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		return e.emptyLocked(began)
 	}
 	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
+	e.inflight = id // the orphan sweep leaves its intents alone
+	defer func() {
+		e.mu.Lock()
+		e.inflight = 0
+		e.mu.Unlock()
+	}()
 	records, bytes := e.openRecords, e.openBytes
 	seqs := map[string]map[string]int64{}
 	for pid, streams := range e.dirty {
@@ -276,25 +282,35 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 		}
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	var aborted, failed []committer.File
 	for _, f := range files {
 		if f.Final == "" {
 			continue
 		}
 		if err := e.cfg.Committer.Abort(ctx, f); err != nil {
-			log.Warn("abort file; recovery will", "path", f.Final, "err", err)
+			failed = append(failed, f)
+			log.Warn("abort file; the orphan sweep and recovery retry", "path", f.Final, "err", err)
+			continue
 		}
+		aborted = append(aborted, f)
 	}
 	cancel()
-	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok && len(files) > 0 {
-		keys := make([]string, 0, len(files))
-		for _, f := range files {
-			if f.Final != "" {
-				keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
-			}
+	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {
+		// An intent goes only once its abort succeeded (I10): a failed
+		// one (S3 down, or Close cancelled the aborts of a shutdown cut
+		// short) stays for the orphan sweep and recovery, updated with
+		// what Prepare returned (the upload id) when it got that far.
+		keys := make([]string, 0, len(aborted))
+		for _, f := range aborted {
+			keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
 		}
-		// Left behind, an intent is aborted again by recovery: harmless.
 		if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
-			log.Warn("delete upload intents", "err", err)
+			log.Warn("delete upload intents; recovery aborts again", "err", err)
+		}
+		if len(failed) > 0 {
+			if err := e.store.PutIntents(ck.ID, failed); err != nil && !e.storeFailed(err) {
+				log.Warn("update upload intents; the recorded ones stay", "err", err)
+			}
 		}
 	}
 	ck.Files = files

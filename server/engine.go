@@ -14,6 +14,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -42,6 +43,13 @@ type Config struct {
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
 	StoreOptions recovery.Options
+
+	// SweepInterval is how often the orphan sweep runs (recovery runs one
+	// at every start) when the committer prepares remotely: it retries
+	// failed aborts and removes this node's uploads and staging objects
+	// that nothing claims (I10). 0 means DefaultSweepInterval; negative
+	// turns the periodic sweep off.
+	SweepInterval time.Duration
 }
 
 // Hooks observe the engine; every method must be fast and safe for
@@ -52,7 +60,15 @@ type Hooks struct {
 	Rejected    func(reason string)
 	Checkpoint  func(r CheckpointResult)
 	CommitStuck func(id uint64, err error)
+	// OrphansRemoved counts what recovery or the orphan sweep removed, by
+	// kind: "intent" (an upload whose abort had failed), "upload",
+	// "object".
+	OrphansRemoved func(kind string, n int)
 }
+
+// DefaultSweepInterval is the orphan sweep's period when
+// Config.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Minute
 
 func (c *Config) defaults() {
 	if c.Now == nil {
@@ -78,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
 	}
 }
 
@@ -175,6 +194,8 @@ type Engine struct {
 
 	initMu sync.Mutex // serialises producer inits
 
+	sweepMu sync.Mutex // serialises orphan sweeps
+
 	mu          sync.Mutex // the ingest lock; guards everything below
 	isReady     bool
 	closed      bool
@@ -193,6 +214,7 @@ type Engine struct {
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
 	stuck       error  // the error holding a prepared checkpoint back, if any
+	inflight    uint64 // the checkpoint past its barrier, 0 when none
 	recovering  string
 	early       bool      // the open checkpoint must end now: too many open files
 	diskFull    error     // the last write refused for space, until a write succeeds
@@ -275,6 +297,12 @@ func (e *Engine) start() {
 	if !e.recover() {
 		return
 	}
+	_, remote := e.cfg.Committer.(committer.RemotePreparer)
+	_, sweeper := e.cfg.Committer.(committer.Sweeper)
+	if (remote || sweeper) && e.cfg.SweepInterval > 0 {
+		e.wg.Add(1)
+		go e.sweepLoop()
+	}
 	e.run()
 }
 
@@ -283,9 +311,13 @@ func (e *Engine) recover() bool {
 	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
 	begin := time.Now()
 	var res *recovery.Result
+	var inDest uint64
 	for attempt := 0; ; attempt++ {
 		var err error
 		res, err = rp.Run(e.ctx)
+		if err == nil {
+			inDest, err = e.highestManifestID(e.ctx)
+		}
 		if err == nil {
 			break
 		}
@@ -307,9 +339,16 @@ func (e *Engine) recover() bool {
 	// The open checkpoint takes writes before anything records its id, and
 	// the one after it opens at its barrier, before its record: so ids up
 	// to LastID+1 may have been handed out. Start beyond, and reserve.
+	last := res.LastID
+	if inDest > last {
+		// Recovery step 5: never reuse an id the destination shows (I8).
+		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing after the highest manifest id found",
+			"store", e.store.Path(), "store_last_checkpoint", res.LastID, "manifest_checkpoint", inDest)
+		last = inDest
+	}
 	open := uint64(1)
-	if res.LastID > 0 {
-		open = res.LastID + 2
+	if last > 0 {
+		open = last + 2
 	}
 	for attempt := 0; ; attempt++ {
 		err := e.store.Reserve(open)
@@ -339,11 +378,37 @@ func (e *Engine) recover() bool {
 	e.isReady = true
 	e.recovering, e.diskFull = "", nil
 	e.mu.Unlock()
+	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
-		"aborted_uploads", len(res.Aborted), "producers", len(res.Producers), "checkpoint", e.openID,
-		"duration_ms", time.Since(begin).Milliseconds())
+		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", len(res.Producers),
+		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
 	close(e.ready)
 	return true
+}
+
+// highestManifestID returns the highest checkpoint id among this node's
+// manifests in the destination, 0 when there are none or the destination
+// cannot be listed (neither the publisher nor the committer is a
+// committer.Reader).
+func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
+	r, ok := e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+			return 0, nil
+		}
+	}
+	dir := path.Dir(recovery.ManifestPath(e.cfg.Node, 0)) + "/"
+	entries, err := r.List(ctx, dir)
+	if err != nil {
+		return 0, fmt.Errorf("list manifests: %w", err)
+	}
+	var top uint64
+	for _, en := range entries {
+		if node, id, ok := names.ParseManifestName(en.Path); ok && node == e.cfg.Node {
+			top = max(top, id)
+		}
+	}
+	return top, nil
 }
 
 func producerFrom(p recovery.Producer) *producer {
@@ -589,7 +654,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 		e.earlyLocked()
 		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
 	}
-	base := fmt.Sprintf("part-%s-%020d-%04d.%s", e.cfg.Node, e.openID, e.nextIndex, key.Ext)
+	base := names.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
 	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		// Out of file descriptors (the process's or the system's): a

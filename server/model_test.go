@@ -45,12 +45,12 @@ func TestModel(t *testing.T) {
 }
 
 type modelStats struct {
-	writes, dups, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
+	writes, dups, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks, storeLosses int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates, %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted), %d injected faults, %d crashes, %d power cuts, %d full checks",
-		s.writes, s.dups, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.injected, s.crashes, s.powerCuts, s.checks)
+	return fmt.Sprintf("%d writes, %d duplicates, %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted), %d injected faults, %d crashes, %d power cuts, %d full checks, %d state store losses",
+		s.writes, s.dups, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.injected, s.crashes, s.powerCuts, s.checks, s.storeLosses)
 }
 
 func runModel(t *testing.T, seed uint64, steps int) modelStats {
@@ -237,6 +237,13 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			sw.set(crash)
 			note("crash armed")
 		case x < 96:
+			if crash == nil && rng.IntN(10) == 0 {
+				st.storeLosses++
+				e = loseStore(t, r, e, m, producers, st.storeLosses, fail)
+				note("state store lost")
+				fullCheck()
+				continue
+			}
 			restart(rng.IntN(2) == 0)
 		case x < 97: // the hour turns: new partitions
 			clock = clock.Add(time.Hour)

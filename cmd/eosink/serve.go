@@ -43,6 +43,7 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	pprofListen     string
+	sweepInterval   time.Duration
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -70,6 +71,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.sweepInterval, "orphan-sweep-interval", server.DefaultSweepInterval, "how often to remove this node's S3 uploads and staging objects that no checkpoint names (also at every start); 0 turns the periodic sweep off")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
@@ -189,7 +191,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles),
-		Hooks:        metrics.Hooks(),
+		Hooks:        metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
 	})
 	if err != nil {
 		return err
@@ -280,6 +282,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = eng.Close()
 		return fmt.Errorf("serve http: %w", err)
 	}
+}
+
+// sweepInterval maps the flag (0 is off) to server.Config's (negative is off).
+func sweepInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // size is a byte count flag: 1048576, 64KiB, 64MiB, 1GiB, 10MB.
