@@ -175,8 +175,9 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// Reserve durably marks id as used, so no later start hands it out again:
-// the open checkpoint takes writes before anything records it.
+// Reserve durably marks every id up to id as used, so no later start hands
+// one out again: the engine names ids in answers before anything records
+// them, and only from a block reserved this way.
 func (s *Store) Reserve(id uint64) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)

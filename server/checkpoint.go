@@ -19,6 +19,13 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	start := e.cfg.Now()
 	began := time.Now()
 
+	// 0. The barrier hands out the next id, an abort the one after it:
+	// both must be reserved before any answer can name them (I8).
+	if err := e.reserveIDs(); err != nil {
+		e.fail(err)
+		return CheckpointResult{}, e.Err()
+	}
+
 	// 1. Barrier: swap the open checkpoint under the ingest lock.
 	e.mu.Lock()
 	if e.failErr != nil {
@@ -136,6 +143,29 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	e.finished(id, out, res, nil, bytes)
 	log.Info("checkpoint committed", "files", len(files), "records", records, "bytes", bytes, "duration_ms", time.Since(began).Milliseconds())
 	return res, nil
+}
+
+// reserveIDs makes sure the ids this checkpoint may open (the next, and
+// the one after it should it abort) are durably reserved, reserving the
+// next block of ids once half of the current one is used, like a database
+// sequence's cache. A restart continues beyond the highest reservation, so
+// no id an answer named is ever handed out again (I8). Only the coordinator
+// calls it, so the reservation cannot race with the barrier.
+func (e *Engine) reserveIDs() error {
+	e.mu.Lock()
+	open, reserved := e.openID, e.reserved
+	e.mu.Unlock()
+	if reserved >= open+e.cfg.idBlock/2+2 {
+		return nil
+	}
+	upto := open + e.cfg.idBlock + 2
+	if err := e.store.Reserve(upto); err != nil {
+		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
+	}
+	e.mu.Lock()
+	e.reserved = upto
+	e.mu.Unlock()
+	return nil
 }
 
 func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {

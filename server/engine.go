@@ -37,6 +37,8 @@ type Config struct {
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	Hooks               Hooks         // optional observer
+
+	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
 
 // Hooks observe the engine; every method must be fast and safe for
@@ -73,6 +75,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.idBlock == 0 {
+		c.idBlock = 64
 	}
 }
 
@@ -187,6 +192,7 @@ type Engine struct {
 	dirty       map[string]map[string]bool
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
+	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
 	stuck       error  // the error holding a prepared checkpoint back, if any
 	recovering  string
 }
@@ -286,30 +292,30 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
-	// The open checkpoint takes writes before anything records its id, and
-	// the one after it opens at its barrier, before its record: so ids up
-	// to LastID+1 may have been handed out. Start beyond, and reserve.
-	open := uint64(1)
-	if res.LastID > 0 {
-		open = res.LastID + 2
-	}
+	// Ids are handed out (in answers) before anything records them, but
+	// only from a block reserved durably beforehand (see reserveIDs), so
+	// every id a former run may have named is at most LastID. Start beyond
+	// it, with a fresh block.
+	open := res.LastID + 1
+	reserved := open + e.cfg.idBlock - 1
 	for attempt := 0; ; attempt++ {
-		err := e.store.Reserve(open)
+		err := e.store.Reserve(reserved)
 		if err == nil {
 			break
 		}
-		e.log.Error("reserve checkpoint id, retrying", "err", err, "attempt", attempt)
+		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
 			return false
 		}
 	}
 	e.mu.Lock()
+	e.reserved = reserved
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p)
 	}
 	e.openID = open
-	e.lastDone = res.LastID
+	e.lastDone = res.LastID // nothing between it and the open id exists
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
 	e.recovering = ""

@@ -85,10 +85,13 @@ type Expect struct {
 
 // Report is what Check found.
 type Report struct {
-	Files    int
-	Records  int
-	Batches  map[BatchID]int // occurrences
-	Problems []string
+	Files   int
+	Records int
+	Batches map[BatchID]int // occurrences
+	// Checkpoints lists, for every batch, the checkpoints whose manifests
+	// name a file holding it (I8: an id names the data answered with it).
+	Checkpoints map[BatchID][]uint64
+	Problems    []string
 }
 
 // Err returns the problems as one error, nil if none.
@@ -112,7 +115,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Check reads the whole destination and checks it against exp.
 func (c *Checker) Check(exp Expect) *Report {
-	r := &Report{Batches: map[BatchID]int{}}
+	r := &Report{Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}}
 	if c.seen == nil {
 		c.seen = map[string]uint32{}
 	}
@@ -187,7 +190,9 @@ func (c *Checker) Check(exp Expect) *Report {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			c.scan(r, f.Path, data)
+			for _, b := range c.scan(r, f.Path, data) {
+				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
+			}
 			r.Files++
 		}
 	}
@@ -232,18 +237,19 @@ type line struct {
 }
 
 // scan counts the batches in one file: a batch's records must be whole and
-// in order (i = 0..n-1, contiguous).
-func (c *Checker) scan(r *Report, name string, data []byte) {
+// in order (i = 0..n-1, contiguous). It returns the batches in file order.
+func (c *Checker) scan(r *Report, name string, data []byte) []BatchID {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var cur *line
+	var found []BatchID
 	lineNo := 0
 	for sc.Scan() {
 		lineNo++
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			r.bad("%s:%d: not a test record: %v", name, lineNo, err)
-			return
+			return found
 		}
 		r.Records++
 		if cur != nil && (l.P != cur.P || l.S != cur.S || l.Q != cur.Q || (l.I == 0 && cur.I == cur.N-1)) {
@@ -257,6 +263,7 @@ func (c *Checker) scan(r *Report, name string, data []byte) {
 				r.bad("I1: %s:%d: batch %s/%s/%d starts at record %d", name, lineNo, l.P, l.S, l.Q, l.I)
 			}
 			r.Batches[BatchID{l.P, l.S, l.Q}]++
+			found = append(found, BatchID{l.P, l.S, l.Q})
 		} else if l.I != cur.I+1 {
 			r.bad("I1: %s:%d: batch %s/%s/%d record %d follows %d", name, lineNo, l.P, l.S, l.Q, l.I, cur.I)
 		}
@@ -265,6 +272,7 @@ func (c *Checker) scan(r *Report, name string, data []byte) {
 	if cur != nil && cur.I != cur.N-1 {
 		r.bad("I1: %s: batch %s/%s/%d cut after record %d of %d", name, cur.P, cur.S, cur.Q, cur.I, cur.N)
 	}
+	return found
 }
 
 // Inherit takes over what an earlier checker saw committed, for a test that

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/recovery"
+)
+
+// stallInjector holds the first sync of a staging file (a pre-commit) once
+// armed, until the test lets it go; from then on, with crash set, every
+// operation fails as if the process had died.
+type stallInjector struct {
+	armed   atomic.Bool
+	crashed atomic.Bool
+	once    sync.Once
+	stalled chan struct{} // closed when the sync is held
+	release chan struct{} // closed by the test
+}
+
+func newStall() *stallInjector {
+	return &stallInjector{stalled: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *stallInjector) MaybeError(op faultfs.Op) error {
+	if s.crashed.Load() {
+		return faultfs.ErrCrashed
+	}
+	if !s.armed.Load() || op.Kind != faultfs.OpSync || !strings.HasSuffix(op.Path, ".inprogress") {
+		return nil
+	}
+	held := false
+	s.once.Do(func() { held = true })
+	if !held {
+		return nil
+	}
+	close(s.stalled)
+	<-s.release
+	if s.crashed.Load() {
+		return faultfs.ErrCrashed
+	}
+	return nil
+}
+
+// powerCutDuringPreCommit stalls checkpoint id's pre-commit, lets write run
+// while it is held (its batches go to id+1), then cuts the power: the next
+// engine starts from the disk's durable state and a copy of the state store
+// taken at that instant (the store syncs every transaction).
+func powerCutDuringPreCommit(t *testing.T, r *rig, base *faultfs.CrashFS, stall *stallInjector, write func()) {
+	t.Helper()
+	stall.armed.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = r.e.Checkpoint(ctx)
+	}()
+	select {
+	case <-stall.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("pre-commit never reached its sync")
+	}
+	write()
+	clone := base.CrashClone()
+	data, err := os.ReadFile(r.storePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(filepath.Dir(r.storePath), "state-at-cut.db")
+	if err := os.WriteFile(copyPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stall.crashed.Store(true)
+	close(stall.release)
+	r.stop()
+	<-done
+	r.fs, r.storePath = clone, copyPath
+	r.tweak = nil
+}
+
+// TestCheckpointIDsNeverReused (I8): the process dies while checkpoint N
+// pre-commits and N+1 already answers writes. No id any answer named
+// before the crash may name other data after the restart.
+func TestCheckpointIDsNeverReused(t *testing.T) {
+	for _, before := range []int{0, 1, 2, 3, 5, 8} {
+		t.Run(fmt.Sprintf("after %d checkpoints", before), func(t *testing.T) {
+			base := faultfs.NewCrashFS()
+			stall := newStall()
+			r := newRig(t, faultfs.NewInjectFS(base, stall))
+			r.tweak = func(c *Config) { c.idBlock = 4 } // cross block boundaries
+			e := r.start(nil)
+			answered := map[uint64]map[invariant.BatchID]bool{}
+			var seen []uint64
+			anon := int64(0)
+			write := func(e *Engine) {
+				t.Helper()
+				anon++
+				res, err := send(e, nil, "s", anon, 2)
+				if err != nil {
+					t.Fatalf("write %d: %v", anon, err)
+				}
+				if answered[res.Checkpoint] == nil {
+					answered[res.Checkpoint] = map[invariant.BatchID]bool{}
+				}
+				answered[res.Checkpoint][invariant.BatchID{Stream: "s", Seq: anon}] = true
+				seen = append(seen, res.Checkpoint)
+			}
+			for range before {
+				write(e)
+				if res := r.checkpoint(); res.State != recovery.Committed {
+					t.Fatalf("checkpoint: %+v", res)
+				}
+			}
+			write(e) // into N, which stalls in pre-commit
+			powerCutDuringPreCommit(t, r, base, stall, func() { write(e) })
+			n := seen[len(seen)-1]
+			if seen[len(seen)-2] != n-1 {
+				t.Fatalf("writes during the pre-commit of %d answered %d", seen[len(seen)-2], n)
+			}
+			beforeCrash := map[uint64][]invariant.BatchID{}
+			for id, bs := range answered {
+				for b := range bs {
+					beforeCrash[id] = append(beforeCrash[id], b)
+				}
+			}
+			e = r.start(nil)
+			if open := e.Status().OpenID; open <= n {
+				t.Errorf("restart opens checkpoint %d; %d was handed out before the crash", open, n)
+			}
+			for range 3 {
+				write(e)
+				if res := r.checkpoint(); res.State != recovery.Committed {
+					t.Fatalf("checkpoint after restart: %+v", res)
+				}
+			}
+			rep := r.check(invariant.Expect{})
+			for b, ids := range rep.Checkpoints {
+				for _, id := range ids {
+					if !answered[id][b] {
+						t.Errorf("I8: checkpoint %d holds batch %s, which was answered with another id", id, b)
+					}
+				}
+			}
+			// An id answered before the crash that reads "committed" now
+			// must hold what it was answered for.
+			for id, bs := range beforeCrash {
+				c, err := e.Store().Get(id)
+				if err != nil || c.State != recovery.Committed {
+					continue
+				}
+				for _, b := range bs {
+					if !slices.Contains(rep.Checkpoints[b], id) {
+						t.Errorf("I8: checkpoint %d is committed, but batch %s answered with it before the crash is not in it", id, b)
+					}
+				}
+			}
+		})
+	}
+}
