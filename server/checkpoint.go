@@ -224,8 +224,12 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 				errs[i] = err
 				return
 			}
+			prod := make(map[string]committer.SeqRanges, len(sum.Producers))
+			for p, rs := range sum.Producers {
+				prod[p] = rs
+			}
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
-				Records: sum.Records, CRC32C: sum.CRC32C, Producers: sum.Producers}
+				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
 		}()
 	}
 	wg.Wait()

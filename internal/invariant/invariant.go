@@ -12,6 +12,9 @@
 //     batch that must appear but does not; a batch that must not appear (of
 //     an aborted checkpoint) but does.
 //   - I7: a file seen committed by an earlier Check that has changed or gone.
+//   - manifest ranges: a file's producer ranges that are not exactly the
+//     sequence numbers of the producer's batches in it, or a (producer,
+//     stream, seq) that two files' ranges claim.
 package invariant
 
 import (
@@ -27,6 +30,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/spf13/afero"
 )
 
@@ -58,12 +62,12 @@ type manifest struct {
 	Checkpoint uint64 `json:"checkpoint"`
 	Node       string `json:"node"`
 	Files      []struct {
-		Path      string              `json:"path"`
-		Stream    string              `json:"stream"`
-		Bytes     int64               `json:"bytes"`
-		Records   int64               `json:"records"`
-		CRC32C    string              `json:"crc32c"`
-		Producers map[string][2]int64 `json:"producers"`
+		Path      string                         `json:"path"`
+		Stream    string                         `json:"stream"`
+		Bytes     int64                          `json:"bytes"`
+		Records   int64                          `json:"records"`
+		CRC32C    string                         `json:"crc32c"`
+		Producers map[string]committer.SeqRanges `json:"producers"`
 	} `json:"files"`
 }
 
@@ -147,6 +151,7 @@ func (c *Checker) Check(exp Expect) *Report {
 		return r
 	}
 	named := map[string]bool{}
+	claims := map[[2]string][]claim{}
 	for _, m := range manifests {
 		data, err := afero.ReadFile(c.FS, path.Join(c.Dest, m))
 		if err != nil {
@@ -190,10 +195,26 @@ func (c *Checker) Check(exp Expect) *Report {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			for _, b := range c.scan(r, f.Path, data) {
+			found := c.scan(r, f.Path, data)
+			for _, b := range found {
 				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
 			}
+			checkRanges(r, f.Path, f.Producers, found)
+			for p, rs := range f.Producers {
+				k := [2]string{p, f.Stream}
+				for _, rg := range rs {
+					claims[k] = append(claims[k], claim{rg, f.Path})
+				}
+			}
 			r.Files++
+		}
+	}
+	for k, cs := range claims {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].rg[0] < cs[j].rg[0] })
+		for i := 1; i < len(cs); i++ {
+			if cs[i].rg[0] <= cs[i-1].rg[1] {
+				r.bad("manifest ranges: producer %s stream %s: %s claims %v and %s claims %v", k[0], k[1], cs[i-1].file, cs[i-1].rg, cs[i].file, cs[i].rg)
+			}
 		}
 	}
 	for p := range files {
@@ -283,5 +304,50 @@ func (c *Checker) Inherit(old *Checker) {
 	}
 	for k, v := range old.seen {
 		c.seen[k] = v
+	}
+}
+
+type claim struct {
+	rg   [2]int64
+	file string
+}
+
+// checkRanges compares a file's manifest ranges with the producer batches
+// found in it: they must name exactly those sequence numbers.
+func checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges, found []BatchID) {
+	seqs := map[string][]int64{}
+	for _, b := range found {
+		if b.Producer != "" {
+			seqs[b.Producer] = append(seqs[b.Producer], b.Seq)
+		}
+	}
+	for p := range manifest {
+		if _, ok := seqs[p]; !ok {
+			seqs[p] = nil
+		}
+	}
+	for p, qs := range seqs {
+		sort.Slice(qs, func(i, j int) bool { return qs[i] < qs[j] })
+		var want committer.SeqRanges
+		for _, q := range qs {
+			if n := len(want); n > 0 && want[n-1][1]+1 >= q {
+				want[n-1][1] = max(want[n-1][1], q)
+			} else {
+				want = append(want, [2]int64{q, q})
+			}
+		}
+		got := append(committer.SeqRanges(nil), manifest[p]...)
+		sort.Slice(got, func(i, j int) bool { return got[i][0] < got[j][0] })
+		var merged committer.SeqRanges
+		for _, rg := range got {
+			if n := len(merged); n > 0 && merged[n-1][1]+1 >= rg[0] {
+				merged[n-1][1] = max(merged[n-1][1], rg[1])
+			} else {
+				merged = append(merged, rg)
+			}
+		}
+		if fmt.Sprint(merged) != fmt.Sprint(want) {
+			r.bad("manifest ranges: %s: producer %s has seqs %v, manifest says %v", name, p, want, manifest[p])
+		}
 	}
 }
