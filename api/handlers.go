@@ -22,7 +22,7 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
-	st, err := s.eng.InitProducer(id)
+	st, err := s.eng.InitProducer(r.Context(), id)
 	if err != nil {
 		s.engineError(w, r, err, false)
 		return

@@ -524,23 +524,30 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 	return ot, nil
 }
 
-// InitProducer gives the producer a new epoch, durably, fencing older ones.
-func (e *Engine) InitProducer(id string) (ProducerState, error) {
+// InitProducer gives the producer a new epoch, durably, fencing older
+// ones, and is a barrier (I12): before it answers, every batch accepted
+// under an older epoch is prepared or aborted, so the next_seq and
+// committed_seq it returns — the producer's durable state — survive any
+// crash or abort that follows. When the producer has batches not yet
+// prepared it runs a checkpoint and waits for its end (bounded by ctx).
+func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, error) {
 	e.initMu.Lock()
-	defer e.initMu.Unlock()
 	e.mu.Lock()
 	err := e.writableLocked()
 	e.mu.Unlock()
 	if err != nil {
+		e.initMu.Unlock()
 		return ProducerState{}, err
 	}
 	rec, err := e.store.InitProducer(id)
 	if err != nil {
+		e.initMu.Unlock()
 		e.fail(err)
 		return ProducerState{}, err
 	}
+	// From here on the older epochs are fenced: nothing more of theirs is
+	// accepted, so one barrier after this point covers all of it.
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	p := e.producers[id]
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
@@ -553,7 +560,39 @@ func (e *Engine) InitProducer(id string) (ProducerState, error) {
 		d.Streams = rec.Streams
 	}
 	e.durable[id] = d
-	return p.state(), nil
+	pending := e.unpreparedLocked(p)
+	e.mu.Unlock()
+	e.initMu.Unlock()
+
+	if pending {
+		if _, err := e.Checkpoint(ctx); err != nil {
+			return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
+	for s, ss := range e.durable[id].Streams {
+		out.Streams[s] = ss
+	}
+	for s := range p.streams {
+		if _, ok := out.Streams[s]; !ok {
+			out.Streams[s] = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+		}
+	}
+	return out, nil
+}
+
+// unpreparedLocked reports whether p has accepted batches that no prepared
+// checkpoint holds yet.
+func (e *Engine) unpreparedLocked(p *producer) bool {
+	d := e.durable[p.id]
+	for s, ss := range p.streams {
+		if ss.next != d.Streams[s].NextSeq {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *producer) state() ProducerState {

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/internal/faultfs"
 	"github.com/eosink/eosink/internal/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // stallInjector holds the first sync of a staging file (a pre-commit) once
@@ -180,7 +182,7 @@ func TestManifestRangesExact(t *testing.T) {
 	clock := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	r.tweak = func(c *Config) { c.Now = func() time.Time { return clock } }
 	e := r.start(nil)
-	ps, err := e.InitProducer("p")
+	ps, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,4 +207,96 @@ func TestManifestRangesExact(t *testing.T) {
 		t.Errorf("ranges %v, want %v", got, want)
 	}
 	r.check(invariant.Expect{Must: must, Exact: true}) // the checker reads the manifest
+}
+
+// failSyncs fails the sync of every staging file while on: the pre-commit
+// fails and the checkpoint aborts.
+type failSyncs struct{ on atomic.Bool }
+
+func (f *failSyncs) MaybeError(op faultfs.Op) error {
+	if f.on.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+		return syscall.EIO
+	}
+	return nil
+}
+
+// TestInitIsABarrier (I12): a producer restarts while batches of its
+// earlier incarnation are accepted but not prepared. The next_seq init
+// returns stays valid whatever follows — a crash, or an abort — and the
+// new incarnation goes on from it. Init's own barrier may abort, too.
+func TestInitIsABarrier(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		barrierFails bool   // the checkpoint init runs aborts
+		then         string // "crash" or "abort"
+	}{
+		{"crash", false, "crash"},
+		{"abort", false, "abort"},
+		{"barrier aborts, then crash", true, "crash"},
+		{"barrier aborts, then abort", true, "abort"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			faults := &failSyncs{}
+			r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
+			e := r.start(nil)
+			old, err := e.InitProducer(t.Context(), "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := range int64(3) { // the first incarnation: accepted, never prepared
+				if _, err := send(e, &Producer{ID: "p", Epoch: old.Epoch}, "s", seq, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			faults.on.Store(tc.barrierFails)
+			ps, err := e.InitProducer(t.Context(), "p") // the second incarnation
+			faults.on.Store(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, committed := ps.Streams["s"].NextSeq, ps.Streams["s"].CommittedSeq
+			want := int64(3)
+			if tc.barrierFails {
+				want = 0
+			}
+			if next != want || committed != want-1 {
+				t.Errorf("init: next_seq %d committed_seq %d, want %d and %d", next, committed, want, want-1)
+			}
+			p := &Producer{ID: "p", Epoch: ps.Epoch}
+			if _, err := send(e, p, "s", next, 2); err != nil {
+				t.Fatalf("send next_seq %d: %v", next, err)
+			}
+			switch tc.then {
+			case "crash":
+				r.stop()
+				e = r.start(nil)
+			case "abort":
+				faults.on.Store(true)
+				res := r.checkpoint()
+				faults.on.Store(false)
+				if res.State != recovery.Aborted {
+					t.Fatalf("checkpoint did not abort: %+v", res)
+				}
+			}
+			// The new incarnation resends what it holds beyond committed_seq.
+			for seq := next; seq < next+2; seq++ {
+				res, err := send(e, p, "s", seq, 2)
+				if err != nil {
+					exp, _ := isSeqErr(err)
+					t.Fatalf("I12: after init answered next_seq %d and a %s, seq %d: %v (expected_seq %d)", next, tc.then, seq, err, exp)
+				}
+				if res.Duplicate {
+					t.Fatalf("seq %d: a duplicate of a lost batch: %+v", seq, res)
+				}
+			}
+			if res := r.checkpoint(); res.State != recovery.Committed {
+				t.Fatalf("final checkpoint: %+v", res)
+			}
+			must := map[invariant.BatchID]bool{}
+			for seq := range next + 2 {
+				must[invariant.BatchID{Producer: "p", Stream: "s", Seq: seq}] = true
+			}
+			r.check(invariant.Expect{Must: must, Exact: true})
+		})
+	}
 }

@@ -140,7 +140,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		_, inited := m.epoch[p]
 		switch x := rng.IntN(100); {
 		case !inited || x < 2: // (re-)init: new epoch, fences the old
-			ps, err := e.InitProducer(p)
+			ps, err := e.InitProducer(t.Context(), p)
 			if err != nil {
 				fail("init %s: %v", p, err)
 			}

@@ -257,7 +257,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 	}
 	if err == nil {
 		for _, p := range []string{"p1", "p2"} {
-			ps, err := e.InitProducer(p)
+			ps, err := e.InitProducer(t.Context(), p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +330,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops int64) {
 	}
 	for _, p := range []string{"p1", "p2"} {
 		if _, ok := m.epoch[p]; !ok {
-			ps, err := e.InitProducer(p)
+			ps, err := e.InitProducer(t.Context(), p)
 			if err != nil {
 				t.Fatal(err)
 			}
