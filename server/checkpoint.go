@@ -126,7 +126,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		p := e.producers[pid]
 		for s, next := range streams {
 			ss := p.streams[s]
-			ss.committed = max(ss.committed, next-1)
+			if next-1 >= ss.committed {
+				ss.committed, ss.committedIn = next-1, id
+			}
 			i := 0
 			for i < len(ss.pending) && ss.pending[i].ckpt <= id {
 				i++
@@ -134,7 +136,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 			ss.pending = ss.pending[i:]
 			d := e.durable[pid]
 			st := d.Streams[s]
-			st.CommittedSeq = max(st.CommittedSeq, next-1)
+			if next-1 >= st.CommittedSeq {
+				st.CommittedSeq, st.CommittedIn = next-1, id
+			}
 			d.Streams[s] = st
 		}
 	}

@@ -103,7 +103,7 @@ type WriteResult struct {
 	Records    int
 	Bytes      int
 	Duplicate  bool  // the sequence number was accepted before; nothing written
-	Committed  bool  // the batch is already committed (duplicates only)
+	Committed  bool  // the batch is already committed (duplicates only); see Write for Checkpoint
 	NextSeq    int64 // next sequence number expected (producers only)
 }
 
@@ -134,9 +134,10 @@ type pendingRange struct {
 }
 
 type seqState struct {
-	next      int64
-	committed int64
-	pending   []pendingRange // accepted, not yet committed, by checkpoint
+	next        int64
+	committed   int64
+	committedIn uint64         // the committed checkpoint that committed committed
+	pending     []pendingRange // accepted, not yet committed, by checkpoint
 }
 
 type producer struct {
@@ -308,11 +309,24 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
+	// Stores written before committed_in was kept: name the newest
+	// committed checkpoint instead, never a reserved or aborted id.
+	var newest uint64
+	for attempt := 0; ; attempt++ {
+		var err error
+		if newest, err = e.store.NewestCommitted(); err == nil {
+			break
+		}
+		e.log.Error("read newest committed checkpoint, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
 	e.mu.Lock()
 	e.reserved = reserved
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
-		e.producers[p.ID] = producerFrom(p)
+		e.producers[p.ID] = producerFrom(p, newest)
 	}
 	e.openID = open
 	e.lastDone = res.LastID // nothing between it and the open id exists
@@ -327,10 +341,16 @@ func (e *Engine) recover() bool {
 	return true
 }
 
-func producerFrom(p recovery.Producer) *producer {
+// producerFrom restores a producer's live state; newest is the checkpoint
+// to name for committed batches whose record lacks committed_in.
+func producerFrom(p recovery.Producer, newest uint64) *producer {
 	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
 	for s, ss := range p.Streams {
-		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq}
+		in := ss.CommittedIn
+		if in == 0 && ss.CommittedSeq >= 0 {
+			in = newest
+		}
+		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq, committedIn: in}
 	}
 	return out
 }
@@ -374,6 +394,12 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 
 // Write appends one batch to the open checkpoint's transaction for its
 // stream, partition and extension, after the producer checks.
+//
+// A duplicate writes nothing. Its Checkpoint is the one it rides in while
+// not committed; once committed, the checkpoint that committed the
+// producer's newest batch on the stream — the one holding it when it is
+// among those (a retry of the latest batches), else a later committed
+// one; never an open, aborted or reserved id.
 func (e *Engine) Write(w Write) (WriteResult, error) {
 	part := Partition(e.cfg.Now())
 	e.mu.Lock()
@@ -408,11 +434,18 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		case seq < ss.next:
 			res.Duplicate, res.NextSeq, res.Records, res.Bytes = true, ss.next, 0, 0
 			res.Committed = seq <= ss.committed
-			res.Checkpoint = e.lastDone
-			for _, r := range ss.pending {
-				if seq <= r.last {
-					res.Checkpoint = r.ckpt
-					break
+			if res.Committed {
+				// The committed checkpoint that committed this producer's
+				// newest batch on the stream: the one holding seq for a
+				// retry of the latest batches, else a later one. Never an
+				// open, aborted or merely reserved id.
+				res.Checkpoint = ss.committedIn
+			} else {
+				for _, r := range ss.pending {
+					if seq <= r.last {
+						res.Checkpoint = r.ckpt
+						break
+					}
 				}
 			}
 			if h := e.cfg.Hooks.Duplicate; h != nil {

@@ -300,3 +300,58 @@ func TestInitIsABarrier(t *testing.T) {
 		})
 	}
 }
+
+// TestCommittedDuplicateNamesItsCheckpoint (8a): a duplicate of a
+// committed batch names the committed checkpoint that committed its
+// producer's newest batch on the stream (here the one holding it), never
+// a newer checkpoint of other data, nor, after a restart, an aborted or
+// reserved id.
+func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
+	faults := &failSyncs{}
+	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
+	e := r.start(nil)
+	ps, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	if _, err := send(e, p, "s", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	holder := r.checkpoint()
+	b := invariant.BatchID{Producer: "p", Stream: "s", Seq: 0}
+	check := func(when string) {
+		t.Helper()
+		res, err := send(e, p, "s", 0, 2)
+		if err != nil || !res.Duplicate || !res.Committed {
+			t.Fatalf("%s: duplicate %+v %v", when, res, err)
+		}
+		c, err := e.Store().Get(res.Checkpoint)
+		if err != nil || c.State != recovery.Committed {
+			t.Fatalf("%s: duplicate names checkpoint %d: %+v %v", when, res.Checkpoint, c, err)
+		}
+		rep := r.check(invariant.Expect{Must: map[invariant.BatchID]bool{b: true}})
+		if !slices.Contains(rep.Checkpoints[b], res.Checkpoint) {
+			t.Fatalf("%s: duplicate names checkpoint %d; the batch is in %v", when, res.Checkpoint, rep.Checkpoints[b])
+		}
+	}
+	if _, err := send(e, nil, "other", 1, 1); err != nil { // a newer checkpoint of other data
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID == holder.ID {
+		t.Fatalf("checkpoint %+v", res)
+	}
+	check("after a newer checkpoint")
+	if _, err := send(e, nil, "other", 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	faults.on.Store(true)
+	if res := r.checkpoint(); res.State != recovery.Aborted {
+		t.Fatalf("checkpoint did not abort: %+v", res)
+	}
+	faults.on.Store(false)
+	check("after an abort")
+	r.stop()
+	e = r.start(nil)
+	check("after a restart")
+}
