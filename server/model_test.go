@@ -5,21 +5,30 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/invariant"
 	"github.com/eosink/eosink/recovery"
 )
 
 // TestModel drives the engine with a seeded random mix of writes from
 // several producers and streams — in order, duplicates, gaps, stale and
-// future epochs, anonymous batches — checkpoints, injected failures,
-// process crashes and power cuts, against a model of what must be
-// committed. EOSINK_MODEL_STEPS sets the steps (default 10,000),
+// future epochs, anonymous batches — client restarts (a new incarnation
+// inits and goes on from the next_seq it gets), checkpoints, injected
+// failures, process crashes and power cuts, against a model of what must
+// be committed. Besides I1-I7 and I5 it checks I8 (every batch in a
+// committed checkpoint was answered with that checkpoint's id, and an id
+// answered and committed holds what it was answered for), I9 (a duplicate
+// is reported committed only when it is, and names a committed
+// checkpoint), and I12 (init's next_seq is durable: the client is never
+// wedged). EOSINK_MODEL_STEPS sets the steps (default 10,000),
 // EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
@@ -45,12 +54,63 @@ func TestModel(t *testing.T) {
 }
 
 type modelStats struct {
-	writes, dups, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
+	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
+	restarts, barriers, barriersAborted, initsFailed, idsChecked                                                                   int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates, %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted), %d injected faults, %d crashes, %d power cuts, %d full checks",
-		s.writes, s.dups, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.injected, s.crashes, s.powerCuts, s.checks)
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed ids checked against their answers, I8)",
+		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked)
+}
+
+// answers remembers, per checkpoint id, the batches the engine accepted
+// with that id in its answer (I8).
+type answers map[uint64]map[invariant.BatchID]bool
+
+func (a answers) add(id uint64, b invariant.BatchID) {
+	if a[id] == nil {
+		a[id] = map[invariant.BatchID]bool{}
+	}
+	a[id][b] = true
+}
+
+// modelWrite is model.write that also records the answer's checkpoint.
+func modelWrite(t *testing.T, m *model, e *Engine, ans answers, p, s string, n int) error {
+	k := [2]string{p, s}
+	seq := m.next[k]
+	res, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, n)
+	if err != nil {
+		if errors.Is(err, ErrUnknownProducer) || errors.Is(err, ErrFenced) || errors.Is(err, ErrInvalidEpoch) || errors.Is(err, ErrOutOfOrder) {
+			t.Fatalf("write %s/%s/%d: producer error for a correct batch (I12: the client is wedged): %v", p, s, seq, err)
+		}
+		return err
+	}
+	if res.Duplicate || res.NextSeq != seq+1 {
+		t.Fatalf("write %s/%s/%d: %+v", p, s, seq, res)
+	}
+	ans.add(res.Checkpoint, invariant.BatchID{Producer: p, Stream: s, Seq: seq})
+	m.next[k] = seq + 1
+	return nil
+}
+
+// checkpointLog records the ends of checkpoints through Hooks, to learn
+// what the barrier init runs did.
+type checkpointLog struct {
+	mu  sync.Mutex
+	end map[uint64]recovery.State
+}
+
+func (l *checkpointLog) hook(r CheckpointResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.end[r.ID] = r.State
+}
+
+func (l *checkpointLog) state(id uint64) (recovery.State, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.end[id]
+	return s, ok
 }
 
 func runModel(t *testing.T, seed uint64, steps int) modelStats {
@@ -61,7 +121,9 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	r := newRig(t, inj)
 	hour := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	clock := hour
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
 	r.tweak = func(c *Config) {
+		c.Hooks.Checkpoint = ckLog.hook
 		c.Parallel = 1 + rng.IntN(3)
 		c.Now = func() time.Time { return clock }
 		c.RollBytes = 600 // small files: rolls happen
@@ -72,6 +134,13 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	producers := []string{"p0", "p1", "p2", "p3"}
 	streams := []string{"s0", "s1", "s2"}
 	var st modelStats
+	ans := answers{}
+	type dupClaim struct {
+		b  invariant.BatchID
+		id uint64
+	}
+	var committedDups []dupClaim     // committed duplicates, checked at the next full check
+	epochUnsure := map[string]bool{} // an init cut by a crash: its epoch bump may or may not be durable
 	var crash *faultfs.CrashAfterInjector
 	var trace []string
 	note := func(format string, args ...any) {
@@ -116,6 +185,14 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		for k := range m.next {
 			m.next[k] = m.prepared[k]
 		}
+		for p := range epochUnsure {
+			ps, ok := e.Producer(p)
+			if !ok || (ps.Epoch != m.epoch[p] && ps.Epoch != m.epoch[p]+1) {
+				fail("init of %s cut by a crash: epoch %d (known %v), want %d or %d", p, ps.Epoch, ok, m.epoch[p], m.epoch[p]+1)
+			}
+			m.epoch[p] = ps.Epoch
+			delete(epochUnsure, p)
+		}
 		m.resolveAnon(t, e)
 		checkI5(t, m, e, fail)
 	}
@@ -127,6 +204,38 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		if err := rep.Err(); err != nil {
 			fail("step check: %v", err)
 		}
+		// I8: a committed checkpoint holds only batches answered with its
+		// id, and every batch answered with an id that committed.
+		for b, ids := range rep.Checkpoints {
+			for _, id := range ids {
+				if !ans[id][b] {
+					fail("I8: checkpoint %d holds batch %s, which no answer named with that id", id, b)
+				}
+			}
+		}
+		open := e.Status().OpenID
+		for id, bs := range ans {
+			if id >= open {
+				continue
+			}
+			c, err := e.Store().Get(id)
+			if err != nil || c.State != recovery.Committed {
+				continue
+			}
+			st.idsChecked++
+			for b := range bs {
+				if !slices.Contains(rep.Checkpoints[b], id) {
+					fail("I8: checkpoint %d committed without batch %s, answered with it", id, b)
+				}
+			}
+		}
+		// I9: what a duplicate reported committed is in the destination.
+		for _, d := range committedDups {
+			if rep.Batches[d.b] != 1 {
+				fail("I9: duplicate %s answered committed in %d, but the batch appears %d times", d.b, d.id, rep.Batches[d.b])
+			}
+		}
+		committedDups = committedDups[:0]
 		st.checks++
 	}
 
@@ -139,18 +248,57 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		k := [2]string{p, s}
 		_, inited := m.epoch[p]
 		switch x := rng.IntN(100); {
-		case !inited || x < 2: // (re-)init: new epoch, fences the old
-			ps, err := e.InitProducer(t.Context(), p)
+		case !inited || x < 3: // a (new incarnation of the) client inits and goes on from next_seq
+			st.restarts++
+			open := e.Status().OpenID
+			snap := m.snapshot()
+			armed := crash
+			ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
+			ps, err := e.InitProducer(ctx, p)
+			cancel()
 			if err != nil {
-				fail("init %s: %v", p, err)
+				// A fault stopped the engine, or the crash point hid the
+				// barrier's end: only the store knows, after a restart.
+				note("init %s: %v", p, err)
+				st.initsFailed++
+				if inited {
+					epochUnsure[p] = true
+				}
+				pendingID, pendingSnap = open, snap
+				restart(rng.IntN(2) == 0)
+				if !inited {
+					continue // inited again at a later step
+				}
+				break
 			}
 			if inited && ps.Epoch != m.epoch[p]+1 {
 				fail("init %s: epoch %d after %d", p, ps.Epoch, m.epoch[p])
 			}
 			m.epoch[p] = ps.Epoch
+			if state, ran := ckLog.state(open); ran && e.Status().OpenID > open {
+				st.barriers++
+				if state == recovery.Aborted {
+					st.barriersAborted++
+				}
+				m.checkpointed(snap, state == recovery.Committed)
+				m.resolveAnon(t, e)
+			}
+			note("init %s: epoch %d %+v", p, ps.Epoch, ps.Streams)
+			// I12: what init answers is durable, and all there is: the
+			// client goes on from next_seq, whatever follows.
+			for _, s := range streams {
+				k := [2]string{p, s}
+				got, ok := ps.Streams[s]
+				if !ok {
+					got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+				}
+				if got.NextSeq != m.next[k] || got.NextSeq != m.prepared[k] || got.CommittedSeq != m.prepared[k]-1 {
+					fail("I12: init %s/%s: next_seq %d committed_seq %d; accepted next %d, prepared next %d", p, s, got.NextSeq, got.CommittedSeq, m.next[k], m.prepared[k])
+				}
+			}
 		case x < 60:
 			st.writes++
-			err := m.write(t, e, p, s, 1+rng.IntN(4))
+			err := modelWrite(t, m, e, ans, p, s, 1+rng.IntN(4))
 			note("write %v seq %d: %v", k, m.next[k], err)
 		case x < 66: // duplicate
 			if m.next[k] == 0 {
@@ -158,12 +306,25 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			}
 			st.dups++
 			seq := rng.Int64N(m.next[k])
+			if pend := m.next[k] - m.prepared[k]; pend > 0 && rng.IntN(2) == 0 {
+				seq = m.prepared[k] + rng.Int64N(pend) // one not yet committed
+			}
 			res, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, 1)
 			if err != nil || !res.Duplicate || res.NextSeq != m.next[k] {
 				fail("duplicate %v/%d: %+v %v", k, seq, res, err)
 			}
-			if want := seq < m.prepared[k] && m.prepared[k] > 0; res.Committed && !want {
-				fail("duplicate %v/%d reported committed, prepared next is %d", k, seq, m.prepared[k])
+			if want := seq < m.prepared[k] && m.prepared[k] > 0; res.Committed != want {
+				fail("I9: duplicate %v/%d reported committed %v, prepared (and so committed) next is %d", k, seq, res.Committed, m.prepared[k])
+			}
+			b := invariant.BatchID{Producer: p, Stream: s, Seq: seq}
+			if res.Committed {
+				st.dupsCommitted++
+				if c, err := e.Store().Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
+					fail("I9/8a: committed duplicate %s names checkpoint %d: %+v %v", b, res.Checkpoint, c, err)
+				}
+				committedDups = append(committedDups, dupClaim{b, res.Checkpoint})
+			} else if !ans[res.Checkpoint][b] {
+				fail("duplicate %s rides in checkpoint %d, which did not accept it", b, res.Checkpoint)
 			}
 		case x < 70: // gap
 			st.gaps++
@@ -189,7 +350,12 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			}
 		case x < 78:
 			st.anon++
-			_ = m.writeAnon(e, s)
+			m.anonSeq++
+			id := invariant.BatchID{Stream: s, Seq: m.anonSeq}
+			if res, err := send(e, nil, s, m.anonSeq, 2); err == nil {
+				m.anon[res.Checkpoint] = append(m.anon[res.Checkpoint], id)
+				ans.add(res.Checkpoint, id)
+			}
 		case x < 88: // checkpoint
 			st.checkpoints++
 			id := e.Status().OpenID
