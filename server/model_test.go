@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -55,12 +56,12 @@ func TestModel(t *testing.T) {
 
 type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
-	restarts, barriers, barriersAborted, initsFailed, idsChecked                                                                   int
+	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent                                                       int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed ids checked against their answers, I8)",
-		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked)
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed ids checked against their answers, I8)",
+		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -159,11 +160,17 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	// (pending) is decided by the store: prepared means it committed.
 	var pendingID uint64
 	var pendingSnap map[[2]string]int64
+	var cutFS *faultfs.CrashFS // a power cut taken earlier, with its state store copy
+	var cutStore string
 	restart := func(powerCut bool) {
 		r.stop()
 		sw.set(nil)
 		crash = nil
-		if powerCut {
+		if cutFS != nil {
+			base, r.storePath, cutFS = cutFS, cutStore, nil
+			inj = faultfs.NewInjectFS(base, sw)
+			st.powerCuts++
+		} else if powerCut {
 			base = base.CrashClone()
 			inj = faultfs.NewInjectFS(base, sw)
 			st.powerCuts++
@@ -356,6 +363,92 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 				m.anon[res.Checkpoint] = append(m.anon[res.Checkpoint], id)
 				ans.add(res.Checkpoint, id)
 			}
+		case x >= 86 && x < 88 && crash == nil:
+			// A checkpoint with writes while it pre-commits (they go to the
+			// next checkpoint), and half the time a power cut right then:
+			// the ids those answers named must never name other data (I8).
+			st.checkpoints++
+			st.concurrent++
+			id := e.Status().OpenID
+			snap := m.snapshot()
+			cut := rng.IntN(2) == 0
+			k2 := [2]string{producers[rng.IntN(len(producers))], streams[rng.IntN(len(streams))]}
+			_, k2inited := m.epoch[k2[0]]
+			type written struct {
+				b   invariant.BatchID
+				res WriteResult
+				err error
+			}
+			var during []written
+			var cutErr error
+			m.anonSeq++
+			anonID := invariant.BatchID{Stream: k2[1], Seq: m.anonSeq}
+			storeCopy := fmt.Sprintf("%s.cut-%d", r.storePath, step)
+			stall := &duringInjector{run: func() error {
+				// Runs once, in the coordinator, at the first staging sync.
+				if k2inited {
+					b := invariant.BatchID{Producer: k2[0], Stream: k2[1], Seq: m.next[k2]}
+					res, err := send(e, &Producer{ID: k2[0], Epoch: m.epoch[k2[0]]}, k2[1], b.Seq, 1)
+					during = append(during, written{b, res, err})
+				}
+				res, err := send(e, nil, k2[1], anonID.Seq, 1)
+				during = append(during, written{anonID, res, err})
+				if !cut {
+					return nil
+				}
+				cutFS, cutStore = base.CrashClone(), storeCopy
+				data, err := os.ReadFile(r.storePath)
+				if err == nil {
+					err = os.WriteFile(storeCopy, data, 0o600)
+				}
+				cutErr = err
+				return faultfs.ErrCrashed
+			}}
+			sw.set(stall)
+			res, err := checkpointUntil(e, stall.crashed.Load)
+			note("checkpoint %d with writes during pre-commit (cut %v): %s %v %v", id, cut, res.State, res.Error, err)
+			if cutErr != nil {
+				fail("copy state store at the cut: %v", cutErr)
+			}
+			for _, w := range during {
+				if w.err != nil {
+					continue
+				}
+				if w.res.Checkpoint != id+1 {
+					fail("write during the pre-commit of %d answered checkpoint %d", id, w.res.Checkpoint)
+				}
+				ans.add(w.res.Checkpoint, w.b)
+				if w.b.Producer == "" {
+					m.anon[w.res.Checkpoint] = append(m.anon[w.res.Checkpoint], w.b)
+				} else if w.res.Duplicate || w.res.NextSeq != w.b.Seq+1 {
+					fail("write %s during pre-commit: %+v", w.b, w.res)
+				}
+			}
+			if stall.ran.Load() && cut {
+				// The process died at the stall: nothing after it happened.
+				pendingID, pendingSnap = id, snap
+				restart(true)
+				break
+			}
+			cutFS = nil
+			sw.set(nil)
+			for _, w := range during {
+				if w.err == nil && w.b.Producer != "" {
+					m.next[k2] = w.b.Seq + 1
+				}
+			}
+			switch {
+			case err == nil && res.State == recovery.Committed:
+				st.committed++
+				m.checkpointed(snap, true)
+			case err == nil:
+				st.aborted++
+				m.checkpointed(snap, false)
+			default:
+				pendingID, pendingSnap = id, snap
+				restart(false)
+			}
+			m.resolveAnon(t, e)
 		case x < 88: // checkpoint
 			st.checkpoints++
 			id := e.Status().OpenID
@@ -448,4 +541,33 @@ func checkI5(t *testing.T, m *model, e *Engine, fail func(string, ...any)) {
 			fail("I5: %s/%s next %d committed %d, want next %d committed %d", k[0], k[1], got.NextSeq, got.CommittedSeq, want, want-1)
 		}
 	}
+}
+
+// duringInjector runs run once, at the first sync of a staging file (a
+// checkpoint's pre-commit, after its barrier); if run returns an error,
+// that sync and every operation after it fail with it, as if the process
+// died there.
+type duringInjector struct {
+	run     func() error
+	once    sync.Once
+	ran     atomic.Bool
+	crashed atomic.Bool
+}
+
+func (d *duringInjector) MaybeError(op faultfs.Op) error {
+	if d.crashed.Load() {
+		return faultfs.ErrCrashed
+	}
+	if op.Kind != faultfs.OpSync || !strings.HasSuffix(op.Path, ".inprogress") {
+		return nil
+	}
+	var err error
+	d.once.Do(func() {
+		err = d.run()
+		d.ran.Store(true)
+		if err != nil {
+			d.crashed.Store(true)
+		}
+	})
+	return err
 }
