@@ -77,7 +77,7 @@ func (c *Config) defaults() {
 		c.RetryMax = 5 * time.Second
 	}
 	if c.idBlock == 0 {
-		c.idBlock = 64
+		c.idBlock = 1024
 	}
 }
 
