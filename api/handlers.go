@@ -93,7 +93,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case st.Ready && id == st.OpenID:
 		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateOpen, FileCount: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes})
-	case st.Ready && id < st.OpenID && id > st.LastDone:
+	case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
 		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateRunning})
 	default:
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("checkpoint %d is not known", id)})

@@ -194,6 +194,7 @@ type Engine struct {
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
 	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
+	firstID     uint64 // the first id this start opened
 	stuck       error  // the error holding a prepared checkpoint back, if any
 	recovering  string
 }
@@ -329,7 +330,8 @@ func (e *Engine) recover() bool {
 		e.producers[p.ID] = producerFrom(p, newest)
 	}
 	e.openID = open
-	e.lastDone = res.LastID // nothing between it and the open id exists
+	e.lastDone = newest // ids between it and firstID the store lacks were never used
+	e.firstID = open
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
 	e.recovering = ""
@@ -664,6 +666,7 @@ type Status struct {
 	Ready       bool
 	Recovering  string // why recovery is not done, while it runs
 	OpenID      uint64
+	FirstID     uint64 // the first id this start opened: an id below it the store lacks was never used, or ended before the start
 	OpenBytes   int64
 	OpenRecords int64
 	OpenFiles   int
@@ -678,7 +681,7 @@ type Status struct {
 func (e *Engine) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, OpenBytes: e.openBytes,
+	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
 		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
 		Draining: e.draining || e.closed}
 	if e.stuck != nil {

@@ -355,3 +355,25 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 	e = r.start(nil)
 	check("after a restart")
 }
+
+// TestStatusAfterRestart: after a restart the status names the newest
+// committed checkpoint as the last one done (not the reserved high-water
+// mark, which no checkpoint has), and the first id of this start, below
+// which ids the store lacks were never used or ended before it.
+func TestStatusAfterRestart(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	if _, err := send(e, nil, "s", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	done := r.checkpoint()
+	r.stop()
+	e = r.start(nil)
+	st := e.Status()
+	if st.LastDone != done.ID {
+		t.Errorf("last done %d after a restart, want %d, the newest committed", st.LastDone, done.ID)
+	}
+	if st.FirstID != st.OpenID || st.FirstID <= done.ID+1 {
+		t.Errorf("first id of this start %d, open %d, last committed %d", st.FirstID, st.OpenID, done.ID)
+	}
+}

@@ -644,7 +644,7 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 		switch {
 		case st.Ready && id == st.OpenID:
 			d.Row = openRow(st)
-		case st.Ready && id < st.OpenID && id > st.LastDone:
+		case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
 			d.Row = ckptRow{ID: id, State: "running"}
 		default:
 			u.fail(w, r, http.StatusNotFound, "No such checkpoint", "The state store holds no checkpoint "+strconv.FormatUint(id, 10)+".")
