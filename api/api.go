@@ -27,8 +27,9 @@ var openAPI []byte
 type Engine interface {
 	// Write appends one batch; see server.Engine.Write for its errors.
 	Write(w server.Write) (server.WriteResult, error)
-	// InitProducer durably gives a producer a new epoch.
-	InitProducer(id string) (server.ProducerState, error)
+	// InitProducer durably gives a producer a new epoch; it answers once the
+	// batches of its older epochs are prepared or aborted.
+	InitProducer(ctx context.Context, id string) (server.ProducerState, error)
 	// Producer returns one producer's live state; false if unknown.
 	Producer(id string) (server.ProducerState, bool)
 	// Producers returns every producer, sorted by id.

@@ -147,8 +147,10 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	out := WriteResponse{Stream: stream, Checkpoint: res.Checkpoint, Records: res.Records, Bytes: res.Bytes,
 		Duplicate: res.Duplicate, Committed: res.Committed, NextSeq: res.NextSeq}
+	// 200 only for what is committed (I9): a duplicate of a batch whose
+	// checkpoint may still abort is 202, like the batch was.
 	status := http.StatusAccepted
-	if res.Duplicate {
+	if res.Duplicate && res.Committed {
 		status = http.StatusOK
 	}
 	if wait && !out.Committed {

@@ -14,7 +14,9 @@ package committer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -43,19 +45,50 @@ type Part struct {
 // File is everything needed to commit or abort one file, as recorded in the
 // state store with the "prepared" record.
 type File struct {
-	Stream    string              `json:"stream"`
-	Temp      string              `json:"temp"`  // staging path (local filesystem)
-	Final     string              `json:"final"` // relative to the destination
-	Bytes     int64               `json:"bytes"`
-	Records   int64               `json:"records"`
-	CRC32C    string              `json:"crc32c"`
-	Producers map[string][2]int64 `json:"producers,omitempty"`
+	Stream    string               `json:"stream"`
+	Temp      string               `json:"temp"`  // staging path (local filesystem)
+	Final     string               `json:"final"` // relative to the destination
+	Bytes     int64                `json:"bytes"`
+	Records   int64                `json:"records"`
+	CRC32C    string               `json:"crc32c"`
+	Producers map[string]SeqRanges `json:"producers,omitempty"`
 
 	// Set by committers that upload at Prepare (S3).
 	UploadID   string `json:"upload_id,omitempty"`
 	Parts      []Part `json:"parts,omitempty"`
 	StagingKey string `json:"staging_key,omitempty"`
 	ETag       string `json:"etag,omitempty"`
+}
+
+// SeqRanges are one producer's exact sequence numbers in one file: ascending,
+// disjoint, inclusive [first, last] ranges, so that which file holds a
+// sequence number has exactly one answer. It decodes the older form, a
+// single [first, last] pair, as one range.
+type SeqRanges [][2]int64
+
+// UnmarshalJSON reads [[first, last], ...] or a single [first, last].
+func (r *SeqRanges) UnmarshalJSON(data []byte) error {
+	var list [][2]int64
+	if err := json.Unmarshal(data, &list); err == nil {
+		*r = list
+		return nil
+	}
+	var pair [2]int64
+	if err := json.Unmarshal(data, &pair); err != nil {
+		return fmt.Errorf("decode sequence ranges: want [[first, last], ...]: %w", err)
+	}
+	*r = SeqRanges{pair}
+	return nil
+}
+
+// Contains reports whether seq is in one of the ranges.
+func (r SeqRanges) Contains(seq int64) bool {
+	for _, rg := range r {
+		if rg[0] <= seq && seq <= rg[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // Committer moves one file through the two-phase commit.

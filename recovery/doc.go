@@ -3,7 +3,9 @@
 // The state store is one bbolt file (<data>/state.db) with these buckets:
 //
 //	meta         "version" -> 1; "last_id" -> the highest checkpoint id ever
-//	             recorded (8 bytes big-endian), so ids are never reused
+//	             recorded or reserved (8 bytes big-endian), so ids are never
+//	             reused: the engine reserves ids in blocks before it names
+//	             them in answers, and a start continues beyond last_id
 //	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON
 //	producers    producer id -> Producer as JSON: epoch, and per stream the
 //	             next and committed sequence numbers as of the last prepared

@@ -27,12 +27,13 @@ type Manifest struct {
 
 // ManifestFile is one file of a manifest.
 type ManifestFile struct {
-	Path      string              `json:"path"`
-	Stream    string              `json:"stream"`
-	Bytes     int64               `json:"bytes"`
-	Records   int64               `json:"records"`
-	CRC32C    string              `json:"crc32c"`
-	Producers map[string][2]int64 `json:"producers"`
+	Path    string `json:"path"`
+	Stream  string `json:"stream"`
+	Bytes   int64  `json:"bytes"`
+	Records int64  `json:"records"`
+	CRC32C  string `json:"crc32c"`
+	// Producers holds each producer's exact sequence numbers in the file.
+	Producers map[string]committer.SeqRanges `json:"producers"`
 }
 
 // ManifestPath returns the destination-relative manifest name.
@@ -45,7 +46,7 @@ func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
 	for _, f := range c.Files {
 		p := f.Producers
 		if p == nil {
-			p = map[string][2]int64{}
+			p = map[string]committer.SeqRanges{}
 		}
 		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
 	}

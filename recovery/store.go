@@ -78,6 +78,9 @@ type Checkpoint struct {
 type StreamSeq struct {
 	NextSeq      int64 `json:"next_seq"`
 	CommittedSeq int64 `json:"committed_seq"`
+	// CommittedIn is the checkpoint that committed CommittedSeq; 0 when
+	// none, or in records written before it was kept.
+	CommittedIn uint64 `json:"committed_in,omitempty"`
 }
 
 // Producer is the durable state of one producer.
@@ -294,8 +297,9 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// Reserve durably marks id as used, so no later start hands it out again:
-// the open checkpoint takes writes before anything records it.
+// Reserve durably marks every id up to id as used, so no later start hands
+// one out again: the engine names ids in answers before anything records
+// them, and only from a block reserved this way.
 func (s *Store) Reserve(id uint64) error {
 	return s.update("reserve", func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -437,7 +441,9 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 			}
 			for stream, next := range streams {
 				ss := p.Streams[stream]
-				ss.CommittedSeq = max(ss.CommittedSeq, next-1)
+				if next-1 >= ss.CommittedSeq {
+					ss.CommittedSeq, ss.CommittedIn = next-1, id
+				}
 				p.Streams[stream] = ss
 			}
 			if err := putProducer(tx, p); err != nil {
@@ -537,6 +543,29 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 		return nil
 	})
 	return out, err
+}
+
+// NewestCommitted returns the id of the newest committed checkpoint, 0 if
+// none.
+func (s *Store) NewestCommitted() (uint64, error) {
+	var id uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCheckpoints).Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			var ck struct {
+				State State `json:"state"`
+			}
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if ck.State == Committed {
+				id = binary.BigEndian.Uint64(k)
+				return nil
+			}
+		}
+		return nil
+	})
+	return id, err
 }
 
 // Pending returns every prepared (not yet committed) checkpoint, oldest first.
