@@ -62,6 +62,12 @@ const (
 	DefaultManifestCache = 4096
 )
 
+// Defaults of the limits on bodies in flight.
+const (
+	DefaultBodyTimeout     = time.Minute
+	DefaultMaxInflightBody = 256 << 20
+)
+
 // Config holds the Server's dependencies.
 type Config struct {
 	Engine Engine           // required
@@ -82,6 +88,14 @@ type Config struct {
 	WaitTimeout   time.Duration // longest ?wait=commit; default 30s
 	RetryAfter    time.Duration // Retry-After of 429 and 503; default 1s
 	ManifestCache int           // manifests kept in memory; default 4096
+	// BodyTimeout bounds the time a write body may take to arrive, from
+	// the start of its reading; a slow sender cannot extend it. Default 1m.
+	BodyTimeout time.Duration
+	// MaxInflightBody bounds the bytes held by all write bodies being read
+	// and parsed at once; over it a write is answered 429. A body over
+	// 1 MiB holds up to twice its size (its steps, then one slice). Default
+	// 256 MiB or twice MaxBody; it must be at least twice MaxBody.
+	MaxInflightBody int64
 }
 
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
@@ -99,7 +113,9 @@ type Server struct {
 	retryAfter string
 	manifests  *manifestCache
 	handler    http.Handler
-	bodies     sync.Pool // *bytes.Buffer for request bodies
+	bodies     sync.Pool // *[]byte: the first step of request bodies
+	bodyTime   time.Duration
+	inflight   *budget
 }
 
 // New checks cfg and returns a Server.
@@ -128,6 +144,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ManifestCache <= 0 {
 		cfg.ManifestCache = DefaultManifestCache
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.MaxInflightBody <= 0 {
+		cfg.MaxInflightBody = max(DefaultMaxInflightBody, 2*cfg.MaxBody)
+	}
+	if cfg.MaxInflightBody < 2*cfg.MaxBody {
+		return nil, fmt.Errorf("new api server: the in-flight body limit %d is below twice the body limit %d: the largest body could never be read", cfg.MaxInflightBody, cfg.MaxBody)
+	}
 	s := &Server{
 		eng:        cfg.Engine,
 		store:      cfg.Store,
@@ -141,6 +166,8 @@ func New(cfg Config) (*Server, error) {
 		wait:       cfg.WaitTimeout,
 		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
 		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
+		bodyTime:   cfg.BodyTimeout,
+		inflight:   &budget{limit: cfg.MaxInflightBody},
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -42,6 +42,8 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	pprofListen     string
+	bodyTimeout     time.Duration
+	maxInflight     size
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -49,6 +51,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	f.maxBody, f.maxRecord, f.maxUncommitted, f.rollSize = 64<<20, 1<<20, 1<<30, 1<<30
+	f.maxInflight = api.DefaultMaxInflightBody
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&f.dataDir, "data-dir", "./data", "staging files and the state store")
 	fs.StringVar(&f.dest, "dest", "", "where committed files go: file:///abs/path or s3://bucket/prefix (default file://<data-dir>/files)")
@@ -67,6 +70,8 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
+	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
@@ -203,6 +208,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	apiSrv, err := api.New(api.Config{
 		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log, UI: ui,
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
+		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight),
 	})
 	if err != nil {
 		_ = eng.Close()

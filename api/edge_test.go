@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestContentEncoding: a body in an encoding the service does not decode
+// is refused, not stored as if it were the records.
+func TestContentEncoding(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	tests := []struct {
+		enc    []string // Content-Encoding values, one header line each
+		status int
+	}{
+		{nil, http.StatusAccepted},
+		{[]string{"identity"}, http.StatusAccepted},
+		{[]string{"Identity"}, http.StatusAccepted},
+		{[]string{"gzip"}, http.StatusUnsupportedMediaType},
+		{[]string{"zstd"}, http.StatusUnsupportedMediaType},
+		{[]string{"br"}, http.StatusUnsupportedMediaType},
+		{[]string{"identity, gzip"}, http.StatusUnsupportedMediaType},
+		{[]string{"identity", "deflate"}, http.StatusUnsupportedMediaType},
+		{[]string{""}, http.StatusAccepted}, // an empty list of codings
+	}
+	for i, tt := range tests {
+		t.Run(fmt.Sprint(tt.enc), func(t *testing.T) {
+			marker := fmt.Sprintf("ENCODED-%02d", i)
+			hdr := []string{"Content-Type", "text/plain"}
+			for _, e := range tt.enc {
+				hdr = append(hdr, "Content-Encoding", e)
+			}
+			rec := r.do("POST", "/v1/streams/s/records", marker+"\n", hdr...)
+			expectStatus(t, rec, tt.status)
+			if tt.status == http.StatusAccepted {
+				return
+			}
+			if e := decode[ErrorResponse](t, rec); e.Error != "unsupported_encoding" || e.Message == "" {
+				t.Errorf("answer %+v", e)
+			}
+			if rec.Header().Get(CheckpointHeader) == "" {
+				t.Errorf("no %s", CheckpointHeader)
+			}
+			if hits := grep(t, r.base, marker); len(hits) > 0 {
+				t.Errorf("refused body stored in %v", hits)
+			}
+		})
+	}
+}
+
+// slowSender opens a connection to addr and sends a write's headers
+// declaring declared bytes, then the first bytes of the body, and stops.
+func slowSender(t *testing.T, addr string, declared int64, first string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = fmt.Fprintf(c, "POST /v1/streams/s/records HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", declared, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readAnswer reads one HTTP answer from c, failing after wait.
+func readAnswer(t *testing.T, c net.Conn, wait time.Duration) *http.Response {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", wait, err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+// waitInflight waits until the bytes held by bodies in flight reach want.
+func waitInflight(t *testing.T, s *Server, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.inflight.inUse() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("bytes in flight %d, want %d", s.inflight.inUse(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestInflightBodyBudget: a declared Content-Length reserves at most one
+// step (1 MiB) before its bytes arrive, and the bytes held by bodies in
+// flight are bounded as a whole: over the budget is 429 backpressure.
+func TestInflightBodyBudget(t *testing.T) {
+	const budget = 2<<20 + 1000
+	r := newRig(t, rigOpts{api: func(c *Config) { c.MaxBody, c.MaxInflightBody = 1<<20, budget }})
+	ts := httptest.NewServer(r.srv)
+	t.Cleanup(ts.Close) // after the senders' connections close: Close waits for their handlers
+	addr := ts.Listener.Addr().String()
+
+	// Two senders declare 1 MiB and send 8 bytes: 1 MiB each is held.
+	a := slowSender(t, addr, 1<<20, `{"a":1}`+"\n")
+	slowSender(t, addr, 1<<20, `{"b":1}`+"\n")
+	waitInflight(t, r.srv, 2<<20)
+
+	// A small write still fits in what is left.
+	resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(`{"small":1}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("small write: %d, want 202", resp.StatusCode)
+	}
+
+	// A third large sender does not: 429 with Retry-After, at once.
+	c := slowSender(t, addr, 1<<20, `{"c":1}`+"\n")
+	resp = readAnswer(t, c, 10*time.Second)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third sender: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	var e ErrorResponse
+	if err := decodeBody(resp, &e); err != nil || e.Error != "backpressure" {
+		t.Fatalf("third sender: %+v %v", e, err)
+	}
+
+	// A sender that goes away gives its bytes back.
+	_ = a.Close()
+	waitInflight(t, r.srv, 1<<20)
+}
+
+// TestBodyReadDeadline: a sender that stops sending is answered 408 when
+// the body timeout passes, however much it declared; a write that follows
+// on a keep-alive connection is not cut by the deadline.
+func TestBodyReadDeadline(t *testing.T) {
+	r := newRig(t, rigOpts{api: func(c *Config) { c.BodyTimeout = 300 * time.Millisecond }})
+	ts := httptest.NewServer(r.srv)
+	t.Cleanup(ts.Close) // after the senders' connections close: Close waits for their handlers
+
+	c := slowSender(t, ts.Listener.Addr().String(), 64<<20, `{"a":1}`)
+	resp := readAnswer(t, c, 20*time.Second)
+	var e ErrorResponse
+	if err := decodeBody(resp, &e); err != nil || resp.StatusCode != http.StatusRequestTimeout || e.Error != "body_timeout" {
+		t.Fatalf("stalled sender: %d %+v %v, want 408 body_timeout", resp.StatusCode, e, err)
+	}
+	waitInflight(t, r.srv, 0)
+
+	// A wait=commit write that waits longer than the body timeout is
+	// answered: the deadline ends with the body.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(600 * time.Millisecond)
+		r.checkpoint()
+	}()
+	resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records?wait=commit", "application/x-ndjson", strings.NewReader(`{"w":1}`+"\n"))
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("wait=commit: %d, want 200", resp.StatusCode)
+	}
+}
+
+// decodeBody decodes a JSON answer's body into v.
+func decodeBody(resp *http.Response, v any) error {
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// TestLargeBodySteps: a body read in many steps arrives whole, with and
+// without a Content-Length, and gives its reservation back.
+func TestLargeBodySteps(t *testing.T) {
+	r := newRig(t, rigOpts{api: func(c *Config) { c.MaxBody, c.MaxRecord = 8<<20, 1<<20 }})
+	line := `{"pad":"` + strings.Repeat("x", 1000) + `"}` + "\n"
+	body := strings.Repeat(line, 3000) // about 3 MiB
+	for _, chunked := range []bool{false, true} {
+		req := request("POST", "/v1/streams/s/records", body, "Content-Type", "application/x-ndjson")
+		if chunked {
+			req.ContentLength = -1
+		}
+		rec := r.serve(req)
+		expectStatus(t, rec, http.StatusAccepted)
+		if w := decode[WriteResponse](t, rec); w.Records != 3000 || w.Bytes != len(body) {
+			t.Fatalf("chunked %v: %+v", chunked, w)
+		}
+		if n := r.srv.inflight.inUse(); n != 0 {
+			t.Fatalf("chunked %v: %d bytes still reserved", chunked, n)
+		}
+	}
+}
