@@ -78,6 +78,11 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Auth holds the tokens; nil turns authorization off.
 	Auth *Tokens
+	// Hosts are the Host names served besides the loopback ones when Auth
+	// is nil (the --listen address; an unspecified address such as 0.0.0.0
+	// admits every IP literal): without tokens, a request naming another
+	// host may come from a page whose DNS name was rebound to us.
+	Hosts []string
 	// UI serves GET /; nil serves a small page of links.
 	UI http.Handler
 	// Logger receives internal errors; nil discards.
@@ -116,6 +121,9 @@ type Server struct {
 	bodies     sync.Pool // *[]byte: the first step of request bodies
 	bodyTime   time.Duration
 	inflight   *budget
+	origin     *http.CrossOriginProtection
+	hosts      []string // names served without tokens, besides loopback ones
+	anyIP      bool     // without tokens, any IP literal Host is served too
 }
 
 // New checks cfg and returns a Server.
@@ -168,7 +176,9 @@ func New(cfg Config) (*Server, error) {
 		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
 		bodyTime:   cfg.BodyTimeout,
 		inflight:   &budget{limit: cfg.MaxInflightBody},
+		origin:     http.NewCrossOriginProtection(),
 	}
+	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -183,7 +193,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // the test TestOpenAPIMatchesRoutes keeps the two equal.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.recoverer)
+	r.Use(s.recoverer, s.guard)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
 	})

@@ -197,3 +197,75 @@ func TestLargeBodySteps(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossSiteAndHost: a web page on another site must not change state
+// through a visitor's browser (a "simple" cross-origin POST needs no
+// preflight), and without tokens a page that rebinds its DNS name to the
+// loopback address must not reach the API at all. Curl and the Go client
+// send neither Origin nor Sec-Fetch-Site and go on working.
+func TestCrossSiteAndHost(t *testing.T) {
+	open := newRig(t, rigOpts{api: func(c *Config) { c.Hosts = []string{"ingest.internal"} }})
+	authed := newRig(t, rigOpts{api: withAuth})
+	const write, init, ckpt, files = "/v1/streams/s/records", "/v1/producers/p/init", "/v1/checkpoints", "/v1/files"
+	tests := []struct {
+		name         string
+		r            *rig
+		method, path string
+		host         string
+		hdr          []string
+		status       int
+	}{
+		{"curl write", open, "POST", write, "localhost:8080", nil, 202},
+		{"curl write by ip", open, "POST", write, "127.0.0.1:8080", nil, 202},
+		{"curl write ipv6", open, "POST", write, "[::1]:8080", nil, 202},
+		{"write to the listen name", open, "POST", write, "ingest.internal:8080", nil, 202},
+		{"same-origin browser write", open, "POST", write, "localhost:8080", []string{"Origin", "http://localhost:8080", "Sec-Fetch-Site", "same-origin"}, 202},
+		{"cross-site write", open, "POST", write, "localhost:8080", []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}, 403},
+		{"foreign origin write", open, "POST", write, "127.0.0.1:8080", []string{"Origin", "https://evil.example"}, 403},
+		{"null origin write", open, "POST", write, "127.0.0.1:8080", []string{"Origin", "null"}, 403},
+		{"cross-site init", open, "POST", init, "localhost:8080", []string{"Sec-Fetch-Site", "cross-site"}, 403},
+		{"cross-site checkpoint", open, "POST", ckpt, "localhost:8080", []string{"Origin", "http://evil.example"}, 403},
+		{"cross-site read is a read", open, "GET", files, "localhost:8080", []string{"Sec-Fetch-Site", "cross-site"}, 200},
+		{"rebound name reads", open, "GET", files, "rebind.example:8080", nil, 403},
+		{"rebound name writes same-origin", open, "POST", write, "rebind.example:8080", []string{"Origin", "http://rebind.example:8080", "Sec-Fetch-Site", "same-origin"}, 403},
+		{"rebound name, the UI", open, "GET", "/", "rebind.example", nil, 403},
+		{"rebound name, health", open, "GET", "/healthz", "rebind.example", nil, 403},
+		{"no host", open, "GET", files, "", nil, 403},
+		{"with tokens any host", authed, "GET", files, "eosink.example.com", []string{"Authorization", "Bearer " + tokRead}, 200},
+		{"with tokens cross-site write", authed, "POST", write, "eosink.example.com", []string{"Authorization", "Bearer " + tokIngest, "Origin", "https://evil.example"}, 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := append([]string{"Content-Type", "application/x-ndjson"}, tt.hdr...)
+			req := request(tt.method, tt.path, "", hdr...)
+			if tt.method == "POST" && tt.path == write {
+				req = request(tt.method, tt.path, `{"a":1}`+"\n", hdr...)
+			}
+			req.Host = tt.host
+			rec := tt.r.serve(req)
+			expectStatus(t, rec, tt.status)
+			if tt.status != http.StatusForbidden {
+				return
+			}
+			if e := decode[ErrorResponse](t, rec); e.Error != "forbidden" || e.Message == "" {
+				t.Errorf("answer %+v", e)
+			}
+			if tt.path == write && rec.Header().Get(CheckpointHeader) == "" {
+				t.Errorf("refused write without %s", CheckpointHeader)
+			}
+		})
+	}
+	// Nothing refused was stored.
+	open.checkpoint()
+	if n := strings.Count(strings.Join(mapValues(destFiles(t, open.base)), ""), `{"a":1}`); n != 5 {
+		t.Errorf("%d writes stored, want the 5 allowed", n)
+	}
+}
+
+func mapValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}

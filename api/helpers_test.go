@@ -119,14 +119,15 @@ func mustTokens(m map[string]Role) *Tokens {
 	return t
 }
 
-// request builds a request; target is sent as is, so it may hold "..",
-// "%2F" and the like. hdr is key, value pairs.
+// request builds a request to a loopback Host; target is sent as is, so it
+// may hold "..", "%2F" and the like. hdr is key, value pairs.
 func request(method, target, body string, hdr ...string) *http.Request {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
+	req.Host = "localhost:8080" // what curl sends to the default --listen
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
 	}

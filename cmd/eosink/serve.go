@@ -206,7 +206,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log, UI: ui,
+		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
 		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight),
 	})
