@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,7 @@ const (
 const (
 	DefaultBodyTimeout     = time.Minute
 	DefaultMaxInflightBody = 256 << 20
+	DefaultDownloadStall   = time.Minute
 )
 
 // Config holds the Server's dependencies.
@@ -96,6 +98,10 @@ type Config struct {
 	// BodyTimeout bounds the time a write body may take to arrive, from
 	// the start of its reading; a slow sender cannot extend it. Default 1m.
 	BodyTimeout time.Duration
+	// DownloadStall is how long a download may make no progress before it
+	// is cut; downloads are not bound by the server's WriteTimeout.
+	// Default 1m.
+	DownloadStall time.Duration
 	// MaxInflightBody bounds the bytes held by all write bodies being read
 	// and parsed at once; over it a write is answered 429. A body over
 	// 1 MiB holds up to twice its size (its steps, then one slice). Default
@@ -124,6 +130,7 @@ type Server struct {
 	origin     *http.CrossOriginProtection
 	hosts      []string // names served without tokens, besides loopback ones
 	anyIP      bool     // without tokens, any IP literal Host is served too
+	stall      time.Duration
 }
 
 // New checks cfg and returns a Server.
@@ -155,6 +162,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.DownloadStall <= 0 {
+		cfg.DownloadStall = DefaultDownloadStall
+	}
 	if cfg.MaxInflightBody <= 0 {
 		cfg.MaxInflightBody = max(DefaultMaxInflightBody, 2*cfg.MaxBody)
 	}
@@ -177,6 +187,7 @@ func New(cfg Config) (*Server, error) {
 		bodyTime:   cfg.BodyTimeout,
 		inflight:   &budget{limit: cfg.MaxInflightBody},
 		origin:     http.NewCrossOriginProtection(),
+		stall:      cfg.DownloadStall,
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	s.handler = s.routes()
@@ -197,8 +208,9 @@ func (s *Server) routes() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: r.Method + " is not allowed here"})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", allowed(r, req))
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: req.Method + " is not allowed here"})
 	})
 
 	// Who may call what; admin passes every check.
@@ -219,6 +231,7 @@ func (s *Server) routes() http.Handler {
 	r.With(read).Get("/v1/streams", s.listStreams)
 	r.With(read).Get("/v1/files", s.listFiles)
 	r.With(read).Get("/v1/files/*", s.getFile)
+	r.With(read).Head("/v1/files/*", s.getFile)
 	r.With(read).Get("/v1/openapi.yaml", s.openapi)
 	r.With(read).Get("/metrics", s.metrics.ServeHTTP)
 	if s.ui != nil {
@@ -231,6 +244,22 @@ func (s *Server) routes() http.Handler {
 		r.With(read).Get("/", s.index)
 	}
 	return r
+}
+
+// allowed returns the Allow header of a 405: the methods the router serves
+// on the request's path. (chi hands a custom 405 handler no list.)
+func allowed(mux *chi.Mux, r *http.Request) string {
+	p := r.URL.RawPath
+	if p == "" {
+		p = r.URL.Path
+	}
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if mux.Match(chi.NewRouteContext(), m, p) {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // recoverer answers 500 for a panicking handler instead of dropping the

@@ -58,6 +58,7 @@ func TestAuthTable(t *testing.T) {
 		{"GET /v1/streams", "/v1/streams", "", "", readOnly, 200},
 		{"GET /v1/files", "/v1/files?prefix=clicks", "", "", readOnly, 200},
 		{"GET /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
+		{"HEAD /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
 		{"GET /v1/openapi.yaml", "/v1/openapi.yaml", "", "", readOnly, 200},
 		{"GET /metrics", "/metrics", "", "", readOnly, 200},
 		{"GET /", "/", "", "", readOnly, 200},
@@ -96,8 +97,8 @@ func TestAuthTable(t *testing.T) {
 		method := strings.Fields(rt.pattern)[0]
 		for _, c := range creds {
 			role := c.role
-			if method != http.MethodGet && strings.HasSuffix(c.name, " cookie") {
-				role = 0 // cookies count for GET only
+			if method != http.MethodGet && method != http.MethodHead && strings.HasSuffix(c.name, " cookie") {
+				role = 0 // cookies count for GET and HEAD only
 			}
 			want := rt.ok
 			if rt.who != open {

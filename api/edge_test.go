@@ -3,11 +3,14 @@ package api
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -268,4 +271,117 @@ func mapValues(m map[string]string) []string {
 		out = append(out, v)
 	}
 	return out
+}
+
+// bigFile returns a rig holding one committed file of about n bytes, and
+// its path.
+func bigFile(t *testing.T, n int, o rigOpts) (*rig, string) {
+	t.Helper()
+	r := newRig(t, o)
+	line := `{"pad":"` + strings.Repeat("x", 1000) + `"}` + "\n"
+	body := strings.Repeat(line, n/len(line)+1)
+	expectStatus(t, r.do("POST", "/v1/streams/big/records", body, "Content-Type", "application/x-ndjson"), http.StatusAccepted)
+	r.checkpoint()
+	fl := decode[FileList](t, r.do("GET", "/v1/files?prefix=big/", ""))
+	if len(fl.Files) != 1 || fl.Files[0].Bytes != int64(len(body)) {
+		t.Fatalf("files %+v", fl)
+	}
+	return r, fl.Files[0].Path
+}
+
+// smallWindowClient is a client whose sockets receive into a small kernel
+// buffer, so a server writing to a slow reader blocks in its writes.
+func smallWindowClient() *http.Client {
+	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10) })
+		return errors.Join(err, serr)
+	}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true}}
+}
+
+// TestSlowDownload: a download slower than the server's WriteTimeout
+// completes as long as it keeps moving; one that stops moving for the
+// stall timeout is cut.
+func TestSlowDownload(t *testing.T) {
+	const size = 12 << 20
+	r, p := bigFile(t, size, rigOpts{api: func(c *Config) { c.DownloadStall = 2 * time.Second }})
+	ts := httptest.NewUnstartedServer(r.srv)
+	ts.Config.WriteTimeout = 300 * time.Millisecond
+	ts.Start()
+	t.Cleanup(ts.Close)
+	hc := smallWindowClient()
+
+	// A reader at about 8 MB/s takes about 1.5 s: five times WriteTimeout.
+	resp, err := hc.Get(ts.URL + "/v1/files/" + p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc := resp.Header.Get("Cache-Control"); cc == "" {
+		t.Errorf("no Cache-Control on a download")
+	}
+	var got int64
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		got += int64(n)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("slow download cut after %d of %d bytes: %v", got, resp.ContentLength, err)
+			}
+			break
+		}
+		time.Sleep(8 * time.Millisecond)
+	}
+	_ = resp.Body.Close()
+	if got != resp.ContentLength || got < size {
+		t.Fatalf("read %d bytes, Content-Length %d", got, resp.ContentLength)
+	}
+
+	// A reader that stops for longer than the stall timeout is cut.
+	resp, err = hc.Get(ts.URL + "/v1/files/" + p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	n, err := io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if err == nil || n >= resp.ContentLength {
+		t.Fatalf("stalled reader got %d of %d bytes, error %v: want the download cut", n, resp.ContentLength, err)
+	}
+}
+
+// TestHeadFile: HEAD on a file answers its headers without the body;
+// every 405 names the allowed methods.
+func TestHeadFile(t *testing.T) {
+	r, p := bigFile(t, 10<<10, rigOpts{})
+	get := r.do("GET", "/v1/files/"+p, "")
+	expectStatus(t, get, http.StatusOK)
+	head := r.do("HEAD", "/v1/files/"+p, "")
+	expectStatus(t, head, http.StatusOK)
+	if head.Body.Len() != 0 || head.Header().Get("Content-Length") != get.Header().Get("Content-Length") ||
+		head.Header().Get("Content-Type") != get.Header().Get("Content-Type") || head.Header().Get("Cache-Control") == "" {
+		t.Fatalf("HEAD: body %d bytes, headers %v; GET headers %v", head.Body.Len(), head.Header(), get.Header())
+	}
+	expectStatus(t, r.do("HEAD", "/v1/files/big/nope.ndjson", ""), http.StatusNotFound)
+}
+
+func TestMethodNotAllowedNamesAllow(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	tests := []struct{ method, path, allow string }{
+		{"GET", "/v1/streams/s/records", "POST"},
+		{"DELETE", "/v1/checkpoints", "GET, POST"},
+		{"PUT", "/v1/files/a/b", "GET, HEAD"},
+		{"POST", "/healthz", "GET"},
+	}
+	for _, tt := range tests {
+		rec := r.do(tt.method, tt.path, "")
+		expectStatus(t, rec, http.StatusMethodNotAllowed)
+		if got := rec.Header().Get("Allow"); got != tt.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tt.method, tt.path, got, tt.allow)
+		}
+		if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
+			t.Errorf("%s %s: %+v", tt.method, tt.path, e)
+		}
+	}
 }

@@ -44,6 +44,7 @@ type serveFlags struct {
 	pprofListen     string
 	bodyTimeout     time.Duration
 	maxInflight     size
+	downloadStall   time.Duration
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -71,6 +72,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
+	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
 	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
@@ -208,7 +210,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	apiSrv, err := api.New(api.Config{
 		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
-		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight),
+		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
 	})
 	if err != nil {
 		_ = eng.Close()
