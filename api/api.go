@@ -70,6 +70,13 @@ const (
 	DefaultDownloadStall   = time.Minute
 )
 
+// Defaults of the limit on failed authentication.
+const (
+	DefaultAuthFailures      = 20
+	DefaultAuthFailureWindow = time.Minute
+	DefaultAuthFailureTable  = 10000
+)
+
 // Config holds the Server's dependencies.
 type Config struct {
 	Engine Engine           // required
@@ -98,6 +105,13 @@ type Config struct {
 	// BodyTimeout bounds the time a write body may take to arrive, from
 	// the start of its reading; a slow sender cannot extend it. Default 1m.
 	BodyTimeout time.Duration
+	// AuthFailures is how many invalid tokens one client address (an IPv6
+	// /64) may send per AuthFailureWindow; beyond, its requests get 429
+	// until the window ends. AuthFailureTable bounds the addresses
+	// tracked. Defaults 20, 1m, 10000.
+	AuthFailures      int
+	AuthFailureWindow time.Duration
+	AuthFailureTable  int
 	// DownloadStall is how long a download may make no progress before it
 	// is cut; downloads are not bound by the server's WriteTimeout.
 	// Default 1m.
@@ -131,6 +145,7 @@ type Server struct {
 	hosts      []string // names served without tokens, besides loopback ones
 	anyIP      bool     // without tokens, any IP literal Host is served too
 	stall      time.Duration
+	authFails  *failLimiter
 }
 
 // New checks cfg and returns a Server.
@@ -162,6 +177,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.AuthFailures <= 0 {
+		cfg.AuthFailures = DefaultAuthFailures
+	}
+	if cfg.AuthFailureWindow <= 0 {
+		cfg.AuthFailureWindow = DefaultAuthFailureWindow
+	}
+	if cfg.AuthFailureTable <= 0 {
+		cfg.AuthFailureTable = DefaultAuthFailureTable
+	}
 	if cfg.DownloadStall <= 0 {
 		cfg.DownloadStall = DefaultDownloadStall
 	}
@@ -188,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		inflight:   &budget{limit: cfg.MaxInflightBody},
 		origin:     http.NewCrossOriginProtection(),
 		stall:      cfg.DownloadStall,
+		authFails:  newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	s.handler = s.routes()

@@ -385,3 +385,58 @@ func TestMethodNotAllowedNamesAllow(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthFailureLimit: one client address may send only so many invalid
+// tokens per window; then it is answered 429 with Retry-After, even with
+// a valid token, until the window passes. Requests without a token are
+// not guesses. The table of addresses is bounded.
+func TestAuthFailureLimit(t *testing.T) {
+	r := newRig(t, rigOpts{api: func(c *Config) {
+		withAuth(c)
+		c.AuthFailures, c.AuthFailureWindow, c.AuthFailureTable = 5, time.Minute, 3
+	}})
+	now := time.Unix(1_800_000_000, 0)
+	r.srv.authFails.now = func() time.Time { return now }
+	from := func(addr, token string) *httptest.ResponseRecorder {
+		req := request("GET", "/v1/streams", "")
+		req.RemoteAddr = addr
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return r.serve(req)
+	}
+	const guesser, other = "198.51.100.7:1111", "[2001:db8::1]:2222"
+	for range 10 {
+		expectStatus(t, from(guesser, ""), http.StatusUnauthorized) // no token: not counted
+	}
+	for i := range 5 {
+		expectStatus(t, from(guesser, fmt.Sprintf("guess-%016d", i)), http.StatusUnauthorized)
+	}
+	for _, tok := range []string{"guess-again-0000000", tokRead} {
+		rec := from(guesser, tok)
+		expectStatus(t, rec, http.StatusTooManyRequests)
+		if e := decode[ErrorResponse](t, rec); e.Error != "too_many_auth_failures" || rec.Header().Get("Retry-After") != "60" {
+			t.Fatalf("answer %+v, Retry-After %q", e, rec.Header().Get("Retry-After"))
+		}
+	}
+	// Another address is not held back; nor another in the same IPv6 /64
+	// before it fails itself.
+	expectStatus(t, from(other, tokRead), http.StatusOK)
+	// The window passes: the guesser may try again.
+	now = now.Add(61 * time.Second)
+	expectStatus(t, from(guesser, tokRead), http.StatusOK)
+
+	// An IPv6 guesser cannot spread over its /64.
+	for i := range 5 {
+		expectStatus(t, from(fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1), "bad-token-0123456789"), http.StatusUnauthorized)
+	}
+	expectStatus(t, from("[2001:db8:0:1::ff]:1", tokRead), http.StatusTooManyRequests)
+
+	// Memory is bounded: many addresses failing keep at most 3 entries.
+	for i := range 100 {
+		from(fmt.Sprintf("203.0.113.%d:1", i), "bad-token-0123456789")
+	}
+	if n := r.srv.authFails.size(); n > 3 {
+		t.Fatalf("%d addresses held, want at most 3", n)
+	}
+}

@@ -109,6 +109,9 @@ func (r *rig) waitReady() {
 
 func withAuth(c *Config) {
 	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
+	// The tables send many invalid tokens from httptest's one address;
+	// TestAuthFailureLimit tests the limit.
+	c.AuthFailures = 1 << 20
 }
 
 func mustTokens(m map[string]Role) *Tokens {

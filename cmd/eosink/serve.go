@@ -123,6 +123,16 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want json, text or auto", format)
 }
 
+// tokenFileWarning returns a warning if every user of the machine may read
+// the token file, "" otherwise.
+func tokenFileWarning(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o004 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the token file %s is readable by every user (mode %v); chmod o-r it", path, fi.Mode().Perm())
+}
+
 func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -155,6 +165,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if f.tokenFile != "" {
 		if tokens, err = api.LoadTokens(f.tokenFile); err != nil {
 			return err
+		}
+		if msg := tokenFileWarning(f.tokenFile); msg != "" {
+			log.Warn(msg, "path", f.tokenFile)
 		}
 	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
 		return fmt.Errorf("--listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", f.listen)
