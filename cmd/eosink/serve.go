@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -149,17 +150,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := serveFlagSet(&f, stderr)
 	if err := envFlags(fs, args); err != nil {
-		return err
+		return usageError(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		return err
+		return usageError(err)
 	}
 	if !nodeRE.MatchString(f.node) {
-		return fmt.Errorf("--node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", f.node)
+		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
+	}
+	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
+		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall} {
+		if d < 0 {
+			return fmt.Errorf("%w: %s %v: want a duration >= 0", errUsage, name, d)
+		}
+	}
+	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
+		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
 	}
 	var tokens *api.Tokens
 	if f.tokenFile != "" {
@@ -170,7 +180,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn(msg, "path", f.tokenFile)
 		}
 	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
-		return fmt.Errorf("--listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", f.listen)
+		return fmt.Errorf("%w: --listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", errUsage, f.listen)
 	}
 	dataDir, err := filepath.Abs(f.dataDir)
 	if err != nil {
@@ -246,11 +256,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "eosink listening on http://%s\n", ln.Addr())
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- hs.Serve(ln) }()
-	if f.pprofListen != "" {
-		if !isLoopback(f.pprofListen) {
-			_ = eng.Close()
-			return fmt.Errorf("--pprof-listen %s: only loopback addresses", f.pprofListen)
-		}
+	if f.pprofListen != "" { // checked to be loopback before anything started
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -309,7 +315,7 @@ func (s *size) Set(v string) error {
 		suffix string
 		mult   int64
 	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
-	mult := int64(1)
+	orig, mult := v, int64(1)
 	for _, u := range units {
 		if strings.HasSuffix(v, u.suffix) {
 			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
@@ -319,6 +325,9 @@ func (s *size) Set(v string) error {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n <= 0 {
 		return fmt.Errorf("want a positive size like 1048576 or 64MiB")
+	}
+	if n > math.MaxInt64/mult {
+		return fmt.Errorf("%s is over the largest size, %d bytes", orig, int64(math.MaxInt64))
 	}
 	*s = size(n * mult)
 	return nil
