@@ -519,8 +519,11 @@ func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, snap *snap
 	rc, _, err := u.files.Open(r.Context(), f.Path)
 	switch {
 	case err == nil:
-		d.Preview, err = readPreview(rc, f.Path)
+		d.Preview, err = readPreview(r.Context(), rc, f.Path)
 		_ = rc.Close()
+		if r.Context().Err() != nil {
+			return // the client is gone; nobody reads the page
+		}
 		if err != nil {
 			u.log.Warn("read preview", "path", f.Path, "op", "file page", "err", err)
 			d.PreviewErr = "The file could not be read; the server log says why."

@@ -32,7 +32,7 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.PrintDefaults()
 	}
 	if err := envFlags(fs, args); err != nil {
-		return err
+		return usageError(err)
 	}
 	if df.dest == "" {
 		fs.Usage()
