@@ -166,11 +166,17 @@ func encodeParquet(w io.Writer, r io.Reader, e Encoding) (records int64, err err
 		}
 		records++
 		if inGroup += int64(len(line)) + 1; inGroup >= groupBytes {
+			if e.beforeRowGroup != nil {
+				e.beforeRowGroup()
+			}
 			if err := pw.Flush(); err != nil {
 				return records, fmt.Errorf("write Parquet row group: %w", err)
 			}
 			inGroup = 0
 		}
+	}
+	if e.beforeRowGroup != nil {
+		e.beforeRowGroup()
 	}
 	if err := pw.Close(); err != nil {
 		return records, fmt.Errorf("finish Parquet file: %w", err)
@@ -185,11 +191,14 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 	}
 	switch t {
 	case streamconf.TypeString:
-		s, err := jsontop.Str(raw)
+		// No copies: the writer copies values into its column buffers
+		// during WriteRows, before the line buffer is reused
+		// (TestEncodeRoundTrip would see reused bytes otherwise).
+		b, err := jsontop.StrBytes(raw)
 		if err != nil {
 			return parquet.Value{}, err
 		}
-		return parquet.ByteArrayValue([]byte(s)), nil
+		return parquet.ByteArrayValue(b), nil
 	case streamconf.TypeInt64:
 		n, _ := streamconf.ParseInt64(raw) // checked
 		return parquet.Int64Value(n), nil
@@ -205,7 +214,7 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 		}
 		return parquet.Int64Value(tm.UnixMicro()), nil
 	case streamconf.TypeJSON:
-		return parquet.ByteArrayValue(append([]byte(nil), raw...)), nil
+		return parquet.ByteArrayValue(raw), nil
 	}
 	return parquet.Value{}, fmt.Errorf("%w: type %q", ErrUnsupported, t)
 }

@@ -183,6 +183,16 @@ func Str(v []byte) (string, error) {
 // plain reports whether the string body b means itself: no escapes, no
 // control bytes, valid UTF-8 (encoding/json replaces invalid bytes by
 // U+FFFD, so those go through it).
+// StrBytes is Str without copying: for a string without escapes it returns
+// the bytes between the quotes, a slice of v.
+func StrBytes(v []byte) ([]byte, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plain(v[1:len(v)-1]) {
+		return v[1 : len(v)-1], nil
+	}
+	s, err := Str(v)
+	return []byte(s), err
+}
+
 func plain(b []byte) bool {
 	ascii := true
 	for _, c := range b {

@@ -105,10 +105,14 @@ func TestKeyIsAndStr(t *testing.T) {
 			t.Errorf("KeyIs(%q, %q) = %v", tt.raw, tt.name, got)
 		}
 	}
-	for in, want := range map[string]string{`"abc"`: "abc", `"a\nb"`: "a\nb", `"\u00e9"`: "é", `""`: ""} {
+	for in, want := range map[string]string{`"abc"`: "abc", `"a\nb"`: "a\nb", `"\u00e9"`: "é", `""`: "", `"é"`: "é"} {
 		got, err := Str([]byte(in))
 		if err != nil || got != want {
 			t.Errorf("Str(%s) = %q, %v; want %q", in, got, err, want)
+		}
+		gotb, err := StrBytes([]byte(in))
+		if err != nil || string(gotb) != want {
+			t.Errorf("StrBytes(%s) = %q, %v; want %q", in, gotb, err, want)
 		}
 	}
 	for _, in := range []string{`abc`, `"`, `"a` + "\x01" + `"`} {
