@@ -146,8 +146,8 @@ func reportCPU(b *testing.B, cpu time.Duration, src Summary) {
 // column; measured here: ~2 MiB for 1 MiB groups, ~3.5 MiB for 8 MiB,
 // ~5 MiB for 16 MiB.
 func TestParquetMemoryBound(t *testing.T) {
-	if testing.Short() {
-		t.Skip("encodes 24 MiB four times")
+	if testing.Short() || raceEnabled {
+		t.Skip("encodes 24 MiB four times; memory means nothing under the race detector")
 	}
 	fs := afero.NewOsFs()
 	dir := t.TempDir()
