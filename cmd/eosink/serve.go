@@ -29,6 +29,7 @@ type serveFlags struct {
 	listen  string
 	dataDir string
 	destFlags
+	tlsFlags
 	node            string
 	interval        time.Duration
 	tokenFile       string
@@ -71,6 +72,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
+	addTLSFlags(fs, &f.tlsFlags)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -155,6 +157,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
 		return fmt.Errorf("--listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", f.listen)
 	}
+	stls, err := startTLS(ctx, f.tlsFlags, f.listen, log)
+	if err != nil {
+		return err
+	}
+	defer stls.Close()
 	dataDir, err := filepath.Abs(f.dataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -218,17 +225,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	hs := &http.Server{
-		Handler:           apiSrv,
+		Handler:           stls.handler(apiSrv),
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      f.waitTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("eosink serving", "listen", ln.Addr().String(), "dest", destName, "data_dir", dataDir, "node", f.node,
-		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "version", version())
-	fmt.Fprintf(stdout, "eosink listening on http://%s\n", ln.Addr())
+		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "tls", stls.config != nil, "version", version())
+	fmt.Fprintf(stdout, "eosink listening on %s://%s\n", stls.scheme(), ln.Addr())
 	httpErr := make(chan error, 1)
-	go func() { httpErr <- hs.Serve(ln) }()
+	go func() { httpErr <- stls.serve(hs, ln) }()
 	if f.pprofListen != "" {
 		if !isLoopback(f.pprofListen) {
 			_ = eng.Close()
