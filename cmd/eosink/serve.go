@@ -54,7 +54,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&f.dataDir, "data-dir", "./data", "staging files and the state store")
 	fs.StringVar(&f.dest, "dest", "", "where committed files go: file:///abs/path or s3://bucket/prefix (default file://<data-dir>/files)")
-	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; empty means AWS S3; credentials from the AWS chain: environment, shared credentials file, IAM role")
 	fs.BoolVar(&f.insecure, "s3-insecure", false, "talk plain HTTP to --s3-endpoint")
 	fs.StringVar(&f.commitMode, "s3-commit", "multipart", "S3 commit mode: multipart (upload at pre-commit, complete at commit) or copy (staging object, server-side copy at commit)")
 	fs.StringVar(&f.node, "node", sanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
@@ -73,6 +73,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
+	addS3Flags(fs, &f.destFlags)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
 		fs.PrintDefaults()

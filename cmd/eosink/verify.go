@@ -20,6 +20,7 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&df.dest, "dest", "", "the destination: file:///abs/path or s3://bucket/prefix (required)")
 	fs.StringVar(&df.endpoint, "s3-endpoint", "", "host:port of the S3-compatible server")
 	fs.BoolVar(&df.insecure, "s3-insecure", false, "plain HTTP to --s3-endpoint")
+	addS3Flags(fs, &df)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink verify --dest URL [flags]\n\nReads the destination and reports every file no manifest names and every\nmanifest entry whose file is missing or whose size, records or checksum\ndiffer. Exits 1 if it finds any.\n\nFlags:\n")
