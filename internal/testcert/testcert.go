@@ -157,3 +157,9 @@ func serial(t testing.TB) *big.Int {
 func Fingerprint(c *x509.Certificate) string {
 	return fmt.Sprintf("%s #%x", c.Subject.CommonName, c.SerialNumber)
 }
+
+// TLSConfig is a server tls.Config presenting the certificate.
+func (l *Leaf) TLSConfig(t testing.TB) *tls.Config {
+	t.Helper()
+	return &tls.Config{Certificates: []tls.Certificate{l.TLSCertificate(t)}}
+}
