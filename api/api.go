@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +28,9 @@ var openAPI []byte
 type Engine interface {
 	// Write appends one batch; see server.Engine.Write for its errors.
 	Write(w server.Write) (server.WriteResult, error)
-	// InitProducer durably gives a producer a new epoch.
-	InitProducer(id string) (server.ProducerState, error)
+	// InitProducer durably gives a producer a new epoch; it answers once the
+	// batches of its older epochs are prepared or aborted.
+	InitProducer(ctx context.Context, id string) (server.ProducerState, error)
 	// Producer returns one producer's live state; false if unknown.
 	Producer(id string) (server.ProducerState, bool)
 	// Producers returns every producer, sorted by id.
@@ -62,6 +64,20 @@ const (
 	DefaultManifestCache = 4096
 )
 
+// Defaults of the limits on bodies in flight.
+const (
+	DefaultBodyTimeout     = time.Minute
+	DefaultMaxInflightBody = 256 << 20
+	DefaultDownloadStall   = time.Minute
+)
+
+// Defaults of the limit on failed authentication.
+const (
+	DefaultAuthFailures      = 20
+	DefaultAuthFailureWindow = time.Minute
+	DefaultAuthFailureTable  = 10000
+)
+
 // Config holds the Server's dependencies.
 type Config struct {
 	Engine Engine           // required
@@ -74,6 +90,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Auth holds the tokens; nil turns authorization off.
 	Auth *Tokens
+	// Hosts are the Host names served besides the loopback ones when Auth
+	// is nil (the --listen address; an unspecified address such as 0.0.0.0
+	// admits every IP literal): without tokens, a request naming another
+	// host may come from a page whose DNS name was rebound to us.
+	Hosts []string
 	// UI serves GET /; nil serves a small page of links.
 	UI http.Handler
 	// Logger receives internal errors; nil discards.
@@ -84,6 +105,25 @@ type Config struct {
 	WaitTimeout   time.Duration // longest ?wait=commit; default 30s
 	RetryAfter    time.Duration // Retry-After of 429 and 503; default 1s
 	ManifestCache int           // manifests kept in memory; default 4096
+	// BodyTimeout bounds the time a write body may take to arrive, from
+	// the start of its reading; a slow sender cannot extend it. Default 1m.
+	BodyTimeout time.Duration
+	// AuthFailures is how many invalid tokens one client address (an IPv6
+	// /64) may send per AuthFailureWindow; beyond, its requests get 429
+	// until the window ends. AuthFailureTable bounds the addresses
+	// tracked. Defaults 20, 1m, 10000.
+	AuthFailures      int
+	AuthFailureWindow time.Duration
+	AuthFailureTable  int
+	// DownloadStall is how long a download may make no progress before it
+	// is cut; downloads are not bound by the server's WriteTimeout.
+	// Default 1m.
+	DownloadStall time.Duration
+	// MaxInflightBody bounds the bytes held by all write bodies being read
+	// and parsed at once; over it a write is answered 429. A body over
+	// 1 MiB holds up to twice its size (its steps, then one slice). Default
+	// 256 MiB or twice MaxBody; it must be at least twice MaxBody.
+	MaxInflightBody int64
 }
 
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
@@ -102,7 +142,14 @@ type Server struct {
 	retryAfter string
 	manifests  *manifestCache
 	handler    http.Handler
-	bodies     sync.Pool // *bytes.Buffer for request bodies
+	bodies     sync.Pool // *[]byte: the first step of request bodies
+	bodyTime   time.Duration
+	inflight   *budget
+	origin     *http.CrossOriginProtection
+	hosts      []string // names served without tokens, besides loopback ones
+	anyIP      bool     // without tokens, any IP literal Host is served too
+	stall      time.Duration
+	authFails  *failLimiter
 }
 
 // New checks cfg and returns a Server.
@@ -131,6 +178,27 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ManifestCache <= 0 {
 		cfg.ManifestCache = DefaultManifestCache
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.AuthFailures <= 0 {
+		cfg.AuthFailures = DefaultAuthFailures
+	}
+	if cfg.AuthFailureWindow <= 0 {
+		cfg.AuthFailureWindow = DefaultAuthFailureWindow
+	}
+	if cfg.AuthFailureTable <= 0 {
+		cfg.AuthFailureTable = DefaultAuthFailureTable
+	}
+	if cfg.DownloadStall <= 0 {
+		cfg.DownloadStall = DefaultDownloadStall
+	}
+	if cfg.MaxInflightBody <= 0 {
+		cfg.MaxInflightBody = max(DefaultMaxInflightBody, 2*cfg.MaxBody)
+	}
+	if cfg.MaxInflightBody < 2*cfg.MaxBody {
+		return nil, fmt.Errorf("new api server: the in-flight body limit %d is below twice the body limit %d: the largest body could never be read", cfg.MaxInflightBody, cfg.MaxBody)
+	}
 	s := &Server{
 		eng:        cfg.Engine,
 		store:      cfg.Store,
@@ -144,7 +212,13 @@ func New(cfg Config) (*Server, error) {
 		wait:       cfg.WaitTimeout,
 		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
 		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
+		bodyTime:   cfg.BodyTimeout,
+		inflight:   &budget{limit: cfg.MaxInflightBody},
+		origin:     http.NewCrossOriginProtection(),
+		stall:      cfg.DownloadStall,
+		authFails:  newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
 	}
+	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error
 	if s.httpm, err = newHTTPMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("new api server: %w", err)
@@ -163,12 +237,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // the test TestOpenAPIMatchesRoutes keeps the two equal.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.httpm.instrument, s.recoverer)
+	r.Use(s.httpm.instrument, s.recoverer, s.guard)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: r.Method + " is not allowed here"})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", allowed(r, req))
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: req.Method + " is not allowed here"})
 	})
 
 	// Who may call what; admin passes every check.
@@ -189,6 +264,7 @@ func (s *Server) routes() http.Handler {
 	r.With(read).Get("/v1/streams", s.listStreams)
 	r.With(read).Get("/v1/files", s.listFiles)
 	r.With(read).Get("/v1/files/*", s.getFile)
+	r.With(read).Head("/v1/files/*", s.getFile)
 	r.With(read).Get("/v1/openapi.yaml", s.openapi)
 	r.With(read).Get("/metrics", s.metrics.ServeHTTP)
 	if s.ui != nil {
@@ -201,6 +277,22 @@ func (s *Server) routes() http.Handler {
 		r.With(read).Get("/", s.index)
 	}
 	return r
+}
+
+// allowed returns the Allow header of a 405: the methods the router serves
+// on the request's path. (chi hands a custom 405 handler no list.)
+func allowed(mux *chi.Mux, r *http.Request) string {
+	p := r.URL.RawPath
+	if p == "" {
+		p = r.URL.Path
+	}
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if mux.Match(chi.NewRouteContext(), m, p) {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // recoverer answers 500 for a panicking handler instead of dropping the

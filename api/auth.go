@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Role is what a token may do.
@@ -46,6 +48,9 @@ func ParseRole(s string) (Role, error) {
 	}
 	return 0, fmt.Errorf("unknown role %q (want ingest, read or admin)", s)
 }
+
+// MinTokenLen is the shortest token accepted, in bytes.
+const MinTokenLen = 16
 
 // CookieName is the cookie the web UI stores a token in; it is accepted
 // for GET requests only.
@@ -87,6 +92,9 @@ func (t *Tokens) add(token string, role Role) error {
 	}
 	if token == "" {
 		return errors.New("empty token")
+	}
+	if len(token) < MinTokenLen {
+		return fmt.Errorf("token shorter than %d bytes: it could be guessed", MinTokenLen)
 	}
 	for _, c := range []byte(token) {
 		if c <= ' ' || c == 0x7f {
@@ -206,10 +214,20 @@ func (s *Server) allow(roles ...Role) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, RoleAdmin)))
 				return
 			}
+			key := clientKey(r)
+			if wait := s.authFails.blocked(key); wait > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+				writeError(w, http.StatusTooManyRequests, &ErrorResponse{Error: "too_many_auth_failures",
+					Message: "too many invalid tokens from this address; retry later"})
+				return
+			}
 			token, present := credentials(r)
 			role, ok := Role(0), false
 			if token != "" {
 				role, ok = s.auth.lookup(token)
+			}
+			if !ok && present {
+				s.authFails.fail(key)
 			}
 			if !ok {
 				challenge := "Bearer"

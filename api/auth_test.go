@@ -58,6 +58,7 @@ func TestAuthTable(t *testing.T) {
 		{"GET /v1/streams", "/v1/streams", "", "", readOnly, 200},
 		{"GET /v1/files", "/v1/files?prefix=clicks", "", "", readOnly, 200},
 		{"GET /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
+		{"HEAD /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
 		{"GET /v1/openapi.yaml", "/v1/openapi.yaml", "", "", readOnly, 200},
 		{"GET /metrics", "/metrics", "", "", readOnly, 200},
 		{"GET /", "/", "", "", readOnly, 200},
@@ -96,8 +97,8 @@ func TestAuthTable(t *testing.T) {
 		method := strings.Fields(rt.pattern)[0]
 		for _, c := range creds {
 			role := c.role
-			if method != http.MethodGet && strings.HasSuffix(c.name, " cookie") {
-				role = 0 // cookies count for GET only
+			if method != http.MethodGet && method != http.MethodHead && strings.HasSuffix(c.name, " cookie") {
+				role = 0 // cookies count for GET and HEAD only
 			}
 			want := rt.ok
 			if rt.who != open {
@@ -139,17 +140,17 @@ func TestAuthTable(t *testing.T) {
 }
 
 func TestParseTokens(t *testing.T) {
-	good := "# eosink tokens\n\nadmin  a-very-long-admin-token\t# the operator\n  read r-token\ningest i-token # a pipeline\n"
+	good := "# eosink tokens\n\nadmin  a-very-long-admin-token\t# the operator\n  read r-token-0123456789\ningest i-token-0123456789 # a pipeline\n"
 	tk, err := ParseTokens(strings.NewReader(good))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for tok, want := range map[string]Role{"a-very-long-admin-token": RoleAdmin, "r-token": RoleRead, "i-token": RoleIngest} {
+	for tok, want := range map[string]Role{"a-very-long-admin-token": RoleAdmin, "r-token-0123456789": RoleRead, "i-token-0123456789": RoleIngest} {
 		if got, ok := tk.lookup(tok); !ok || got != want {
 			t.Errorf("%s: %v %v", tok, got, ok)
 		}
 	}
-	for _, tok := range []string{"", "r-toke", "r-tokenx", "R-TOKEN", "#"} {
+	for _, tok := range []string{"", "r-token-012345678", "r-token-0123456789x", "R-TOKEN-0123456789", "#"} {
 		if _, ok := tk.lookup(tok); ok {
 			t.Errorf("%q accepted", tok)
 		}
@@ -157,11 +158,12 @@ func TestParseTokens(t *testing.T) {
 	for _, tc := range []struct{ in, err string }{
 		{"", "no tokens"},
 		{"# only a comment\n", "no tokens"},
-		{"read t1\nwrite t2\n", `line 2: unknown role "write"`},
+		{"read token-one-0123456789\nwrite token-two-0123456789\n", `line 2: unknown role "write"`},
 		{"read\n", "line 1: want"},
-		{"read t1\n\nadmin t2 extra\n", "line 3: want"},
-		{"read t1\nadmin t1\n", "line 2: token listed twice"},
-		{"Admin t1\n", "line 1: unknown role"},
+		{"read token-one-0123456789\n\nadmin token-two-0123456789 extra\n", "line 3: want"},
+		{"read token-one-0123456789\nadmin token-one-0123456789\n", "line 2: token listed twice"},
+		{"Admin token-one-0123456789\n", "line 1: unknown role"},
+		{"read token-one-0123456789\nadmin 0123456789abcde\n", "line 2: token shorter than 16 bytes"},
 	} {
 		_, err := ParseTokens(strings.NewReader(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -171,7 +173,7 @@ func TestParseTokens(t *testing.T) {
 
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(p, []byte("read t1\nbogus t2\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("read token-one-0123456789\nbogus token-two-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadTokens(p); err == nil || !strings.Contains(err.Error(), p+": line 2") {

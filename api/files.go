@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
@@ -205,8 +206,40 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	defer rc.Close()
 	w.Header().Set("Content-Type", contentType(name))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	http.ServeContent(w, r, path.Base(name), ent.Modified, rc)
+	// A committed file never changes (I7) and its name is never reused
+	// (I8); private: with tokens on, shared caches must not keep it.
+	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
+	http.ServeContent(newStallWriter(w, s.stall), r, path.Base(name), ent.Modified, rc)
 }
+
+// stallWriter replaces the server's WriteTimeout, which would cut any
+// download longer than it, by a stall timeout: before each write the
+// connection's write deadline moves to d from now, so a download is cut
+// only when the client takes no bytes for d. It hides io.ReaderFrom on
+// purpose: sendfile would write the whole file under one deadline.
+type stallWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func newStallWriter(w http.ResponseWriter, d time.Duration) *stallWriter {
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
+	sw.extend()
+	return sw
+}
+
+// extend moves the write deadline; a writer without deadlines (a test
+// recorder) has nothing to move.
+func (w *stallWriter) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) }
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	w.extend()
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")

@@ -22,7 +22,7 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
-	st, err := s.eng.InitProducer(id)
+	st, err := s.eng.InitProducer(r.Context(), id)
 	if err != nil {
 		s.engineError(w, r, err, false)
 		return
@@ -93,7 +93,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case st.Ready && id == st.OpenID:
 		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateOpen, FileCount: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes})
-	case st.Ready && id < st.OpenID && id > st.LastDone:
+	case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
 		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateRunning})
 	default:
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("checkpoint %d is not known", id)})

@@ -109,6 +109,9 @@ func (r *rig) waitReady() {
 
 func withAuth(c *Config) {
 	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
+	// The tables send many invalid tokens from httptest's one address;
+	// TestAuthFailureLimit tests the limit.
+	c.AuthFailures = 1 << 20
 }
 
 func mustTokens(m map[string]Role) *Tokens {
@@ -119,14 +122,15 @@ func mustTokens(m map[string]Role) *Tokens {
 	return t
 }
 
-// request builds a request; target is sent as is, so it may hold "..",
-// "%2F" and the like. hdr is key, value pairs.
+// request builds a request to a loopback Host; target is sent as is, so it
+// may hold "..", "%2F" and the like. hdr is key, value pairs.
 func request(method, target, body string, hdr ...string) *http.Request {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
+	req.Host = "localhost:8080" // what curl sends to the default --listen
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
 	}

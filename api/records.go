@@ -1,14 +1,17 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/eosink/eosink/internal/names"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/eosink/eosink/batch"
 	"github.com/eosink/eosink/internal/durable"
@@ -122,17 +125,30 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("Content-Type %q: want application/x-ndjson, application/json or text/plain", ct)})
 		return
 	}
-	buf := s.getBuf()
-	defer s.putBuf(buf) // the engine copies what it keeps; nothing holds body after Write
-	body, err := s.readBody(w, r, buf)
+	if enc, ok := identityOnly(r.Header.Values("Content-Encoding")); !ok {
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_encoding",
+			Message: fmt.Sprintf("Content-Encoding %q: send the body unencoded (identity)", enc)})
+		return
+	}
+	body, release, err := s.readBody(w, r)
+	defer release() // the engine copies what it keeps; nothing holds body after Write
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large",
 				Message: fmt.Sprintf("body over the limit of %d bytes", s.maxBody)})
-			return
+		case errors.Is(err, errBodyBudget):
+			w.Header().Set("Retry-After", s.retryAfter)
+			s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: "backpressure",
+				Message: fmt.Sprintf("request bodies in flight hold the limit of %d bytes; retry later", s.inflight.limit)})
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			s.writeFail(w, http.StatusRequestTimeout, &ErrorResponse{Error: "body_timeout",
+				Message: fmt.Sprintf("the body did not arrive within %v", s.bodyTime)})
+		default:
+			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
 		}
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
 		return
 	}
 	b, err := batch.Parse(ct, body, batch.Limits{MaxBody: s.maxBody, MaxRecord: s.maxRecord})
@@ -147,8 +163,10 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	out := WriteResponse{Stream: stream, Checkpoint: res.Checkpoint, Records: res.Records, Bytes: res.Bytes,
 		Duplicate: res.Duplicate, Committed: res.Committed, NextSeq: res.NextSeq}
+	// 200 only for what is committed (I9): a duplicate of a batch whose
+	// checkpoint may still abort is 202, like the batch was.
 	status := http.StatusAccepted
-	if res.Duplicate {
+	if res.Duplicate && res.Committed {
 		status = http.StatusOK
 	}
 	if wait && !out.Committed {
@@ -186,38 +204,122 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
-// readBody reads at most maxBody bytes of the body into buf.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, error) {
+// identityOnly reports whether the Content-Encoding values name no coding
+// but identity, and else the first other one.
+func identityOnly(values []string) (string, bool) {
+	for _, v := range values {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c, false
+			}
+		}
+	}
+	return "", true
+}
+
+// Body reading steps.
+const (
+	// bodyStep bounds what is reserved and allocated ahead of the bytes
+	// read: a declared Content-Length is a claim, not bytes.
+	bodyStep = 1 << 20
+	// bodyFirst is the first step of a body of unknown length.
+	bodyFirst = 64 << 10
+)
+
+// errBodyBudget: the bodies in flight hold the server's whole budget.
+var errBodyBudget = errors.New("in-flight body budget exhausted")
+
+// readBody reads at most maxBody bytes of the body, by steps of at most
+// bodyStep bytes, each one reserved from the in-flight budget before it is
+// allocated. Reading must end within the body timeout. release gives the
+// reservation back and must be called, on error too, once the body is no
+// longer used.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+	var (
+		held   int64
+		pooled *[]byte
+	)
+	release = func() {
+		s.inflight.give(held)
+		if pooled != nil {
+			s.putBuf(pooled)
+		}
+	}
 	if r.ContentLength > s.maxBody {
-		return nil, &http.MaxBytesError{Limit: s.maxBody}
+		return nil, release, &http.MaxBytesError{Limit: s.maxBody}
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom stops at EOF without growing
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(s.bodyTime)) == nil {
+		// Cleared once read: it must not cut a wait=commit that follows.
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		return nil, err
+	src := http.MaxBytesReader(w, r.Body, s.maxBody)
+	var chunks [][]byte
+	total := 0
+	for {
+		step := min(max(total, bodyFirst), bodyStep)
+		if cl := r.ContentLength; cl >= 0 {
+			// +1: see the end without one more step.
+			step = int(min(int64(step), max(cl+1-int64(total), 1)))
+			if total == 0 {
+				step = int(min(cl+1, bodyStep))
+			}
+		}
+		if !s.inflight.take(int64(step)) {
+			return nil, release, errBodyBudget
+		}
+		held += int64(step)
+		var c []byte
+		if pooled == nil {
+			pooled = s.getBuf(step)
+			c = (*pooled)[:step]
+		} else {
+			c = make([]byte, step)
+		}
+		n, err := io.ReadFull(src, c)
+		chunks = append(chunks, c[:n])
+		total += n
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, release, err
+		}
 	}
-	return buf.Bytes(), nil
+	if len(chunks) == 1 {
+		return chunks[0], release, nil
+	}
+	// One slice for the parser: the steps stay reserved until release,
+	// as the collector frees them when it will.
+	if !s.inflight.take(int64(total)) {
+		return nil, release, errBodyBudget
+	}
+	held += int64(total)
+	body = make([]byte, 0, total)
+	for _, c := range chunks {
+		body = append(body, c...)
+	}
+	return body, release, nil
 }
 
 // maxPooled keeps a rare huge body from being held by the pool.
 const maxPooled = 4 << 20
 
-// getBuf takes a body buffer from the server's pool: one allocation of the
-// body's size per request was the largest garbage source under load.
-func (s *Server) getBuf() *bytes.Buffer {
-	if b, ok := s.bodies.Get().(*bytes.Buffer); ok {
+// getBuf takes a body buffer of at least n bytes from the server's pool:
+// one allocation of the body's size per request was the largest garbage
+// source under load.
+func (s *Server) getBuf(n int) *[]byte {
+	if b, ok := s.bodies.Get().(*[]byte); ok && cap(*b) >= n {
 		return b
 	}
-	return new(bytes.Buffer)
+	b := make([]byte, n)
+	return &b
 }
 
-func (s *Server) putBuf(b *bytes.Buffer) {
-	if b.Cap() > maxPooled {
+func (s *Server) putBuf(b *[]byte) {
+	if cap(*b) > maxPooled {
 		return
 	}
-	b.Reset()
 	s.bodies.Put(b)
 }
 

@@ -93,7 +93,7 @@ func TestWriteErrors(t *testing.T) {
 		line    int
 		expSeq  *int64
 		retry   bool // Retry-After expected
-		dup     bool // 200 duplicate answer
+		dup     bool // duplicate answer
 	}
 	seq := func(n int64) *int64 { return &n }
 	prod := func(id, epoch, seq string) []string {
@@ -119,7 +119,7 @@ func TestWriteErrors(t *testing.T) {
 		{name: "unknown producer", body: `{"m":"%s"}`, hdr: prod("ghost", "0", "0"), status: 409, code: "unknown_producer"},
 		{name: "producer fenced", body: `{"m":"%s"}`, hdr: prod("p", "0", "1"), status: 409, code: "producer_fenced"},
 		{name: "epoch newer", body: `{"m":"%s"}`, hdr: prod("p", "2", "1"), status: 409, code: "invalid_epoch"},
-		{name: "duplicate", body: `{"m":"%s"}`, hdr: prod("p", "1", "0"), status: 200, dup: true},
+		{name: "duplicate", body: `{"m":"%s"}`, hdr: prod("p", "1", "0"), status: 202, dup: true}, // seq 0 is not committed
 		{name: "out of order", body: `{"m":"%s"}`, hdr: prod("p", "1", "5"), status: 409, code: "out_of_order_sequence", expSeq: seq(1)},
 		{name: "body too large", body: `{"m":"%s","pad":"` + strings.Repeat("x", 4200) + `"}`, status: 413, code: "too_large"},
 		{name: "body too large chunked", chunked: true, body: `{"m":"%s","pad":"` + strings.Repeat("x", 4200) + `"}`, status: 413, code: "too_large"},
@@ -165,7 +165,7 @@ func TestWriteErrors(t *testing.T) {
 			}
 			if tc.dup {
 				w := decode[WriteResponse](t, rec)
-				if !w.Duplicate || w.Records != 0 || w.NextSeq != 1 {
+				if !w.Duplicate || w.Committed || w.Records != 0 || w.NextSeq != 1 {
 					t.Errorf("duplicate answer %+v", w)
 				}
 				return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Errors returned by [Parse] and [KindOf]. They are classes: test with
@@ -204,6 +205,10 @@ func parseLines(body []byte, maxRecord int, checkJSON bool) (data []byte, record
 				msg, _ := syntaxMsg(line)
 				return nil, 0, &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
 			}
+			if checkJSON && !utf8.Valid(line) {
+				msg, _ := utf8Msg(line)
+				return nil, 0, &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
+			}
 			records++
 		}
 		if (changed || skip) && !copying {
@@ -231,6 +236,27 @@ func isBlank(line []byte) bool {
 		}
 	}
 	return true
+}
+
+// utf8Msg describes where b, valid JSON otherwise, stops being UTF-8: JSON
+// text is UTF-8 (RFC 8259 section 8.1), and neither encoding/json nor
+// fastjson checks the bytes inside strings. Only called on the error path.
+func utf8Msg(b []byte) (msg string, line int) {
+	line, col := position(b, int64(invalidUTF8(b))+1)
+	return fmt.Sprintf("invalid UTF-8 at column %d", col), line
+}
+
+// invalidUTF8 returns the index of the first byte of b that does not start
+// a valid UTF-8 sequence, len(b) if there is none.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // syntaxMsg describes why b is not valid JSON, with the 1-based line and
@@ -267,6 +293,10 @@ func parseArray(body []byte, maxRecord int) (data []byte, records int, err error
 	buf.Grow(len(body))
 	if err := json.Compact(&buf, body); err != nil {
 		msg, line := syntaxMsg(body)
+		return nil, 0, &LineError{Line: line, Err: ErrInvalidJSON, Msg: msg}
+	}
+	if !utf8.Valid(body) {
+		msg, line := utf8Msg(body)
 		return nil, 0, &LineError{Line: line, Err: ErrInvalidJSON, Msg: msg}
 	}
 	c := buf.Bytes()

@@ -337,3 +337,42 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestParseInvalidUTF8 holds JSON bodies to RFC 8259: JSON text is UTF-8,
+// so a string holding bytes that are not UTF-8 is refused with its line.
+// encoding/json and fastjson both let such strings through.
+func TestParseInvalidUTF8(t *testing.T) {
+	tests := []struct {
+		name, ct, body string
+		line           int // 0: accepted
+	}{
+		{"ndjson byte ff", ctNDJSON, "{\"a\":1}\n{\"s\":\"x\xffy\"}\n", 2},
+		{"ndjson cut sequence", ctNDJSON, "{\"s\":\"\xc3\"}\n", 1},
+		{"ndjson overlong slash", ctNDJSON, "{}\n\n{\"s\":\"\xc0\xaf\"}\n", 3},
+		{"ndjson utf-16 surrogate as utf-8", ctNDJSON, "{\"s\":\"\xed\xa0\x80\"}\n", 1},
+		{"ndjson in a key", ctNDJSON, "{\"k\xfe\":1}\r\n", 1},
+		{"ndjson valid multibyte", ctNDJSON, "{\"s\":\"ünïcode ✓ 𝄞\"}\n", 0},
+		{"ndjson escaped surrogate stays valid", ctNDJSON, "{\"s\":\"\\ud800\"}\n", 0},
+		{"array byte ff", ctJSON, "[{\"a\":1},\n {\"a\":2},\n {\"s\":\"\xff\"}]", 3},
+		{"array valid multibyte", ctJSON, "[\"é\", \"✓\"]", 0},
+		{"text is unchecked", ctText, "x\xffy\n", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := batch.Parse(tt.ct, []byte(tt.body), batch.Limits{})
+			if tt.line == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			var le *batch.LineError
+			if !errors.Is(err, batch.ErrInvalidJSON) || !errors.As(err, &le) {
+				t.Fatalf("Parse = %d records, error %v; want a line error wrapping ErrInvalidJSON", b.Records, err)
+			}
+			if le.Line != tt.line || !strings.Contains(le.Msg, "UTF-8") {
+				t.Fatalf("error %v: want line %d and a message naming UTF-8", err, tt.line)
+			}
+		})
+	}
+}

@@ -28,9 +28,12 @@
 //   - NDJSON: a line that is empty, or holds only JSON whitespace (space,
 //     tab, '\r'), is skipped. Every other line must be exactly one valid JSON
 //     value and is stored as sent (not re-encoded), minus the trailing '\r'.
+//     JSON text is UTF-8 (RFC 8259): a line holding bytes that are not
+//     UTF-8, in a string or anywhere, is not valid JSON.
 //   - JSON array: the body must be one JSON array. Each element is stored as
 //     one line, compacted as by [encoding/json.Compact] (insignificant
-//     whitespace removed, nothing escaped or reordered). "[]" is a valid,
+//     whitespace removed, nothing escaped or reordered); its bytes must be
+//     UTF-8, like an NDJSON line's. "[]" is a valid,
 //     empty batch.
 //   - text/plain: every line is a record, empty lines included, unchecked.
 //     Only the empty segment after a final '\n' is not a record, so "a\nb\n"

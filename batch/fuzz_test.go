@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/eosink/eosink/batch"
 )
@@ -62,7 +63,7 @@ func FuzzParse(f *testing.F) {
 			allValid := true
 			for _, l := range bytes.Split(body, []byte("\n")) {
 				l = bytes.TrimSuffix(l, []byte("\r"))
-				if len(bytes.Trim(l, " \t\r")) > 0 && !json.Valid(l) {
+				if len(bytes.Trim(l, " \t\r")) > 0 && !(json.Valid(l) && utf8.Valid(l)) {
 					allValid = false
 					break
 				}
@@ -74,7 +75,7 @@ func FuzzParse(f *testing.F) {
 			var elems []json.RawMessage
 			uerr := json.Unmarshal(body, &elems)
 			isArray := bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("["))
-			if (err == nil) != (uerr == nil && isArray) {
+			if (err == nil) != (uerr == nil && isArray && utf8.Valid(body)) {
 				t.Fatalf("array %q: error = %v, but Unmarshal error = %v, is array = %v", body, err, uerr, isArray)
 			}
 			if err == nil {
@@ -179,7 +180,7 @@ func refParse(format fuzzFormat, body []byte, lim batch.Limits) (batch.Batch, in
 			return batch.Batch{}, -1, batch.ErrInvalidJSON
 		}
 		var elems []json.RawMessage
-		if err := json.Unmarshal(body, &elems); err != nil {
+		if err := json.Unmarshal(body, &elems); err != nil || !utf8.Valid(body) {
 			return batch.Batch{}, -1, batch.ErrInvalidJSON
 		}
 		for k, e := range elems {
@@ -210,7 +211,7 @@ func refParse(format fuzzFormat, body []byte, lim batch.Limits) (batch.Batch, in
 		if len(l) > lim.MaxRecord {
 			return batch.Batch{}, i + 1, batch.ErrTooLarge
 		}
-		if format == fuzzNDJSON && !json.Valid(l) {
+		if format == fuzzNDJSON && !(json.Valid(l) && utf8.Valid(l)) {
 			return batch.Batch{}, i + 1, batch.ErrInvalidJSON
 		}
 		data = append(append(data, l...), '\n')

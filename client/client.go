@@ -189,6 +189,14 @@ func (c *Client) Epoch() int64 {
 // batch gets next_seq. Call it once before sending. Called again, it fences
 // the Client's own earlier epoch: batches kept are delivered with the new
 // one, and those the service lost are resent from its next_seq.
+//
+// The service answers init only once every batch of the older epochs is
+// prepared or aborted, so its next_seq is exactly what it holds: kept
+// batches from next_seq on are resent, renumbered from next_seq if the
+// service lost more than the client expected, and a stream broken by
+// ErrSequenceLost is usable again. Send, SendWait and Flush re-init by
+// themselves when the service expects a sequence number below every batch
+// they keep (it lost batches it had confirmed).
 func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	c.mu.Lock()
 	if err := c.checkLocked(false); err != nil {
@@ -210,9 +218,11 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	if c.fenced {
 		return ProducerState{}, fmt.Errorf("init producer: %w", ErrFenced)
 	}
-	if ps.Epoch > c.epoch || !c.inited {
-		c.epoch = ps.Epoch
+	if c.inited && ps.Epoch < c.epoch {
+		// A newer Init answered first and took up the newer state.
+		return ps, nil
 	}
+	c.epoch = ps.Epoch
 	c.inited = true
 	for name, ss := range ps.Streams {
 		c.adoptLocked(c.streamLocked(name), ss)
@@ -225,9 +235,25 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	return ps, nil
 }
 
-// adoptLocked takes up the service's state of st after an Init.
+// adoptLocked takes up the service's state of st after an Init: it holds
+// exactly the batches below next_seq (init is a barrier), and attempts
+// made with the older epoch can no longer land, so kept batches from
+// next_seq on may take new numbers.
 func (c *Client) adoptLocked(st *stream, ss StreamState) {
+	st.broken = nil
 	c.trimLocked(st, ss.CommittedSeq)
+	st.committed = ss.CommittedSeq
+	if first := st.next - int64(len(st.kept)); ss.NextSeq < first {
+		// The service lost batches it had confirmed, and more than the
+		// client keeps: resend what it keeps, numbered from next_seq.
+		c.log.Warn("service lost batches it had confirmed; renumbering the kept ones",
+			"stream", st.name, "next_seq", ss.NextSeq, "kept_from", first, "kept", len(st.kept))
+		for i, b := range st.kept {
+			b.seq, b.confirmed = ss.NextSeq+int64(i), false
+		}
+		st.next = ss.NextSeq + int64(len(st.kept))
+		return
+	}
 	switch {
 	case ss.NextSeq > st.next:
 		if len(st.kept) > 0 {
@@ -405,6 +431,13 @@ func (c *Client) releaseLocked(n int64) {
 	c.buffered -= n
 	close(c.space)
 	c.space = make(chan struct{})
+}
+
+// behindLocked reports whether the service expects seq below every batch
+// st keeps: it lost batches it had confirmed, which only an Init (whose
+// answer is what the service holds) can sort out.
+func (c *Client) behindLocked(st *stream, seq int64) bool {
+	return st.broken == nil && seq < st.next-int64(len(st.kept))
 }
 
 // rewindLocked handles "the service expects seq": every kept batch from

@@ -274,6 +274,13 @@ func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState) erro
 			for _, b := range st.kept {
 				lost = lost || b.confirmed && b.seq >= ss.NextSeq
 			}
+			if c.behindLocked(st, ss.NextSeq) {
+				c.mu.Unlock()
+				if err := c.reinit(ctx, st, ss.NextSeq); err != nil {
+					return err
+				}
+				return c.deliver(ctx, st, nil)
+			}
 			if lost || ss.NextSeq < first {
 				c.log.Info("service lost accepted batches; resending", "stream", st.name, "from_seq", ss.NextSeq, "to_seq", st.next-1)
 				err = c.rewindLocked(st, ss.NextSeq)
@@ -287,12 +294,24 @@ func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState) erro
 	return c.deliver(ctx, st, nil)
 }
 
+// reinit is Init on the client's own behalf: the service expects seq, below
+// every batch st keeps. Its answer says what the service holds; the kept
+// batches are resent from there (see adoptLocked).
+func (c *Client) reinit(ctx context.Context, st *stream, seq int64) error {
+	c.log.Warn("service expects a sequence number below the batches kept: re-initialising", "stream", st.name, "expected_seq", seq)
+	if _, err := c.Init(ctx); err != nil {
+		return fmt.Errorf("stream %s: service expects seq %d: re-init: %w", st.name, seq, err)
+	}
+	return nil
+}
+
 // deliver sends st's unconfirmed kept batches, in sequence order, until
 // none is left. The one that is wait is sent with ?wait=commit. The caller
 // holds st's send lock.
 func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 	s := streak{pol: c.retry}
 	lastExpected := int64(-1)
+	reinits := 0
 	for {
 		c.mu.Lock()
 		if err := c.checkLocked(true); err != nil {
@@ -310,17 +329,28 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 				break
 			}
 		}
-		epoch := c.epoch
-		c.mu.Unlock()
 		if b == nil {
+			c.mu.Unlock()
 			return nil
 		}
+		epoch, seq := c.epoch, b.seq
+		c.mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			// Before the attempt: the service cannot have seen it.
 			return fmt.Errorf("send %s seq %d: %w", st.name, b.seq, err)
 		}
 
-		ans, err := c.post(ctx, st.name, b, epoch, b == wait)
+		ans, err := c.post(ctx, st.name, b, seq, epoch, b == wait)
+		c.mu.Lock()
+		if stale := c.epoch != epoch || b.seq != seq; stale {
+			// An Init answered meanwhile: it told what the service holds,
+			// and renumbered or re-confirmed the kept batches from it.
+			// This answer, to the older epoch, adds nothing.
+			b.maybeSent = true
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Unlock()
 		if err == nil {
 			c.mu.Lock()
 			b.confirmed, b.maybeSent, b.ans = true, true, ans
@@ -348,6 +378,14 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 			if ae.ExpectedSeq != nil && (ae.Code == "out_of_order_sequence" || ae.Code == "aborted") {
 				exp := *ae.ExpectedSeq
 				c.mu.Lock()
+				if c.behindLocked(st, exp) && reinits < maxReinits {
+					c.mu.Unlock()
+					reinits++
+					if rerr := c.reinit(ctx, st, exp); rerr != nil {
+						return fmt.Errorf("%s: %w (answer: %w)", op, rerr, err)
+					}
+					continue
+				}
 				rerr := c.rewindLocked(st, exp)
 				c.mu.Unlock()
 				if rerr != nil {
@@ -386,8 +424,11 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 	}
 }
 
-// post sends one batch once.
-func (c *Client) post(ctx context.Context, stream string, b *batch, epoch int64, wait bool) (writeAnswer, error) {
+// maxReinits bounds the Inits one delivery makes on its own behalf.
+const maxReinits = 3
+
+// post sends one batch once, as seq.
+func (c *Client) post(ctx context.Context, stream string, b *batch, seq, epoch int64, wait bool) (writeAnswer, error) {
 	req := request{
 		method: http.MethodPost,
 		path:   "/v1/streams/" + stream + "/records",
@@ -395,7 +436,7 @@ func (c *Client) post(ctx context.Context, stream string, b *batch, epoch int64,
 			"Content-Type":      {contentTypeNDJSON},
 			headerProducerID:    {c.producer},
 			headerProducerEpoch: {strconv.FormatInt(epoch, 10)},
-			headerProducerSeq:   {strconv.FormatInt(b.seq, 10)},
+			headerProducerSeq:   {strconv.FormatInt(seq, 10)},
 		},
 		body: b.body,
 	}

@@ -14,7 +14,9 @@ package committer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -43,19 +45,50 @@ type Part struct {
 // File is everything needed to commit or abort one file, as recorded in the
 // state store with the "prepared" record.
 type File struct {
-	Stream    string              `json:"stream"`
-	Temp      string              `json:"temp"`  // staging path (local filesystem)
-	Final     string              `json:"final"` // relative to the destination
-	Bytes     int64               `json:"bytes"`
-	Records   int64               `json:"records"`
-	CRC32C    string              `json:"crc32c"`
-	Producers map[string][2]int64 `json:"producers,omitempty"`
+	Stream    string               `json:"stream"`
+	Temp      string               `json:"temp"`  // staging path (local filesystem)
+	Final     string               `json:"final"` // relative to the destination
+	Bytes     int64                `json:"bytes"`
+	Records   int64                `json:"records"`
+	CRC32C    string               `json:"crc32c"`
+	Producers map[string]SeqRanges `json:"producers,omitempty"`
 
 	// Set by committers that upload at Prepare (S3).
 	UploadID   string `json:"upload_id,omitempty"`
 	Parts      []Part `json:"parts,omitempty"`
 	StagingKey string `json:"staging_key,omitempty"`
 	ETag       string `json:"etag,omitempty"`
+}
+
+// SeqRanges are one producer's exact sequence numbers in one file: ascending,
+// disjoint, inclusive [first, last] ranges, so that which file holds a
+// sequence number has exactly one answer. It decodes the older form, a
+// single [first, last] pair, as one range.
+type SeqRanges [][2]int64
+
+// UnmarshalJSON reads [[first, last], ...] or a single [first, last].
+func (r *SeqRanges) UnmarshalJSON(data []byte) error {
+	var list [][2]int64
+	if err := json.Unmarshal(data, &list); err == nil {
+		*r = list
+		return nil
+	}
+	var pair [2]int64
+	if err := json.Unmarshal(data, &pair); err != nil {
+		return fmt.Errorf("decode sequence ranges: want [[first, last], ...]: %w", err)
+	}
+	*r = SeqRanges{pair}
+	return nil
+}
+
+// Contains reports whether seq is in one of the ranges.
+func (r SeqRanges) Contains(seq int64) bool {
+	for _, rg := range r {
+		if rg[0] <= seq && seq <= rg[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // Committer moves one file through the two-phase commit.
@@ -78,6 +111,40 @@ type Committer interface {
 // prepared checkpoint names; local committers need none.
 type RemotePreparer interface {
 	PreparesRemotely()
+}
+
+// Leftover kinds.
+const (
+	LeftoverUpload = "upload" // an incomplete multipart upload
+	LeftoverObject = "object" // a staging object
+)
+
+// Leftover is something a committer made in the destination that is not a
+// committed file: an incomplete multipart upload or a staging object.
+type Leftover struct {
+	Kind string `json:"kind"` // LeftoverUpload or LeftoverObject
+	// Name is the destination-relative name it was made for: a file's
+	// final name (File.Final) or a manifest's name.
+	Name      string    `json:"name"`
+	Key       string    `json:"key"`                 // the object key
+	UploadID  string    `json:"upload_id,omitempty"` // uploads only
+	Initiated time.Time `json:"initiated,omitzero"`
+}
+
+// Sweeper is implemented by committers that leave state outside the local
+// staging directory (see RemotePreparer), so that recovery and the orphan
+// sweep can find and remove what no prepared checkpoint names (I10) — also
+// after a failed abort, a cut-off shutdown or a lost state store.
+type Sweeper interface {
+	// Leftovers lists this node's incomplete uploads and staging objects,
+	// and only this node's: never another node's, never a committed
+	// file. The caller decides which are orphans. Safe for concurrent use
+	// with the other methods.
+	Leftovers(ctx context.Context) ([]Leftover, error)
+	// RemoveLeftover aborts the upload or deletes the staging object. One
+	// already gone returns an error wrapping ErrNotFound. It never touches
+	// a committed file (I7).
+	RemoveLeftover(ctx context.Context, l Leftover) error
 }
 
 // Publisher writes small objects create-only and atomically: readers see all

@@ -1,15 +1,17 @@
 package recovery
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
@@ -25,18 +27,17 @@ type Manifest struct {
 
 // ManifestFile is one file of a manifest.
 type ManifestFile struct {
-	Path      string              `json:"path"`
-	Stream    string              `json:"stream"`
-	Bytes     int64               `json:"bytes"`
-	Records   int64               `json:"records"`
-	CRC32C    string              `json:"crc32c"`
-	Producers map[string][2]int64 `json:"producers"`
+	Path    string `json:"path"`
+	Stream  string `json:"stream"`
+	Bytes   int64  `json:"bytes"`
+	Records int64  `json:"records"`
+	CRC32C  string `json:"crc32c"`
+	// Producers holds each producer's exact sequence numbers in the file.
+	Producers map[string]committer.SeqRanges `json:"producers"`
 }
 
 // ManifestPath returns the destination-relative manifest name.
-func ManifestPath(node string, id uint64) string {
-	return fmt.Sprintf("_manifests/%s/%020d.json", node, id)
-}
+func ManifestPath(node string, id uint64) string { return names.ManifestName(node, id) }
 
 // BuildManifest renders c's manifest. The time is the prepare time, so a
 // re-commit after a crash writes the same bytes.
@@ -45,7 +46,7 @@ func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
 	for _, f := range c.Files {
 		p := f.Producers
 		if p == nil {
-			p = map[string][2]int64{}
+			p = map[string]committer.SeqRanges{}
 		}
 		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
 	}
@@ -93,13 +94,42 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	// A manifest already there was published atomically by an earlier try.
-	if err := f.Publisher.Publish(ctx, ManifestPath(f.Node, c.ID), body); err != nil && !errors.Is(err, committer.ErrExists) {
+	name := ManifestPath(f.Node, c.ID)
+	if err := f.Publisher.Publish(ctx, name, body); errors.Is(err, committer.ErrExists) {
+		// Published by an earlier try — if it holds these bytes (they are
+		// deterministic). Other bytes mean the id was used before, by a
+		// state store since lost: never call that published.
+		if err := f.sameManifest(ctx, name, body); err != nil {
+			return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
 	if err := f.Store.Commit(c.ID, time.Now(), dur, f.Retain); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
+	}
+	return nil
+}
+
+// sameManifest checks that the manifest published at name holds body. A
+// Publisher that cannot be read (not a committer.Reader) is trusted.
+func (f *Finisher) sameManifest(ctx context.Context, name string, body []byte) error {
+	r, ok := f.Publisher.(committer.Reader)
+	if !ok {
+		return nil
+	}
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return fmt.Errorf("read existing %s: %w", name, err)
+	}
+	defer rc.Close()
+	have, err := io.ReadAll(io.LimitReader(rc, int64(len(body))+1))
+	if err != nil {
+		return fmt.Errorf("read existing %s: %w", name, err)
+	}
+	if !bytes.Equal(have, body) {
+		return fmt.Errorf("%w: %s exists with other content (a checkpoint id used before, by a lost or older state store?)", committer.ErrConflict, name)
 	}
 	return nil
 }
@@ -114,15 +144,17 @@ type Replay struct {
 
 // Result is what Replay hands back.
 type Result struct {
-	Recommitted []uint64   // prepared checkpoints committed again
-	Removed     []string   // staging files deleted
-	Aborted     []string   // intents aborted
-	Producers   []Producer // producer state as of the last prepared checkpoint
-	LastID      uint64     // highest checkpoint id recorded
+	Recommitted []uint64             // prepared checkpoints committed again
+	Removed     []string             // staging files deleted
+	Aborted     []string             // intents aborted
+	Orphans     []committer.Leftover // uploads and staging objects no record named, removed
+	Producers   []Producer           // producer state as of the last prepared checkpoint
+	LastID      uint64               // highest checkpoint id recorded
 }
 
-// Run replays: re-commit prepared checkpoints, delete staging files and abort
-// intents no prepared checkpoint names, load producers. It stops at the
+// Run replays: re-commit prepared checkpoints, delete staging files, abort
+// intents and remove the remote leftovers no prepared checkpoint names
+// (Sweep), load producers. It stops at the
 // first error; calling it again is safe.
 func (r *Replay) Run(ctx context.Context) (*Result, error) {
 	log := r.Logger
@@ -150,32 +182,13 @@ func (r *Replay) Run(ctx context.Context) (*Result, error) {
 		}
 		res.Recommitted = append(res.Recommitted, c.ID)
 	}
-	intents, err := r.Store.Intents()
+	// Abort what the intents name, and every upload and staging object of
+	// this node that nothing claims (I10).
+	sw := Sweep{Store: r.Store, Committer: r.Committer, Node: r.Node, Logger: log}
+	swept, err := sw.Run(ctx, 0)
+	res.Aborted, res.Orphans = swept.Intents, swept.Removed
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
-	}
-	keys := make([]string, 0, len(intents))
-	for k := range intents {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f := intents[k]
-		if pendingFinal[f.Final] {
-			// Prepared after all (the intent outlived its record): keep.
-			if err := r.Store.DeleteIntents(k); err != nil {
-				return nil, fmt.Errorf("replay: %w", err)
-			}
-			continue
-		}
-		if err := r.Committer.Abort(ctx, f); err != nil {
-			return nil, fmt.Errorf("replay: abort intent %s: %w", k, err)
-		}
-		if err := r.Store.DeleteIntents(k); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
-		}
-		res.Aborted = append(res.Aborted, k)
-		log.Info("aborted unprepared upload", "path", f.Final, "op", "replay")
 	}
 	temps, err := staging.List(r.FS, r.StagingDir)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +78,9 @@ type Checkpoint struct {
 type StreamSeq struct {
 	NextSeq      int64 `json:"next_seq"`
 	CommittedSeq int64 `json:"committed_seq"`
+	// CommittedIn is the checkpoint that committed CommittedSeq; 0 when
+	// none, or in records written before it was kept.
+	CommittedIn uint64 `json:"committed_in,omitempty"`
 }
 
 // Producer is the durable state of one producer.
@@ -293,8 +297,9 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// Reserve durably marks id as used, so no later start hands it out again:
-// the open checkpoint takes writes before anything records it.
+// Reserve durably marks every id up to id as used, so no later start hands
+// one out again: the engine names ids in answers before anything records
+// them, and only from a block reserved this way.
 func (s *Store) Reserve(id uint64) error {
 	return s.update("reserve", func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -436,7 +441,9 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 			}
 			for stream, next := range streams {
 				ss := p.Streams[stream]
-				ss.CommittedSeq = max(ss.CommittedSeq, next-1)
+				if next-1 >= ss.CommittedSeq {
+					ss.CommittedSeq, ss.CommittedIn = next-1, id
+				}
 				p.Streams[stream] = ss
 			}
 			if err := putProducer(tx, p); err != nil {
@@ -536,6 +543,29 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 		return nil
 	})
 	return out, err
+}
+
+// NewestCommitted returns the id of the newest committed checkpoint, 0 if
+// none.
+func (s *Store) NewestCommitted() (uint64, error) {
+	var id uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCheckpoints).Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			var ck struct {
+				State State `json:"state"`
+			}
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if ck.State == Committed {
+				id = binary.BigEndian.Uint64(k)
+				return nil
+			}
+		}
+		return nil
+	})
+	return id, err
 }
 
 // Pending returns every prepared (not yet committed) checkpoint, oldest first.
@@ -662,4 +692,48 @@ func (s *Store) Intents() (map[string]committer.File, error) {
 // FileOf builds a committer.File; a convenience for tools and benchmarks.
 func FileOf(stream, temp, final string, bytes, records int64, crc string) committer.File {
 	return committer.File{Stream: stream, Temp: temp, Final: final, Bytes: bytes, Records: records, CRC32C: crc}
+}
+
+// Claims returns, read in one transaction, every intent and every prepared
+// checkpoint: together the names no orphan sweep may remove. One read
+// matters: a checkpoint that is prepared between two reads would be in
+// neither.
+func (s *Store) Claims() (intents map[string]committer.File, pending []Checkpoint, err error) {
+	intents = map[string]committer.File{}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
+			var f committer.File
+			if err := json.Unmarshal(v, &f); err != nil {
+				return fmt.Errorf("decode intent %s: %w", k, err)
+			}
+			intents[string(k)] = f
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
+			var ck Checkpoint
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if ck.State == Prepared {
+				pending = append(pending, ck)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read claims: %w", err)
+	}
+	return intents, pending, nil
+}
+
+// IntentCheckpoint returns the checkpoint id of an intent key made by
+// IntentKey.
+func IntentCheckpoint(key string) (uint64, bool) {
+	if len(key) < 21 || key[20] != '/' {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(key[:20], 10, 64)
+	return id, err == nil
 }

@@ -53,7 +53,7 @@ func BenchmarkWriteIdempotent(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := fmt.Sprintf("p%d", n.Add(1))
-		ps, err := e.InitProducer(id)
+		ps, err := e.InitProducer(b.Context(), id)
 		if err != nil {
 			b.Error(err)
 			return
@@ -73,7 +73,7 @@ func BenchmarkWriteIdempotent(b *testing.B) {
 // BenchmarkSequenceCheck is the duplicate path: the producer check alone.
 func BenchmarkSequenceCheck(b *testing.B) {
 	e := osEngine(b, nil)
-	ps, _ := e.InitProducer("p")
+	ps, _ := e.InitProducer(b.Context(), "p")
 	data := ndjsonBatch(1, 64)
 	if _, err := e.Write(Write{Stream: "s", Ext: "ndjson", Data: data, Records: 1, Producer: &Producer{ID: "p", Epoch: ps.Epoch}}); err != nil {
 		b.Fatal(err)

@@ -19,6 +19,17 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	start := e.cfg.Now()
 	began := time.Now()
 
+	// 0. The barrier hands out the next id, an abort the one after it:
+	// both must be reserved before any answer can name them (I8).
+	if err := e.reserveIDs(); err != nil {
+		if e.storeFailed(err) {
+			return CheckpointResult{}, e.Err()
+		}
+		// Refused for space, nothing recorded: no barrier, try later.
+		e.noteDiskFull(err)
+		return CheckpointResult{}, err
+	}
+
 	// 1. Barrier: swap the open checkpoint under the ingest lock.
 	e.mu.Lock()
 	if e.failErr != nil {
@@ -29,6 +40,12 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		return e.emptyLocked(began)
 	}
 	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
+	e.inflight = id // the orphan sweep leaves its intents alone
+	defer func() {
+		e.mu.Lock()
+		e.inflight = 0
+		e.mu.Unlock()
+	}()
 	records, bytes := e.openRecords, e.openBytes
 	seqs := map[string]map[string]int64{}
 	for pid, streams := range e.dirty {
@@ -119,7 +136,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		p := e.producers[pid]
 		for s, next := range streams {
 			ss := p.streams[s]
-			ss.committed = max(ss.committed, next-1)
+			if next-1 >= ss.committed {
+				ss.committed, ss.committedIn = next-1, id
+			}
 			i := 0
 			for i < len(ss.pending) && ss.pending[i].ckpt <= id {
 				i++
@@ -127,7 +146,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 			ss.pending = ss.pending[i:]
 			d := e.durable[pid]
 			st := d.Streams[s]
-			st.CommittedSeq = max(st.CommittedSeq, next-1)
+			if next-1 >= st.CommittedSeq {
+				st.CommittedSeq, st.CommittedIn = next-1, id
+			}
 			d.Streams[s] = st
 		}
 	}
@@ -138,37 +159,41 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	return res, nil
 }
 
-// emptyIDBlock is how many ids an empty checkpoint reserves when it needs
-// to: empty checkpoints write nothing else, and this once per block.
-const emptyIDBlock = 1024
-
 // emptyLocked ends the open checkpoint, which holds nothing to commit: it is
 // committed without a record or an fsync (DESIGN: an idle service does no
-// I/O), and the next one opens. Its id appeared in answers, so the id after
-// it, handed out now, must stay out of reach of a restart (I8), which opens
-// beyond the store's LastID+1: when that horizon is reached, ids are
-// reserved a block at a time, under the ingest lock so no write sees the
-// new id before it is durable. Called with e.mu held; it unlocks it.
+// I/O), and the next one opens. Its id and the next were reserved by
+// reserveIDs before the barrier (I8). Called with e.mu held; it unlocks it.
 func (e *Engine) emptyLocked(began time.Time) (CheckpointResult, error) {
 	id, out := e.openID, e.outcomes[e.openID]
-	last, err := e.store.LastID()
-	if err == nil && last < id {
-		err = e.store.Reserve(id + emptyIDBlock)
-	}
-	if err != nil {
-		e.mu.Unlock()
-		err = fmt.Errorf("reserve checkpoint ids after %d: %w", id, err)
-		if !e.storeFailed(err) {
-			e.noteDiskFull(err)
-		}
-		return CheckpointResult{}, err
-	}
 	e.openNextLocked()
 	e.mu.Unlock()
 	res := CheckpointResult{ID: id, State: recovery.Committed, Files: []committer.File{},
 		DurationMS: time.Since(began).Milliseconds(), Seconds: time.Since(began).Seconds()}
 	e.finished(id, out, res, nil, 0)
 	return res, nil
+}
+
+// reserveIDs makes sure the ids this checkpoint may open (the next, and
+// the one after it should it abort) are durably reserved, reserving the
+// next block of ids once half of the current one is used, like a database
+// sequence's cache. A restart continues beyond the highest reservation, so
+// no id an answer named is ever handed out again (I8). Only the coordinator
+// calls it, so the reservation cannot race with the barrier.
+func (e *Engine) reserveIDs() error {
+	e.mu.Lock()
+	open, reserved := e.openID, e.reserved
+	e.mu.Unlock()
+	if reserved >= open+e.cfg.idBlock/2+2 {
+		return nil
+	}
+	upto := open + e.cfg.idBlock + 2
+	if err := e.store.Reserve(upto); err != nil {
+		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
+	}
+	e.mu.Lock()
+	e.reserved = upto
+	e.mu.Unlock()
+	return nil
 }
 
 func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {
@@ -227,8 +252,12 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 				errs[i] = err
 				return
 			}
+			prod := make(map[string]committer.SeqRanges, len(sum.Producers))
+			for p, rs := range sum.Producers {
+				prod[p] = rs
+			}
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
-				Records: sum.Records, CRC32C: sum.CRC32C, Producers: sum.Producers}
+				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
 		}()
 	}
 	wg.Wait()
@@ -276,25 +305,35 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 		}
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	var aborted, failed []committer.File
 	for _, f := range files {
 		if f.Final == "" {
 			continue
 		}
 		if err := e.cfg.Committer.Abort(ctx, f); err != nil {
-			log.Warn("abort file; recovery will", "path", f.Final, "err", err)
+			failed = append(failed, f)
+			log.Warn("abort file; the orphan sweep and recovery retry", "path", f.Final, "err", err)
+			continue
 		}
+		aborted = append(aborted, f)
 	}
 	cancel()
-	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok && len(files) > 0 {
-		keys := make([]string, 0, len(files))
-		for _, f := range files {
-			if f.Final != "" {
-				keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
-			}
+	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {
+		// An intent goes only once its abort succeeded (I10): a failed
+		// one (S3 down, or Close cancelled the aborts of a shutdown cut
+		// short) stays for the orphan sweep and recovery, updated with
+		// what Prepare returned (the upload id) when it got that far.
+		keys := make([]string, 0, len(aborted))
+		for _, f := range aborted {
+			keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
 		}
-		// Left behind, an intent is aborted again by recovery: harmless.
 		if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
-			log.Warn("delete upload intents", "err", err)
+			log.Warn("delete upload intents; recovery aborts again", "err", err)
+		}
+		if len(failed) > 0 {
+			if err := e.store.PutIntents(ck.ID, failed); err != nil && !e.storeFailed(err) {
+				log.Warn("update upload intents; the recorded ones stay", "err", err)
+			}
 		}
 	}
 	ck.Files = files

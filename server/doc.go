@@ -17,6 +17,11 @@
 //     they succeed (I4); a failed fsync stops the engine instead, and
 //     recovery finishes the job on the next start.
 //
+// Ids are handed out from a block reserved durably in the state store
+// beforehand (the next block is reserved when half of the current one is
+// used), and a restart continues beyond the highest reservation: an id an
+// answer named is never reused for other data, whatever crash follows (I8).
+//
 // A failure before step 3 aborts N: its files are deleted, "aborted N" is
 // recorded, and the producers' state returns to the last prepared
 // checkpoint's. Batches accepted after the barrier (checkpoint N+1) may

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -42,6 +43,15 @@ type Config struct {
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
 	StoreOptions recovery.Options
+
+	// SweepInterval is how often the orphan sweep runs (recovery runs one
+	// at every start) when the committer prepares remotely: it retries
+	// failed aborts and removes this node's uploads and staging objects
+	// that nothing claims (I10). 0 means DefaultSweepInterval; negative
+	// turns the periodic sweep off.
+	SweepInterval time.Duration
+
+	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
 
 // Hooks observe the engine; every method must be fast and safe for
@@ -52,7 +62,15 @@ type Hooks struct {
 	Rejected    func(reason string)
 	Checkpoint  func(r CheckpointResult)
 	CommitStuck func(id uint64, err error)
+	// OrphansRemoved counts what recovery or the orphan sweep removed, by
+	// kind: "intent" (an upload whose abort had failed), "upload",
+	// "object".
+	OrphansRemoved func(kind string, n int)
 }
+
+// DefaultSweepInterval is the orphan sweep's period when
+// Config.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Minute
 
 func (c *Config) defaults() {
 	if c.Now == nil {
@@ -79,6 +97,12 @@ func (c *Config) defaults() {
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
 	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.idBlock == 0 {
+		c.idBlock = 1024
+	}
 }
 
 // Producer identifies a batch sent with idempotence headers.
@@ -103,7 +127,7 @@ type WriteResult struct {
 	Records    int
 	Bytes      int
 	Duplicate  bool  // the sequence number was accepted before; nothing written
-	Committed  bool  // the batch is already committed (duplicates only)
+	Committed  bool  // the batch is already committed (duplicates only); see Write for Checkpoint
 	NextSeq    int64 // next sequence number expected (producers only)
 }
 
@@ -134,9 +158,10 @@ type pendingRange struct {
 }
 
 type seqState struct {
-	next      int64
-	committed int64
-	pending   []pendingRange // accepted, not yet committed, by checkpoint
+	next        int64
+	committed   int64
+	committedIn uint64         // the committed checkpoint that committed committed
+	pending     []pendingRange // accepted, not yet committed, by checkpoint
 }
 
 type producer struct {
@@ -175,6 +200,8 @@ type Engine struct {
 
 	initMu sync.Mutex // serialises producer inits
 
+	sweepMu sync.Mutex // serialises orphan sweeps
+
 	mu          sync.Mutex // the ingest lock; guards everything below
 	isReady     bool
 	closed      bool
@@ -192,7 +219,10 @@ type Engine struct {
 	dirty       map[string]map[string]bool
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
+	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
+	firstID     uint64 // the first id this start opened
 	stuck       error  // the error holding a prepared checkpoint back, if any
+	inflight    uint64 // the checkpoint past its barrier, 0 when none
 	recovering  string
 	early       bool      // the open checkpoint must end now: too many open files
 	diskFull    error     // the last write refused for space, until a write succeeds
@@ -275,6 +305,12 @@ func (e *Engine) start() {
 	if !e.recover() {
 		return
 	}
+	_, remote := e.cfg.Committer.(committer.RemotePreparer)
+	_, sweeper := e.cfg.Committer.(committer.Sweeper)
+	if (remote || sweeper) && e.cfg.SweepInterval > 0 {
+		e.wg.Add(1)
+		go e.sweepLoop()
+	}
 	e.run()
 }
 
@@ -283,9 +319,13 @@ func (e *Engine) recover() bool {
 	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
 	begin := time.Now()
 	var res *recovery.Result
+	var inDest uint64
 	for attempt := 0; ; attempt++ {
 		var err error
 		res, err = rp.Run(e.ctx)
+		if err == nil {
+			inDest, err = e.highestManifestID(e.ctx)
+		}
 		if err == nil {
 			break
 		}
@@ -304,15 +344,26 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
-	// The open checkpoint takes writes before anything records its id, and
-	// the one after it opens at its barrier, before its record: so ids up
-	// to LastID+1 may have been handed out. Start beyond, and reserve.
-	open := uint64(1)
-	if res.LastID > 0 {
-		open = res.LastID + 2
+	// Ids are handed out (in answers) before anything records them, but
+	// only from a block reserved durably beforehand (see reserveIDs), so
+	// every id a former run may have named is at most LastID. Start beyond
+	// it, with a fresh block.
+	open := res.LastID + 1
+	if inDest > 0 && inDest+2 > res.LastID {
+		// Recovery step 5: the store is behind the destination (lost, or
+		// an older copy). A store that kept up has reserved at least two
+		// ids beyond every manifest. Never reuse an id the destination
+		// shows (I8). Ids of empty or aborted checkpoints after the newest
+		// manifest left no trace there: skip a whole block beyond it,
+		// which covers every id a run hands out between two reservations
+		// unless more than a block of them passed without data.
+		open = max(open, inDest+e.cfg.idBlock+2)
+		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
+			"store", e.store.Path(), "store_last_checkpoint", res.LastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
+	reserved := open + e.cfg.idBlock - 1
 	for attempt := 0; ; attempt++ {
-		err := e.store.Reserve(open)
+		err := e.store.Reserve(reserved)
 		if err == nil {
 			break
 		}
@@ -321,35 +372,82 @@ func (e *Engine) recover() bool {
 		}
 		e.noteDiskFull(err)
 		e.mu.Lock()
-		e.recovering = "reserve checkpoint id: " + err.Error()
+		e.recovering = "reserve checkpoint ids: " + err.Error()
 		e.mu.Unlock()
-		e.log.Error("reserve checkpoint id, retrying", "err", err, "attempt", attempt)
+		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
+	// Stores written before committed_in was kept: name the newest
+	// committed checkpoint instead, never a reserved or aborted id.
+	var newest uint64
+	for attempt := 0; ; attempt++ {
+		var err error
+		if newest, err = e.store.NewestCommitted(); err == nil {
+			break
+		}
+		e.log.Error("read newest committed checkpoint, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
 			return false
 		}
 	}
 	e.mu.Lock()
+	e.reserved = reserved
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
-		e.producers[p.ID] = producerFrom(p)
+		e.producers[p.ID] = producerFrom(p, newest)
 	}
 	e.openID = open
-	e.lastDone = res.LastID
+	e.lastDone = newest // ids between it and firstID the store lacks were never used
+	e.firstID = open
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
 	e.recovering, e.diskFull = "", nil
 	e.mu.Unlock()
+	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
-		"aborted_uploads", len(res.Aborted), "producers", len(res.Producers), "checkpoint", e.openID,
-		"duration_ms", time.Since(begin).Milliseconds())
+		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", len(res.Producers),
+		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
 	close(e.ready)
 	return true
 }
 
-func producerFrom(p recovery.Producer) *producer {
+// highestManifestID returns the highest checkpoint id among this node's
+// manifests in the destination, 0 when there are none or the destination
+// cannot be listed (neither the publisher nor the committer is a
+// committer.Reader).
+func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
+	r, ok := e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+			return 0, nil
+		}
+	}
+	dir := path.Dir(recovery.ManifestPath(e.cfg.Node, 0)) + "/"
+	entries, err := r.List(ctx, dir)
+	if err != nil {
+		return 0, fmt.Errorf("list manifests: %w", err)
+	}
+	var top uint64
+	for _, en := range entries {
+		if node, id, ok := names.ParseManifestName(en.Path); ok && node == e.cfg.Node {
+			top = max(top, id)
+		}
+	}
+	return top, nil
+}
+
+// producerFrom restores a producer's live state; newest is the checkpoint
+// to name for committed batches whose record lacks committed_in.
+func producerFrom(p recovery.Producer, newest uint64) *producer {
 	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
 	for s, ss := range p.Streams {
-		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq}
+		in := ss.CommittedIn
+		if in == 0 && ss.CommittedSeq >= 0 {
+			in = newest
+		}
+		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq, committedIn: in}
 	}
 	return out
 }
@@ -428,6 +526,12 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 
 // Write appends one batch to the open checkpoint's transaction for its
 // stream, partition and extension, after the producer checks.
+//
+// A duplicate writes nothing. Its Checkpoint is the one it rides in while
+// not committed; once committed, the checkpoint that committed the
+// producer's newest batch on the stream — the one holding it when it is
+// among those (a retry of the latest batches), else a later committed
+// one; never an open, aborted or reserved id.
 func (e *Engine) Write(w Write) (WriteResult, error) {
 	part := Partition(e.cfg.Now())
 	e.mu.Lock()
@@ -462,11 +566,18 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		case seq < ss.next:
 			res.Duplicate, res.NextSeq, res.Records, res.Bytes = true, ss.next, 0, 0
 			res.Committed = seq <= ss.committed
-			res.Checkpoint = e.lastDone
-			for _, r := range ss.pending {
-				if seq <= r.last {
-					res.Checkpoint = r.ckpt
-					break
+			if res.Committed {
+				// The committed checkpoint that committed this producer's
+				// newest batch on the stream: the one holding seq for a
+				// retry of the latest batches, else a later one. Never an
+				// open, aborted or merely reserved id.
+				res.Checkpoint = ss.committedIn
+			} else {
+				for _, r := range ss.pending {
+					if seq <= r.last {
+						res.Checkpoint = r.ckpt
+						break
+					}
 				}
 			}
 			if h := e.cfg.Hooks.Duplicate; h != nil {
@@ -589,7 +700,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 		e.earlyLocked()
 		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
 	}
-	base := fmt.Sprintf("part-%s-%020d-%04d.%s", e.cfg.Node, e.openID, e.nextIndex, key.Ext)
+	base := names.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
 	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		// Out of file descriptors (the process's or the system's): a
@@ -607,18 +718,24 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 	return ot, nil
 }
 
-// InitProducer gives the producer a new epoch, durably, fencing older ones.
-func (e *Engine) InitProducer(id string) (ProducerState, error) {
+// InitProducer gives the producer a new epoch, durably, fencing older
+// ones, and is a barrier (I12): before it answers, every batch accepted
+// under an older epoch is prepared or aborted, so the next_seq and
+// committed_seq it returns — the producer's durable state — survive any
+// crash or abort that follows. When the producer has batches not yet
+// prepared it runs a checkpoint and waits for its end (bounded by ctx).
+func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, error) {
 	e.initMu.Lock()
-	defer e.initMu.Unlock()
 	e.mu.Lock()
 	err := e.writableLocked()
 	e.mu.Unlock()
 	if err != nil {
+		e.initMu.Unlock()
 		return ProducerState{}, err
 	}
 	rec, err := e.store.InitProducer(id)
 	if err != nil {
+		e.initMu.Unlock()
 		if errors.Is(err, durable.ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
 			e.noteDiskFull(err)
@@ -628,8 +745,9 @@ func (e *Engine) InitProducer(id string) (ProducerState, error) {
 		return ProducerState{}, err
 	}
 	e.diskOK()
+	// From here on the older epochs are fenced: nothing more of theirs is
+	// accepted, so one barrier after this point covers all of it.
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	p := e.producers[id]
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
@@ -642,7 +760,39 @@ func (e *Engine) InitProducer(id string) (ProducerState, error) {
 		d.Streams = rec.Streams
 	}
 	e.durable[id] = d
-	return p.state(), nil
+	pending := e.unpreparedLocked(p)
+	e.mu.Unlock()
+	e.initMu.Unlock()
+
+	if pending {
+		if _, err := e.Checkpoint(ctx); err != nil {
+			return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
+	for s, ss := range e.durable[id].Streams {
+		out.Streams[s] = ss
+	}
+	for s := range p.streams {
+		if _, ok := out.Streams[s]; !ok {
+			out.Streams[s] = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+		}
+	}
+	return out, nil
+}
+
+// unpreparedLocked reports whether p has accepted batches that no prepared
+// checkpoint holds yet.
+func (e *Engine) unpreparedLocked(p *producer) bool {
+	d := e.durable[p.id]
+	for s, ss := range p.streams {
+		if ss.next != d.Streams[s].NextSeq {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *producer) state() ProducerState {
@@ -681,6 +831,7 @@ type Status struct {
 	Ready       bool
 	Recovering  string // why recovery is not done, while it runs
 	OpenID      uint64
+	FirstID     uint64 // the first id this start opened: an id below it the store lacks was never used, or ended before the start
 	OpenBytes   int64
 	OpenRecords int64
 	OpenFiles   int
@@ -696,7 +847,7 @@ type Status struct {
 func (e *Engine) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, OpenBytes: e.openBytes,
+	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
 		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
 		Draining: e.draining || e.closed}
 	if e.stuck != nil {

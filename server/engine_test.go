@@ -15,7 +15,7 @@ import (
 func TestWriteCheckpointCommit(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	ps, err := e.InitProducer("p1")
+	ps, err := e.InitProducer(t.Context(), "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestProducerRules(t *testing.T) {
 	if _, err := send(e, &Producer{ID: "ghost"}, "s", 0, 1); !errors.Is(err, ErrUnknownProducer) {
 		t.Fatalf("unknown producer: %v", err)
 	}
-	ps, _ := e.InitProducer("p")
+	ps, _ := e.InitProducer(t.Context(), "p")
 	p0 := &Producer{ID: "p", Epoch: ps.Epoch}
 	if _, err := send(e, p0, "s", 0, 1); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestProducerRules(t *testing.T) {
 		t.Fatalf("newer epoch: %v", err)
 	}
 	// a new init fences the old epoch (I6)
-	ps2, err := e.InitProducer("p")
+	ps2, err := e.InitProducer(t.Context(), "p")
 	if err != nil || ps2.Epoch != ps.Epoch+1 || ps2.Streams["s"].NextSeq != 1 {
 		t.Fatalf("re-init: %+v %v", ps2, err)
 	}
@@ -135,7 +135,7 @@ func TestProducerRules(t *testing.T) {
 func TestUnpreparedBatchesForgottenOnRestart(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	ps, _ := e.InitProducer("p")
+	ps, _ := e.InitProducer(t.Context(), "p")
 	p := &Producer{ID: "p", Epoch: ps.Epoch}
 	for seq := range int64(3) {
 		if _, err := send(e, p, "s", seq, 2); err != nil {

@@ -27,6 +27,7 @@ type Metrics struct {
 	ckpts       *prometheus.CounterVec
 	files       prometheus.Counter
 	stuck       prometheus.Counter
+	orphans     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg. status is read
@@ -51,6 +52,11 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 			Help: "Files made final."}),
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_commit_retries_total",
 			Help: "Failed attempts to commit a prepared checkpoint (each is retried)."}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_orphans_removed_total",
+			Help: "Uploads and staging objects no prepared checkpoint named, removed by recovery or the orphan sweep, by kind (intent: a failed abort retried; upload; object)."}, []string{"kind"}),
+	}
+	for _, kind := range []string{"intent", "upload", "object"} {
+		m.orphans.WithLabelValues(kind) // shown as 0 before the first removal
 	}
 	gauge := func(name, help string, f func(Status) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
@@ -77,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "eosink_build_info",
 		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(bi, ok)})
 	build.Set(1)
-	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, build,
+	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, m.orphans, build,
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
@@ -111,7 +117,8 @@ func (m *Metrics) Hooks() Hooks {
 				m.files.Add(float64(len(r.Files)))
 			}
 		},
-		CommitStuck: func(uint64, error) { m.stuck.Inc() },
+		CommitStuck:    func(uint64, error) { m.stuck.Inc() },
+		OrphansRemoved: func(kind string, n int) { m.orphans.WithLabelValues(kind).Add(float64(n)) },
 	}
 }
 

@@ -135,7 +135,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 					t.Fatalf("wait ready: %v", err)
 				}
 			} else {
-				ps, err := e.InitProducer("p")
+				ps, err := e.InitProducer(t.Context(), "p")
 				if tc.op == "init producer" {
 					if err == nil {
 						t.Fatal("init producer: no error")
@@ -168,7 +168,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 				r.fs = base
 				r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}, Exact: true})
 			}
-			if _, err := e.InitProducer("q"); err != nil {
+			if _, err := e.InitProducer(t.Context(), "q"); err != nil {
 				t.Fatalf("after restart: %v", err)
 			}
 		})
@@ -183,14 +183,14 @@ func TestStoreDiskFull(t *testing.T) {
 		r, f := storeRig(t)
 		e := r.start(nil)
 		f.set(failOp("init producer", recovery.BeforeCommit, errPageENOSPC, 1))
-		_, err := e.InitProducer("p")
+		_, err := e.InitProducer(t.Context(), "p")
 		if !errors.Is(err, durable.ErrDiskFull) {
 			t.Fatalf("init producer on a full disk: %v", err)
 		}
 		if st := e.Status(); st.Failed != "" || !strings.Contains(st.DiskFull, "no space") {
 			t.Fatalf("status after a full disk: %+v", st)
 		}
-		if _, err := e.InitProducer("p"); err != nil {
+		if _, err := e.InitProducer(t.Context(), "p"); err != nil {
 			t.Fatalf("init producer once space is back: %v", err)
 		}
 		if st := e.Status(); st.DiskFull != "" {
@@ -200,7 +200,7 @@ func TestStoreDiskFull(t *testing.T) {
 	t.Run("prepare", func(t *testing.T) {
 		r, f := storeRig(t)
 		e := r.start(nil)
-		ps, err := e.InitProducer("p")
+		ps, err := e.InitProducer(t.Context(), "p")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,8 +248,8 @@ func TestStoreDiskFull(t *testing.T) {
 	})
 	t.Run("empty checkpoint", func(t *testing.T) {
 		r, f := storeRig(t)
+		r.tweak = func(c *Config) { c.StoreOptions.WriteFault = f.hook; c.idBlock = 2 } // the first barrier must reserve
 		e := r.start(nil)
-		r.checkpoint() // the id reserved at start covers one
 		f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1))
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()

@@ -299,7 +299,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	}
 	if err == nil {
 		for _, p := range []string{"p1", "p2"} {
-			ps, err := e.InitProducer(p)
+			ps, err := e.InitProducer(t.Context(), p)
 			if err != nil {
 				if !mode.store() {
 					t.Fatal(err)
@@ -384,7 +384,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	}
 	for _, p := range []string{"p1", "p2"} {
 		if _, ok := m.epoch[p]; !ok {
-			ps, err := e.InitProducer(p)
+			ps, err := e.InitProducer(t.Context(), p)
 			if err != nil {
 				t.Fatal(err)
 			}

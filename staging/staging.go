@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -33,11 +34,13 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Summary describes a pre-committed transaction file.
 type Summary struct {
-	Temp      string              // path of the temp file
-	Bytes     int64               // size in bytes
-	Records   int64               // number of records (lines)
-	CRC32C    string              // CRC-32C (Castagnoli) of the content, hex
-	Producers map[string][2]int64 // producer -> [first_seq, last_seq] of its batches in the file
+	Temp    string // path of the temp file
+	Bytes   int64  // size in bytes
+	Records int64  // number of records (lines)
+	CRC32C  string // CRC-32C (Castagnoli) of the content, hex
+	// Producers holds each producer's exact sequence numbers in the file,
+	// as ascending, disjoint, inclusive [first, last] ranges.
+	Producers map[string][][2]int64
 }
 
 // Txn is one open temp file.
@@ -50,7 +53,7 @@ type Txn struct {
 	written int64 // bytes in the file, all of whole batches
 	records int64
 	crc     uint32
-	prod    map[string][2]int64
+	prod    map[string][][2]int64
 	err     error // sticky: set when the file can no longer be trusted
 	closed  bool
 }
@@ -73,7 +76,7 @@ func Create(fs afero.Fs, name string, bufSize int) (*Txn, error) {
 	if err != nil {
 		return nil, durable.Classify(fmt.Errorf("create staging file %s: %w", name, err))
 	}
-	return &Txn{fs: fs, name: name, f: f, bufSize: bufSize, prod: map[string][2]int64{}}, nil
+	return &Txn{fs: fs, name: name, f: f, bufSize: bufSize, prod: map[string][][2]int64{}}, nil
 }
 
 // Name returns the temp file's path.
@@ -121,12 +124,15 @@ func (t *Txn) Append(data []byte, records int, producer string, seq int64) error
 	t.records += int64(records)
 	t.crc = crc32.Update(t.crc, castagnoli, data)
 	if producer != "" {
-		r, ok := t.prod[producer]
-		if !ok {
-			r[0] = seq
+		// A producer's batches come in sequence order, but those that went
+		// to another file or to none (empty) leave gaps.
+		rs := t.prod[producer]
+		if n := len(rs); n > 0 && rs[n-1][1]+1 == seq {
+			rs[n-1][1] = seq
+		} else {
+			rs = append(rs, [2]int64{seq, seq})
 		}
-		r[1] = seq
-		t.prod[producer] = r
+		t.prod[producer] = rs
 	}
 	return nil
 }
@@ -178,9 +184,9 @@ func (t *Txn) PreCommit() (Summary, error) {
 		t.err = err
 		return Summary{}, fmt.Errorf("pre-commit staging file: %w", err)
 	}
-	prod := make(map[string][2]int64, len(t.prod))
+	prod := make(map[string][][2]int64, len(t.prod))
 	for k, v := range t.prod {
-		prod[k] = v
+		prod[k] = slices.Clone(v)
 	}
 	var sum [4]byte
 	sum[0], sum[1], sum[2], sum[3] = byte(t.crc>>24), byte(t.crc>>16), byte(t.crc>>8), byte(t.crc)

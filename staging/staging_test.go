@@ -2,6 +2,7 @@ package staging
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func TestAppendPreCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join(batches, "") + "x\n"
-	if sum.Bytes != int64(len(want)) || sum.Records != 5 || sum.CRC32C != CRC32C([]byte(want)) || sum.Producers["p"] != [2]int64{3, 5} {
+	if sum.Bytes != int64(len(want)) || sum.Records != 5 || sum.CRC32C != CRC32C([]byte(want)) || fmt.Sprint(sum.Producers["p"]) != "[[3 5]]" {
 		t.Fatalf("summary %+v", sum)
 	}
 	if err := durable.SyncDir(fs, "/s"); err != nil {
@@ -128,5 +129,51 @@ func TestSyncFailureIsNotRetried(t *testing.T) {
 	}
 	if _, err := tx.PreCommit(); err == nil {
 		t.Fatal("a second pre-commit succeeded after a failed fsync")
+	}
+}
+
+// A file's producer ranges hold exactly the sequence numbers appended to
+// it: batches of the same producer that went to another file (another
+// extension or partition) or took no file (empty) leave gaps.
+func TestProducerRangesExact(t *testing.T) {
+	type app struct {
+		producer string
+		seq      int64
+	}
+	tests := []struct {
+		name    string
+		appends []app
+		want    map[string]string
+	}{
+		{"contiguous", []app{{"p", 3}, {"p", 4}, {"p", 5}}, map[string]string{"p": "[[3 5]]"}},
+		{"one", []app{{"p", 7}}, map[string]string{"p": "[[7 7]]"}},
+		{"gaps", []app{{"p", 0}, {"p", 2}, {"p", 3}, {"p", 7}}, map[string]string{"p": "[[0 0] [2 3] [7 7]]"}},
+		{"two producers", []app{{"a", 1}, {"b", 1}, {"a", 2}, {"b", 3}, {"", 0}, {"a", 4}},
+			map[string]string{"a": "[[1 2] [4 4]]", "b": "[[1 1] [3 3]]"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := Create(afero.NewMemMapFs(), TempName("/s", "part.ndjson"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range tc.appends {
+				if err := tx.Append([]byte("x\n"), 1, a.producer, a.seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum, err := tx.PreCommit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sum.Producers) != len(tc.want) {
+				t.Fatalf("producers %v, want %v", sum.Producers, tc.want)
+			}
+			for p, want := range tc.want {
+				if got := fmt.Sprint(sum.Producers[p]); got != want {
+					t.Errorf("producer %s: ranges %s, want %s", p, got, want)
+				}
+			}
+		})
 	}
 }

@@ -34,7 +34,7 @@ func TestCheckerCatches(t *testing.T) {
 		want := map[batchKey]int{{"p", "clicks", 0}: 3, {"p", "clicks", 1}: 2, {"p", "clicks", 2}: 4}
 		return files, want
 	}
-	write := func(t *testing.T, files []file, manifests map[uint64][]file, ranges map[string][2]int64) string {
+	write := func(t *testing.T, files []file, manifests map[uint64][]file, ranges map[string][][2]int64) string {
 		root := t.TempDir()
 		for _, f := range files {
 			p := filepath.Join(root, filepath.FromSlash(f.path))
@@ -50,14 +50,14 @@ func TestCheckerCatches(t *testing.T) {
 			m.Checkpoint, m.Node = id, "n"
 			for _, f := range fs {
 				m.Files = append(m.Files, struct {
-					Path      string              `json:"path"`
-					Stream    string              `json:"stream"`
-					Bytes     int64               `json:"bytes"`
-					Records   int64               `json:"records"`
-					CRC32C    string              `json:"crc32c"`
-					Producers map[string][2]int64 `json:"producers"`
+					Path      string                `json:"path"`
+					Stream    string                `json:"stream"`
+					Bytes     int64                 `json:"bytes"`
+					Records   int64                 `json:"records"`
+					CRC32C    string                `json:"crc32c"`
+					Producers map[string][][2]int64 `json:"producers"`
 				}{Path: f.path, Stream: "clicks", Bytes: int64(len(f.data)), Records: int64(strings.Count(string(f.data), "\n")),
-					Producers: map[string][2]int64{"p": ranges[f.path]}})
+					Producers: map[string][][2]int64{"p": ranges[f.path]}})
 			}
 			data, _ := json.Marshal(m)
 			p := filepath.Join(root, "_manifests", "n", fmt.Sprintf("%020d.json", id))
@@ -68,9 +68,9 @@ func TestCheckerCatches(t *testing.T) {
 		}
 		return root
 	}
-	ranges := map[string][2]int64{
-		dir1 + "/part-n-00000000000000000001-0000.ndjson": {0, 1},
-		dir1 + "/part-n-00000000000000000002-0000.ndjson": {2, 2},
+	ranges := map[string][][2]int64{
+		dir1 + "/part-n-00000000000000000001-0000.ndjson": {{0, 1}},
+		dir1 + "/part-n-00000000000000000002-0000.ndjson": {{2, 2}},
 	}
 
 	t.Run("valid", func(t *testing.T) {
@@ -117,12 +117,16 @@ func TestCheckerCatches(t *testing.T) {
 		}, true, "cut after"},
 		{"out of order", func(files []file, want map[batchKey]int) ([]file, map[uint64][]file) {
 			files[0].data, files[1].data = files[1].data, files[0].data
-			ranges[files[0].path], ranges[files[1].path] = [2]int64{2, 2}, [2]int64{0, 1}
+			ranges[files[0].path], ranges[files[1].path] = [][2]int64{{2, 2}}, [][2]int64{{0, 1}}
 			return files, map[uint64][]file{1: files[:1], 2: files[1:]}
 		}, true, "later checkpoint"},
+		{"over-claiming range", func(files []file, want map[batchKey]int) ([]file, map[uint64][]file) {
+			ranges[files[0].path] = [][2]int64{{0, 2}}
+			return files, map[uint64][]file{1: files[:1], 2: files[1:]}
+		}, true, "producer p seqs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			saved := map[string][2]int64{}
+			saved := map[string][][2]int64{}
 			for k, v := range ranges {
 				saved[k] = v
 			}

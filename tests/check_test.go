@@ -136,20 +136,20 @@ type fileInfo struct {
 	ckpt      uint64
 	size      int64
 	records   int
-	producers map[string][2]int64 // producer -> first, last seq (one stream per file)
-	named     int                 // manifests naming it
+	producers map[string][][2]int64 // producer -> its exact seqs as ranges (one stream per file)
+	named     int                   // manifests naming it
 }
 
 type manifestFile struct {
 	Checkpoint uint64 `json:"checkpoint"`
 	Node       string `json:"node"`
 	Files      []struct {
-		Path      string              `json:"path"`
-		Stream    string              `json:"stream"`
-		Bytes     int64               `json:"bytes"`
-		Records   int64               `json:"records"`
-		CRC32C    string              `json:"crc32c"`
-		Producers map[string][2]int64 `json:"producers"`
+		Path      string                `json:"path"`
+		Stream    string                `json:"stream"`
+		Bytes     int64                 `json:"bytes"`
+		Records   int64                 `json:"records"`
+		CRC32C    string                `json:"crc32c"`
+		Producers map[string][][2]int64 `json:"producers"`
 	} `json:"files"`
 }
 
@@ -210,7 +210,7 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 			r.bad("read %s: %v", o.Path, err)
 			continue
 		}
-		fi := &fileInfo{path: o.Path, node: node, ckpt: ckpt, size: int64(len(data)), producers: map[string][2]int64{}}
+		fi := &fileInfo{path: o.Path, node: node, ckpt: ckpt, size: int64(len(data)), producers: map[string][][2]int64{}}
 		files[o.Path] = fi
 		r.Files++
 		r.Bytes += int64(len(data))
@@ -259,12 +259,13 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 					r.bad("%s:%d: %s/%s seq %d after seq %d in the same file", o.Path, ln+1, rec.P, rec.S, rec.Q, q)
 				}
 				lastQ[rec.P] = rec.Q
-				pr, ok := fi.producers[rec.P]
-				if !ok {
-					pr = [2]int64{rec.Q, rec.Q}
+				rs := fi.producers[rec.P]
+				if n := len(rs); n > 0 && rs[n-1][1]+1 == rec.Q {
+					rs[n-1][1] = rec.Q
+				} else {
+					rs = append(rs, [2]int64{rec.Q, rec.Q})
 				}
-				pr[0], pr[1] = min(pr[0], rec.Q), max(pr[1], rec.Q)
-				fi.producers[rec.P] = pr
+				fi.producers[rec.P] = rs
 				sp := fileSpans[rec.P]
 				if sp == nil {
 					sp = &span{node: node, ckpt: ckpt, min: rec.Q, max: rec.Q}
@@ -323,7 +324,7 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 				r.bad("%s: producers %v; manifest %s says %v", mf.Path, fi.producers, mo.Path, mf.Producers)
 			} else {
 				for p, rg := range fi.producers {
-					if mf.Producers[p] != rg {
+					if fmt.Sprint(mf.Producers[p]) != fmt.Sprint(rg) {
 						r.bad("%s: producer %s seqs %v; manifest %s says %v", mf.Path, p, rg, mo.Path, mf.Producers[p])
 					}
 				}

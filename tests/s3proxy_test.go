@@ -27,6 +27,7 @@ type s3Proxy struct {
 	hits    int
 	hitAt   time.Time
 	hitDesc string
+	cut     bool // every request's connection is dropped, as in an outage
 }
 
 func startS3Proxy(t testing.TB, target string) *s3Proxy {
@@ -45,6 +46,11 @@ func startS3Proxy(t testing.TB, target string) *s3Proxy {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
+		if p.cut && (p.match == nil || !p.match(r)) {
+			p.mu.Unlock()
+			drop(w)
+			return
+		}
 		var act func()
 		var handle func(w http.ResponseWriter, r *http.Request, forward http.Handler)
 		if p.match != nil && p.match(r) {
@@ -82,6 +88,26 @@ func (p *s3Proxy) ArmHandler(match func(r *http.Request) bool, h func(w http.Res
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.match, p.action, p.handle = match, nil, h
+}
+
+// Cut drops every request's connection from now on (an S3 outage that
+// MinIO itself does not see: its memory of uploads survives), or, with
+// false, forwards again. An armed request is still handled as armed.
+func (p *s3Proxy) Cut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+}
+
+// drop closes the request's connection without an answer.
+func drop(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
 }
 
 // Hit returns whether the armed request came, and which it was.

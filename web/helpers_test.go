@@ -171,7 +171,7 @@ func combine(apiH, uiH http.Handler) http.Handler {
 	})
 }
 
-// req builds a request; target is sent as is, so it may hold "..", "%2F"
+// req builds a request to a loopback Host; target is sent as is, so it may hold "..", "%2F"
 // and the like. hdr is key, value pairs.
 func req(method, target, body string, hdr ...string) *http.Request {
 	var rd io.Reader
@@ -179,6 +179,7 @@ func req(method, target, body string, hdr ...string) *http.Request {
 		rd = strings.NewReader(body)
 	}
 	r := httptest.NewRequest(method, target, rd)
+	r.Host = "localhost:8080" // a loopback name, as the API requires without tokens
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Add(hdr[i], hdr[i+1])
 	}

@@ -196,7 +196,7 @@ func TestListingRefresh(t *testing.T) {
 
 func TestPreview(t *testing.T) {
 	t.Run("ndjson", func(t *testing.T) {
-		p, err := readPreview(strings.NewReader("{\"a\":1,\"b\":[true,null],\"c\":\"x\\\"y\"}\nnot json\r\n\n"), "f.ndjson")
+		p, err := readPreview(t.Context(), strings.NewReader("{\"a\":1,\"b\":[true,null],\"c\":\"x\\\"y\"}\nnot json\r\n\n"), "f.ndjson")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,14 +213,14 @@ func TestPreview(t *testing.T) {
 		}
 	})
 	t.Run("line limit", func(t *testing.T) {
-		p, _ := readPreview(strings.NewReader(strings.Repeat("{\"n\":1}\n", 80)), "f.ndjson")
+		p, _ := readPreview(t.Context(), strings.NewReader(strings.Repeat("{\"n\":1}\n", 80)), "f.ndjson")
 		if len(p.Lines) != previewLines || !p.More {
 			t.Fatalf("%d lines, more %v", len(p.Lines), p.More)
 		}
 	})
 	t.Run("byte limit", func(t *testing.T) {
 		long := "{\"s\":\"" + strings.Repeat("y", previewBytes) + "\"}\n"
-		p, _ := readPreview(strings.NewReader("{\"a\":1}\n"+long), "f.ndjson")
+		p, _ := readPreview(t.Context(), strings.NewReader("{\"a\":1}\n"+long), "f.ndjson")
 		if len(p.Lines) != 2 || !p.More || !p.Lines[1].Cut || p.Lines[1].JSON || p.BytesRead != previewBytes {
 			t.Fatalf("%d lines, more %v, cut %v, read %d", len(p.Lines), p.More, p.Lines[len(p.Lines)-1].Cut, p.BytesRead)
 		}
@@ -230,16 +230,16 @@ func TestPreview(t *testing.T) {
 		zw := gzip.NewWriter(&b)
 		_, _ = zw.Write([]byte("{\"z\":1}\n"))
 		_ = zw.Close()
-		p, _ := readPreview(&b, "f.ndjson.gz")
+		p, _ := readPreview(t.Context(), &b, "f.ndjson.gz")
 		if len(p.Lines) != 1 || !p.Lines[0].JSON {
 			t.Fatalf("%+v", p)
 		}
 	})
 	t.Run("binary and zstd", func(t *testing.T) {
-		if p, _ := readPreview(strings.NewReader("a\x00b"), "f.txt"); p.Note == "" {
+		if p, _ := readPreview(t.Context(), strings.NewReader("a\x00b"), "f.txt"); p.Note == "" {
 			t.Error("binary shown")
 		}
-		if p, _ := readPreview(strings.NewReader("zz"), "f.ndjson.zst"); p.Note == "" {
+		if p, _ := readPreview(t.Context(), strings.NewReader("zz"), "f.ndjson.zst"); p.Note == "" {
 			t.Error("zstd shown")
 		}
 	})

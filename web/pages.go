@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
@@ -510,18 +512,18 @@ func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, snap *snap
 			d.CommittedAt = m.CommittedAt
 			if mf := m.Files[f.Path]; mf != nil {
 				d.InManifest, d.CRC32C, d.Records = true, mf.CRC32C, mf.Records
-				for id, rg := range mf.Producers {
-					d.Producers = append(d.Producers, producerRange{ID: id, First: rg[0], Last: rg[1]})
-				}
-				slices.SortFunc(d.Producers, func(a, b producerRange) int { return strings.Compare(a.ID, b.ID) })
+				d.Producers = producerRanges(mf.Producers)
 			}
 		}
 	}
 	rc, _, err := u.files.Open(r.Context(), f.Path)
 	switch {
 	case err == nil:
-		d.Preview, err = readPreview(rc, f.Path)
+		d.Preview, err = readPreview(r.Context(), rc, f.Path)
 		_ = rc.Close()
+		if r.Context().Err() != nil {
+			return // the client is gone; nobody reads the page
+		}
 		if err != nil {
 			u.log.Warn("read preview", "path", f.Path, "op", "file page", "err", err)
 			d.PreviewErr = "The file could not be read; the server log says why."
@@ -649,7 +651,7 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 		switch {
 		case st.Ready && id == st.OpenID:
 			d.Row = openRow(st)
-		case st.Ready && id < st.OpenID && id > st.LastDone:
+		case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
 			d.Row = ckptRow{ID: id, State: "running"}
 		default:
 			u.fail(w, r, http.StatusNotFound, "No such checkpoint", "The state store holds no checkpoint "+strconv.FormatUint(id, 10)+".")
@@ -668,10 +670,7 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	for _, f := range c.Files {
 		cf := ckptFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, URL: browseURL(f.Final, false)}
-		for pid, rg := range f.Producers {
-			cf.Producers = append(cf.Producers, producerRange{ID: pid, First: rg[0], Last: rg[1]})
-		}
-		slices.SortFunc(cf.Producers, func(a, b producerRange) int { return strings.Compare(a.ID, b.ID) })
+		cf.Producers = producerRanges(f.Producers)
 		if snap != nil {
 			_, cf.Present = snap.find(f.Final)
 		}
@@ -787,4 +786,22 @@ func (u *ui) checkpointNow(w http.ResponseWriter, r *http.Request, s *session) {
 		u.log.Error("checkpoint now", "op", "POST /ui/checkpoint", "err", err)
 		u.fail(w, r, http.StatusServiceUnavailable, "Checkpoint failed", err.Error())
 	}
+}
+
+// producerRanges lists a file's producer ranges, one row per range, by
+// producer and then sequence.
+func producerRanges(m map[string]committer.SeqRanges) []producerRange {
+	var out []producerRange
+	for id, rs := range m {
+		for _, rg := range rs {
+			out = append(out, producerRange{ID: id, First: rg[0], Last: rg[1]})
+		}
+	}
+	slices.SortFunc(out, func(a, b producerRange) int {
+		if c := strings.Compare(a.ID, b.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.First, b.First)
+	})
+	return out
 }

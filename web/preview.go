@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,6 +21,11 @@ const (
 	previewCompressed = 1 << 20
 	// maxPretty bounds a line pretty-printed; longer ones show as text.
 	maxPretty = 16 << 10
+	// maxPrettyDepth and maxPrettyOut bound what is pretty-printed: the
+	// indented form grows with length times depth, so a deep or dense
+	// value shows as sent instead.
+	maxPrettyDepth = 64
+	maxPrettyOut   = 128 << 10
 )
 
 // seg is a run of preview text with a highlighting class ("" for plain).
@@ -48,7 +54,8 @@ type preview struct {
 // readPreview reads the first lines of a file: at most previewLines lines
 // and previewBytes bytes (after decompression for .gz). Lines that are valid
 // JSON are pretty-printed; others show as text, invalid UTF-8 replaced.
-func readPreview(r io.Reader, name string) (preview, error) {
+// It stops with ctx's error when the request is gone.
+func readPreview(ctx context.Context, r io.Reader, name string) (preview, error) {
 	switch path.Ext(name) {
 	case ".gz":
 		zr, err := gzip.NewReader(io.LimitReader(r, previewCompressed))
@@ -83,9 +90,8 @@ func readPreview(r io.Reader, name string) (preview, error) {
 	}
 	if path.Ext(name) == ".json" && !more && json.Valid(data) {
 		// One document over many lines (a manifest): indent it whole.
-		var out bytes.Buffer
-		if json.Indent(&out, data, "", "  ") == nil {
-			for i, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+		if out, ok := indent(data); ok {
+			for i, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 				if i == previewLines {
 					p.More = true
 					break
@@ -98,6 +104,9 @@ func readPreview(r io.Reader, name string) (preview, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), previewBytes+1)
 	for sc.Scan() {
+		if err := ctx.Err(); err != nil {
+			return preview{}, err
+		}
 		if len(p.Lines) == previewLines {
 			p.More = true
 			break
@@ -108,9 +117,8 @@ func readPreview(r io.Reader, name string) (preview, error) {
 			line = strings.ToValidUTF8(line, "\uFFFD")
 		}
 		if len(line) <= maxPretty && json.Valid([]byte(line)) {
-			var out bytes.Buffer
-			if json.Indent(&out, []byte(line), "", "  ") == nil {
-				pl.JSON, pl.Segs = true, highlightJSON(out.String())
+			if out, ok := indent([]byte(line)); ok {
+				pl.JSON, pl.Segs = true, highlightJSON(out)
 			}
 		}
 		if !pl.JSON {
@@ -130,17 +138,57 @@ func readPreview(r io.Reader, name string) (preview, error) {
 	return p, nil
 }
 
+// indent pretty-prints the valid JSON b, or returns false if it nests
+// deeper than maxPrettyDepth or its indented form could pass maxPrettyOut
+// bytes: both are known from one scan, before any indenting.
+func indent(b []byte) (string, bool) {
+	depth, maxDepth, size := 0, 0, len(b)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+			maxDepth = max(maxDepth, depth)
+			size += 1 + 2*depth // a line break and the next line's indent
+		case ']', '}':
+			depth--
+			size += 1 + 2*depth
+		case ',':
+			size += 1 + 2*depth
+		case ':':
+			size++ // the space after it
+		}
+		if maxDepth > maxPrettyDepth || size > maxPrettyOut {
+			return "", false
+		}
+	}
+	var out bytes.Buffer
+	out.Grow(size)
+	if json.Indent(&out, b, "", "  ") != nil {
+		return "", false
+	}
+	return out.String(), true
+}
+
 // highlightJSON splits indented JSON into classed runs: object keys, string
-// values, numbers, literals (true, false, null) and punctuation. The text is
-// escaped by the template, never here.
+// values, numbers, literals (true, false, null) and punctuation. Runs are
+// slices of s, so adjacent runs of one class merge by moving an end, never
+// by copying. The text is escaped by the template, never here.
 func highlightJSON(s string) []seg {
 	var out []seg
-	add := func(class, text string) {
+	start := 0 // where the last run in out starts in s
+	add := func(class string, from, to int) {
 		if n := len(out); n > 0 && out[n-1].Class == class {
-			out[n-1].Text += text
+			out[n-1].Text = s[start:to]
 			return
 		}
-		out = append(out, seg{Class: class, Text: text})
+		out = append(out, seg{Class: class, Text: s[from:to]})
+		start = from
 	}
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -158,27 +206,27 @@ func highlightJSON(s string) []seg {
 			if k := strings.IndexFunc(s[j:], func(r rune) bool { return r != ' ' }); k >= 0 && s[j+k] == ':' {
 				class = "k"
 			}
-			add(class, s[i:j])
+			add(class, i, j)
 			i = j
 		case c == '-' || (c >= '0' && c <= '9'):
 			j := i + 1
 			for j < len(s) && strings.IndexByte("0123456789.eE+-", s[j]) >= 0 {
 				j++
 			}
-			add("n", s[i:j])
+			add("n", i, j)
 			i = j
 		case c == 't' || c == 'f' || c == 'n':
 			j := i
 			for j < len(s) && s[j] >= 'a' && s[j] <= 'z' {
 				j++
 			}
-			add("l", s[i:j])
+			add("l", i, j)
 			i = j
 		case strings.IndexByte("{}[],:", c) >= 0:
-			add("p", s[i:i+1])
+			add("p", i, i+1)
 			i++
 		default:
-			add("", s[i:i+1])
+			add("", i, i+1)
 			i++
 		}
 	}

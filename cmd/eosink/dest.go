@@ -40,20 +40,28 @@ type destFlags struct {
 func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node string, log *slog.Logger) (destination, string, error) {
 	u, err := url.Parse(df.dest)
 	if err != nil {
-		return nil, "", fmt.Errorf("--dest %q: %w", df.dest, err)
+		return nil, "", fmt.Errorf("%w: --dest %q: %w", errUsage, df.dest, err)
 	}
 	switch u.Scheme {
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, "", fmt.Errorf("--dest %q: want file:///absolute/path", df.dest)
+			return nil, "", fmt.Errorf("%w: --dest %q: want file:///absolute/path", errUsage, df.dest)
 		}
 		dir := filepath.Clean(u.Path)
 		if !filepath.IsAbs(dir) {
-			return nil, "", fmt.Errorf("--dest %q: path must be absolute", df.dest)
+			return nil, "", fmt.Errorf("%w: --dest %q: path must be absolute", errUsage, df.dest)
+		}
+		if staging == "" { // reading only: a missing destination is not an empty one
+			if _, err := os.Stat(dir); err != nil {
+				return nil, "", fmt.Errorf("%w: %w", errNoDest, err)
+			}
 		}
 		if staging != "" {
-			if rel, err := filepath.Rel(dir, staging); err == nil && !strings.HasPrefix(rel, "..") {
-				return nil, "", fmt.Errorf("--dest %s: the staging directory %s must not be inside the destination", dir, staging)
+			if within(dir, staging) {
+				return nil, "", fmt.Errorf("%w: --dest %s: the staging directory %s must not be inside the destination", errUsage, dir, staging)
+			}
+			if within(staging, dir) {
+				return nil, "", fmt.Errorf("%w: --dest %s: the destination must not be inside the staging directory %s", errUsage, dir, staging)
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, "", fmt.Errorf("create destination %s: %w", dir, err)
@@ -80,7 +88,7 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		cancel()
 		switch {
 		case err == nil && !ok:
-			return nil, "", fmt.Errorf("bucket %s does not exist at %s", bucket, endpoint)
+			return nil, "", fmt.Errorf("%w: bucket %s does not exist at %s", errNoDest, bucket, endpoint)
 		case err != nil:
 			if er := minio.ToErrorResponse(err); er.StatusCode == 401 || er.StatusCode == 403 {
 				return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, endpoint, err)
@@ -96,7 +104,7 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		case "copy":
 			mode = s3c.Copy
 		default:
-			return nil, "", fmt.Errorf("--s3-commit %q: want multipart or copy", df.commitMode)
+			return nil, "", fmt.Errorf("%w: --s3-commit %q: want multipart or copy", errUsage, df.commitMode)
 		}
 		c, err := s3c.New(s3c.Config{Client: cl, Bucket: bucket, Prefix: prefix, Node: node, Staging: fsys, Mode: mode, Logger: log})
 		if err != nil {
@@ -104,8 +112,15 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		}
 		return c, df.dest, nil
 	default:
-		return nil, "", fmt.Errorf("--dest %q: want file:///path or s3://bucket/prefix", df.dest)
+		return nil, "", fmt.Errorf("%w: --dest %q: want file:///path or s3://bucket/prefix", errUsage, df.dest)
 	}
+}
+
+// within reports whether path is dir or lies under it; both are absolute.
+// A name that only starts with ".." ("..x") is inside, not above.
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // sameDevice refuses a destination on another filesystem than staging:

@@ -22,17 +22,26 @@ func main() {
 	stop()
 	if err != nil {
 		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(int(ee))
-		}
-		if !errors.Is(err, flag.ErrHelp) {
+		if !errors.As(err, &ee) && !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "eosink:", err)
 		}
-		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the process status for run's error: 0 for none, the code of
+// an exitError, 2 for a usage or configuration error, else 1.
+func exitCode(err error) int {
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return int(ee)
+	case errors.Is(err, flag.ErrHelp), errors.Is(err, errUsage), errors.Is(err, errNoDest):
+		return 2
+	}
+	return 1
 }
 
 // exitError ends the process with a status and nothing more to say.
@@ -40,7 +49,20 @@ type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-var errUsage = errors.New("usage")
+// Errors that exit 2: the command line asks for something that cannot be.
+var (
+	errUsage  = errors.New("usage")
+	errNoDest = errors.New("no such destination")
+)
+
+// usageError marks a flag parsing error as a usage error; --help stays
+// flag.ErrHelp.
+func usageError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUsage, err)
+}
 
 const usage = `eosink lands records in files, exactly once.
 

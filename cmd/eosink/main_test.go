@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -76,5 +77,29 @@ func TestUsage(t *testing.T) {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("serve %v: accepted", bad)
 		}
+	}
+}
+
+// verify --dry-run on a local destination: nothing remote to sweep, and
+// the JSON report carries the (empty) orphan list beside the verification.
+func TestVerifyDryRunLocal(t *testing.T) {
+	dest := t.TempDir()
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"verify", "--dest", "file://" + dest, "--dry-run"}, &out, io.Discard); err != nil {
+		t.Fatalf("verify --dry-run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "dry run: 0 uploads and staging objects found") || strings.Contains(out.String(), "ORPHAN") {
+		t.Fatalf("verify --dry-run output:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"verify", "--dest", "file://" + dest, "--dry-run", "--json", "--node", "n1"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Manifests *int           `json:"manifests"`
+		Orphans   map[string]any `json:"orphans"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || doc.Manifests == nil || doc.Orphans == nil {
+		t.Fatalf("verify --dry-run --json: %v\n%s", err, out.String())
 	}
 }

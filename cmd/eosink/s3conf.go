@@ -58,7 +58,7 @@ func newS3Client(df destFlags, log *slog.Logger) (*minio.Client, string, error) 
 	case "dns":
 		lookup = minio.BucketLookupDNS
 	default:
-		return nil, "", fmt.Errorf("--s3-lookup %q: want auto, path or dns", df.lookup)
+		return nil, "", fmt.Errorf("%w: --s3-lookup %q: want auto, path or dns", errUsage, df.lookup)
 	}
 	tr, err := minio.DefaultTransport(!df.insecure)
 	if err != nil {
@@ -66,7 +66,7 @@ func newS3Client(df destFlags, log *slog.Logger) (*minio.Client, string, error) 
 	}
 	if df.caFile != "" {
 		if df.insecure {
-			return nil, "", errors.New("--s3-ca-file with --s3-insecure: plain HTTP checks no certificate")
+			return nil, "", fmt.Errorf("%w: --s3-ca-file with --s3-insecure: plain HTTP checks no certificate", errUsage)
 		}
 		pool, err := caPool(df.caFile)
 		if err != nil {
@@ -91,14 +91,14 @@ func newS3Client(df destFlags, log *slog.Logger) (*minio.Client, string, error) 
 func caPool(file string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("read --s3-ca-file: %w", err)
+		return nil, fmt.Errorf("%w: read --s3-ca-file: %w", errUsage, err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("--s3-ca-file %s: no PEM certificate in it", file)
+		return nil, fmt.Errorf("%w: --s3-ca-file %s: no PEM certificate in it", errUsage, file)
 	}
 	return pool, nil
 }

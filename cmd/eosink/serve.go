@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -44,6 +45,10 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	pprofListen     string
+	sweepInterval   time.Duration
+	bodyTimeout     time.Duration
+	maxInflight     size
+	downloadStall   time.Duration
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -51,6 +56,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	f.maxBody, f.maxRecord, f.maxUncommitted, f.rollSize = 64<<20, 1<<20, 1<<30, 1<<30
+	f.maxInflight = api.DefaultMaxInflightBody
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&f.dataDir, "data-dir", "./data", "staging files and the state store")
 	fs.StringVar(&f.dest, "dest", "", "where committed files go: file:///abs/path or s3://bucket/prefix (default file://<data-dir>/files)")
@@ -71,6 +77,10 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the final checkpoint may take")
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.sweepInterval, "orphan-sweep-interval", server.DefaultSweepInterval, "how often to remove this node's S3 uploads and staging objects that no checkpoint names (also at every start); 0 turns the periodic sweep off")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
+	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
+	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
 	addS3Flags(fs, &f.destFlags)
@@ -122,6 +132,16 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want json, text or auto", format)
 }
 
+// tokenFileWarning returns a warning if every user of the machine may read
+// the token file, "" otherwise.
+func tokenFileWarning(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o004 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the token file %s is readable by every user (mode %v); chmod o-r it", path, fi.Mode().Perm())
+}
+
 func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -138,25 +158,37 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := serveFlagSet(&f, stderr)
 	if err := envFlags(fs, args); err != nil {
-		return err
+		return usageError(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		return err
+		return usageError(err)
 	}
 	if !nodeRE.MatchString(f.node) {
-		return fmt.Errorf("--node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", f.node)
+		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
+	}
+	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
+		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall} {
+		if d < 0 {
+			return fmt.Errorf("%w: %s %v: want a duration >= 0", errUsage, name, d)
+		}
+	}
+	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
+		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
 	}
 	var tokens *api.Tokens
 	if f.tokenFile != "" {
 		if tokens, err = api.LoadTokens(f.tokenFile); err != nil {
 			return err
 		}
+		if msg := tokenFileWarning(f.tokenFile); msg != "" {
+			log.Warn(msg, "path", f.tokenFile)
+		}
 	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
-		return fmt.Errorf("--listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", f.listen)
+		return fmt.Errorf("%w: --listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", errUsage, f.listen)
 	}
 	stls, err := startTLS(ctx, f.tlsFlags, f.listen, log)
 	if err != nil {
@@ -197,7 +229,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles),
-		Hooks:        metrics.Hooks(),
+		Hooks:        metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
 	})
 	if err != nil {
 		return err
@@ -213,8 +245,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: log, UI: ui,
+		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
+		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
 	})
 	if err != nil {
 		_ = eng.Close()
@@ -237,11 +270,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "eosink listening on %s://%s\n", stls.scheme(), ln.Addr())
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- stls.serve(hs, ln) }()
-	if f.pprofListen != "" {
-		if !isLoopback(f.pprofListen) {
-			_ = eng.Close()
-			return fmt.Errorf("--pprof-listen %s: only loopback addresses", f.pprofListen)
-		}
+	if f.pprofListen != "" { // checked to be loopback before anything started
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -290,6 +319,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// sweepInterval maps the flag (0 is off) to server.Config's (negative is off).
+func sweepInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
 // size is a byte count flag: 1048576, 64KiB, 64MiB, 1GiB, 10MB.
 type size int64
 
@@ -300,7 +337,7 @@ func (s *size) Set(v string) error {
 		suffix string
 		mult   int64
 	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
-	mult := int64(1)
+	orig, mult := v, int64(1)
 	for _, u := range units {
 		if strings.HasSuffix(v, u.suffix) {
 			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
@@ -310,6 +347,9 @@ func (s *size) Set(v string) error {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n <= 0 {
 		return fmt.Errorf("want a positive size like 1048576 or 64MiB")
+	}
+	if n > math.MaxInt64/mult {
+		return fmt.Errorf("%s is over the largest size, %d bytes", orig, int64(math.MaxInt64))
 	}
 	*s = size(n * mult)
 	return nil

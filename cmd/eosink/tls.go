@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -52,13 +51,13 @@ type serviceTLS struct {
 // it logs a warning: tokens would cross the network in clear text.
 func startTLS(ctx context.Context, f tlsFlags, listen string, log *slog.Logger) (*serviceTLS, error) {
 	if (f.certFile == "") != (f.keyFile == "") {
-		return nil, errors.New("--tls-cert and --tls-key go together: give both or neither")
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together: give both or neither", errUsage)
 	}
 	st := &serviceTLS{done: make(chan struct{})}
 	if f.certFile != "" {
 		r, err := newCertReloader(f.certFile, f.keyFile, log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
 		st.reloader = r
 		st.config = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
+	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -16,18 +19,21 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var df destFlags
-	var asJSON bool
+	var asJSON, dryRun bool
+	var node string
 	fs.StringVar(&df.dest, "dest", "", "the destination: file:///abs/path or s3://bucket/prefix (required)")
 	fs.StringVar(&df.endpoint, "s3-endpoint", "", "host:port of the S3-compatible server")
 	fs.BoolVar(&df.insecure, "s3-insecure", false, "plain HTTP to --s3-endpoint")
 	addS3Flags(fs, &df)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&dryRun, "dry-run", false, "also report what the orphan sweep would remove (S3 uploads and staging objects); removes nothing")
+	fs.StringVar(&node, "node", "", "with --dry-run: only this node's leftovers (default: every node found)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: eosink verify --dest URL [flags]\n\nReads the destination and reports every file no manifest names and every\nmanifest entry whose file is missing or whose size, records or checksum\ndiffer. Exits 1 if it finds any.\n\nFlags:\n")
+		fmt.Fprint(stderr, "Usage: eosink verify --dest URL [flags]\n\nReads the destination and reports every file no manifest names and every\nmanifest entry whose file is missing or whose size, records or checksum\ndiffer. Exits 1 if it finds any.\n\nWith --dry-run it also lists the S3 uploads and staging objects that the\norphan sweep of a node (or of every node) would remove, and removes nothing.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := envFlags(fs, args); err != nil {
-		return err
+		return usageError(err)
 	}
 	if df.dest == "" {
 		fs.Usage()
@@ -47,10 +53,23 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	var orphans map[string][]committer.Leftover
+	if dryRun {
+		if orphans, err = leftovers(ctx, dest, node); err != nil {
+			return err
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		var doc any = rep
+		if dryRun {
+			doc = struct {
+				*recovery.VerifyReport
+				Orphans map[string][]committer.Leftover `json:"orphans"`
+			}{rep, orphans}
+		}
+		if err := enc.Encode(doc); err != nil {
 			return err
 		}
 	} else {
@@ -59,9 +78,56 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stdout, "%s: %d manifests, %d files, %d records, %d bytes verified; %d problems\n",
 			name, rep.Manifests, rep.Files, rep.Records, rep.Bytes, len(rep.Problems))
+		if dryRun {
+			printLeftovers(stdout, orphans, node)
+		}
 	}
 	if len(rep.Problems) > 0 {
 		return exitError(1)
 	}
 	return nil
+}
+
+// leftoverLister is a committer that can list every node's leftovers (S3).
+type leftoverLister interface {
+	LeftoversOf(ctx context.Context, node string) (map[string][]committer.Leftover, error)
+}
+
+// leftovers lists what the orphan sweep of node ("" for every node) could
+// remove. A destination without remote leftovers (local) has none.
+func leftovers(ctx context.Context, dest destination, node string) (map[string][]committer.Leftover, error) {
+	l, ok := dest.(leftoverLister)
+	if !ok {
+		return map[string][]committer.Leftover{}, nil
+	}
+	out, err := l.LeftoversOf(ctx, node)
+	if err != nil {
+		return nil, fmt.Errorf("dry run: %w", err)
+	}
+	return out, nil
+}
+
+func printLeftovers(w io.Writer, byNode map[string][]committer.Leftover, node string) {
+	nodes := make([]string, 0, len(byNode))
+	total := 0
+	for n, l := range byNode {
+		nodes = append(nodes, n)
+		total += len(l)
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		for _, l := range byNode[n] {
+			age := time.Since(l.Initiated).Round(time.Second)
+			if l.Kind == committer.LeftoverUpload {
+				fmt.Fprintf(w, "ORPHAN node %s: upload %s of %s, started %s ago\n", n, l.UploadID, l.Key, age)
+			} else {
+				fmt.Fprintf(w, "ORPHAN node %s: staging object %s, written %s ago\n", n, l.Key, age)
+			}
+		}
+	}
+	who := "every node's"
+	if node != "" {
+		who = "node " + node + "'s"
+	}
+	fmt.Fprintf(w, "dry run: %d uploads and staging objects found that %s orphan sweep would remove, unless a prepared or in-flight checkpoint of a running node names them; nothing was removed\n", total, who)
 }

@@ -58,8 +58,9 @@
 //     that long by an outage finds its upload gone): if the local staging
 //     file is still there, it is uploaded again under a new upload id and
 //     completed; otherwise committer.ErrLost. The new upload id is in no
-//     record: a crash during this leaves an incomplete upload that only the
-//     server's expiry (or a lifecycle rule on AWS) removes.
+//     record: a crash during this leaves an incomplete upload, which the
+//     next try of Commit aborts first (every upload on the file's exact
+//     keys), and the orphan sweep once the checkpoint has committed.
 //   - The local staging file is removed only by Commit, after the object is
 //     final, and by Abort: a crash anywhere before leaves it for recovery.
 //   - Abort aborts f.UploadID and, because a crash can fall between the
@@ -68,6 +69,22 @@
 //     keys (MinIO lists uploads for an exact key but ignores folder
 //     prefixes); then deletes the staging object and the local temp. The
 //     final key is never touched. Missing pieces are not errors.
+//
+// # Orphans
+//
+// Leftovers lists this node's incomplete uploads and staging objects for
+// recovery and the orphan sweep (committer.Sweeper), which remove those
+// no intent and no prepared checkpoint claims. A key is this node's when it
+// is, under the prefix, a part file named part-<node>-…, a manifest under
+// _manifests/<node>/, or under _staging/<node>/. Uploads are listed with an
+// empty prefix and filtered here, because MinIO takes a
+// ListMultipartUploads prefix as an exact key; MinIO answers an empty
+// prefix from memory, so uploads begun before a MinIO restart are found
+// only through the intents, by exact key. With an empty prefix the keys of
+// other applications at the bucket root are only told apart by these
+// names: nodes sharing a bucket root need ids no other writer uses.
+// RemoveLeftover only aborts uploads and deletes objects under _staging/:
+// a committed file is never touched (I7).
 //
 // # Errors
 //

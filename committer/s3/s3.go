@@ -263,6 +263,14 @@ func (s *S3) reupload(ctx context.Context, f committer.File) error {
 		return fmt.Errorf("stat staging file: %w", err)
 	}
 	s.log.Warn("prepared upload gone, uploading again from the staging file", "path", f.Final, "op", "commit", "upload_id", f.UploadID)
+	// An earlier try of this may have been cut off by a crash with its
+	// upload started: no record holds that one. The keys are this file's
+	// alone and nothing is final, so every upload on them is a leftover.
+	for _, k := range []string{s.Key(f.Final), s.StagingKey(f.Final)} {
+		if err := s.abortUploads(ctx, k); err != nil {
+			return fmt.Errorf("upload again: %w", err)
+		}
+	}
 	g, err := s.Prepare(ctx, f)
 	if err != nil {
 		return fmt.Errorf("upload again: %w", err)

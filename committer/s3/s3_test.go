@@ -514,3 +514,124 @@ func TestMinIOConditions(t *testing.T) {
 		t.Logf("MinIO CopyObject honoured If-None-Match (%v): Copy mode could use it", err)
 	}
 }
+
+// TestLeftovers: the sweep's listing holds exactly this node's uploads and
+// staging objects under the prefix, and removing them touches nothing
+// else: not another node's, not other keys, not committed files.
+func TestLeftovers(t *testing.T) {
+	r := newRig(t, shared.Get(t), s3.Copy, 0)
+	ctx := t.Context()
+	committed := committertest.Prepare(t, r.env(), "clicks/dt=2026-11-29/hour=09/part-n1-00000000000000000001-0001.ndjson", []byte("kept\n"))
+	if err := r.s3.Commit(ctx, committed); err != nil {
+		t.Fatal(err)
+	}
+	f := committertest.Prepare(t, r.env(), finalName, []byte("{\"a\":1}\n"))
+	start := func(key string) string {
+		t.Helper()
+		id, err := r.core.NewMultipartUpload(ctx, r.srv.Bucket, key, minio.PutObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	manifest := "_manifests/n1/00000000000000000001.json"
+	mineManifest := start(r.s3.Key(manifest))
+	otherNode := r.s3.Key("clicks/dt=2026-11-29/hour=09/part-n2-00000000000000000001-0000.ndjson")
+	otherID := start(otherNode)
+	otherManifest := start(r.s3.Key("_manifests/n2/00000000000000000001.json"))
+	outside := start(r.prefix + "-other/clicks/dt=2026-11-29/hour=09/part-n1-00000000000000000001-0000.ndjson")
+	notOurs := start(r.s3.Key("clicks/readme.txt"))
+	rootPart := start(r.s3.Key("part-n1-00000000000000000001-0000.ndjson")) // no stream folder
+	t.Cleanup(func() {
+		for key, id := range map[string]string{otherNode: otherID, r.s3.Key("_manifests/n2/00000000000000000001.json"): otherManifest,
+			r.prefix + "-other/clicks/dt=2026-11-29/hour=09/part-n1-00000000000000000001-0000.ndjson": outside,
+			r.s3.Key("clicks/readme.txt"): notOurs, r.s3.Key("part-n1-00000000000000000001-0000.ndjson"): rootPart} {
+			_ = r.core.AbortMultipartUpload(context.Background(), r.srv.Bucket, key, id)
+		}
+	})
+
+	left, err := r.s3.Leftovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range left {
+		got[l.Kind+" "+l.Key] = l.Name
+		if l.Initiated.IsZero() || time.Since(l.Initiated) > time.Hour {
+			t.Errorf("%s %s: initiated %v", l.Kind, l.Key, l.Initiated)
+		}
+	}
+	want := map[string]string{
+		"upload " + r.s3.Key(finalName):        finalName,
+		"object " + r.s3.StagingKey(finalName): finalName,
+		"upload " + r.s3.Key(manifest):         manifest,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("leftovers:\n%v\nwant:\n%v", got, want)
+	}
+	all, err := r.s3.LeftoversOf(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all["n1"]) != 3 || len(all["n2"]) != 2 || len(all) != 2 {
+		t.Errorf("leftovers of every node: %v, want 3 of n1 and 2 of n2", all)
+	}
+
+	// Another node's upload is refused even when asked for.
+	if err := r.s3.RemoveLeftover(ctx, committer.Leftover{Kind: committer.LeftoverUpload, Key: otherNode, UploadID: otherID}); err == nil {
+		t.Error("removed another node's upload")
+	}
+	// A committed file is never a staging object.
+	if err := r.s3.RemoveLeftover(ctx, committer.Leftover{Kind: committer.LeftoverObject, Key: r.s3.Key(committed.Final)}); err == nil {
+		t.Error("removed a committed file as a staging object")
+	}
+	for _, l := range left {
+		if err := r.s3.RemoveLeftover(ctx, l); err != nil {
+			t.Fatalf("remove %+v: %v", l, err)
+		}
+		if err := r.s3.RemoveLeftover(ctx, l); !errors.Is(err, committer.ErrNotFound) {
+			t.Errorf("remove %s %s again: %v, want ErrNotFound", l.Kind, l.Key, err)
+		}
+	}
+	if left, err := r.s3.Leftovers(ctx); err != nil || len(left) != 0 {
+		t.Fatalf("after removal: %v, %v", left, err)
+	}
+	if ids, err := r.s3.Uploads(ctx, otherNode); err != nil || len(ids) != 1 {
+		t.Errorf("the other node's upload after the removal: %v, %v", ids, err)
+	}
+	committertest.WantContent(t, r.s3, committed.Final, []byte("kept\n"))
+	committertest.WantAbsent(t, r.s3, f.Final)
+	_ = mineManifest
+}
+
+// TestReuploadAbortsEarlierRetries: a commit whose upload the server
+// dropped uploads again under a new id that no record holds; a crash during
+// that leaves the new upload. The next Commit's retry removes it: nothing
+// stays on the key once the file is committed.
+func TestReuploadAbortsEarlierRetries(t *testing.T) {
+	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := newRig(t, shared.Get(t), mode, 0)
+			data := committertest.Content(61, 10_000)
+			f := committertest.Prepare(t, r.env(), finalName, data)
+			key := r.s3.Key(finalName)
+			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, key, f.UploadID); err != nil {
+				t.Fatal(err)
+			}
+			// What a reupload cut off by a crash leaves on the keys.
+			for _, k := range []string{key, r.s3.StagingKey(finalName)} {
+				if _, err := r.core.NewMultipartUpload(t.Context(), r.srv.Bucket, k, minio.PutObjectOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.s3.Commit(t.Context(), f); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			committertest.WantContent(t, r.s3, finalName, data)
+			left, err := r.leftovers(t.Context(), f)
+			if err != nil || len(left) > 0 {
+				t.Fatalf("after commit: leftovers %v, %v", left, err)
+			}
+		})
+	}
+}

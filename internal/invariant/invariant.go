@@ -12,6 +12,9 @@
 //     batch that must appear but does not; a batch that must not appear (of
 //     an aborted checkpoint) but does.
 //   - I7: a file seen committed by an earlier Check that has changed or gone.
+//   - manifest ranges: a file's producer ranges that are not exactly the
+//     sequence numbers of the producer's batches in it, or a (producer,
+//     stream, seq) that two files' ranges claim.
 package invariant
 
 import (
@@ -27,6 +30,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/spf13/afero"
 )
 
@@ -58,12 +62,12 @@ type manifest struct {
 	Checkpoint uint64 `json:"checkpoint"`
 	Node       string `json:"node"`
 	Files      []struct {
-		Path      string              `json:"path"`
-		Stream    string              `json:"stream"`
-		Bytes     int64               `json:"bytes"`
-		Records   int64               `json:"records"`
-		CRC32C    string              `json:"crc32c"`
-		Producers map[string][2]int64 `json:"producers"`
+		Path      string                         `json:"path"`
+		Stream    string                         `json:"stream"`
+		Bytes     int64                          `json:"bytes"`
+		Records   int64                          `json:"records"`
+		CRC32C    string                         `json:"crc32c"`
+		Producers map[string]committer.SeqRanges `json:"producers"`
 	} `json:"files"`
 }
 
@@ -85,10 +89,13 @@ type Expect struct {
 
 // Report is what Check found.
 type Report struct {
-	Files    int
-	Records  int
-	Batches  map[BatchID]int // occurrences
-	Problems []string
+	Files   int
+	Records int
+	Batches map[BatchID]int // occurrences
+	// Checkpoints lists, for every batch, the checkpoints whose manifests
+	// name a file holding it (I8: an id names the data answered with it).
+	Checkpoints map[BatchID][]uint64
+	Problems    []string
 }
 
 // Err returns the problems as one error, nil if none.
@@ -112,7 +119,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Check reads the whole destination and checks it against exp.
 func (c *Checker) Check(exp Expect) *Report {
-	r := &Report{Batches: map[BatchID]int{}}
+	r := &Report{Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}}
 	if c.seen == nil {
 		c.seen = map[string]uint32{}
 	}
@@ -144,6 +151,7 @@ func (c *Checker) Check(exp Expect) *Report {
 		return r
 	}
 	named := map[string]bool{}
+	claims := map[[2]string][]claim{}
 	for _, m := range manifests {
 		data, err := afero.ReadFile(c.FS, path.Join(c.Dest, m))
 		if err != nil {
@@ -187,8 +195,26 @@ func (c *Checker) Check(exp Expect) *Report {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			c.scan(r, f.Path, data)
+			found := c.scan(r, f.Path, data)
+			for _, b := range found {
+				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
+			}
+			checkRanges(r, f.Path, f.Producers, found)
+			for p, rs := range f.Producers {
+				k := [2]string{p, f.Stream}
+				for _, rg := range rs {
+					claims[k] = append(claims[k], claim{rg, f.Path})
+				}
+			}
 			r.Files++
+		}
+	}
+	for k, cs := range claims {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].rg[0] < cs[j].rg[0] })
+		for i := 1; i < len(cs); i++ {
+			if cs[i].rg[0] <= cs[i-1].rg[1] {
+				r.bad("manifest ranges: producer %s stream %s: %s claims %v and %s claims %v", k[0], k[1], cs[i-1].file, cs[i-1].rg, cs[i].file, cs[i].rg)
+			}
 		}
 	}
 	for p := range files {
@@ -232,18 +258,19 @@ type line struct {
 }
 
 // scan counts the batches in one file: a batch's records must be whole and
-// in order (i = 0..n-1, contiguous).
-func (c *Checker) scan(r *Report, name string, data []byte) {
+// in order (i = 0..n-1, contiguous). It returns the batches in file order.
+func (c *Checker) scan(r *Report, name string, data []byte) []BatchID {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var cur *line
+	var found []BatchID
 	lineNo := 0
 	for sc.Scan() {
 		lineNo++
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			r.bad("%s:%d: not a test record: %v", name, lineNo, err)
-			return
+			return found
 		}
 		r.Records++
 		if cur != nil && (l.P != cur.P || l.S != cur.S || l.Q != cur.Q || (l.I == 0 && cur.I == cur.N-1)) {
@@ -257,6 +284,7 @@ func (c *Checker) scan(r *Report, name string, data []byte) {
 				r.bad("I1: %s:%d: batch %s/%s/%d starts at record %d", name, lineNo, l.P, l.S, l.Q, l.I)
 			}
 			r.Batches[BatchID{l.P, l.S, l.Q}]++
+			found = append(found, BatchID{l.P, l.S, l.Q})
 		} else if l.I != cur.I+1 {
 			r.bad("I1: %s:%d: batch %s/%s/%d record %d follows %d", name, lineNo, l.P, l.S, l.Q, l.I, cur.I)
 		}
@@ -265,6 +293,7 @@ func (c *Checker) scan(r *Report, name string, data []byte) {
 	if cur != nil && cur.I != cur.N-1 {
 		r.bad("I1: %s: batch %s/%s/%d cut after record %d of %d", name, cur.P, cur.S, cur.Q, cur.I, cur.N)
 	}
+	return found
 }
 
 // Inherit takes over what an earlier checker saw committed, for a test that
@@ -275,5 +304,50 @@ func (c *Checker) Inherit(old *Checker) {
 	}
 	for k, v := range old.seen {
 		c.seen[k] = v
+	}
+}
+
+type claim struct {
+	rg   [2]int64
+	file string
+}
+
+// checkRanges compares a file's manifest ranges with the producer batches
+// found in it: they must name exactly those sequence numbers.
+func checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges, found []BatchID) {
+	seqs := map[string][]int64{}
+	for _, b := range found {
+		if b.Producer != "" {
+			seqs[b.Producer] = append(seqs[b.Producer], b.Seq)
+		}
+	}
+	for p := range manifest {
+		if _, ok := seqs[p]; !ok {
+			seqs[p] = nil
+		}
+	}
+	for p, qs := range seqs {
+		sort.Slice(qs, func(i, j int) bool { return qs[i] < qs[j] })
+		var want committer.SeqRanges
+		for _, q := range qs {
+			if n := len(want); n > 0 && want[n-1][1]+1 >= q {
+				want[n-1][1] = max(want[n-1][1], q)
+			} else {
+				want = append(want, [2]int64{q, q})
+			}
+		}
+		got := append(committer.SeqRanges(nil), manifest[p]...)
+		sort.Slice(got, func(i, j int) bool { return got[i][0] < got[j][0] })
+		var merged committer.SeqRanges
+		for _, rg := range got {
+			if n := len(merged); n > 0 && merged[n-1][1]+1 >= rg[0] {
+				merged[n-1][1] = max(merged[n-1][1], rg[1])
+			} else {
+				merged = append(merged, rg)
+			}
+		}
+		if fmt.Sprint(merged) != fmt.Sprint(want) {
+			r.bad("manifest ranges: %s: producer %s has seqs %v, manifest says %v", name, p, want, manifest[p])
+		}
 	}
 }

@@ -1,8 +1,15 @@
 // Package names checks the names DESIGN.md's vocabulary defines: streams,
 // producers and nodes. The API, the client and the command share these.
+// It also owns the destination's file names that carry a node id, each
+// formatter beside its parser: part files and manifests.
 package names
 
-import "strings"
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
 
 // Stream reports whether s is a stream name: ^[a-z0-9][a-z0-9_.-]{0,127}$
 // and never "..".
@@ -38,4 +45,59 @@ func Producer(s string) bool {
 		}
 	}
 	return true
+}
+
+// PartName returns the base name of a committed part file:
+// part-<node>-<checkpoint:020d>-<index:04d>.<ext>. ParsePartName reads it.
+func PartName(node string, checkpoint uint64, index int, ext string) string {
+	return fmt.Sprintf("part-%s-%020d-%04d.%s", node, checkpoint, index, ext)
+}
+
+var partRE = regexp.MustCompile(`^part-(.+)-([0-9]{20})-([0-9]{4,9})\.([A-Za-z0-9][A-Za-z0-9.]*)$`)
+
+// ParsePartName parses a base name made by PartName.
+func ParsePartName(base string) (node string, checkpoint uint64, index int, ext string, ok bool) {
+	m := partRE.FindStringSubmatch(base)
+	if m == nil {
+		return "", 0, 0, "", false
+	}
+	id, err := strconv.ParseUint(m[2], 10, 64)
+	if err != nil {
+		return "", 0, 0, "", false
+	}
+	idx, err := strconv.Atoi(m[3])
+	if err != nil {
+		return "", 0, 0, "", false
+	}
+	return m[1], id, idx, m[4], true
+}
+
+// ManifestName returns the destination-relative name of a node's manifest
+// of a checkpoint: _manifests/<node>/<checkpoint:020d>.json.
+// ParseManifestName reads it.
+func ManifestName(node string, checkpoint uint64) string {
+	return fmt.Sprintf("_manifests/%s/%020d.json", node, checkpoint)
+}
+
+// ParseManifestName parses a name made by ManifestName.
+func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, "_manifests/")
+	if !found {
+		return "", 0, false
+	}
+	node, file, found := strings.Cut(rest, "/")
+	digits, isJSON := strings.CutSuffix(file, ".json")
+	if !found || node == "" || !isJSON || len(digits) != 20 {
+		return "", 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return "", 0, false
+		}
+	}
+	id, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return node, id, true
 }

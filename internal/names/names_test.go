@@ -35,3 +35,60 @@ func FuzzNames(f *testing.F) {
 		}
 	})
 }
+
+func TestPartNameRoundTrip(t *testing.T) {
+	cases := []struct {
+		node string
+		id   uint64
+		idx  int
+		ext  string
+	}{
+		{"n1", 1, 0, "ndjson"},
+		{"e2e", 18446744073709551615, 9999, "ndjson.gz"},
+		{"a.b_c", 42, 12345, "txt.zst"},
+		{"x", 7, 3, "parquet"},
+	}
+	for _, c := range cases {
+		base := PartName(c.node, c.id, c.idx, c.ext)
+		node, id, idx, ext, ok := ParsePartName(base)
+		if !ok || node != c.node || id != c.id || idx != c.idx || ext != c.ext {
+			t.Errorf("ParsePartName(%q) = %q %d %d %q %v, want %+v", base, node, id, idx, ext, ok, c)
+		}
+	}
+}
+
+func TestParsePartNameRejects(t *testing.T) {
+	for _, base := range []string{
+		"", "part-", "part-n1", "part--00000000000000000001-0000.ndjson",
+		"part-n1-1-0000.ndjson", "part-n1-00000000000000000001-000.ndjson",
+		"part-n1-00000000000000000001-0000", "part-n1-00000000000000000001-0000.",
+		"xpart-n1-00000000000000000001-0000.ndjson", "part-n1-00000000000000000001-0000.ndjson.inprogress/x",
+		"part-n1-99999999999999999999-0000.ndjson", // beyond uint64
+		"00000000000000000001.json",
+	} {
+		if node, _, _, _, ok := ParsePartName(base); ok {
+			t.Errorf("ParsePartName(%q) accepted, node %q", base, node)
+		}
+	}
+}
+
+func TestManifestNameRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		node string
+		id   uint64
+	}{{"n1", 1}, {"e2e", 18446744073709551615}, {"a.b", 0}} {
+		name := ManifestName(c.node, c.id)
+		node, id, ok := ParseManifestName(name)
+		if !ok || node != c.node || id != c.id {
+			t.Errorf("ParseManifestName(%q) = %q %d %v, want %+v", name, node, id, ok, c)
+		}
+	}
+	for _, name := range []string{"", "_manifests/", "_manifests/n1/", "_manifests/n1/1.json",
+		"_manifests//00000000000000000001.json", "_manifests/n1/0000000000000000000x.json",
+		"_manifests/n1/00000000000000000001.json.tmp", "_manifests/n1/sub/00000000000000000001.json",
+		"x/_manifests/n1/00000000000000000001.json", "_manifests/n1/99999999999999999999.json"} {
+		if node, _, ok := ParseManifestName(name); ok {
+			t.Errorf("ParseManifestName(%q) accepted, node %q", name, node)
+		}
+	}
+}

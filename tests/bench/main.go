@@ -4,7 +4,9 @@
 // server (the least an HTTP server can do with the same requests), rounds
 // interleaved. It prints a table and, with --json, a machine-readable
 // report. --soak runs one scenario against eosink alone and prints its
-// resident set every --soak-every.
+// resident set every --soak-every. --slow-senders N holds N connections
+// that declare a large body and send 8 bytes of it, and reports eosink's
+// resident set meanwhile.
 //
 // Run from the module root:
 //
@@ -71,6 +73,9 @@ type config struct {
 	quietWait          time.Duration
 	minFree            int64
 	consume            string
+	slowSenders        int
+	slowDeclare        int64
+	slowSend           int
 }
 
 type multiFlag []string
@@ -104,6 +109,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&cfg.maxForeign, "max-foreign", 0.15, "a run during which other processes took more CPU cores than this is contaminated and run again")
 	fs.IntVar(&cfg.retries, "retries", 2, "times a contaminated run is repeated before it is kept (and flagged)")
 	fs.DurationVar(&cfg.quietWait, "quiet-wait", 2*time.Minute, "before each run, wait up to this long for other processes to use less than --max-foreign")
+	fs.IntVar(&cfg.slowSenders, "slow-senders", 0, "instead of the load: open this many connections that each declare --slow-declare bytes and send 8, hold them for --duration, and report eosink's RSS")
+	fs.Int64Var(&cfg.slowDeclare, "slow-declare", 64<<20, "Content-Length each slow sender declares")
+	fs.IntVar(&cfg.slowSend, "slow-send", 8, "bytes of its body each slow sender sends before it stalls (at least 8)")
 	minFreeGiB := fs.Float64("min-free", 5, "stop (with an error) when the temp dir's filesystem has fewer GiB free than this")
 	fs.StringVar(&cfg.consume, "consume", "soak", "delete committed files as a downstream consumer would, so long runs do not fill the disk: soak, always or never")
 	fs.Usage = func() {
@@ -194,9 +202,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 
-	if cfg.soak {
+	switch {
+	case cfg.slowSenders > 0:
+		rep.Slow, err = slowSenders(ctx, cfg, stdout)
+	case cfg.soak:
 		rep.Soak, err = soak(ctx, cfg, cfg.scenarios[0], stdout)
-	} else {
+	default:
 		err = benchmark(ctx, cfg, rep, stdout)
 	}
 	if cfg.jsonPath != "" {

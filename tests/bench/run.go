@@ -29,6 +29,7 @@ type report struct {
 	Summary   []summaryRow `json:"summary,omitempty"`
 	Ratios    []ratio      `json:"ratios,omitempty"`
 	Soak      *soakResult  `json:"soak,omitempty"`
+	Slow      *slowResult  `json:"slow_senders,omitempty"`
 }
 
 func reportConfig(cfg *config) map[string]any {
