@@ -209,7 +209,11 @@ func (p *proc) waitReady(timeout time.Duration) (time.Duration, error) {
 	if done == nil {
 		return 0, fmt.Errorf("%s: not running", p.cfg.Name)
 	}
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: p.cfg.ClientTLS}}
+	hc := &http.Client{Timeout: time.Second}
+	if p.cfg.ClientTLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: p.cfg.ClientTLS}
+		defer hc.CloseIdleConnections()
+	}
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
