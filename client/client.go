@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/eosink/eosink/internal/names"
@@ -26,6 +27,7 @@ type Option func(*config)
 
 type config struct {
 	hc          *http.Client
+	tls         *tls.Config
 	token       string
 	producer    string
 	retry       Retry
@@ -150,7 +152,12 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if cfg.producer != "" && !validProducer(cfg.producer) {
 		return nil, fmt.Errorf("new client: producer id %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", cfg.producer)
 	}
-	if cfg.hc == nil {
+	switch {
+	case cfg.hc != nil && cfg.tls != nil:
+		return nil, errors.New("new client: WithTLSConfig and WithHTTPClient: set TLS on the given client's transport instead")
+	case cfg.tls != nil:
+		cfg.hc = tlsHTTPClient(cfg.tls)
+	case cfg.hc == nil:
 		cfg.hc = &http.Client{}
 	}
 	if cfg.maxBuffered <= 0 {

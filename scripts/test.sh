@@ -23,6 +23,8 @@ if [ -n "$unformatted" ]; then
 fi
 echo "== go vet"
 go vet ./...
+echo "== static build (scripts/build-static.sh, the Dockerfile's build step)"
+bash scripts/build-static.sh "$(mktemp -d)/eosink"
 echo "== go test"
 go test -count=1 -timeout 40m ./...
 echo "== go test -race (engine, API, client)"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,9 @@ type procConfig struct {
 	ShutdownTimeout time.Duration
 	// ReadyTimeout bounds the wait for /readyz 200; default 30s.
 	ReadyTimeout time.Duration
+	// ClientTLS, when set, makes URL https:// and the test's HTTP
+	// clients use it (for a service started with --tls-cert).
+	ClientTLS *tls.Config
 }
 
 // proc is one eosink service run as a child process, started again on the
@@ -88,7 +92,10 @@ func newProc(t testing.TB, dir string, cfg procConfig) *proc {
 	p := &proc{
 		t: t, cfg: cfg, Addr: cfg.Addr, URL: "http://" + cfg.Addr,
 		LogPath: filepath.Join(dir, cfg.Name+".log"),
-		hc:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
+		hc:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: cfg.ClientTLS}},
+	}
+	if cfg.ClientTLS != nil {
+		p.URL = "https://" + cfg.Addr
 	}
 	t.Cleanup(p.cleanup)
 	return p
@@ -127,6 +134,9 @@ func childEnv(extra []string) []string {
 		}
 		env = append(env, kv)
 	}
+	// Never the real EC2 metadata service from a test (a test that wants
+	// the IAM provider points it at a fake on loopback).
+	env = append(env, "AWS_EC2_METADATA_DISABLED=true")
 	return append(env, extra...)
 }
 
@@ -200,6 +210,10 @@ func (p *proc) waitReady(timeout time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: not running", p.cfg.Name)
 	}
 	hc := &http.Client{Timeout: time.Second}
+	if p.cfg.ClientTLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: p.cfg.ClientTLS}
+		defer hc.CloseIdleConnections()
+	}
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,7 +15,6 @@ import (
 	"github.com/eosink/eosink/committer/local"
 	s3c "github.com/eosink/eosink/committer/s3"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/spf13/afero"
 )
 
@@ -32,6 +30,9 @@ type destFlags struct {
 	endpoint   string
 	insecure   bool
 	commitMode string
+	region     string // --s3-region; these three in s3conf.go
+	caFile     string
+	lookup     string
 }
 
 // openDest parses --dest and builds its committer. staging is the local
@@ -71,21 +72,14 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		}
 		return local.New(fsys, dir, staging), dir, nil
 	case "s3":
-		if df.endpoint == "" {
-			return nil, "", errors.New("--dest s3://... needs --s3-endpoint host:port")
-		}
 		bucket := u.Host
 		prefix := strings.Trim(u.Path, "/")
 		if bucket == "" {
 			return nil, "", fmt.Errorf("--dest %q: no bucket", df.dest)
 		}
-		cl, err := minio.New(df.endpoint, &minio.Options{
-			Creds:  credentials.NewStaticV4(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")),
-			Secure: !df.insecure,
-			Region: os.Getenv("AWS_REGION"),
-		})
+		cl, endpoint, err := newS3Client(df, log)
 		if err != nil {
-			return nil, "", fmt.Errorf("s3 client for %s: %w", df.endpoint, err)
+			return nil, "", err
 		}
 		// A missing bucket is a configuration error; an unreachable server
 		// is an outage, which recovery waits out (not ready meanwhile).
@@ -94,12 +88,15 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 		cancel()
 		switch {
 		case err == nil && !ok:
-			return nil, "", fmt.Errorf("%w: bucket %s does not exist at %s", errNoDest, bucket, df.endpoint)
+			return nil, "", fmt.Errorf("%w: bucket %s does not exist at %s", errNoDest, bucket, endpoint)
 		case err != nil:
 			if er := minio.ToErrorResponse(err); er.StatusCode == 401 || er.StatusCode == 403 {
-				return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, df.endpoint, err)
+				return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, endpoint, err)
 			}
-			log.Warn("cannot reach the S3 endpoint yet; recovery retries until it can", "endpoint", df.endpoint, "err", err)
+			if untrustedCert(err) {
+				return nil, "", fmt.Errorf("check bucket %s at %s: %w (trust its CA with --s3-ca-file)", bucket, endpoint, err)
+			}
+			log.Warn("cannot reach the S3 endpoint yet; recovery retries until it can", "endpoint", endpoint, "err", err)
 		}
 		mode := s3c.Multipart
 		switch df.commitMode {

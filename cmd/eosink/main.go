@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 )
@@ -69,6 +70,7 @@ Usage:
   eosink [serve] [flags]     run the service (the default)
   eosink verify --dest URL   check a destination against its manifests
   eosink version             print the version
+  eosink healthcheck         exit 0 if the local service answers /healthz (for containers)
 
 Run 'eosink serve --help' or 'eosink verify --help' for their flags.
 Every flag can also be set as EOSINK_<FLAG>, e.g. EOSINK_DATA_DIR=/var/lib/eosink.
@@ -88,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version":
 		fmt.Fprintln(stdout, "eosink", version())
 		return nil
+	case "healthcheck":
+		return healthcheck(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -97,18 +101,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// Set by scripts/build-static.sh with -ldflags -X where Go records no VCS
+// data itself (a git worktree, whose .git is a file; a container build
+// without .git, from the REVISION build argument).
+var (
+	buildRevision string
+	buildModified string // "true" when the tree had uncommitted changes
+)
+
+// version is the module version, the VCS revision and the Go version:
+// "v1.2.3 (revision 0123abcd..., modified) go1.26.8 linux/amd64". The
+// revision comes from Go's build info (-buildvcs), else from the build
+// script's -ldflags; a binary built with neither says "revision unknown".
 func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
+	v, rev, modified, gover := "(unknown)", buildRevision, buildModified == "true", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v, gover = bi.Main.Version, bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
 		}
 	}
-	return v + " " + bi.GoVersion
+	r := "revision unknown"
+	if rev != "" {
+		r = "revision " + rev
+		if modified {
+			r += ", modified"
+		}
+	}
+	return fmt.Sprintf("%s (%s) %s %s/%s", v, r, gover, runtime.GOOS, runtime.GOARCH)
 }
 
 // envFlags sets each flag of fs not given on the command line from

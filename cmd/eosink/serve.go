@@ -30,6 +30,7 @@ type serveFlags struct {
 	listen  string
 	dataDir string
 	destFlags
+	tlsFlags
 	node            string
 	interval        time.Duration
 	tokenFile       string
@@ -59,7 +60,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&f.dataDir, "data-dir", "./data", "staging files and the state store")
 	fs.StringVar(&f.dest, "dest", "", "where committed files go: file:///abs/path or s3://bucket/prefix (default file://<data-dir>/files)")
-	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; empty means AWS S3; credentials from the AWS chain: environment, shared credentials file, IAM role")
 	fs.BoolVar(&f.insecure, "s3-insecure", false, "talk plain HTTP to --s3-endpoint")
 	fs.StringVar(&f.commitMode, "s3-commit", "multipart", "S3 commit mode: multipart (upload at pre-commit, complete at commit) or copy (staging object, server-side copy at commit)")
 	fs.StringVar(&f.node, "node", sanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
@@ -81,6 +82,8 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
 	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
+	addTLSFlags(fs, &f.tlsFlags)
+	addS3Flags(fs, &f.destFlags)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -187,6 +190,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
 		return fmt.Errorf("%w: --listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", errUsage, f.listen)
 	}
+	stls, err := startTLS(ctx, f.tlsFlags, f.listen, log)
+	if err != nil {
+		return err
+	}
+	defer stls.Close()
 	dataDir, err := filepath.Abs(f.dataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -251,17 +259,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	hs := &http.Server{
-		Handler:           apiSrv,
+		Handler:           stls.handler(apiSrv),
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      f.waitTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("eosink serving", "listen", ln.Addr().String(), "dest", destName, "data_dir", dataDir, "node", f.node,
-		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "version", version())
-	fmt.Fprintf(stdout, "eosink listening on http://%s\n", ln.Addr())
+		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "tls", stls.config != nil, "version", version())
+	fmt.Fprintf(stdout, "eosink listening on %s://%s\n", stls.scheme(), ln.Addr())
 	httpErr := make(chan error, 1)
-	go func() { httpErr <- hs.Serve(ln) }()
+	go func() { httpErr <- stls.serve(hs, ln) }()
 	if f.pprofListen != "" { // checked to be loopback before anything started
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -24,6 +24,7 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&df.dest, "dest", "", "the destination: file:///abs/path or s3://bucket/prefix (required)")
 	fs.StringVar(&df.endpoint, "s3-endpoint", "", "host:port of the S3-compatible server")
 	fs.BoolVar(&df.insecure, "s3-insecure", false, "plain HTTP to --s3-endpoint")
+	addS3Flags(fs, &df)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&dryRun, "dry-run", false, "also report what the orphan sweep would remove (S3 uploads and staging objects); removes nothing")
 	fs.StringVar(&node, "node", "", "with --dry-run: only this node's leftovers (default: every node found)")

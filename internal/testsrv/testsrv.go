@@ -7,13 +7,15 @@
 // it; with CI=true they fail instead, so a CI run never passes by skipping.
 //
 // A server can be stopped and started again over the same data directory and
-// ports, for outage tests.
+// ports, for outage tests. With Options.CertsDir it speaks HTTPS only.
 package testsrv
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,7 +59,8 @@ type MinIO struct {
 	Bucket    string // a bucket created at Start, unique to this server
 	Dir       string // data directory (the server's log is Dir/minio.log)
 
-	bin string
+	bin  string
+	opts Options
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -112,9 +115,26 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
+// Options change how a server runs. The zero value is plain HTTP.
+type Options struct {
+	// CertsDir is MinIO's --certs-dir: public.crt and private.key (made by
+	// the test, e.g. with internal/testcert) for 127.0.0.1. The server
+	// then speaks HTTPS only, and Options and Client trust RootCAs.
+	CertsDir string
+	RootCAs  *x509.CertPool
+}
+
 // Start runs a new server with its data under dir (created if missing),
 // waits until it is ready and creates Bucket. Stop it with Stop.
 func Start(ctx context.Context, dir string) (*MinIO, error) {
+	return StartWith(ctx, dir, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, dir string, o Options) (*MinIO, error) {
+	if o.CertsDir != "" && o.RootCAs == nil {
+		return nil, errors.New("start minio: Options.CertsDir needs RootCAs")
+	}
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -130,7 +150,7 @@ func Start(ctx context.Context, dir string) (*MinIO, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start minio: %w", err)
 	}
-	m := &MinIO{Endpoint: api, Console: console, AccessKey: accessKey, SecretKey: secretKey, Dir: dir, bin: bin}
+	m := &MinIO{Endpoint: api, Console: console, AccessKey: accessKey, SecretKey: secretKey, Dir: dir, bin: bin, opts: o}
 	if err := m.start(ctx); err != nil {
 		return nil, err
 	}
@@ -145,7 +165,13 @@ func Start(ctx context.Context, dir string) (*MinIO, error) {
 // Without a binary the test skips (fails when CI=true).
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
-	m, err := Start(context.Background(), t.TempDir())
+	return StartMinIOWith(t, Options{})
+}
+
+// StartMinIOWith is StartMinIO with options.
+func StartMinIOWith(t testing.TB, o Options) *MinIO {
+	t.Helper()
+	m, err := StartWith(context.Background(), t.TempDir(), o)
 	if err != nil {
 		Unavailable(t, err)
 	}
@@ -181,7 +207,11 @@ func (m *MinIO) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start minio: %w", err)
 	}
-	cmd := exec.Command(m.bin, "server", "--quiet", "--address", m.Endpoint, "--console-address", m.Console, filepath.Join(m.Dir, "data"))
+	args := []string{"server", "--quiet", "--address", m.Endpoint, "--console-address", m.Console}
+	if m.opts.CertsDir != "" {
+		args = append(args, "--certs-dir", m.opts.CertsDir)
+	}
+	cmd := exec.Command(m.bin, append(args, filepath.Join(m.Dir, "data"))...)
 	cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+m.AccessKey,
 		"MINIO_ROOT_PASSWORD="+m.SecretKey,
@@ -210,8 +240,8 @@ func (m *MinIO) start(ctx context.Context) error {
 func (m *MinIO) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	url := "http://" + m.Endpoint + "/minio/health/ready"
-	hc := &http.Client{Timeout: time.Second}
+	url := m.scheme() + "://" + m.Endpoint + "/minio/health/ready"
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: m.opts.RootCAs}}}
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -290,12 +320,25 @@ func (m *MinIO) Restart(ctx context.Context) error {
 // Options returns fresh client options for this server. MaxRetries is 1:
 // tests want failures fast, not minio-go's retries.
 func (m *MinIO) Options() *minio.Options {
-	return &minio.Options{
+	o := &minio.Options{
 		Creds:      credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""),
-		Secure:     false,
+		Secure:     m.opts.CertsDir != "",
 		Region:     "us-east-1",
 		MaxRetries: 1,
 	}
+	if o.Secure {
+		tr, _ := minio.DefaultTransport(true) // never fails
+		tr.TLSClientConfig.RootCAs = m.opts.RootCAs
+		o.Transport = tr
+	}
+	return o
+}
+
+func (m *MinIO) scheme() string {
+	if m.opts.CertsDir != "" {
+		return "https"
+	}
+	return "http"
 }
 
 // Client returns a new client for this server.

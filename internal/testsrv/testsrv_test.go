@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/eosink/eosink/internal/testcert"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -90,5 +91,34 @@ func TestBinaryOverride(t *testing.T) {
 	got, err := Binary()
 	if err != nil || got != exe {
 		t.Fatalf("Binary() = %q, %v; want %q", got, err, exe)
+	}
+}
+
+// TestTLS: with a certs dir the server speaks HTTPS, the client of Options
+// trusts the test's CA, and plain HTTP gets no S3 answer.
+func TestTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "minio test CA")
+	certs := t.TempDir()
+	ca.Server(t, "minio").Write(t, filepath.Join(certs, "public.crt"), filepath.Join(certs, "private.key"))
+	srv := StartMinIOWith(t, Options{CertsDir: certs, RootCAs: ca.Pool()})
+	c, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EndpointURL().Scheme != "https" {
+		t.Fatalf("client endpoint %s, want https", c.EndpointURL())
+	}
+	want := []byte("over tls\n")
+	if _, err := c.PutObject(t.Context(), srv.Bucket, "tls.txt", bytes.NewReader(want), int64(len(want)), minio.PutObjectOptions{}); err != nil {
+		t.Fatalf("put over tls: %v", err)
+	}
+	plainOpts := srv.Options()
+	plainOpts.Secure, plainOpts.Transport = false, nil
+	plain, err := minio.New(srv.Endpoint, plainOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.StatObject(t.Context(), srv.Bucket, "tls.txt", minio.StatObjectOptions{}); err == nil {
+		t.Fatal("plain HTTP to the TLS server answered")
 	}
 }
