@@ -120,6 +120,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.stuck = err
+		e.publishLocked()
 		e.mu.Unlock()
 		if h := e.cfg.Hooks.CommitStuck; h != nil {
 			h(id, err)
@@ -211,6 +212,7 @@ func (e *Engine) openNextLocked() {
 	e.openBytes, e.openRecords, e.early = 0, 0, false
 	e.dirty = map[string]map[string]bool{}
 	e.outcomes[e.openID] = newOutcome()
+	e.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.
 	if old := e.openID - 1024; e.openID > 1024 {
 		delete(e.outcomes, old)
@@ -224,6 +226,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 	if res.State == recovery.Committed && id > e.lastDone {
 		e.lastDone = id
 	}
+	e.publishLocked()
 	e.mu.Unlock()
 	if out != nil {
 		out.state, out.err = res.State, err

@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -227,6 +228,8 @@ type Engine struct {
 	early       bool      // the open checkpoint must end now: too many open files
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
+
+	status atomic.Pointer[Status] // published under mu, read by Status without it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -265,6 +268,7 @@ func Open(cfg Config) (*Engine, error) {
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
+	e.publishLocked()
 	e.wg.Add(1)
 	go e.start()
 	return e, nil
@@ -338,6 +342,7 @@ func (e *Engine) recover() bool {
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.recovering = err.Error()
+		e.publishLocked()
 		e.mu.Unlock()
 		e.log.Error("recovery failed, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
@@ -373,6 +378,7 @@ func (e *Engine) recover() bool {
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.recovering = "reserve checkpoint ids: " + err.Error()
+		e.publishLocked()
 		e.mu.Unlock()
 		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
@@ -404,6 +410,7 @@ func (e *Engine) recover() bool {
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
 	e.recovering, e.diskFull = "", nil
+	e.publishLocked()
 	e.mu.Unlock()
 	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
@@ -481,6 +488,7 @@ func (e *Engine) fail(err error) {
 		return
 	}
 	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	e.publishLocked()
 	e.mu.Unlock()
 	e.log.Error("engine stopped; recovery on restart decides", "err", err)
 	close(e.failed)
@@ -505,6 +513,7 @@ func (e *Engine) noteDiskFull(err error) {
 	}
 	e.mu.Lock()
 	e.diskFull, e.diskFullAt = err, time.Now()
+	e.publishLocked()
 	e.mu.Unlock()
 }
 
@@ -518,6 +527,7 @@ func (e *Engine) noteDiskFullLocked(err error) {
 func (e *Engine) diskOK() {
 	e.mu.Lock()
 	e.diskFull = nil
+	e.publishLocked()
 	e.mu.Unlock()
 }
 
@@ -535,7 +545,10 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 func (e *Engine) Write(w Write) (WriteResult, error) {
 	part := Partition(e.cfg.Now())
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer func() {
+		e.publishLocked()
+		e.mu.Unlock()
+	}()
 	if err := e.writableLocked(); err != nil {
 		return WriteResult{}, err
 	}
@@ -826,42 +839,6 @@ func (e *Engine) Producers() []ProducerState {
 	return out
 }
 
-// Status is a snapshot for health, metrics and the UI.
-type Status struct {
-	Ready       bool
-	Recovering  string // why recovery is not done, while it runs
-	OpenID      uint64
-	FirstID     uint64 // the first id this start opened: an id below it the store lacks was never used, or ended before the start
-	OpenBytes   int64
-	OpenRecords int64
-	OpenFiles   int
-	Held        int64
-	LastDone    uint64
-	Stuck       string // the error holding a prepared checkpoint, if any
-	Failed      string
-	Draining    bool   // shutting down: writes are refused
-	DiskFull    string // why writes are refused for space, while that lasts
-}
-
-// Status returns a snapshot of the engine.
-func (e *Engine) Status() Status {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
-		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
-		Draining: e.draining || e.closed}
-	if e.stuck != nil {
-		s.Stuck = e.stuck.Error()
-	}
-	if e.failErr != nil {
-		s.Failed = e.failErr.Error()
-	}
-	if e.diskFull != nil && time.Since(e.diskFullAt) < diskFullHold {
-		s.DiskFull = e.diskFull.Error()
-	}
-	return s
-}
-
 // Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
 // if it aborted.
 func (e *Engine) Wait(ctx context.Context, id uint64) error {
@@ -993,6 +970,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
 	ready := e.isReady && e.failErr == nil
+	e.publishLocked()
 	e.mu.Unlock()
 	var err error
 	if ready {
@@ -1018,6 +996,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.publishLocked()
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
