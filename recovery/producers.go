@@ -158,7 +158,11 @@ func (s *Store) InitProducerAt(id string, at time.Time) (*Producer, error) {
 // DeleteProducer forgets a producer: its epoch, every stream's sequence
 // numbers and its index entry. Unknown is ErrNotFound. The caller makes
 // sure nothing of it is uncommitted.
-func (s *Store) DeleteProducer(id string) error {
+func (s *Store) DeleteProducer(id string) error { return s.DeleteProducerIdle(id, time.Time{}) }
+
+// DeleteProducerIdle is DeleteProducer, refused with ErrNotIdle when
+// idleBefore is not zero and the producer's last activity is not before it.
+func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 	err := s.update("delete producer", func(tx *bolt.Tx) error {
 		h, err := getHead(tx, id)
 		if err != nil {
@@ -166,6 +170,9 @@ func (s *Store) DeleteProducer(id string) error {
 		}
 		if h == nil {
 			return fmt.Errorf("producer %s: %w", id, ErrNotFound)
+		}
+		if !idleBefore.IsZero() && !h.Active.Before(idleBefore) {
+			return fmt.Errorf("producer %s active at %s: %w", id, h.Active.Format(time.RFC3339), ErrNotIdle)
 		}
 		if err := tx.Bucket(bucketActive).Delete(activeKey(h.Active, id)); err != nil {
 			return err

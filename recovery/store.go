@@ -39,6 +39,9 @@ var (
 	// refuses every later write: close it and open it again, which is what
 	// recovery does.
 	ErrWriteFailed = errors.New("state store write failed")
+	// ErrNotIdle means a producer was active more recently than an expiry
+	// allows deleting.
+	ErrNotIdle = errors.New("producer not idle")
 )
 
 // DefaultRetain is how many checkpoint ids back rows are kept: older rows

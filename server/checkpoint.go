@@ -88,8 +88,6 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		d := e.durable[pid]
 		if d.Streams == nil {
 			d.ID, d.Streams = pid, map[string]recovery.StreamSeq{}
-		} else {
-			d.Streams = cloneStreams(d.Streams)
 		}
 		for s, next := range streams {
 			ss, ok := d.Streams[s]
@@ -195,14 +193,6 @@ func (e *Engine) reserveIDs() error {
 	e.reserved = upto
 	e.mu.Unlock()
 	return nil
-}
-
-func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {
-	out := make(map[string]recovery.StreamSeq, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // openNextLocked opens a new, empty checkpoint after the current one.
@@ -354,8 +344,21 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
+	// Only producers this checkpoint or the next one touched differ from
+	// their durable state: reset those, not the whole table.
+	touched := make(map[string]bool, len(ck.Seqs)+len(e.dirty))
+	for pid := range ck.Seqs {
+		touched[pid] = true
+	}
+	for pid := range e.dirty {
+		touched[pid] = true
+	}
 	e.openNextLocked()
-	for pid, p := range e.producers {
+	for pid := range touched {
+		p := e.producers[pid]
+		if p == nil {
+			continue
+		}
 		d := e.durable[pid]
 		for s, ss := range p.streams {
 			if dss, ok := d.Streams[s]; ok {

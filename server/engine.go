@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +39,7 @@ type Config struct {
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	MaxOpenFiles        int           // transactions (open staging files) per checkpoint; 0: no limit
+	ProducerExpiry      time.Duration // forget producers idle this long with nothing uncommitted; 0: DefaultProducerExpiry, negative: never
 	Hooks               Hooks         // optional observer
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
@@ -67,6 +67,8 @@ type Hooks struct {
 	// kind: "intent" (an upload whose abort had failed), "upload",
 	// "object".
 	OrphansRemoved func(kind string, n int)
+	// ProducersExpired counts producers forgotten by the expiry.
+	ProducersExpired func(n int)
 }
 
 // DefaultSweepInterval is the orphan sweep's period when
@@ -97,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.ProducerExpiry == 0 {
+		c.ProducerExpiry = DefaultProducerExpiry
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
@@ -143,33 +148,6 @@ type CheckpointResult struct {
 	Error      string           `json:"error,omitempty"`
 	// Seconds is the duration, unrounded, for metrics.
 	Seconds float64 `json:"-"`
-}
-
-// ProducerState is a producer as the API shows it.
-type ProducerState struct {
-	ID      string                        `json:"producer"`
-	Epoch   int64                         `json:"epoch"`
-	Streams map[string]recovery.StreamSeq `json:"streams"`
-	Fenced  int64                         `json:"fenced"`
-}
-
-type pendingRange struct {
-	ckpt uint64
-	last int64
-}
-
-type seqState struct {
-	next        int64
-	committed   int64
-	committedIn uint64         // the committed checkpoint that committed committed
-	pending     []pendingRange // accepted, not yet committed, by checkpoint
-}
-
-type producer struct {
-	id      string
-	epoch   int64
-	streams map[string]*seqState
-	fenced  int64
 }
 
 type openTxn struct {
@@ -229,7 +207,8 @@ type Engine struct {
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
 
-	status atomic.Pointer[Status] // published under mu, read by Status without it
+	status        atomic.Pointer[Status] // published under mu, read by Status without it
+	producerCount atomic.Int64           // len(producers), read without mu
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -315,6 +294,10 @@ func (e *Engine) start() {
 		e.wg.Add(1)
 		go e.sweepLoop()
 	}
+	if e.cfg.ProducerExpiry > 0 {
+		e.wg.Add(1)
+		go e.expireLoop()
+	}
 	e.run()
 }
 
@@ -337,6 +320,12 @@ func (e *Engine) recover() bool {
 			return false
 		}
 		if e.storeFailed(err) {
+			return false
+		}
+		if errors.Is(err, recovery.ErrCorrupt) {
+			// A damaged row read by the replay: refuse to go on, naming
+			// the file (the error does), as Open does.
+			e.fail(err)
 			return false
 		}
 		e.noteDiskFull(err)
@@ -404,6 +393,7 @@ func (e *Engine) recover() bool {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p, newest)
 	}
+	e.producerCount.Store(int64(len(e.producers)))
 	e.openID = open
 	e.lastDone = newest // ids between it and firstID the store lacks were never used
 	e.firstID = open
@@ -443,20 +433,6 @@ func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
 		}
 	}
 	return top, nil
-}
-
-// producerFrom restores a producer's live state; newest is the checkpoint
-// to name for committed batches whose record lacks committed_in.
-func producerFrom(p recovery.Producer, newest uint64) *producer {
-	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
-	for s, ss := range p.Streams {
-		in := ss.CommittedIn
-		if in == 0 && ss.CommittedSeq >= 0 {
-			in = newest
-		}
-		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq, committedIn: in}
-	}
-	return out
 }
 
 func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
@@ -746,7 +722,7 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		e.initMu.Unlock()
 		return ProducerState{}, err
 	}
-	rec, err := e.store.InitProducer(id)
+	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
 		e.initMu.Unlock()
 		if errors.Is(err, durable.ErrDiskFull) {
@@ -765,6 +741,7 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
 		e.producers[id] = p
+		e.producerCount.Add(1)
 	}
 	p.epoch = rec.Epoch
 	d := e.durable[id]
@@ -794,49 +771,6 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		}
 	}
 	return out, nil
-}
-
-// unpreparedLocked reports whether p has accepted batches that no prepared
-// checkpoint holds yet.
-func (e *Engine) unpreparedLocked(p *producer) bool {
-	d := e.durable[p.id]
-	for s, ss := range p.streams {
-		if ss.next != d.Streams[s].NextSeq {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *producer) state() ProducerState {
-	out := ProducerState{ID: p.id, Epoch: p.epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
-	for s, ss := range p.streams {
-		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.next, CommittedSeq: ss.committed}
-	}
-	return out
-}
-
-// Producer returns one producer's live state.
-func (e *Engine) Producer(id string) (ProducerState, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p := e.producers[id]
-	if p == nil {
-		return ProducerState{}, false
-	}
-	return p.state(), true
-}
-
-// Producers returns every producer's live state, sorted by id.
-func (e *Engine) Producers() []ProducerState {
-	e.mu.Lock()
-	out := make([]ProducerState, 0, len(e.producers))
-	for _, p := range e.producers {
-		out = append(out, p.state())
-	}
-	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
 }
 
 // Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
