@@ -9,9 +9,8 @@
 //	             them in answers, and a start continues beyond last_id;
 //	             "last_committed" -> the newest committed id (outlives its
 //	             row); "pruned_below" -> where the next prune goes on from
-//	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON, for ids
-//	             within the retention (--checkpoint-retention) of the newest
-//	             committed one, and every prepared one
+//	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON: the newest
+//	             --checkpoint-retention rows, and every prepared one
 //	pending      id (8 bytes big-endian) -> empty: the prepared, not yet
 //	             committed checkpoints, so a start reads only those rows
 //	producers    producer id -> {"producer","epoch","active"}: the epoch and
@@ -29,8 +28,8 @@
 // A checkpoint goes prepared -> committed, or is recorded aborted. The
 // "prepared" record, its pending entry and the producers' sequence state as
 // of its barrier are written in one transaction (I4, I5). Each commit
-// deletes the rows of checkpoints that aged out of the retention, except
-// prepared ones (I11).
+// deletes the rows beyond the newest retention ones, except prepared ones
+// (I11); an answer may name a checkpoint whose row is gone since (GET 404).
 //
 // Open checks what a start reads: the meta keys, every pending checkpoint,
 // and the newest rows (a bounded sample); producers are checked as recovery

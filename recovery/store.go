@@ -503,11 +503,13 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 	})
 }
 
-// prune deletes the rows of checkpoints retain or more ids before id,
-// except prepared ones (recovery needs them). It goes on from where the
-// last prune stopped, so a commit deletes only the rows that aged out since.
+// prune deletes checkpoint rows beyond the newest retain ones, except
+// prepared ones (recovery needs them). Rows, not ids: ids skip whole
+// blocks across restarts. It walks retain rows back from the newest and
+// deletes from where the last prune stopped, so a commit deletes only the
+// rows that aged out since.
 func prune(tx *bolt.Tx, id uint64, retain int) error {
-	if retain <= 0 || id <= uint64(retain) {
+	if retain <= 0 {
 		return nil
 	}
 	meta := tx.Bucket(bucketMeta)
@@ -515,7 +517,15 @@ func prune(tx *bolt.Tx, id uint64, retain int) error {
 	if v := meta.Get(keyPrunedBelow); v != nil {
 		from = binary.BigEndian.Uint64(v)
 	}
-	below := id - uint64(retain) + 1
+	cur := tx.Bucket(bucketCheckpoints).Cursor()
+	k, _ := cur.Last()
+	for i := 1; i < retain && k != nil; i++ {
+		k, _ = cur.Prev()
+	}
+	if k == nil {
+		return nil // fewer rows than retain
+	}
+	below := binary.BigEndian.Uint64(k)
 	if from >= below {
 		return nil
 	}
