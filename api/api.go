@@ -33,8 +33,13 @@ type Engine interface {
 	InitProducer(ctx context.Context, id string) (server.ProducerState, error)
 	// Producer returns one producer's live state; false if unknown.
 	Producer(id string) (server.ProducerState, bool)
-	// Producers returns every producer, sorted by id.
-	Producers() []server.ProducerState
+	// ProducersPage returns up to limit producers after the cursor after,
+	// sorted by id, and the next page's cursor ("" after the last). It
+	// must not wait on the ingest lock.
+	ProducersPage(after string, limit int) ([]server.ProducerState, string, error)
+	// DeleteProducer forgets a producer: server.ErrUnknownProducer if
+	// there is none, server.ErrProducerBusy while it has uncommitted batches.
+	DeleteProducer(ctx context.Context, id string) error
 	// Checkpoint runs a checkpoint and waits for its end.
 	Checkpoint(ctx context.Context) (server.CheckpointResult, error)
 	// Wait waits for checkpoint id to end: nil if committed, an error
@@ -257,6 +262,7 @@ func (s *Server) routes() http.Handler {
 	r.With(s.openCheckpointHeader, ingest).Post("/v1/streams/{stream}/records", s.postRecords)
 	r.With(ingest).Post("/v1/producers/{producer}/init", s.initProducer)
 	r.With(producers).Get("/v1/producers/{producer}", s.getProducer)
+	r.With(admin).Delete("/v1/producers/{producer}", s.deleteProducer)
 	r.With(producers).Get("/v1/producers", s.listProducers)
 	r.With(admin).Post("/v1/checkpoints", s.postCheckpoint)
 	r.With(read).Get("/v1/checkpoints/{id}", s.getCheckpoint)

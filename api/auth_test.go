@@ -52,6 +52,7 @@ func TestAuthTable(t *testing.T) {
 		{"POST /v1/producers/{producer}/init", "/v1/producers/q/init", "", "", ingestOnly, 200},
 		{"GET /v1/producers/{producer}", "/v1/producers/p", "", "", producers, 200},
 		{"GET /v1/producers", "/v1/producers", "", "", producers, 200},
+		{"DELETE /v1/producers/{producer}", "/v1/producers/nobody", "", "", adminOnly, 404},
 		{"POST /v1/checkpoints", "/v1/checkpoints", "", "", adminOnly, 200},
 		{"GET /v1/checkpoints/{id}", "/v1/checkpoints/1", "", "", readOnly, 200},
 		{"GET /v1/checkpoints", "/v1/checkpoints?limit=5", "", "", readOnly, 200},

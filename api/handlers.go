@@ -48,18 +48,6 @@ func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, producerFrom(st))
 }
 
-func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
-	if !s.readyOr503(w) {
-		return
-	}
-	ps := s.eng.Producers()
-	out := ProducerList{Producers: make([]Producer, 0, len(ps))}
-	for _, p := range ps {
-		out.Producers = append(out.Producers, producerFrom(p))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
 func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 	res, err := s.eng.Checkpoint(r.Context())
 	if err != nil {

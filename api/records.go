@@ -368,6 +368,8 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 	case errors.Is(err, server.ErrUnknownProducer):
 		status, e.Error = http.StatusConflict, "unknown_producer"
 		e.Message += ": POST /v1/producers/{producer}/init first"
+	case errors.Is(err, server.ErrProducerBusy):
+		status, e.Error = http.StatusConflict, "producer_busy"
 	case errors.Is(err, server.ErrFenced):
 		status, e.Error = http.StatusConflict, "producer_fenced"
 	case errors.Is(err, server.ErrInvalidEpoch):

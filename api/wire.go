@@ -50,6 +50,8 @@ type Producer struct {
 // ProducerList answers GET /v1/producers.
 type ProducerList struct {
 	Producers []Producer `json:"producers"`
+	// Next is the cursor of the following page (after=), "" after the last.
+	Next string `json:"next"`
 }
 
 // CheckpointFile is one file of a checkpoint.

@@ -1,24 +1,46 @@
 // Package recovery owns eosink's durable state and the replay on start.
 //
-// The state store is one bbolt file (<data>/state.db) with these buckets:
+// The state store is one bbolt file (<data>/state.db), format version 2,
+// with these buckets:
 //
-//	meta         "version" -> 1; "last_id" -> the highest checkpoint id ever
+//	meta         "version" -> 2; "last_id" -> the highest checkpoint id ever
 //	             recorded or reserved (8 bytes big-endian), so ids are never
 //	             reused: the engine reserves ids in blocks before it names
-//	             them in answers, and a start continues beyond last_id
-//	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON
-//	producers    producer id -> Producer as JSON: epoch, and per stream the
-//	             next and committed sequence numbers as of the last prepared
-//	             checkpoint
+//	             them in answers, and a start continues beyond last_id;
+//	             "last_committed" -> the newest committed id (outlives its
+//	             row); "pruned_below" -> where the next prune goes on from
+//	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON: the newest
+//	             --checkpoint-retention rows, and every prepared one
+//	pending      id (8 bytes big-endian) -> empty: the prepared, not yet
+//	             committed checkpoints, so a start reads only those rows
+//	producers    producer id -> {"producer","epoch","active"}: the epoch and
+//	             the last activity (its init, or the barrier of the newest
+//	             checkpoint that prepared its batches)
+//	seqs         producer id, NUL, stream -> StreamSeq as JSON: the next and
+//	             committed sequence numbers as of the last prepared
+//	             checkpoint; a checkpoint rewrites only the entries it changed
+//	active       last activity (Unix ns, 8 bytes big-endian), producer id ->
+//	             empty: the index the producer expiry walks, oldest first
 //	intents      key -> committer.File as JSON: uploads started before the
 //	             "prepared" record, so recovery can abort them; kept until
 //	             an abort of them succeeded (or the checkpoint is prepared)
 //
 // A checkpoint goes prepared -> committed, or is recorded aborted. The
-// "prepared" record and the producers' sequence state as of its barrier are
-// written in one transaction (I4, I5). Details (file lists) of committed
-// checkpoints older than the retention count are pruned; their summary row
-// stays.
+// "prepared" record, its pending entry and the producers' sequence state as
+// of its barrier are written in one transaction (I4, I5). Each commit
+// deletes the rows beyond the newest retention ones, except prepared ones
+// (I11); an answer may name a checkpoint whose row is gone since (GET 404).
+//
+// Open checks what a start reads: the meta keys, every pending checkpoint,
+// and the newest rows (a bounded sample); producers are checked as recovery
+// loads them. A damaged file is an error wrapping ErrCorrupt that names it.
+// Start time depends on pending work and the producers kept (bounded by
+// --producer-expiry), not on history.
+//
+// Version 1 kept every stream of a producer in its one row and had no
+// pending, seqs or active buckets. Open migrates it once, in one
+// transaction: producer rows are split, their activity set to the upgrade
+// time, prepared checkpoints indexed, and the newest committed id recorded.
 //
 // # Write failures
 //

@@ -1,12 +1,12 @@
 package recovery
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -39,9 +39,13 @@ var (
 	// refuses every later write: close it and open it again, which is what
 	// recovery does.
 	ErrWriteFailed = errors.New("state store write failed")
+	// ErrNotIdle means a producer was active more recently than an expiry
+	// allows deleting.
+	ErrNotIdle = errors.New("producer not idle")
 )
 
-// DefaultRetain is how many committed checkpoints keep their file lists.
+// DefaultRetain is how many checkpoint ids back rows are kept: older rows
+// are deleted at commit, except prepared ones.
 const DefaultRetain = 1000
 
 var (
@@ -49,12 +53,21 @@ var (
 	bucketCheckpoints = []byte("checkpoints")
 	bucketProducers   = []byte("producers")
 	bucketIntents     = []byte("intents")
+	bucketPending     = []byte("pending")
+	bucketSeqs        = []byte("seqs")
+	bucketActive      = []byte("active")
 	keyVersion        = []byte("version")
 	keyLastID         = []byte("last_id")
 	keyPrunedBelow    = []byte("pruned_below")
+	keyLastCommitted  = []byte("last_committed")
 )
 
-const storeVersion = 1
+// storeVersion is the state.db format (doc.go); Open migrates version 1.
+const storeVersion = 2
+
+// checkOnOpen is how many of the newest checkpoint rows Open decodes to
+// catch a damaged file early; start time does not grow with history.
+const checkOnOpen = 64
 
 // Checkpoint is the durable record of one checkpoint.
 type Checkpoint struct {
@@ -88,6 +101,9 @@ type Producer struct {
 	ID      string               `json:"producer"`
 	Epoch   int64                `json:"epoch"`
 	Streams map[string]StreamSeq `json:"streams"`
+	// Active is the producer's last recorded activity: its init, or the
+	// barrier of the newest checkpoint that prepared its batches.
+	Active time.Time `json:"active,omitzero"`
 }
 
 // Store is the bbolt-backed state store. It is safe for concurrent use.
@@ -98,6 +114,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	broken error // the commit failure that left the store in an unknown state
+
+	decodedOnOpen int // checkpoint rows init decoded; tests check it stays small
 }
 
 // Phase says where a write transaction's commit is when Options.WriteFault
@@ -170,44 +188,61 @@ func (s *Store) corrupt(format string, args ...any) error {
 	return fmt.Errorf("open state store %s: %w: %s", s.path, ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
-// init creates the buckets and checks every record decodes.
+// init creates the buckets, migrates a version 1 store, and checks what a
+// start reads: the meta keys, every prepared checkpoint, and the newest
+// checkOnOpen checkpoint rows. Producers are checked as recovery reads them.
 func (s *Store) init() error {
 	err := s.update("open", func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents} {
+		meta := tx.Bucket(bucketMeta)
+		fresh := meta == nil
+		for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents, bucketPending, bucketSeqs, bucketActive} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return s.corrupt("create bucket %s: %v", b, err)
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keyVersion); v == nil {
+		meta = tx.Bucket(bucketMeta)
+		switch v := meta.Get(keyVersion); {
+		case v == nil && fresh:
 			if err := meta.Put(keyVersion, u64(storeVersion)); err != nil {
 				return err
 			}
-		} else if len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion {
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
+			if err := s.migrate1(tx); err != nil {
+				return err
+			}
+		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
 			return s.corrupt("unknown version %x", v)
 		}
-		if v := meta.Get(keyLastID); v != nil && len(v) != 8 {
-			return s.corrupt("bad last_id %x", v)
-		}
-		if err := tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
-			var c Checkpoint
-			if len(k) != 8 {
-				return s.corrupt("checkpoint key %x", k)
+		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow} {
+			if v := meta.Get(k); v != nil && len(v) != 8 {
+				return s.corrupt("bad %s %x", k, v)
 			}
-			if err := json.Unmarshal(v, &c); err != nil || c.ID != binary.BigEndian.Uint64(k) {
-				return s.corrupt("checkpoint %d: undecodable record", binary.BigEndian.Uint64(k))
+		}
+		cks := tx.Bucket(bucketCheckpoints)
+		if err := tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
+			if len(k) != 8 {
+				return s.corrupt("pending key %x", k)
+			}
+			c, err := s.checkRow(k, cks.Get(k))
+			if err != nil {
+				return err
+			}
+			if c.State != Prepared {
+				return s.corrupt("checkpoint %d: pending but %s", c.ID, c.State)
 			}
 			return nil
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
-			var p Producer
-			if err := json.Unmarshal(v, &p); err != nil || p.ID != string(k) {
-				return s.corrupt("producer %q: undecodable record", k)
+		c := cks.Cursor()
+		n := 0
+		for k, v := c.Last(); k != nil && n < checkOnOpen; k, v = c.Prev() {
+			if _, err := s.checkRow(k, v); err != nil {
+				return err
 			}
-			return nil
-		})
+			n++
+		}
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrCorrupt) {
@@ -216,6 +251,22 @@ func (s *Store) init() error {
 		return fmt.Errorf("open state store %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// checkRow decodes a checkpoint row at open, as a corruption check.
+func (s *Store) checkRow(k, v []byte) (*Checkpoint, error) {
+	s.decodedOnOpen++
+	if len(k) != 8 {
+		return nil, s.corrupt("checkpoint key %x", k)
+	}
+	var c Checkpoint
+	if v == nil {
+		return nil, s.corrupt("checkpoint %d: pending but missing", binary.BigEndian.Uint64(k))
+	}
+	if err := json.Unmarshal(v, &c); err != nil || c.ID != binary.BigEndian.Uint64(k) {
+		return nil, s.corrupt("checkpoint %d: undecodable record", binary.BigEndian.Uint64(k))
+	}
+	return &c, nil
 }
 
 // update runs fn in one write transaction. fn's own error (a refusal) rolls
@@ -354,29 +405,6 @@ func getCheckpoint(tx *bolt.Tx, id uint64) (*Checkpoint, error) {
 	return &c, nil
 }
 
-func putProducer(tx *bolt.Tx, p *Producer) error {
-	v, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode producer %s: %w", p.ID, err)
-	}
-	return tx.Bucket(bucketProducers).Put([]byte(p.ID), v)
-}
-
-func getProducer(tx *bolt.Tx, id string) (*Producer, error) {
-	v := tx.Bucket(bucketProducers).Get([]byte(id))
-	if v == nil {
-		return nil, nil
-	}
-	var p Producer
-	if err := json.Unmarshal(v, &p); err != nil {
-		return nil, fmt.Errorf("decode producer %s: %w", id, err)
-	}
-	if p.Streams == nil {
-		p.Streams = map[string]StreamSeq{}
-	}
-	return &p, nil
-}
-
 // Prepare durably records c as prepared together with the producers'
 // sequence state of c.Seqs, in one transaction, and drops c's intents. Once it returns nil, c must
 // commit (I4).
@@ -386,6 +414,9 @@ func (s *Store) Prepare(c *Checkpoint) error {
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketPending).Put(u64(c.ID), nil); err != nil {
+			return err
+		}
 		intents := tx.Bucket(bucketIntents)
 		for _, f := range c.Files {
 			if err := intents.Delete([]byte(IntentKey(c.ID, f.Final))); err != nil {
@@ -393,26 +424,31 @@ func (s *Store) Prepare(c *Checkpoint) error {
 			}
 		}
 		for pid, streams := range c.Seqs {
-			p, err := getProducer(tx, pid)
+			h, err := getHead(tx, pid)
 			if err != nil {
 				return err
 			}
-			if p == nil {
+			if h == nil {
 				// A producer is recorded at init; a missing one was
 				// initialised and then lost, which cannot happen, but its
 				// sequence state must still be kept.
-				p = &Producer{ID: pid, Streams: map[string]StreamSeq{}}
+				h = &producerHead{ID: pid}
+			}
+			if err := putHead(tx, h, c.StartedAt); err != nil {
+				return err
 			}
 			for stream, next := range streams {
-				ss, ok := p.Streams[stream]
+				ss, ok, err := getSeq(tx, pid, stream)
+				if err != nil {
+					return err
+				}
 				if !ok {
 					ss.CommittedSeq = -1
 				}
 				ss.NextSeq = next
-				p.Streams[stream] = ss
-			}
-			if err := putProducer(tx, p); err != nil {
-				return err
+				if err := putSeq(tx, pid, stream, ss); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -435,32 +471,45 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 		}
 		c.State, c.CommittedAt, c.DurationMS = Committed, at.UTC(), durationMS
 		for pid, streams := range c.Seqs {
-			p, err := getProducer(tx, pid)
-			if err != nil || p == nil {
-				return err
-			}
 			for stream, next := range streams {
-				ss := p.Streams[stream]
+				ss, ok, err := getSeq(tx, pid, stream)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue // its producer was deleted
+				}
 				if next-1 >= ss.CommittedSeq {
 					ss.CommittedSeq, ss.CommittedIn = next-1, id
 				}
-				p.Streams[stream] = ss
-			}
-			if err := putProducer(tx, p); err != nil {
-				return err
+				if err := putSeq(tx, pid, stream, ss); err != nil {
+					return err
+				}
 			}
 		}
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketPending).Delete(u64(id)); err != nil {
+			return err
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyLastCommitted); v == nil || binary.BigEndian.Uint64(v) < id {
+			if err := meta.Put(keyLastCommitted, u64(id)); err != nil {
+				return err
+			}
+		}
 		return prune(tx, id, retain)
 	})
 }
 
-// prune drops the file lists of committed checkpoints older than retain
-// before id, and deletes rows older than 10×retain.
+// prune deletes checkpoint rows beyond the newest retain ones, except
+// prepared ones (recovery needs them). Rows, not ids: ids skip whole
+// blocks across restarts. It walks retain rows back from the newest and
+// deletes from where the last prune stopped, so a commit deletes only the
+// rows that aged out since.
 func prune(tx *bolt.Tx, id uint64, retain int) error {
-	if retain <= 0 || id <= uint64(retain) {
+	if retain <= 0 {
 		return nil
 	}
 	meta := tx.Bucket(bucketMeta)
@@ -468,32 +517,29 @@ func prune(tx *bolt.Tx, id uint64, retain int) error {
 	if v := meta.Get(keyPrunedBelow); v != nil {
 		from = binary.BigEndian.Uint64(v)
 	}
-	below := id - uint64(retain)
+	cur := tx.Bucket(bucketCheckpoints).Cursor()
+	k, _ := cur.Last()
+	for i := 1; i < retain && k != nil; i++ {
+		k, _ = cur.Prev()
+	}
+	if k == nil {
+		return nil // fewer rows than retain
+	}
+	below := binary.BigEndian.Uint64(k)
 	if from >= below {
 		return nil
 	}
-	b := tx.Bucket(bucketCheckpoints)
+	b, pending := tx.Bucket(bucketCheckpoints), tx.Bucket(bucketPending)
+	var old [][]byte
 	c := b.Cursor()
-	for k, v := c.Seek(u64(from)); k != nil && binary.BigEndian.Uint64(k) < below; k, v = c.Next() {
-		var ck Checkpoint
-		if err := json.Unmarshal(v, &ck); err != nil {
-			return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+	for k, _ := c.Seek(u64(from)); k != nil && binary.BigEndian.Uint64(k) < below; k, _ = c.Next() {
+		if pending.Get(k) == nil {
+			old = append(old, bytes.Clone(k))
 		}
-		if ck.State == Prepared {
-			// Never prune what must still commit; stop here.
-			below = ck.ID
-			break
-		}
-		if ck.Files == nil && ck.Seqs == nil {
-			continue
-		}
-		ck.Files, ck.Seqs = nil, nil
-		nv, err := json.Marshal(&ck)
-		if err != nil {
-			return err
-		}
-		if err := b.Put(k, nv); err != nil {
-			return err
+	}
+	for _, k := range old {
+		if err := b.Delete(k); err != nil {
+			return fmt.Errorf("delete checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
 		}
 	}
 	return meta.Put(keyPrunedBelow, u64(below))
@@ -546,86 +592,42 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 }
 
 // NewestCommitted returns the id of the newest committed checkpoint, 0 if
-// none.
+// none. It is kept in meta, so it outlives the pruned rows.
 func (s *Store) NewestCommitted() (uint64, error) {
 	var id uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketCheckpoints).Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			var ck struct {
-				State State `json:"state"`
-			}
-			if err := json.Unmarshal(v, &ck); err != nil {
-				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
-			}
-			if ck.State == Committed {
-				id = binary.BigEndian.Uint64(k)
-				return nil
-			}
+		if v := tx.Bucket(bucketMeta).Get(keyLastCommitted); v != nil {
+			id = binary.BigEndian.Uint64(v)
 		}
 		return nil
 	})
 	return id, err
 }
 
-// Pending returns every prepared (not yet committed) checkpoint, oldest first.
+// Pending returns every prepared (not yet committed) checkpoint, oldest
+// first. It reads the pending index and those rows only.
 func (s *Store) Pending() ([]Checkpoint, error) {
 	var out []Checkpoint
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
-			var ck Checkpoint
-			if err := json.Unmarshal(v, &ck); err != nil {
-				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
-			}
-			if ck.State == Prepared {
-				out = append(out, ck)
-			}
-			return nil
-		})
+		var err error
+		out, err = pendingIn(tx)
+		return err
 	})
 	return out, err
 }
 
-// InitProducer durably bumps the producer's epoch (creating it at epoch 0)
-// and returns its state.
-func (s *Store) InitProducer(id string) (*Producer, error) {
-	var out *Producer
-	err := s.update("init producer", func(tx *bolt.Tx) error {
-		p, err := getProducer(tx, id)
+func pendingIn(tx *bolt.Tx) ([]Checkpoint, error) {
+	var out []Checkpoint
+	err := tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
+		c, err := getCheckpoint(tx, binary.BigEndian.Uint64(k))
 		if err != nil {
 			return err
 		}
-		if p == nil {
-			p = &Producer{ID: id, Epoch: 0, Streams: map[string]StreamSeq{}}
-		} else {
-			p.Epoch++
+		if c.State == Prepared {
+			out = append(out, *c)
 		}
-		out = p
-		return putProducer(tx, p)
+		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("init producer %s: %w", id, err)
-	}
-	return out, nil
-}
-
-// Producers returns every producer's durable state, sorted by id.
-func (s *Store) Producers() ([]Producer, error) {
-	var out []Producer
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
-			var p Producer
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("decode producer %s: %w", k, err)
-			}
-			if p.Streams == nil {
-				p.Streams = map[string]StreamSeq{}
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
 }
 
@@ -711,16 +713,9 @@ func (s *Store) Claims() (intents map[string]committer.File, pending []Checkpoin
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
-			var ck Checkpoint
-			if err := json.Unmarshal(v, &ck); err != nil {
-				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
-			}
-			if ck.State == Prepared {
-				pending = append(pending, ck)
-			}
-			return nil
-		})
+		var err error
+		pending, err = pendingIn(tx)
+		return err
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read claims: %w", err)

@@ -79,10 +79,15 @@ func TestStoreLifecycle(t *testing.T) {
 	}
 }
 
-func TestStorePrunesOldDetails(t *testing.T) {
-	s, _ := openTemp(t)
-	defer s.Close()
-	for id := uint64(1); id <= 30; id++ {
+// TestStoreRetentionDeletesRows: rows of checkpoints retain or more ids
+// old are deleted at commit (I11), except a prepared one, which recovery
+// still needs; the newest committed id outlives its row.
+func TestStoreRetentionDeletesRows(t *testing.T) {
+	s, p := openTemp(t)
+	if err := s.Prepare(&Checkpoint{ID: 3, Files: []committer.File{{Final: "stuck"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(4); id <= 30; id++ {
 		c := &Checkpoint{ID: id, Files: []committer.File{{Final: "f"}}}
 		if err := s.Prepare(c); err != nil {
 			t.Fatal(err)
@@ -91,10 +96,62 @@ func TestStorePrunesOldDetails(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	old, _ := s.Get(5)
-	recent, _ := s.Get(25)
-	if len(old.Files) != 0 || old.FileCount != 1 || len(recent.Files) != 1 {
-		t.Fatalf("prune: old %+v recent %+v", old, recent)
+	for id := uint64(4); id <= 20; id++ {
+		if c, err := s.Get(id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("checkpoint %d beyond the retention: %+v %v", id, c, err)
+		}
+	}
+	for id := uint64(21); id <= 30; id++ {
+		if c, err := s.Get(id); err != nil || len(c.Files) != 1 || c.State != Committed {
+			t.Fatalf("checkpoint %d within the retention: %+v %v", id, c, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if pend, err := s.Pending(); err != nil || len(pend) != 1 || pend[0].ID != 3 || pend[0].Files[0].Final != "stuck" {
+		t.Fatalf("the prepared checkpoint was pruned: %+v %v", pend, err)
+	}
+	if id, err := s.NewestCommitted(); err != nil || id != 30 {
+		t.Fatalf("newest committed %d %v", id, err)
+	}
+}
+
+// TestStoreOpenReadsBounded: Open decodes the prepared checkpoints and a
+// bounded sample of the newest rows, not every row: start time does not
+// grow with history (I11).
+func TestStoreOpenReadsBounded(t *testing.T) {
+	s, p := openTemp(t)
+	for id := uint64(1); id <= 500; id++ {
+		if err := s.Prepare(&Checkpoint{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if id%100 == 0 {
+			continue // stays prepared
+		}
+		if err := s.Commit(id, time.Now(), 1, 0); err != nil { // retention off: every row stays
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.decodedOnOpen > checkOnOpen+5 {
+		t.Fatalf("Open decoded %d checkpoint rows of 500, want at most %d", s.decodedOnOpen, checkOnOpen+5)
+	}
+	pend, err := s.Pending()
+	if err != nil || len(pend) != 5 || pend[0].ID != 100 || pend[4].ID != 500 {
+		t.Fatalf("pending %+v %v", pend, err)
 	}
 }
 

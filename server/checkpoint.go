@@ -88,8 +88,6 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		d := e.durable[pid]
 		if d.Streams == nil {
 			d.ID, d.Streams = pid, map[string]recovery.StreamSeq{}
-		} else {
-			d.Streams = cloneStreams(d.Streams)
 		}
 		for s, next := range streams {
 			ss, ok := d.Streams[s]
@@ -120,6 +118,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.stuck = err
+		e.publishLocked()
 		e.mu.Unlock()
 		if h := e.cfg.Hooks.CommitStuck; h != nil {
 			h(id, err)
@@ -196,14 +195,6 @@ func (e *Engine) reserveIDs() error {
 	return nil
 }
 
-func cloneStreams(m map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {
-	out := make(map[string]recovery.StreamSeq, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 // openNextLocked opens a new, empty checkpoint after the current one.
 func (e *Engine) openNextLocked() {
 	e.openID++
@@ -211,6 +202,7 @@ func (e *Engine) openNextLocked() {
 	e.openBytes, e.openRecords, e.early = 0, 0, false
 	e.dirty = map[string]map[string]bool{}
 	e.outcomes[e.openID] = newOutcome()
+	e.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.
 	if old := e.openID - 1024; e.openID > 1024 {
 		delete(e.outcomes, old)
@@ -224,6 +216,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 	if res.State == recovery.Committed && id > e.lastDone {
 		e.lastDone = id
 	}
+	e.publishLocked()
 	e.mu.Unlock()
 	if out != nil {
 		out.state, out.err = res.State, err
@@ -351,8 +344,21 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
+	// Only producers this checkpoint or the next one touched differ from
+	// their durable state: reset those, not the whole table.
+	touched := make(map[string]bool, len(ck.Seqs)+len(e.dirty))
+	for pid := range ck.Seqs {
+		touched[pid] = true
+	}
+	for pid := range e.dirty {
+		touched[pid] = true
+	}
 	e.openNextLocked()
-	for pid, p := range e.producers {
+	for pid := range touched {
+		p := e.producers[pid]
+		if p == nil {
+			continue
+		}
 		d := e.durable[pid]
 		for s, ss := range p.streams {
 			if dss, ok := d.Streams[s]; ok {

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
-	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +39,7 @@ type Config struct {
 	Parallel            int           // concurrent pre-commits and commits; default 8
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	MaxOpenFiles        int           // transactions (open staging files) per checkpoint; 0: no limit
+	ProducerExpiry      time.Duration // forget producers idle this long with nothing uncommitted; 0: DefaultProducerExpiry, negative: never
 	Hooks               Hooks         // optional observer
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
@@ -66,6 +67,8 @@ type Hooks struct {
 	// kind: "intent" (an upload whose abort had failed), "upload",
 	// "object".
 	OrphansRemoved func(kind string, n int)
+	// ProducersExpired counts producers forgotten by the expiry.
+	ProducersExpired func(n int)
 }
 
 // DefaultSweepInterval is the orphan sweep's period when
@@ -96,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.ProducerExpiry == 0 {
+		c.ProducerExpiry = DefaultProducerExpiry
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
@@ -142,33 +148,6 @@ type CheckpointResult struct {
 	Error      string           `json:"error,omitempty"`
 	// Seconds is the duration, unrounded, for metrics.
 	Seconds float64 `json:"-"`
-}
-
-// ProducerState is a producer as the API shows it.
-type ProducerState struct {
-	ID      string                        `json:"producer"`
-	Epoch   int64                         `json:"epoch"`
-	Streams map[string]recovery.StreamSeq `json:"streams"`
-	Fenced  int64                         `json:"fenced"`
-}
-
-type pendingRange struct {
-	ckpt uint64
-	last int64
-}
-
-type seqState struct {
-	next        int64
-	committed   int64
-	committedIn uint64         // the committed checkpoint that committed committed
-	pending     []pendingRange // accepted, not yet committed, by checkpoint
-}
-
-type producer struct {
-	id      string
-	epoch   int64
-	streams map[string]*seqState
-	fenced  int64
 }
 
 type openTxn struct {
@@ -227,6 +206,9 @@ type Engine struct {
 	early       bool      // the open checkpoint must end now: too many open files
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
+
+	status        atomic.Pointer[Status] // published under mu, read by Status without it
+	producerCount atomic.Int64           // len(producers), read without mu
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -265,6 +247,7 @@ func Open(cfg Config) (*Engine, error) {
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
+	e.publishLocked()
 	e.wg.Add(1)
 	go e.start()
 	return e, nil
@@ -311,6 +294,10 @@ func (e *Engine) start() {
 		e.wg.Add(1)
 		go e.sweepLoop()
 	}
+	if e.cfg.ProducerExpiry > 0 {
+		e.wg.Add(1)
+		go e.expireLoop()
+	}
 	e.run()
 }
 
@@ -335,9 +322,16 @@ func (e *Engine) recover() bool {
 		if e.storeFailed(err) {
 			return false
 		}
+		if errors.Is(err, recovery.ErrCorrupt) {
+			// A damaged row read by the replay: refuse to go on, naming
+			// the file (the error does), as Open does.
+			e.fail(err)
+			return false
+		}
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.recovering = err.Error()
+		e.publishLocked()
 		e.mu.Unlock()
 		e.log.Error("recovery failed, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
@@ -373,6 +367,7 @@ func (e *Engine) recover() bool {
 		e.noteDiskFull(err)
 		e.mu.Lock()
 		e.recovering = "reserve checkpoint ids: " + err.Error()
+		e.publishLocked()
 		e.mu.Unlock()
 		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
@@ -398,12 +393,14 @@ func (e *Engine) recover() bool {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p, newest)
 	}
+	e.producerCount.Store(int64(len(e.producers)))
 	e.openID = open
 	e.lastDone = newest // ids between it and firstID the store lacks were never used
 	e.firstID = open
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
 	e.recovering, e.diskFull = "", nil
+	e.publishLocked()
 	e.mu.Unlock()
 	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
@@ -438,20 +435,6 @@ func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
 	return top, nil
 }
 
-// producerFrom restores a producer's live state; newest is the checkpoint
-// to name for committed batches whose record lacks committed_in.
-func producerFrom(p recovery.Producer, newest uint64) *producer {
-	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
-	for s, ss := range p.Streams {
-		in := ss.CommittedIn
-		if in == 0 && ss.CommittedSeq >= 0 {
-			in = newest
-		}
-		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq, committedIn: in}
-	}
-	return out
-}
-
 func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
 
 func (e *Engine) backoff(attempt int) time.Duration {
@@ -481,6 +464,7 @@ func (e *Engine) fail(err error) {
 		return
 	}
 	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	e.publishLocked()
 	e.mu.Unlock()
 	e.log.Error("engine stopped; recovery on restart decides", "err", err)
 	close(e.failed)
@@ -505,6 +489,7 @@ func (e *Engine) noteDiskFull(err error) {
 	}
 	e.mu.Lock()
 	e.diskFull, e.diskFullAt = err, time.Now()
+	e.publishLocked()
 	e.mu.Unlock()
 }
 
@@ -518,6 +503,7 @@ func (e *Engine) noteDiskFullLocked(err error) {
 func (e *Engine) diskOK() {
 	e.mu.Lock()
 	e.diskFull = nil
+	e.publishLocked()
 	e.mu.Unlock()
 }
 
@@ -535,7 +521,10 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 func (e *Engine) Write(w Write) (WriteResult, error) {
 	part := Partition(e.cfg.Now())
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer func() {
+		e.publishLocked()
+		e.mu.Unlock()
+	}()
 	if err := e.writableLocked(); err != nil {
 		return WriteResult{}, err
 	}
@@ -733,7 +722,7 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		e.initMu.Unlock()
 		return ProducerState{}, err
 	}
-	rec, err := e.store.InitProducer(id)
+	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
 		e.initMu.Unlock()
 		if errors.Is(err, durable.ErrDiskFull) {
@@ -752,6 +741,7 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
 		e.producers[id] = p
+		e.producerCount.Add(1)
 	}
 	p.epoch = rec.Epoch
 	d := e.durable[id]
@@ -781,85 +771,6 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		}
 	}
 	return out, nil
-}
-
-// unpreparedLocked reports whether p has accepted batches that no prepared
-// checkpoint holds yet.
-func (e *Engine) unpreparedLocked(p *producer) bool {
-	d := e.durable[p.id]
-	for s, ss := range p.streams {
-		if ss.next != d.Streams[s].NextSeq {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *producer) state() ProducerState {
-	out := ProducerState{ID: p.id, Epoch: p.epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
-	for s, ss := range p.streams {
-		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.next, CommittedSeq: ss.committed}
-	}
-	return out
-}
-
-// Producer returns one producer's live state.
-func (e *Engine) Producer(id string) (ProducerState, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p := e.producers[id]
-	if p == nil {
-		return ProducerState{}, false
-	}
-	return p.state(), true
-}
-
-// Producers returns every producer's live state, sorted by id.
-func (e *Engine) Producers() []ProducerState {
-	e.mu.Lock()
-	out := make([]ProducerState, 0, len(e.producers))
-	for _, p := range e.producers {
-		out = append(out, p.state())
-	}
-	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-// Status is a snapshot for health, metrics and the UI.
-type Status struct {
-	Ready       bool
-	Recovering  string // why recovery is not done, while it runs
-	OpenID      uint64
-	FirstID     uint64 // the first id this start opened: an id below it the store lacks was never used, or ended before the start
-	OpenBytes   int64
-	OpenRecords int64
-	OpenFiles   int
-	Held        int64
-	LastDone    uint64
-	Stuck       string // the error holding a prepared checkpoint, if any
-	Failed      string
-	Draining    bool   // shutting down: writes are refused
-	DiskFull    string // why writes are refused for space, while that lasts
-}
-
-// Status returns a snapshot of the engine.
-func (e *Engine) Status() Status {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
-		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
-		Draining: e.draining || e.closed}
-	if e.stuck != nil {
-		s.Stuck = e.stuck.Error()
-	}
-	if e.failErr != nil {
-		s.Failed = e.failErr.Error()
-	}
-	if e.diskFull != nil && time.Since(e.diskFullAt) < diskFullHold {
-		s.DiskFull = e.diskFull.Error()
-	}
-	return s
 }
 
 // Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
@@ -993,6 +904,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
 	ready := e.isReady && e.failErr == nil
+	e.publishLocked()
 	e.mu.Unlock()
 	var err error
 	if ready {
@@ -1018,6 +930,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.publishLocked()
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()

@@ -16,6 +16,7 @@ var (
 	ErrBackpressure    = errors.New("too much uncommitted data held")
 	ErrAborted         = errors.New("checkpoint aborted")
 	ErrFailed          = errors.New("engine stopped after a failure; restart to recover")
+	ErrProducerBusy    = errors.New("producer has uncommitted batches")
 )
 
 // SeqError is returned for a sequence gap: the batch is refused and the

@@ -28,6 +28,7 @@ type Metrics struct {
 	files       prometheus.Counter
 	stuck       prometheus.Counter
 	orphans     *prometheus.CounterVec
+	expired     prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg. status is read
@@ -54,6 +55,8 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 			Help: "Failed attempts to commit a prepared checkpoint (each is retried)."}),
 		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_orphans_removed_total",
 			Help: "Uploads and staging objects no prepared checkpoint named, removed by recovery or the orphan sweep, by kind (intent: a failed abort retried; upload; object)."}, []string{"kind"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_expired_total",
+			Help: "Producers forgotten after --producer-expiry idle with nothing uncommitted."}),
 	}
 	for _, kind := range []string{"intent", "upload", "object"} {
 		m.orphans.WithLabelValues(kind) // shown as 0 before the first removal
@@ -83,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "eosink_build_info",
 		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(bi, ok)})
 	build.Set(1)
-	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, m.orphans, build,
+	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, m.orphans, m.expired, build,
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
@@ -117,8 +120,9 @@ func (m *Metrics) Hooks() Hooks {
 				m.files.Add(float64(len(r.Files)))
 			}
 		},
-		CommitStuck:    func(uint64, error) { m.stuck.Inc() },
-		OrphansRemoved: func(kind string, n int) { m.orphans.WithLabelValues(kind).Add(float64(n)) },
+		CommitStuck:      func(uint64, error) { m.stuck.Inc() },
+		OrphansRemoved:   func(kind string, n int) { m.orphans.WithLabelValues(kind).Add(float64(n)) },
+		ProducersExpired: func(n int) { m.expired.Add(float64(n)) },
 	}
 }
 

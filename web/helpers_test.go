@@ -368,8 +368,21 @@ type fakeEngine struct {
 	ckpt      func(context.Context) (server.CheckpointResult, error)
 }
 
-func (f *fakeEngine) Status() server.Status             { return f.status }
-func (f *fakeEngine) Producers() []server.ProducerState { return f.producers }
+func (f *fakeEngine) Status() server.Status { return f.status }
+func (f *fakeEngine) ProducersPage(after string, limit int) ([]server.ProducerState, string, error) {
+	var out []server.ProducerState
+	for _, p := range f.producers {
+		if p.ID > after && len(out) < limit {
+			out = append(out, p)
+		}
+	}
+	next := ""
+	if len(out) == limit && out[len(out)-1].ID < f.producers[len(f.producers)-1].ID {
+		next = out[len(out)-1].ID
+	}
+	return out, next, nil
+}
+func (f *fakeEngine) ProducerCount() int { return len(f.producers) }
 func (f *fakeEngine) Checkpoint(ctx context.Context) (server.CheckpointResult, error) {
 	if f.ckpt != nil {
 		return f.ckpt(ctx)

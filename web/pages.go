@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/names"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
@@ -111,7 +112,7 @@ type overviewData struct {
 func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	st := u.eng.Status()
 	now := u.now()
-	d := overviewData{Open: openRow(st), Held: st.Held, LastDone: st.LastDone, Producers: len(u.eng.Producers())}
+	d := overviewData{Open: openRow(st), Held: st.Held, LastDone: st.LastDone, Producers: u.eng.ProducerCount()}
 	cs, err := u.store.List(chartCheckpoints, false)
 	if err != nil {
 		u.internal(w, r, err)
@@ -733,11 +734,29 @@ type producersData struct {
 	Rows    []producerRow
 	Fenced  int64
 	Streams int
+	Total   int    // producers known
+	First   bool   // this is the first page
+	Next    string // the next page's URL, "" on the last
 }
 
+// producersPage is how many producers one page of the UI shows.
+const producersPage = 200
+
 func (u *ui) producers(w http.ResponseWriter, r *http.Request, s *session) {
-	ps := u.eng.Producers()
-	d := producersData{}
+	after := r.URL.Query().Get("after")
+	if after != "" && !names.Producer(after) {
+		u.fail(w, r, http.StatusBadRequest, "Bad cursor", "after is not a producer id.")
+		return
+	}
+	ps, next, err := u.eng.ProducersPage(after, producersPage)
+	if err != nil {
+		u.internal(w, r, err)
+		return
+	}
+	d := producersData{Total: u.eng.ProducerCount(), First: after == ""}
+	if next != "" {
+		d.Next = "/ui/producers?after=" + url.QueryEscape(next)
+	}
 	streams := map[string]bool{}
 	for _, p := range ps {
 		row := producerRow{ID: p.ID, Epoch: p.Epoch, Fenced: p.Fenced, Filter: strings.ToLower(p.ID)}

@@ -23,9 +23,10 @@ type hostileEngine struct {
 	id string
 }
 
-func (h hostileEngine) Producers() []server.ProducerState {
-	return append(h.Engine.Producers(), server.ProducerState{ID: h.id, Epoch: 3, Fenced: 1,
-		Streams: map[string]recovery.StreamSeq{"<i>stream</i>": {NextSeq: 4, CommittedSeq: 2}}})
+func (h hostileEngine) ProducersPage(after string, limit int) ([]server.ProducerState, string, error) {
+	ps, next, err := h.Engine.ProducersPage(after, limit)
+	return append(ps, server.ProducerState{ID: h.id, Epoch: 3, Fenced: 1,
+		Streams: map[string]recovery.StreamSeq{"<i>stream</i>": {NextSeq: 4, CommittedSeq: 2}}}), next, err
 }
 
 func TestHostileNamesAreEscaped(t *testing.T) {

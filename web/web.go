@@ -23,8 +23,12 @@ import (
 type Engine interface {
 	// Status returns a snapshot; it must be cheap (every page calls it).
 	Status() server.Status
-	// Producers returns every producer, sorted by id.
-	Producers() []server.ProducerState
+	// ProducersPage returns up to limit producers after the cursor after,
+	// sorted by id, and the next page's cursor ("" after the last); it
+	// must not wait on the ingest lock.
+	ProducersPage(after string, limit int) ([]server.ProducerState, string, error)
+	// ProducerCount returns how many producers are known; it must be cheap.
+	ProducerCount() int
 	// Checkpoint runs a checkpoint and waits for its end; an aborted
 	// checkpoint is a result, not an error.
 	Checkpoint(ctx context.Context) (server.CheckpointResult, error)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,8 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxInflight     size
 	downloadStall   time.Duration
+	producerExpiry  time.Duration
+	retention       positive
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -81,6 +84,9 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
 	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
 	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
+	fs.DurationVar(&f.producerExpiry, "producer-expiry", server.DefaultProducerExpiry, "forget producers idle this long with nothing uncommitted (they must init again); 0 keeps them forever")
+	f.retention = positive(recovery.DefaultRetain)
+	fs.Var(&f.retention, "checkpoint-retention", "checkpoints whose records (details for the API and UI) the state store keeps; older ones are deleted")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
 	addS3Flags(fs, &f.destFlags)
@@ -228,8 +234,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Node: f.node, FS: osfs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
-		MaxOpenFiles: int(f.maxOpenFiles),
-		Hooks:        metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
+		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: sweepInterval(f.producerExpiry),
+		Hooks: metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
 	})
 	if err != nil {
 		return err
@@ -319,7 +325,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// sweepInterval maps the flag (0 is off) to server.Config's (negative is off).
+// sweepInterval maps a period flag (0 is off) to server.Config's (negative
+// is off): the orphan sweep's interval and the producer expiry.
 func sweepInterval(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1

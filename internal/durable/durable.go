@@ -10,6 +10,7 @@
 package durable
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -85,31 +86,67 @@ func MkdirAll(fs afero.Fs, dir string) error {
 	}
 }
 
+// DefaultMaxDirs is how many directories a Dirs remembers when its Max is 0.
+const DefaultMaxDirs = 4096
+
 // Dirs remembers directories made durable by MkdirAll in this process, so
-// each is synced once. Safe for concurrent use.
+// each is synced once. It remembers at most Max of them (DefaultMaxDirs
+// when 0), forgetting the least recently used: a forgotten directory costs
+// only a redundant fsync, and memory stays bounded however many partitions
+// a long-lived process writes to (I11). Safe for concurrent use.
 type Dirs struct {
+	Max int
+
 	mu   sync.Mutex
-	done map[string]bool
+	done map[string]*list.Element // directory -> its element in lru
+	lru  list.List                // of string, most recently used first
+}
+
+// known reports whether dir is remembered, marking it recently used.
+func (d *Dirs) known(dir string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	el, ok := d.done[dir]
+	if ok {
+		d.lru.MoveToFront(el)
+	}
+	return ok
+}
+
+// remember records dir as durable, forgetting the least recently used
+// directory beyond the bound.
+func (d *Dirs) remember(dir string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if el, ok := d.done[dir]; ok {
+		d.lru.MoveToFront(el)
+		return
+	}
+	if d.done == nil {
+		d.done = map[string]*list.Element{}
+	}
+	d.done[dir] = d.lru.PushFront(dir)
+	limit := d.Max
+	if limit <= 0 {
+		limit = DefaultMaxDirs
+	}
+	for d.lru.Len() > limit {
+		old := d.lru.Back()
+		d.lru.Remove(old)
+		delete(d.done, old.Value.(string))
+	}
 }
 
 // MkdirAll is MkdirAll, skipped for a directory already made durable.
 func (d *Dirs) MkdirAll(fs afero.Fs, dir string) error {
 	dir = filepath.Clean(dir)
-	d.mu.Lock()
-	ok := d.done[dir]
-	d.mu.Unlock()
-	if ok {
+	if d.known(dir) {
 		return nil
 	}
 	if err := MkdirAll(fs, dir); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	if d.done == nil {
-		d.done = map[string]bool{}
-	}
-	d.done[dir] = true
-	d.mu.Unlock()
+	d.remember(dir)
 	return nil
 }
 

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/eosink/eosink/server"
+)
+
+// Producer list limits (DESIGN: every list takes limit and after).
+const (
+	defaultProducerLimit = 1000
+	maxProducerLimit     = 10000
+)
+
+// listProducers answers GET /v1/producers?limit=N&after=C, a page at a
+// time, from the state store: it never waits on the ingest lock.
+func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
+	limit := defaultProducerLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxProducerLimit {
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit", Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, maxProducerLimit)})
+			return
+		}
+		limit = n
+	}
+	after := r.URL.Query().Get("after")
+	if after != "" && !validProducer(after) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_after", Message: fmt.Sprintf("after %q: not a producer id", after)})
+		return
+	}
+	if !s.readyOr503(w) {
+		return
+	}
+	ps, next, err := s.eng.ProducersPage(after, limit)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := ProducerList{Producers: make([]Producer, 0, len(ps)), Next: next}
+	for _, p := range ps {
+		out.Producers = append(out.Producers, producerFrom(p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteProducer answers DELETE /v1/producers/{producer} (admin): 204, 404
+// when unknown, 409 producer_busy while it has uncommitted batches.
+func (s *Server) deleteProducer(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathParam(r, "producer")
+	if !ok || !validProducer(id) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+		return
+	}
+	if !s.readyOr503(w) {
+		return
+	}
+	switch err := s.eng.DeleteProducer(r.Context(), id); {
+	case err == nil:
+		w.WriteHeader(http.StatusNoContent)
+	case errors.Is(err, server.ErrUnknownProducer):
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("producer %q is not known", id)})
+	default:
+		s.engineError(w, r, err, false)
+	}
+}

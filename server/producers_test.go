@@ -1,0 +1,167 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestProducerExpiry: a producer idle beyond the expiry with nothing
+// uncommitted is forgotten (writes get unknown_producer, also after a
+// restart, and a new init starts it afresh); one with uncommitted batches
+// is kept until they commit.
+func TestProducerExpiry(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := newRig(t, nil)
+	var expired int
+	r.tweak = func(c *Config) {
+		c.Now, c.ProducerExpiry = clock, time.Hour
+		c.Hooks.ProducersExpired = func(n int) { expired += n }
+	}
+	e := r.start(nil)
+	for _, id := range []string{"idle", "busy"} {
+		if _, err := e.InitProducer(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := send(e, &Producer{ID: "busy"}, "clicks", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.ExpireProducers(now.Add(30 * time.Minute)); err != nil || n != 0 {
+		t.Fatalf("expired %d before the expiry: %v", n, err)
+	}
+	n, err := e.ExpireProducers(now.Add(2 * time.Hour))
+	if err != nil || n != 1 || expired != 1 {
+		t.Fatalf("expired %d (hook %d), want 1 (the idle one): %v", n, expired, err)
+	}
+	if _, err := send(e, &Producer{ID: "idle"}, "clicks", 0, 1); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("write of an expired producer: %v, want unknown producer", err)
+	}
+	if _, err := send(e, &Producer{ID: "busy"}, "clicks", 1, 1); err != nil {
+		t.Fatalf("the busy producer was expired: %v", err)
+	}
+	if got := e.ProducerCount(); got != 1 {
+		t.Fatalf("count %d, want 1", got)
+	}
+	mu.Lock()
+	now = now.Add(3 * time.Hour) // the checkpoint's barrier is its activity
+	mu.Unlock()
+	r.checkpoint()
+	if n, err := e.ExpireProducers(now.Add(30 * time.Minute)); err != nil || n != 0 {
+		t.Fatalf("expired %d within the expiry of its last checkpoint: %v", n, err)
+	}
+	if n, err := e.ExpireProducers(now.Add(2 * time.Hour)); err != nil || n != 1 {
+		t.Fatalf("expired %d once committed and idle, want 1: %v", n, err)
+	}
+	r.stop()
+	e = r.start(nil)
+	if _, err := send(e, &Producer{ID: "busy"}, "clicks", 2, 1); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("an expired producer came back after a restart: %v", err)
+	}
+	ps, err := e.InitProducer(t.Context(), "busy")
+	if err != nil || ps.Epoch != 0 || len(ps.Streams) != 0 {
+		t.Fatalf("init after expiry: %+v %v", ps, err)
+	}
+	if e.ProducerCount() != 1 {
+		t.Fatalf("count after restart and init: %d", e.ProducerCount())
+	}
+}
+
+// TestDeleteProducer: unknown, busy while uncommitted, forgotten once
+// committed.
+func TestDeleteProducer(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	if err := e.DeleteProducer(t.Context(), "nobody"); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("delete unknown: %v", err)
+	}
+	if _, err := e.InitProducer(t.Context(), "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send(e, &Producer{ID: "p"}, "clicks", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DeleteProducer(t.Context(), "p"); !errors.Is(err, ErrProducerBusy) {
+		t.Fatalf("delete with an uncommitted batch: %v", err)
+	}
+	r.checkpoint()
+	if err := e.DeleteProducer(t.Context(), "p"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, ok := e.Producer("p"); ok {
+		t.Fatal("still known")
+	}
+	if ps, _, err := e.ProducersPage("", 10); err != nil || len(ps) != 0 {
+		t.Fatalf("still stored: %+v %v", ps, err)
+	}
+}
+
+// TestProducersPagination: pages return every producer exactly once while
+// writes, inits and checkpoints go on.
+func TestProducersPagination(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	const n = 60
+	for i := range n {
+		if _, err := e.InitProducer(t.Context(), fmt.Sprintf("p%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := int64(0); ; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for i := range n {
+				if _, err := send(e, &Producer{ID: fmt.Sprintf("p%03d", i)}, "clicks", seq, 1); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+			}
+			if _, err := e.Checkpoint(t.Context()); err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+		}
+	}()
+	for round := range 5 {
+		seen := map[string]int{}
+		after := ""
+		for pages := 0; ; pages++ {
+			ps, next, err := e.ProducersPage(after, 7)
+			if err != nil || len(ps) > 7 || pages > n {
+				t.Fatalf("page after %q: %d %v", after, len(ps), err)
+			}
+			for _, p := range ps {
+				seen[p.ID]++
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if len(seen) != n {
+			t.Fatalf("round %d: saw %d producers, want %d", round, len(seen), n)
+		}
+		for id, c := range seen {
+			if c != 1 {
+				t.Fatalf("round %d: %s seen %d times", round, id, c)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if ps, _, _ := e.ProducersPage("", 1); len(ps) != 1 || ps[0].Streams["clicks"].CommittedSeq < 0 {
+		t.Fatalf("first page: %+v", ps)
+	}
+}
