@@ -131,7 +131,7 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, release, err := s.readBody(w, r)
-	defer release() // the engine copies what it keeps; nothing holds body after Write
+	defer release() // for the answers before Write; release is idempotent
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
@@ -157,6 +157,11 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod})
+	// The engine copied what it keeps: give the body's bytes back now,
+	// not after a wait=commit that may last the wait timeout, during
+	// which they would count against every other write's budget.
+	body, b = nil, batch.Batch{}
+	release()
 	if err != nil {
 		s.engineError(w, r, err, true)
 		return
@@ -233,7 +238,7 @@ var errBodyBudget = errors.New("in-flight body budget exhausted")
 // bodyStep bytes, each one reserved from the in-flight budget before it is
 // allocated. Reading must end within the body timeout. release gives the
 // reservation back and must be called, on error too, once the body is no
-// longer used.
+// longer used; calling it again does nothing.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
 	var (
 		held   int64
@@ -241,8 +246,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	)
 	release = func() {
 		s.inflight.give(held)
+		held = 0
 		if pooled != nil {
 			s.putBuf(pooled)
+			pooled = nil
 		}
 	}
 	if r.ContentLength > s.maxBody {
@@ -254,16 +261,33 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
 	src := http.MaxBytesReader(w, r.Body, s.maxBody)
+	// limit is all the body may hold: its Content-Length, else the body
+	// limit. Steps never reserve beyond it, and its end is seen with an
+	// unreserved one-byte read, so a body of exactly MaxBody holds at
+	// most twice that (its steps, then one slice): what New requires.
+	limit := s.maxBody
+	if r.ContentLength >= 0 {
+		limit = r.ContentLength
+	}
 	var chunks [][]byte
 	total := 0
 	for {
-		step := min(max(total, bodyFirst), bodyStep)
-		if cl := r.ContentLength; cl >= 0 {
-			// +1: see the end without one more step.
-			step = int(min(int64(step), max(cl+1-int64(total), 1)))
-			if total == 0 {
-				step = int(min(cl+1, bodyStep))
+		if int64(total) >= limit {
+			var probe [1]byte
+			n, err := io.ReadFull(src, probe[:])
+			if errors.Is(err, io.EOF) {
+				break
 			}
+			if err != nil {
+				return nil, release, err
+			}
+			if n > 0 { // more than its Content-Length: net/http never lets that through
+				return nil, release, &http.MaxBytesError{Limit: limit}
+			}
+		}
+		step := int(min(int64(min(max(total, bodyFirst), bodyStep)), limit-int64(total)))
+		if r.ContentLength >= 0 && total == 0 {
+			step = int(min(limit, bodyStep))
 		}
 		if !s.inflight.take(int64(step)) {
 			return nil, release, errBodyBudget
