@@ -50,6 +50,9 @@ type Store interface {
 	Get(id uint64) (*recovery.Checkpoint, error)
 	// List returns up to limit checkpoints, newest first.
 	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
+	// ListBefore returns up to limit checkpoints with ids below before,
+	// newest first.
+	ListBefore(before uint64, limit int, withFiles bool) ([]recovery.Checkpoint, error)
 }
 
 var _ Engine = (*server.Engine)(nil)
