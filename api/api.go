@@ -274,8 +274,9 @@ func (s *Server) routes() http.Handler {
 		// The UI does its own auth (login form, cookie, CSRF on POST): its
 		// login page must be reachable without a token.
 		r.Get("/", s.ui.ServeHTTP)
-		r.Handle("/ui", s.ui)
-		r.Handle("/ui/*", s.ui)
+		r.Get("/ui", s.ui.ServeHTTP)
+		r.Get("/ui/*", s.ui.ServeHTTP)
+		r.Post("/ui/*", s.ui.ServeHTTP)
 	} else {
 		r.With(read).Get("/", s.index)
 	}

@@ -208,8 +208,35 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	// A committed file never changes (I7) and its name is never reused
 	// (I8); private: with tokens on, shared caches must not keep it.
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
-	http.ServeContent(newStallWriter(w, s.stall), r, path.Base(name), ent.Modified, rc)
+	http.ServeContent(newStallWriter(&rangeErrorWriter{ResponseWriter: w}, s.stall), r, path.Base(name), ent.Modified, rc)
 }
+
+// rangeErrorWriter turns the text answer http.ServeContent gives a Range it
+// cannot satisfy into the JSON error every other answer has, keeping its
+// Content-Range.
+type rangeErrorWriter struct {
+	http.ResponseWriter
+	swallow bool // the text body of the 416 is dropped
+}
+
+func (w *rangeErrorWriter) WriteHeader(code int) {
+	if code != http.StatusRequestedRangeNotSatisfiable {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.swallow = true
+	writeError(w.ResponseWriter, code, &ErrorResponse{Error: "range_not_satisfiable", Message: "the range is outside the file; Content-Range holds its size"})
+}
+
+func (w *rangeErrorWriter) Write(p []byte) (int, error) {
+	if w.swallow {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *rangeErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // stallWriter replaces the server's WriteTimeout, which would cut any
 // download longer than it, by a stall timeout: before each write the

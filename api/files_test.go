@@ -373,9 +373,18 @@ func TestProbesAndMisc(t *testing.T) {
 	}
 
 	ui := newRig(t, rigOpts{api: func(c *Config) {
-		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("the ui")) })
+		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/" {
+				http.Redirect(w, r, "/ui/", http.StatusSeeOther) // as web's
+				return
+			}
+			_, _ = w.Write([]byte("the ui"))
+		})
 	}})
-	if rec := ui.do("GET", "/", ""); rec.Body.String() != "the ui" {
+	if rec := ui.do("GET", "/", ""); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/" {
+		t.Fatalf("ui / %d %v", rec.Code, rec.Header())
+	}
+	if rec := ui.do("GET", "/ui/", ""); rec.Body.String() != "the ui" {
 		t.Fatalf("ui %q", rec.Body.String())
 	}
 }

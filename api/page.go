@@ -25,10 +25,11 @@ const listChunk = 1000
 // listLimit parses ?limit=; on a bad value it answers 400 invalid_limit and
 // returns false.
 func listLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
+	q := r.URL.Query()
+	if !q.Has("limit") {
 		return DefaultListLimit, true
 	}
+	v := q.Get("limit")
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > MaxListLimit {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit",

@@ -29,7 +29,8 @@ func TestListLimits(t *testing.T) {
 			{"limit=10001", 400, "invalid_limit"},
 			{"limit=abc", 400, "invalid_limit"},
 			{"limit=1.5", 400, "invalid_limit"},
-			{"limit=", 200, ""},
+			{"limit=", 400, "invalid_limit"},
+			{"", 200, ""},
 			{"limit=1", 200, ""},
 			{"limit=10000", 200, ""},
 		} {
