@@ -142,7 +142,11 @@ func TestDownload(t *testing.T) {
 	if rec.Body.String() != ":3}\n" {
 		t.Fatalf("suffix range: %q", rec.Body.String())
 	}
-	expectStatus(t, r.do("GET", "/v1/files/"+p, "", "Range", "bytes=100-"), http.StatusRequestedRangeNotSatisfiable)
+	rec416 := r.do("GET", "/v1/files/"+p, "", "Range", "bytes=100-")
+	expectStatus(t, rec416, http.StatusRequestedRangeNotSatisfiable)
+	if e := decode[ErrorResponse](t, rec416); e.Error != "range_not_satisfiable" || !strings.HasPrefix(rec416.Header().Get("Content-Range"), "bytes */") {
+		t.Errorf("416: %+v %v", e, rec416.Header())
+	}
 
 	rec = r.do("GET", "/v1/files/clicks/nope.ndjson", "")
 	expectStatus(t, rec, http.StatusNotFound)

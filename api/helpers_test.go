@@ -130,7 +130,8 @@ func request(method, target, body string, hdr ...string) *http.Request {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil } // for checkOpenAPI
+	// checkOpenAPI reads the body again.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
 	req.Host = "localhost:8080" // what curl sends to the default --listen
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
