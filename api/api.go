@@ -55,6 +55,9 @@ type Store interface {
 	Get(id uint64) (*recovery.Checkpoint, error)
 	// List returns up to limit checkpoints, newest first.
 	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
+	// ListBefore returns up to limit checkpoints with ids below before,
+	// newest first.
+	ListBefore(before uint64, limit int, withFiles bool) ([]recovery.Checkpoint, error)
 }
 
 var _ Engine = (*server.Engine)(nil)
@@ -277,8 +280,9 @@ func (s *Server) routes() http.Handler {
 		// The UI does its own auth (login form, cookie, CSRF on POST): its
 		// login page must be reachable without a token.
 		r.Get("/", s.ui.ServeHTTP)
-		r.Handle("/ui", s.ui)
-		r.Handle("/ui/*", s.ui)
+		r.Get("/ui", s.ui.ServeHTTP)
+		r.Get("/ui/*", s.ui.ServeHTTP)
+		r.Post("/ui/*", s.ui.ServeHTTP)
 	} else {
 		r.With(read).Get("/", s.index)
 	}

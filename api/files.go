@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,8 +208,35 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	// A committed file never changes (I7) and its name is never reused
 	// (I8); private: with tokens on, shared caches must not keep it.
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
-	http.ServeContent(newStallWriter(w, s.stall), r, path.Base(name), ent.Modified, rc)
+	http.ServeContent(newStallWriter(&rangeErrorWriter{ResponseWriter: w}, s.stall), r, path.Base(name), ent.Modified, rc)
 }
+
+// rangeErrorWriter turns the text answer http.ServeContent gives a Range it
+// cannot satisfy into the JSON error every other answer has, keeping its
+// Content-Range.
+type rangeErrorWriter struct {
+	http.ResponseWriter
+	swallow bool // the text body of the 416 is dropped
+}
+
+func (w *rangeErrorWriter) WriteHeader(code int) {
+	if code != http.StatusRequestedRangeNotSatisfiable {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.swallow = true
+	writeError(w.ResponseWriter, code, &ErrorResponse{Error: "range_not_satisfiable", Message: "the range is outside the file; Content-Range holds its size"})
+}
+
+func (w *rangeErrorWriter) Write(p []byte) (int, error) {
+	if w.swallow {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *rangeErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // stallWriter replaces the server's WriteTimeout, which would cut any
 // download longer than it, by a stall timeout: before each write the
@@ -242,25 +268,35 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	prefix := r.URL.Query().Get("prefix")
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
 	if !validPrefix(prefix) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_prefix", Message: fmt.Sprintf("prefix %q: want a relative path without \".\" or \"..\" segments", prefix)})
 		return
 	}
-	entries, err := s.files.List(r.Context(), prefix)
-	if err != nil {
-		s.internal(w, r, err)
+	after := q.Get("after")
+	if len(after) > 4096 || !cleanChars(after) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "after: want the next cursor of the previous page"})
+		return
+	}
+	limit, ok := listLimit(w, r)
+	if !ok {
 		return
 	}
 	// Manifests are listed only when asked for: no stream starts with '_'.
 	manifests := strings.HasPrefix(prefix, "_")
-	out := FileList{Files: make([]File, 0, len(entries))}
-	for _, e := range entries {
+	out := FileList{Files: []File{}}
+	more := false
+	err := s.walkFiles(r.Context(), prefix, after, limit+1, func(e committer.Entry) (string, bool) {
+		if !manifests && strings.HasPrefix(e.Path, manifestDir) {
+			return afterPast(manifestDir), false
+		}
+		if len(out.Files) == limit {
+			more = true
+			return "", true
+		}
 		f := File{Path: e.Path, Bytes: e.Bytes, Modified: e.Modified}
 		if strings.HasPrefix(e.Path, manifestDir) {
-			if !manifests {
-				continue
-			}
 			if id, ok := manifestCheckpoint(e.Path); ok {
 				f.Checkpoint = &id
 			}
@@ -271,37 +307,69 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out.Files = append(out.Files, f)
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
-	entries, err := s.files.List(r.Context(), "")
+		return "", false
+	})
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	by := map[string]*Stream{}
-	for _, e := range entries {
+	if more {
+		out.Next = out.Files[len(out.Files)-1].Path
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listStreams pages the destination's top-level folders that are stream
+// names, in the order of their files' paths (by name with "/" appended),
+// counting each stream's files whole: a page costs the files of its
+// streams, not those of every stream.
+func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
+	after := r.URL.Query().Get("after")
+	if after != "" && !validStream(after) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a stream name", after)})
+		return
+	}
+	limit, ok := listLimit(w, r)
+	if !ok {
+		return
+	}
+	start := ""
+	if after != "" {
+		start = afterPast(after + "/")
+	}
+	out := StreamList{Streams: []Stream{}}
+	more := false
+	err := s.walkFiles(r.Context(), "", start, listChunk, func(e committer.Entry) (string, bool) {
 		name, _, ok := strings.Cut(e.Path, "/")
-		if !ok || !validStream(name) {
-			continue // manifests, or nothing eosink wrote
+		if !ok {
+			return "", false // nothing eosink wrote
 		}
-		st := by[name]
-		if st == nil {
-			st = &Stream{Name: name}
-			by[name] = st
+		if !validStream(name) {
+			return afterPast(name + "/"), false // manifests, leases, strays
 		}
+		n := len(out.Streams)
+		if n == 0 || out.Streams[n-1].Name != name {
+			if n == limit {
+				more = true
+				return "", true
+			}
+			out.Streams = append(out.Streams, Stream{Name: name})
+			n++
+		}
+		st := &out.Streams[n-1]
 		st.Files++
 		st.Bytes += e.Bytes
-		if n, ok := s.fileRecords(r.Context(), e.Path); ok {
-			st.Records += n
+		if rec, ok := s.fileRecords(r.Context(), e.Path); ok {
+			st.Records += rec
 		}
+		return "", false
+	})
+	if err != nil {
+		s.internal(w, r, err)
+		return
 	}
-	out := StreamList{Streams: make([]Stream, 0, len(by))}
-	for _, st := range by {
-		out.Streams = append(out.Streams, *st)
+	if more {
+		out.Next = out.Streams[len(out.Streams)-1].Name
 	}
-	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].Name < out.Streams[j].Name })
 	writeJSON(w, http.StatusOK, out)
 }

@@ -142,7 +142,11 @@ func TestDownload(t *testing.T) {
 	if rec.Body.String() != ":3}\n" {
 		t.Fatalf("suffix range: %q", rec.Body.String())
 	}
-	expectStatus(t, r.do("GET", "/v1/files/"+p, "", "Range", "bytes=100-"), http.StatusRequestedRangeNotSatisfiable)
+	rec416 := r.do("GET", "/v1/files/"+p, "", "Range", "bytes=100-")
+	expectStatus(t, rec416, http.StatusRequestedRangeNotSatisfiable)
+	if e := decode[ErrorResponse](t, rec416); e.Error != "range_not_satisfiable" || !strings.HasPrefix(rec416.Header().Get("Content-Range"), "bytes */") {
+		t.Errorf("416: %+v %v", e, rec416.Header())
+	}
 
 	rec = r.do("GET", "/v1/files/clicks/nope.ndjson", "")
 	expectStatus(t, rec, http.StatusNotFound)
@@ -273,7 +277,7 @@ func TestCheckpointRoutes(t *testing.T) {
 	if cl := decode[CheckpointList](t, r.do("GET", "/v1/checkpoints?limit=1", "")); len(cl.Checkpoints) != 1 || cl.Checkpoints[0].ID != c.ID {
 		t.Fatalf("limit=1 %+v", cl)
 	}
-	expectStatus(t, r.do("GET", "/v1/checkpoints?limit=100000", ""), http.StatusOK)
+	expectStatus(t, r.do("GET", "/v1/checkpoints?limit=10000", ""), http.StatusOK) // the most; more is invalid_limit (TestListLimits)
 
 	for _, tc := range []struct {
 		target string
@@ -373,9 +377,18 @@ func TestProbesAndMisc(t *testing.T) {
 	}
 
 	ui := newRig(t, rigOpts{api: func(c *Config) {
-		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("the ui")) })
+		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/" {
+				http.Redirect(w, r, "/ui/", http.StatusSeeOther) // as web's
+				return
+			}
+			_, _ = w.Write([]byte("the ui"))
+		})
 	}})
-	if rec := ui.do("GET", "/", ""); rec.Body.String() != "the ui" {
+	if rec := ui.do("GET", "/", ""); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/" {
+		t.Fatalf("ui / %d %v", rec.Code, rec.Header())
+	}
+	if rec := ui.do("GET", "/ui/", ""); rec.Body.String() != "the ui" {
 		t.Fatalf("ui %q", rec.Body.String())
 	}
 }

@@ -9,12 +9,6 @@ import (
 	"github.com/eosink/eosink/recovery"
 )
 
-// Checkpoint list limits.
-const (
-	defaultListLimit = 20
-	maxListLimit     = 1000
-)
-
 func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathParam(r, "producer")
 	if !ok || !validProducer(id) {
@@ -89,23 +83,36 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
-	limit := defaultListLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit", Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, maxListLimit)})
+	var before uint64
+	if v := r.URL.Query().Get("after"); v != "" {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a checkpoint id", v)})
 			return
 		}
-		limit = min(n, maxListLimit)
+		before = id
 	}
-	cs, err := s.store.List(limit, false)
+	limit, ok := listLimit(w, r)
+	if !ok {
+		return
+	}
+	var cs []recovery.Checkpoint
+	var err error
+	if before == 0 && r.URL.Query().Get("after") == "" {
+		cs, err = s.store.List(limit+1, false)
+	} else {
+		cs, err = s.store.ListBefore(before, limit+1, false)
+	}
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	out := CheckpointList{Checkpoints: make([]Checkpoint, 0, len(cs))}
-	for i := range cs {
+	out := CheckpointList{Checkpoints: make([]Checkpoint, 0, min(len(cs), limit))}
+	for i := range cs[:min(len(cs), limit)] {
 		out.Checkpoints = append(out.Checkpoints, checkpointFromStore(&cs[i], false))
+	}
+	if len(cs) > limit {
+		out.Next = strconv.FormatUint(cs[limit-1].ID, 10)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -130,6 +130,8 @@ func request(method, target, body string, hdr ...string) *http.Request {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
+	// checkOpenAPI reads the body again.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
 	req.Host = "localhost:8080" // what curl sends to the default --listen
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
@@ -137,9 +139,21 @@ func request(method, target, body string, hdr ...string) *http.Request {
 	return req
 }
 
+// serve serves req and checks the request and answer against openapi.yaml.
 func (r *rig) serve(req *http.Request) *httptest.ResponseRecorder {
+	r.t.Helper()
+	var body []byte
+	if req.GetBody != nil {
+		rc, err := req.GetBody()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		body, _ = io.ReadAll(rc)
+	}
+	check := req.Clone(req.Context())
 	rec := httptest.NewRecorder()
 	r.srv.ServeHTTP(rec, req)
+	checkOpenAPI(r.t, check, body, rec)
 	return rec
 }
 

@@ -89,6 +89,7 @@ type Checkpoint struct {
 // CheckpointList answers GET /v1/checkpoints.
 type CheckpointList struct {
 	Checkpoints []Checkpoint `json:"checkpoints"`
+	Next        string       `json:"next"` // ?after= of the next page; empty on the last
 }
 
 // File is one committed file of the destination.
@@ -103,6 +104,7 @@ type File struct {
 // FileList answers GET /v1/files.
 type FileList struct {
 	Files []File `json:"files"`
+	Next  string `json:"next"` // ?after= of the next page; empty on the last
 }
 
 // Stream is one stream with counts over its committed files.
@@ -116,6 +118,7 @@ type Stream struct {
 // StreamList answers GET /v1/streams.
 type StreamList struct {
 	Streams []Stream `json:"streams"`
+	Next    string   `json:"next"` // ?after= of the next page; empty on the last
 }
 
 // Status answers /healthz and /readyz when all is well.

@@ -169,3 +169,14 @@ type Reader interface {
 	// Open opens a file for reading. A missing file returns ErrNotFound.
 	Open(ctx context.Context, name string) (io.ReadSeekCloser, Entry, error)
 }
+
+// Pager is implemented by Readers that list a page at a time, so that the
+// cost of a page depends on its size, not on the destination's.
+type Pager interface {
+	// ListPage returns, sorted by path, up to limit files whose path
+	// starts with prefix and sorts after after (byte-wise; "" starts at the
+	// beginning). Directory entries are not returned. Safe for concurrent
+	// use; pages taken while files are committed see each file at most
+	// once and every file present throughout.
+	ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, error)
+}

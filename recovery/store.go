@@ -591,6 +591,38 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 	return out, err
 }
 
+// ListBefore returns up to limit checkpoints with ids below before, newest
+// first: a page after the one that ended at before. A cursor seek, so its
+// cost does not grow with the store.
+func (s *Store) ListBefore(before uint64, limit int, withFiles bool) ([]Checkpoint, error) {
+	var out []Checkpoint
+	if before == 0 {
+		return nil, nil
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCheckpoints).Cursor()
+		k, v := c.Seek(u64(before))
+		if k == nil {
+			k, v = c.Last()
+		}
+		for ; k != nil && len(out) < limit; k, v = c.Prev() {
+			if binary.BigEndian.Uint64(k) >= before {
+				continue
+			}
+			var ck Checkpoint
+			if err := json.Unmarshal(v, &ck); err != nil {
+				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if !withFiles {
+				ck.Files, ck.Seqs = nil, nil
+			}
+			out = append(out, ck)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // NewestCommitted returns the id of the newest committed checkpoint, 0 if
 // none. It is kept in meta, so it outlives the pruned rows.
 func (s *Store) NewestCommitted() (uint64, error) {

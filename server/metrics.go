@@ -3,6 +3,8 @@ package server
 import (
 	"runtime"
 	"runtime/debug"
+	"sync"
+	"time"
 
 	"github.com/eosink/eosink/recovery"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,9 +17,34 @@ func rejectReasons() []string {
 	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
 }
 
+// Defaults of MetricsConfig.
+const (
+	DefaultMaxStreamSeries  = 1000
+	DefaultStreamSeriesIdle = time.Hour
+)
+
+// OtherStream is the stream label under which the per-stream counters count
+// streams beyond MetricsConfig.MaxStreams; no stream name starts with '_'.
+const OtherStream = "_other"
+
+// MetricsConfig bounds the per-stream series, so that they do not grow with
+// every stream ever written (I11).
+type MetricsConfig struct {
+	// MaxStreams is how many streams have series of their own; writes to
+	// more are counted under stream="_other". Default 1000.
+	MaxStreams int
+	// StreamIdle is how long a stream's series outlive its last write; a
+	// sweep, run at most every StreamIdle/4 on writes and checkpoints,
+	// deletes older ones. Default 1h.
+	StreamIdle time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
 // Metrics are the engine's Prometheus metrics, registered on a registry the
 // caller owns.
 type Metrics struct {
+	streams     *streamSeries
 	records     *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
@@ -31,9 +58,23 @@ type Metrics struct {
 	expired     prometheus.Counter
 }
 
-// NewMetrics creates the metrics and registers them on reg. status is read
-// at scrape time for the gauges; it may be set later with SetStatus.
+// NewMetrics creates the metrics with the default MetricsConfig and
+// registers them on reg. status is read at scrape time for the gauges.
 func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
+	return NewMetricsWith(reg, status, MetricsConfig{})
+}
+
+// NewMetricsWith is NewMetrics with bounds on the per-stream series.
+func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg MetricsConfig) *Metrics {
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreamSeries
+	}
+	if cfg.StreamIdle <= 0 {
+		cfg.StreamIdle = DefaultStreamSeriesIdle
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	m := &Metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_records_ingested_total",
 			Help: "Records accepted into open checkpoints, by stream."}, []string{"stream"}),
@@ -61,6 +102,8 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 	for _, kind := range []string{"intent", "upload", "object"} {
 		m.orphans.WithLabelValues(kind) // shown as 0 before the first removal
 	}
+	m.streams = &streamSeries{max: cfg.MaxStreams, idle: cfg.StreamIdle, now: cfg.Now, seen: map[string]time.Time{},
+		vecs: []*prometheus.CounterVec{m.records, m.bytes, m.duplicates}}
 	gauge := func(name, help string, f func(Status) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			if status == nil {
@@ -100,10 +143,14 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 func (m *Metrics) Hooks() Hooks {
 	return Hooks{
 		Accepted: func(stream string, records, bytes int) {
-			m.records.WithLabelValues(stream).Add(float64(records))
-			m.bytes.WithLabelValues(stream).Add(float64(bytes))
+			m.streams.add(stream, func(label string) {
+				m.records.WithLabelValues(label).Add(float64(records))
+				m.bytes.WithLabelValues(label).Add(float64(bytes))
+			})
 		},
-		Duplicate: func(stream string) { m.duplicates.WithLabelValues(stream).Inc() },
+		Duplicate: func(stream string) {
+			m.streams.add(stream, func(label string) { m.duplicates.WithLabelValues(label).Inc() })
+		},
 		Rejected: func(reason string) {
 			m.rejected.WithLabelValues(reason).Inc()
 			if reason == "producer_fenced" {
@@ -111,6 +158,7 @@ func (m *Metrics) Hooks() Hooks {
 			}
 		},
 		Checkpoint: func(r CheckpointResult) {
+			m.streams.maybeSweep()
 			m.ckpts.WithLabelValues(string(r.State)).Inc()
 			if r.Records > 0 || len(r.Files) > 0 {
 				// Empty checkpoints would crowd the histogram with zeros.
@@ -123,6 +171,69 @@ func (m *Metrics) Hooks() Hooks {
 		CommitStuck:      func(uint64, error) { m.stuck.Inc() },
 		OrphansRemoved:   func(kind string, n int) { m.orphans.WithLabelValues(kind).Add(float64(n)) },
 		ProducersExpired: func(n int) { m.expired.Add(float64(n)) },
+	}
+}
+
+// streamSeries keeps the stream label values of the per-stream counters
+// bounded: at most max streams have series, the rest count under
+// OtherStream, and a stream's series are deleted once it has not been
+// written for idle. Counters are updated under mu, so a sweep never deletes
+// a series between its label check and its update.
+type streamSeries struct {
+	max  int
+	idle time.Duration
+	now  func() time.Time
+	vecs []*prometheus.CounterVec
+
+	mu        sync.Mutex
+	seen      map[string]time.Time // stream label -> last write
+	lastSweep time.Time
+}
+
+// add calls update with the label stream's write is counted under.
+func (s *streamSeries) add(stream string, update func(label string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweepLocked(now)
+	label := stream
+	if _, ok := s.seen[stream]; !ok && s.tracked() >= s.max {
+		label = OtherStream
+	}
+	s.seen[label] = now
+	update(label)
+}
+
+// tracked is how many streams have series of their own.
+func (s *streamSeries) tracked() int {
+	n := len(s.seen)
+	if _, ok := s.seen[OtherStream]; ok {
+		n--
+	}
+	return n
+}
+
+func (s *streamSeries) maybeSweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(s.now())
+}
+
+// sweepLocked deletes the series of streams idle for s.idle, at most every
+// s.idle/4.
+func (s *streamSeries) sweepLocked(now time.Time) {
+	if now.Sub(s.lastSweep) < s.idle/4 {
+		return
+	}
+	s.lastSweep = now
+	for label, last := range s.seen {
+		if now.Sub(last) < s.idle {
+			continue
+		}
+		delete(s.seen, label)
+		for _, v := range s.vecs {
+			v.DeleteLabelValues(label)
+		}
 	}
 }
 

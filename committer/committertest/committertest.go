@@ -55,6 +55,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"ConcurrentFiles", testConcurrentFiles},
 		{"PublishCreateOnly", testPublishCreateOnly},
 		{"ListPrefixes", testList},
+		{"ListPagesInPathOrder", testListPages},
 		{"OpenMissing", testOpenMissing},
 		{"OpenSeek", testOpenSeek},
 	}
@@ -414,6 +415,75 @@ func testList(t *testing.T, e Env) {
 		}
 		if !slices.Equal(got, c.want) {
 			t.Errorf("list %q: got %q, want %q", c.prefix, got, c.want)
+		}
+	}
+}
+
+// testListPages checks committer.Pager, if the Reader has it: paging with
+// every limit yields List's answer exactly, also for names where directory
+// order and path order differ ("a-b/" sorts before "a/", "a/" before "a0").
+func testListPages(t *testing.T, e Env) {
+	pager, ok := e.Reader.(committer.Pager)
+	if !ok {
+		t.Skip("the reader has no ListPage")
+	}
+	names := []string{"a-b/x.ndjson", "a.b/y.ndjson", "a/b-c/z.ndjson", "a/b/z.ndjson", "a/b.ndjson",
+		"a0/q.ndjson", "_manifests/n1/0001.json", "_manifests/n1/0002.json", "b/dt=1/hour=0/p.txt"}
+	for i, name := range names {
+		if err := e.Publisher.Publish(t.Context(), name, Content(uint64(30+i), 5+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Prepare(t, e, "a/pending.ndjson", Content(40, 10)) // never listed
+	for _, prefix := range []string{"", "a", "a/", "a/b", "_manifests/", "b/dt=1/", "zz"} {
+		all, err := e.Reader.List(t.Context(), prefix)
+		if err != nil {
+			t.Fatalf("list %q: %v", prefix, err)
+		}
+		var want []string
+		for _, ent := range all {
+			want = append(want, ent.Path)
+		}
+		for _, limit := range []int{1, 2, 3, 100} {
+			var got []string
+			after := ""
+			for range len(names) + 2 {
+				page, err := pager.ListPage(t.Context(), prefix, after, limit)
+				if err != nil {
+					t.Fatalf("list page %q after %q: %v", prefix, after, err)
+				}
+				if len(page) > limit {
+					t.Fatalf("list page %q after %q: %d entries over limit %d", prefix, after, len(page), limit)
+				}
+				for _, ent := range page {
+					got = append(got, ent.Path)
+				}
+				if len(page) < limit {
+					break
+				}
+				after = page[len(page)-1].Path
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("pages of %q by %d: got %q, want %q", prefix, limit, got, want)
+			}
+		}
+		// A cursor that names no file starts right after where it would be.
+		page, err := pager.ListPage(t.Context(), prefix, "a/b-", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ent := range page {
+			got = append(got, ent.Path)
+		}
+		var rest []string
+		for _, w := range want {
+			if w > "a/b-" {
+				rest = append(rest, w)
+			}
+		}
+		if !slices.Equal(got, rest) {
+			t.Errorf("page of %q after \"a/b-\": got %q, want %q", prefix, got, rest)
 		}
 	}
 }

@@ -67,6 +67,44 @@ func (s *S3) List(ctx context.Context, prefix string) ([]committer.Entry, error)
 	return out, nil
 }
 
+// ListPage lists one page with ListObjectsV2's StartAfter: up to limit
+// objects under prefix whose destination-relative path sorts after after.
+// Staging objects are skipped, so a page may cost more keys than it holds.
+func (s *S3) ListPage(ctx context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
+	prefix = strings.TrimPrefix(prefix, "/")
+	if limit <= 0 {
+		return nil, nil
+	}
+	root := ""
+	if s.prefix != "" {
+		root = s.prefix + "/"
+	}
+	opts := minio.ListObjectsOptions{Prefix: root + prefix, Recursive: true, MaxKeys: min(limit+1, 1000)}
+	if after != "" {
+		opts.StartAfter = root + after
+	}
+	ctx, cancel := context.WithCancel(ctx) // stops the lister once the page is full
+	defer cancel()
+	var out []committer.Entry
+	for obj := range s.client.ListObjects(ctx, s.bucket, opts) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("list page %s after %s: %w", prefix, after, classify(obj.Err))
+		}
+		rel, ok := strings.CutPrefix(obj.Key, root)
+		if !ok || !validName(rel) || rel <= after {
+			continue // staging objects, folder markers, odd keys
+		}
+		out = append(out, committer.Entry{Path: rel, Bytes: obj.Size, Modified: obj.LastModified.UTC()})
+		if len(out) >= limit {
+			return out, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list page %s after %s: %w", prefix, after, err)
+	}
+	return out, nil
+}
+
 // Open opens a committed object for reading. The reader seeks with ranged
 // GETs and lives as long as ctx. A missing object returns
 // committer.ErrNotFound.

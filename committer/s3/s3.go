@@ -21,6 +21,7 @@ var (
 	_ committer.RemotePreparer = (*S3)(nil)
 	_ committer.Publisher      = (*S3)(nil)
 	_ committer.Reader         = (*S3)(nil)
+	_ committer.Pager          = (*S3)(nil)
 )
 
 // Errors of this package. They wrap with the committer sentinels where
