@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,7 +17,20 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
-	st, err := s.eng.InitProducer(r.Context(), id)
+	// init waits for the barrier over the producer's older epochs (I12).
+	// Its commit is retried for as long as the destination is away, so
+	// the wait is bounded like a wait=commit write: the epoch is already
+	// durable and the barrier goes on, and a retried init answers once
+	// those batches are prepared, whether or not they committed yet.
+	ctx, cancel := context.WithTimeout(r.Context(), s.wait)
+	defer cancel()
+	st, err := s.eng.InitProducer(ctx, id)
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		w.Header().Set("Retry-After", s.retryAfter)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+			Message: fmt.Sprintf("init producer %s: the checkpoint holding its earlier batches is still committing; the new epoch is recorded: retry the init", id)})
+		return
+	}
 	if err != nil {
 		s.engineError(w, r, err, false)
 		return
