@@ -348,6 +348,16 @@ func (m *memReader) List(_ context.Context, prefix string) ([]committer.Entry, e
 	return out, nil
 }
 
+// ListPage makes memReader a committer.Pager.
+func (m *memReader) ListPage(_ context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
+	i := sort.Search(len(m.entries), func(i int) bool { return m.entries[i].Path > after && m.entries[i].Path >= prefix })
+	var out []committer.Entry
+	for ; i < len(m.entries) && len(out) < limit && strings.HasPrefix(m.entries[i].Path, prefix); i++ {
+		out = append(out, m.entries[i])
+	}
+	return out, nil
+}
+
 type nopSeekCloser struct{ *bytes.Reader }
 
 func (nopSeekCloser) Close() error { return nil }
@@ -407,6 +417,16 @@ func (f *fakeStore) List(limit int, _ bool) ([]recovery.Checkpoint, error) {
 	var out []recovery.Checkpoint
 	for i := len(f.cs) - 1; i >= 0 && len(out) < limit; i-- {
 		out = append(out, f.cs[i])
+	}
+	return out, nil
+}
+
+func (f *fakeStore) ListBefore(before uint64, limit int, _ bool) ([]recovery.Checkpoint, error) {
+	var out []recovery.Checkpoint
+	for i := len(f.cs) - 1; i >= 0 && len(out) < limit; i-- {
+		if f.cs[i].ID < before {
+			out = append(out, f.cs[i])
+		}
 	}
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"path"
 	"regexp"
@@ -17,7 +19,6 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
-	"github.com/spf13/afero"
 )
 
 // bigDir makes n files in one partition, their sizes (as listed) falling
@@ -106,92 +107,104 @@ func rowNames(body string) []string {
 func TestFolderPagination(t *testing.T) {
 	files, dir := bigDir(250)
 	eng := &fakeEngine{status: server.Status{Ready: true, OpenID: 2, LastDone: 1}}
-	h := newFakeUI(t, files, eng, nil, nil)
-	get := func(q string) string {
-		t.Helper()
-		rec := serveH(h, req("GET", "/ui/files/"+dir+"/"+q, ""))
-		expectCode(t, rec, http.StatusOK)
-		return rec.Body.String()
-	}
-	name := func(i int) string { return fmt.Sprintf("part-n1-%020d-%04d.ndjson", i/1000+1, i%1000) }
+	for _, tc := range []struct {
+		name  string
+		files committer.Reader
+	}{
+		{"pager", files},
+		{"list only", listOnly{files}}, // a Reader without ListPage
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeUI(t, tc.files, eng, nil, func(c *Config) { c.PageSize = 100 })
+			get := func(target string) string {
+				t.Helper()
+				rec := serveH(h, req("GET", strings.ReplaceAll(target, "&amp;", "&"), ""))
+				expectCode(t, rec, http.StatusOK)
+				return rec.Body.String()
+			}
+			name := func(i int) string { return fmt.Sprintf("part-n1-%020d-%04d.ndjson", i/1000+1, i%1000) }
 
-	body := get("")
-	rows := rowNames(body)
-	if len(rows) != 100 || rows[0] != name(0) || rows[99] != name(99) {
-		t.Fatalf("page 1: %d rows, %v ... %v", len(rows), rows[:1], rows[len(rows)-1:])
+			body := get("/ui/files/" + dir + "/")
+			rows := rowNames(body)
+			if len(rows) != 100 || rows[0] != name(0) || rows[99] != name(99) {
+				t.Fatalf("page 1: %d rows, %v ... %v", len(rows), rows[:1], rows[len(rows)-1:])
+			}
+			expectContains(t, body, "100 rows on this page; more follow", `href="/ui/files/`+dir+`/?after=`+name(99)+`"`, `rel="next"`)
+			// Following "Next" visits every file once, in order.
+			var all []string
+			for next, pages := "/ui/files/"+dir+"/", 0; next != ""; pages++ {
+				if pages > 5 {
+					t.Fatal("paging does not end")
+				}
+				body := get(next)
+				all = append(all, rowNames(body)...)
+				next = nextLink(body)
+			}
+			if len(all) != 250 {
+				t.Fatalf("%d rows paged, want 250", len(all))
+			}
+			for i, n := range all {
+				if n != name(i) {
+					t.Fatalf("row %d is %s, want %s", i, n, name(i))
+				}
+			}
+			// The filter lists the names that start with it, paged too.
+			body = get("/ui/files/" + dir + "/?q=" + name(120)[:len(name(120))-8])
+			if rows = rowNames(body); len(rows) != 10 || rows[0] != name(120) || rows[9] != name(129) {
+				t.Fatalf("filter: %d rows from %v", len(rows), rows)
+			}
+			expectContains(t, get("/ui/files/"+dir+"/?q=nothing-like-it"), "No name starts with")
+			// Records come from the manifests.
+			if body := get("/ui/files/" + dir + "/"); !strings.Contains(body, `<td class="num">1</td>`) || !strings.Contains(body, `<td class="num">7</td>`) {
+				t.Error("records missing from the rows")
+			}
+			// The stream's folder shows the partition as one folder.
+			body = get("/ui/files/clicks/")
+			if rows := rowNames(body); len(rows) != 1 || rows[0] != "dt=2026-11-29" {
+				t.Fatalf("stream folder rows %v", rows)
+			}
+			expectCode(t, serveH(h, req("GET", "/ui/files/"+dir+"/?after=a%00b", "")), http.StatusBadRequest)
+		})
 	}
-	expectContains(t, body, "1–100 of 250", `href="/ui/files/`+dir+`/?page=2"`, `rel="next"`)
-
-	rows = rowNames(get("?page=3"))
-	if len(rows) != 50 || rows[0] != name(200) {
-		t.Fatalf("page 3: %d rows from %v", len(rows), rows[:1])
-	}
-	// Past the end: the last page.
-	if rows = rowNames(get("?page=99")); len(rows) != 50 {
-		t.Fatalf("page 99: %d rows", len(rows))
-	}
-	// Largest first: the sizes fall with the name.
-	body = get("?sort=size&order=desc")
-	if rows = rowNames(body); rows[0] != name(0) || rows[1] != name(1) {
-		t.Fatalf("by size, largest first: %v", rows[:2])
-	}
-	expectContains(t, body, `href="/ui/files/`+dir+`/?order=desc&amp;page=2&amp;sort=size"`)
-	if rows = rowNames(get("?sort=size")); rows[0] != name(249) {
-		t.Fatalf("by size, smallest first: %v", rows[:1])
-	}
-	if rows = rowNames(get("?sort=time&order=desc")); rows[0] != name(249) {
-		t.Fatalf("by time, newest first: %v", rows[:1])
-	}
-	if rows = rowNames(get("?order=desc")); rows[0] != name(249) {
-		t.Fatalf("by name, descending: %v", rows[:1])
-	}
-	// The filter applies before paging, to every page: 43 of the names
-	// 0000..0249 hold a 9.
-	small := newFakeUI(t, files, eng, nil, func(c *Config) { c.PageSize = 20 })
-	filtered := func(q string) string {
-		t.Helper()
-		rec := serveH(small, req("GET", "/ui/files/"+dir+"/"+q, ""))
-		expectCode(t, rec, http.StatusOK)
-		return rec.Body.String()
-	}
-	body = filtered("?q=9")
-	if rows = rowNames(body); len(rows) != 20 || rows[0] != name(9) || rows[1] != name(19) {
-		t.Fatalf("filter: %d rows from %v", len(rows), rows[:2])
-	}
-	expectContains(t, body, "1–20 of 43 matching", `value="9"`, `href="/ui/files/`+dir+`/?page=3&amp;q=9"`)
-	if rows = rowNames(filtered("?q=9&page=3")); len(rows) != 3 || rows[2] != name(249) {
-		t.Fatalf("filter page 3: %d rows", len(rows))
-	}
-	expectContains(t, get("?q=nothing-like-it"), "No name matches")
-	// Records come from the manifests.
-	if body := get(""); !strings.Contains(body, `<td class="num">1</td>`) || !strings.Contains(body, `<td class="num">7</td>`) {
-		t.Error("records missing from the rows")
-	}
-	// The stream's folder rolls the partition up.
-	expectContains(t, string(serveH(h, req("GET", "/ui/files/clicks/", "")).Body.Bytes()), "250 files")
 }
 
-func TestListingRefresh(t *testing.T) {
+// listOnly hides a Reader's ListPage.
+type listOnly struct{ r committer.Reader }
+
+func (l listOnly) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
+	return l.r.List(ctx, prefix)
+}
+
+func (l listOnly) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	return l.r.Open(ctx, name)
+}
+
+var nextRE = regexp.MustCompile(`<a class="btn btn-ghost" href="([^"]+)" rel="next">`)
+
+// nextLink returns a page's "next" link, "" without one.
+func nextLink(body string) string {
+	m := nextRE.FindStringSubmatch(body)
+	if m == nil {
+		return ""
+	}
+	return html.UnescapeString(m[1])
+}
+
+// TestFolderIsLive: a folder page lists the destination as it is, so a
+// file committed a moment ago (by this node or another) shows at once.
+func TestFolderIsLive(t *testing.T) {
 	files, dir := bigDir(3)
-	eng := &fakeEngine{status: server.Status{Ready: true, OpenID: 2, LastDone: 1}}
-	store := &fakeStore{}
-	h := newFakeUI(t, files, eng, store, nil)
-	newName := dir + "/part-n1-00000000000000000002-0000.ndjson"
-	expectCode(t, serveH(h, req("GET", "/ui/files/"+dir+"/", "")), http.StatusOK)
-	// A file that appears while the listing is cached is found once a
-	// checkpoint ends.
+	h := newFakeUI(t, files, nil, nil, nil)
+	newName := dir + "/part-n2-00000000000000000002-0000.ndjson"
+	if body := serveH(h, req("GET", "/ui/files/"+dir+"/", "")).Body.String(); strings.Contains(body, "00000000000000000002-0000") {
+		t.Fatal("listed before it exists")
+	}
 	files.data[newName] = []byte("{\"new\":true}\n")
 	files.entries = newMemReader(files.data, time.Now()).entries
-	expectCode(t, serveH(h, req("GET", "/ui/files/"+dir+"/", "")), http.StatusOK)
-	if body := serveH(h, req("GET", "/ui/files/"+dir+"/", "")).Body.String(); strings.Contains(body, "00000000000000000002-0000") {
-		t.Fatal("the cached listing changed without a checkpoint")
-	}
-	store.cs = append(store.cs, recovery.Checkpoint{ID: 2, State: recovery.Committed, FileCount: 1, CommittedAt: time.Now(),
-		Files: []committer.File{{Final: newName, Bytes: int64(len(files.data[newName])), Records: 1}}})
-	eng.status.LastDone = 2
 	if body := serveH(h, req("GET", "/ui/files/"+dir+"/", "")).Body.String(); !strings.Contains(body, "00000000000000000002-0000") {
-		t.Fatal("a new checkpoint did not refresh the listing")
+		t.Fatal("a new file is not listed")
 	}
+	expectCode(t, serveH(h, req("GET", "/ui/files/"+newName, "")), http.StatusOK)
 }
 
 func TestPreview(t *testing.T) {
@@ -287,15 +300,14 @@ func TestChart(t *testing.T) {
 	}
 }
 
-// BenchmarkFolder100k pages through a folder of 100,000 files, sorted by
-// size, filtered, and by name: what a request costs once the listing is
-// cached (the first request lists the destination).
+// BenchmarkFolder100k serves pages of a folder of 100,000 files: the first,
+// one deep in (by cursor), a filtered one, and the overview.
 func BenchmarkFolder100k(b *testing.B) {
 	files, dir := bigDir(100_000)
 	eng := &fakeEngine{status: server.Status{Ready: true, OpenID: 101, LastDone: 100}}
-	h := newFakeUI(b, files, eng, nil, func(c *Config) { c.ListMaxAge = time.Hour })
-	for _, q := range []string{"?page=1", "?page=500", "?sort=size&order=desc&page=700", "?sort=time&page=3", "?q=-0999&page=2"} {
-		b.Run(strings.TrimPrefix(q, "?"), func(b *testing.B) {
+	h := newFakeUI(b, files, eng, nil, nil)
+	for _, q := range []string{"", "?after=part-n1-00000000000000000050-0499.ndjson", "?q=part-n1-00000000000000000099-09"} {
+		b.Run("q="+strings.TrimPrefix(q, "?"), func(b *testing.B) {
 			rec := serveH(h, req("GET", "/ui/files/"+dir+"/"+q, ""))
 			if rec.Code != http.StatusOK || len(rowNames(rec.Body.String())) == 0 {
 				b.Fatalf("%d, %d rows", rec.Code, len(rowNames(rec.Body.String())))
@@ -310,18 +322,13 @@ func BenchmarkFolder100k(b *testing.B) {
 			serveH(h, req("GET", "/ui/", ""))
 		}
 	})
-	b.Run("relist", func(b *testing.B) {
-		for b.Loop() {
-			eng.status.LastDone++ // every request lists the destination again
-			serveH(h, req("GET", "/ui/files/"+dir+"/?page=2", ""))
-		}
-	})
 }
 
-// countingReader counts the listings of the destination.
+// countingReader counts the whole listings (List) and the pages
+// (ListPage) taken of the destination.
 type countingReader struct {
 	committer.Reader
-	lists atomic.Int64
+	lists, pages atomic.Int64
 }
 
 func (c *countingReader) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
@@ -329,50 +336,7 @@ func (c *countingReader) List(ctx context.Context, prefix string) ([]committer.E
 	return c.Reader.List(ctx, prefix)
 }
 
-// TestListingFollowsCheckpoints: once listed, the destination is not
-// listed again for new checkpoints; their files come from the state store.
-func TestListingFollowsCheckpoints(t *testing.T) {
-	var cr *countingReader
-	r := newRig(t, rigOpts{ui: func(c *Config) { cr = &countingReader{Reader: c.Files}; c.Files = cr }})
-	file := r.seed()
-	dir := path.Dir(file)
-	r.page(t, "/ui/files/"+dir+"/")
-	lists := func(want int64) {
-		t.Helper()
-		if got := cr.lists.Load(); got != want {
-			t.Fatalf("%d listings, want %d", got, want)
-		}
-	}
-	lists(1)
-	r.checkpoint() // empty
-	r.checkpoint()
-	r.page(t, "/ui/")
-	lists(1)
-
-	r.write("clicks", "{\"late\":1}\n{\"late\":2}\n{\"late\":3}\n")
-	c := r.checkpoint()
-	newFile := c.Files[0].Path
-	body := r.page(t, "/ui/files/"+path.Dir(newFile)+"/")
-	expectContains(t, body, path.Base(newFile), `<td class="num">3</td>`, fmt.Sprintf(`href="/ui/checkpoints/%d"`, c.ID))
-	expectContains(t, r.page(t, "/ui/files/_manifests/n1/"), fmt.Sprintf("%020d.json", c.ID))
-	lists(1)
-
-	// A file another node put there shows once the listing is a moment old.
-	other := "clicks/dt=2026-01-01/hour=00/part-n2-00000000000000000001-0000.ndjson"
-	if err := afero.WriteFile(r.base, path.Join(tDest, other), []byte("{}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	expectCode(t, r.get("/ui/files/"+other, ""), http.StatusNotFound)
-	r.clock.t = time.Now().Add(relistAfter + time.Second)
-	expectCode(t, r.get("/ui/files/"+other, ""), http.StatusOK)
-	lists(2)
-
-	// A listing older than ListMaxAge is taken again in the background.
-	r.clock.t = r.clock.t.Add(DefaultListMaxAge + time.Second)
-	r.page(t, "/ui/files/")
-	deadline := time.Now().Add(10 * time.Second)
-	for cr.lists.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	lists(3)
+func (c *countingReader) ListPage(ctx context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
+	c.pages.Add(1)
+	return c.Reader.(committer.Pager).ListPage(ctx, prefix, after, limit)
 }

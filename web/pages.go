@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -27,9 +29,6 @@ const (
 	maxCheckpoints   = 1000
 	// rateWindow is the least time an ingest rate is measured over.
 	rateWindow = time.Minute
-	// relistAfter is how old a listing must be before a page asking for a
-	// path it lacks lists the destination again.
-	relistAfter = 2 * time.Second
 )
 
 // ckptRow is one checkpoint in a table.
@@ -92,6 +91,15 @@ func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (reco
 	return float64(r) / span, float64(b) / span, since, true
 }
 
+// Bounds of the overview's streams: the streams of the newest committed
+// checkpoints' files, from the state store, most recent first.
+const (
+	topStreams          = 20    // streams the overview shows
+	activityCheckpoints = 10    // newest committed checkpoints read for them
+	activityFiles       = 20000 // most files of those read
+	streamsPageSize     = 100   // streams per page of /ui/streams
+)
+
 type overviewData struct {
 	Open       ckptRow
 	Held       int64
@@ -101,6 +109,9 @@ type overviewData struct {
 	ByteRate   float64
 	RateSince  time.Time
 	Streams    []streamStat
+	ByName     bool // Streams are the first by name, not the most recent
+	MoreActive int  // active streams beyond those shown
+	Window     int  // checkpoints the committed totals cover
 	Files      int
 	Records    int64
 	Bytes      int64
@@ -121,20 +132,31 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	for i := range cs[:min(len(cs), recentCheckpoints)] {
 		d.Recent = append(d.Recent, rowFrom(&cs[i]))
 	}
+	d.Window = len(cs)
+	for i := range cs {
+		if cs[i].State == recovery.Committed {
+			d.Files += max(cs[i].FileCount, len(cs[i].Files))
+			d.Records += cs[i].Records
+			d.Bytes += cs[i].Bytes
+		}
+	}
 	if st.Ready {
 		d.RecordRate, d.ByteRate, d.RateSince, d.HasRate = ingestRate(cs, st, now)
 	}
-	snap, err := u.listing.get(r.Context(), st.LastDone, 0)
+	active, err := u.activeStreams(cs)
 	if err != nil {
-		u.log.Error("list destination", "op", "overview", "err", err)
-		d.ListErr = "The destination could not be listed; the server log says why."
-	} else {
-		d.Streams = snap.streamStats()
-		u.streamRates(d.Streams, snap, cs)
-		for _, x := range d.Streams {
-			d.Files += x.Files
-			d.Records += x.Records
-			d.Bytes += x.Bytes
+		u.log.Error("read checkpoints", "op", "overview", "err", err)
+		d.ListErr = "The recent checkpoints could not be read; the server log says why."
+	}
+	d.Streams = active[:min(len(active), topStreams)]
+	d.MoreActive = len(active) - len(d.Streams)
+	if len(active) == 0 && err == nil {
+		// Nothing recent from this node: the first streams by name, from
+		// one bounded page of the destination.
+		d.ByName = true
+		if d.Streams, _, err = listStreams(r.Context(), u.files, u.manifests, "", topStreams); err != nil {
+			u.log.Error("list destination", "op", "overview", "err", err)
+			d.ListErr = "The destination could not be listed; the server log says why."
 		}
 	}
 	v := &view{Title: "Overview", Nav: "overview", Sess: s, Data: d}
@@ -144,10 +166,81 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	u.render(w, r, http.StatusOK, "overview.html", v)
 }
 
-// streamRates sets each stream's committed records per second over the
-// checkpoints of the last rateWindow or more: the files of those
-// checkpoints, over the time between their barriers.
-func (u *ui) streamRates(streams []streamStat, snap *snapshot, cs []recovery.Checkpoint) {
+// activeStreams returns the streams of the files of the newest committed
+// checkpoints in cs (newest first, without files): at most
+// activityCheckpoints checkpoints and about activityFiles files, read from
+// the state store. They come most recently committed first, with their
+// committed records per second over the checkpoints of the last rateWindow
+// or more: the files of those checkpoints, over the time between their
+// barriers.
+func (u *ui) activeStreams(cs []recovery.Checkpoint) ([]streamStat, error) {
+	rateIDs, span := rateCheckpoints(cs)
+	by := map[string]*streamStat{}
+	var out []*streamStat
+	read, files := 0, 0
+	for i := range cs {
+		c := &cs[i]
+		if c.State != recovery.Committed || c.FileCount == 0 {
+			continue
+		}
+		if read == activityCheckpoints || files >= activityFiles {
+			break
+		}
+		full, err := u.store.Get(c.ID)
+		if errors.Is(err, recovery.ErrNotFound) {
+			continue // pruned since the list was taken
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoint %d: %w", c.ID, err)
+		}
+		read++
+		at := full.CommittedAt
+		if at.IsZero() {
+			at = full.PreparedAt
+		}
+		_, inRate := slices.BinarySearch(rateIDs, c.ID)
+		for _, f := range full.Files {
+			files++
+			st := by[f.Stream]
+			if st == nil {
+				st = &streamStat{Name: f.Stream, HasRate: span > 0}
+				by[f.Stream] = st
+				out = append(out, st)
+			}
+			st.Files++
+			st.Bytes += f.Bytes
+			st.Records += f.Records
+			if at.After(st.Last) {
+				st.Last = at
+			}
+			if inRate && span > 0 {
+				st.RatePerS += float64(f.Records) / span
+			}
+		}
+	}
+	res := make([]streamStat, 0, len(out))
+	for _, st := range out {
+		res = append(res, *st)
+	}
+	// Newest checkpoint first, so the order is the last commit's, then the
+	// busier stream, then the name.
+	slices.SortStableFunc(res, func(a, b streamStat) int {
+		if c := b.Last.Compare(a.Last); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Records, a.Records); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return res, nil
+}
+
+// rateCheckpoints returns the committed checkpoints (ids, sorted) whose
+// files make the per-stream rates, and the seconds they span: those of the
+// last rateWindow or more of barriers, the oldest barrier bounding the
+// window (its own files came before it).
+func rateCheckpoints(cs []recovery.Checkpoint) ([]uint64, float64) {
 	var ids []uint64
 	var first, last time.Time
 	for i := range cs {
@@ -167,35 +260,40 @@ func (u *ui) streamRates(streams []streamStat, snap *snapshot, cs []recovery.Che
 		}
 	}
 	span := last.Sub(first).Seconds()
-	if span <= 0 || len(streams) == 0 {
-		return
+	if span <= 0 {
+		return nil, 0
 	}
-	// The oldest barrier bounds the window: its own files came before it.
 	if n := len(ids); n > 0 && cs[len(cs)-1].StartedAt.Equal(first) && ids[n-1] == cs[len(cs)-1].ID {
 		ids = ids[:n-1]
 	}
 	slices.Sort(ids)
-	idx := map[string]int{}
-	for i := range streams {
-		idx[streams[i].Name] = i
-		streams[i].HasRate = true
+	return ids, span
+}
+
+type streamsData struct {
+	Rows  []streamStat
+	Cap   int
+	First bool   // this is the first page
+	Next  string // the next page's URL, "" on the last
+}
+
+// streams pages every stream of the destination by name.
+func (u *ui) streams(w http.ResponseWriter, r *http.Request, s *session) {
+	after := r.URL.Query().Get("after")
+	if after != "" && !validStream(after) {
+		u.fail(w, r, http.StatusBadRequest, "Bad cursor", "after is not a stream name.")
+		return
 	}
-	for i := range snap.files {
-		f := &snap.files[i]
-		if !f.HasCkpt || f.Records < 0 || (u.node != "" && f.Node != u.node) || strings.HasPrefix(f.Path, manifestDir) {
-			continue
-		}
-		if _, ok := slices.BinarySearch(ids, f.Ckpt); !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Path, "/")
-		if j, ok := idx[name]; ok {
-			streams[j].RatePerS += float64(f.Records)
-		}
+	rows, more, err := listStreams(r.Context(), u.files, u.manifests, after, streamsPageSize)
+	if err != nil {
+		u.internal(w, r, err)
+		return
 	}
-	for i := range streams {
-		streams[i].RatePerS /= span
+	d := streamsData{Rows: rows, Cap: streamCountCap, First: after == ""}
+	if more {
+		d.Next = "/ui/streams?after=" + url.QueryEscape(rows[len(rows)-1].Name)
 	}
+	u.render(w, r, http.StatusOK, "streams.html", &view{Title: "Streams", Nav: "overview", Sess: s, Data: d})
 }
 
 // crumb is one step of a breadcrumb trail.
@@ -229,29 +327,27 @@ func (u *ui) browse(w http.ResponseWriter, r *http.Request, s *session) {
 		http.Redirect(w, r, "/ui/files/", http.StatusSeeOther)
 		return
 	}
-	st := u.eng.Status()
-	snap, err := u.listing.get(r.Context(), st.LastDone, 0)
-	if err != nil {
+	if dir {
+		u.folder(w, r, s, name)
+		return
+	}
+	rc, ent, err := u.files.Open(r.Context(), name)
+	switch {
+	case err == nil:
+		defer rc.Close()
+		u.file(w, r, s, ent, rc)
+		return
+	case errors.Is(err, context.Canceled):
+		return
+	case !errors.Is(err, committer.ErrNotFound):
 		u.internal(w, r, err)
 		return
 	}
-	if dir {
-		u.folder(w, r, s, snap, name)
-		return
-	}
-	f, found := snap.find(name)
-	if !found && !snap.hasDir(name) {
-		// Perhaps committed since the listing was taken.
-		if snap, err = u.listing.get(r.Context(), st.LastDone, relistAfter); err != nil {
-			u.internal(w, r, err)
-			return
-		}
-		f, found = snap.find(name)
-	}
+	isDir, err := hasDir(r.Context(), u.files, name)
 	switch {
-	case found:
-		u.file(w, r, s, snap, f)
-	case snap.hasDir(name):
+	case err != nil:
+		u.internal(w, r, err)
+	case isDir:
 		http.Redirect(w, r, browseURL(name, true), http.StatusSeeOther)
 	default:
 		u.fail(w, r, http.StatusNotFound, "No such file", "The destination holds no committed file at this path.")
@@ -263,7 +359,6 @@ type folderRow struct {
 	Name     string
 	URL      string
 	Dir      bool
-	Files    int
 	Bytes    int64
 	Records  int64 // -1 unknown
 	Modified time.Time
@@ -273,84 +368,27 @@ type folderRow struct {
 	Download string
 }
 
-// sortLink is a column header that sorts the folder.
-type sortLink struct {
-	URL    string
-	Active bool
-	Desc   bool
-}
-
 type folderData struct {
-	Path    string
-	Crumbs  []crumb
-	Rows    []folderRow
-	Folders int
-	FilesN  int   // files in this folder
-	Bytes   int64 // bytes of the files in this folder
-	Beneath int   // files in this folder and below
-	BytesIn int64 // bytes of those
-	Total   int   // rows matching the filter
-	All     int   // rows in all
-	First   int   // 1-based number of the first row shown
-	Last    int
-	Page    int
-	Pages   int
-	Sort    string
-	Desc    bool
-	Filter  string
-	Prev    string
-	Next    string
-	Sorts   map[string]sortLink
-	Pager   []pageLink
+	Path   string
+	Crumbs []crumb
+	Rows   []folderRow
+	Filter string // names start with it
+	Later  bool   // a page after the first
+	Start  string // the first page, with the filter
+	Next   string // the next page, "" on the last
 }
 
-// pageLink is one page number of the pager; Gap marks an ellipsis.
-type pageLink struct {
-	N       int
-	URL     string
-	Current bool
-	Gap     bool
-}
+// maxCursor bounds ?after= and ?q= of a folder page.
+const maxCursor = 4096
 
-// folderQuery is a folder page's query: sort key, order, filter, page.
-type folderQuery struct {
-	sort   string
-	desc   bool
-	filter string
-	page   int
-}
-
-func parseFolderQuery(q url.Values) folderQuery {
-	fq := folderQuery{sort: sortName, page: 1}
-	switch q.Get("sort") {
-	case sortSize, sortTime:
-		fq.sort = q.Get("sort")
-	}
-	fq.desc = q.Get("order") == "desc"
-	fq.filter = strings.TrimSpace(q.Get("q"))
-	if len(fq.filter) > 256 {
-		fq.filter = fq.filter[:256]
-	}
-	if n, err := strconv.Atoi(q.Get("page")); err == nil && n > 1 {
-		fq.page = n
-	}
-	return fq
-}
-
-// url returns the folder's address with this query, default values left out.
-func (fq folderQuery) url(base string) string {
+// folderURL returns folder base's address with a filter and a cursor.
+func folderURL(base, filter, after string) string {
 	v := url.Values{}
-	if fq.sort != sortName {
-		v.Set("sort", fq.sort)
+	if after != "" {
+		v.Set("after", after)
 	}
-	if fq.desc {
-		v.Set("order", "desc")
-	}
-	if fq.filter != "" {
-		v.Set("q", fq.filter)
-	}
-	if fq.page > 1 {
-		v.Set("page", strconv.Itoa(fq.page))
+	if filter != "" {
+		v.Set("q", filter)
 	}
 	if len(v) == 0 {
 		return base
@@ -358,103 +396,63 @@ func (fq folderQuery) url(base string) string {
 	return base + "?" + v.Encode()
 }
 
-func (u *ui) folder(w http.ResponseWriter, r *http.Request, s *session, snap *snapshot, name string) {
-	dv := snap.dir(name)
-	if dv == nil && name != "" {
+// folder serves one page of folder name: up to PageSize rows in name
+// order after the cursor ?after= (the last row of the previous page),
+// those whose names start with ?q=.
+func (u *ui) folder(w http.ResponseWriter, r *http.Request, s *session, name string) {
+	q := r.URL.Query()
+	after, filter := q.Get("after"), strings.TrimSpace(q.Get("q"))
+	if len(after) > maxCursor || len(filter) > maxCursor || !cleanChars(after) || !cleanChars(filter) ||
+		strings.Contains(strings.TrimSuffix(after, "/"), "/") || strings.Contains(filter, "/") {
+		u.fail(w, r, http.StatusBadRequest, "Bad cursor", "after and q are names in this folder.")
+		return
+	}
+	prefix := ""
+	if name != "" {
+		prefix = name + "/"
+	}
+	rows, more, err := listDir(r.Context(), u.files, prefix, filter, after, u.pageSize)
+	if err != nil {
+		u.internal(w, r, err)
+		return
+	}
+	if len(rows) == 0 && name != "" && after == "" && filter == "" {
 		u.fail(w, r, http.StatusNotFound, "No such folder", "The destination holds no committed file under this path.")
 		return
 	}
-	fq := parseFolderQuery(r.URL.Query())
 	base := browseURL(name, true)
-	d := folderData{Path: name, Crumbs: crumbs(name, true), Sort: fq.sort, Desc: fq.desc, Filter: fq.filter, Sorts: map[string]sortLink{}}
-	for _, k := range []string{sortName, sortSize, sortTime} {
-		q := fq
-		q.page, q.sort = 1, k
-		// A click on the active column flips its order; a new column
-		// starts ascending for names, newest or largest first otherwise.
-		q.desc = k != sortName
-		if k == fq.sort {
-			q.desc = !fq.desc
-		}
-		d.Sorts[k] = sortLink{URL: q.url(base), Active: k == fq.sort, Desc: fq.desc}
+	d := folderData{Path: name, Crumbs: crumbs(name, true), Filter: filter, Later: after != "", Start: folderURL(base, filter, "")}
+	if more {
+		d.Next = folderURL(base, filter, rows[len(rows)-1].cursor())
 	}
-	if dv != nil {
-		d.Folders, d.FilesN, d.All = dv.folders, len(dv.entries)-dv.folders, len(dv.entries)
-		for i := range dv.entries {
-			e := &dv.entries[i]
-			d.Beneath += e.Files
-			d.BytesIn += e.Bytes
-			if !e.Dir {
-				d.Bytes += e.Bytes
-			}
-		}
-		order := dv.order(fq.sort, fq.desc)
-		filter := strings.ToLower(fq.filter)
-		_, total := dv.window(order, filter, 0, 0)
-		d.Pages = max(1, (total+u.pageSize-1)/u.pageSize)
-		fq.page = min(fq.page, d.Pages)
-		rows, _ := dv.window(order, filter, (fq.page-1)*u.pageSize, u.pageSize)
-		d.Total, d.Page = total, fq.page
-		if len(rows) > 0 {
-			d.First = (fq.page-1)*u.pageSize + 1
-			d.Last = d.First + len(rows) - 1
-		}
-		for _, e := range rows {
-			full := e.Name
-			if name != "" {
-				full = name + "/" + e.Name
-			}
-			row := folderRow{Name: e.Name, URL: browseURL(full, e.Dir), Dir: e.Dir, Files: e.Files, Bytes: e.Bytes, Records: e.Records, Modified: e.Modified}
-			if !e.Dir {
-				f := &snap.files[e.file]
-				row.HasCkpt, row.Ckpt = f.HasCkpt, f.Ckpt
-				if f.HasCkpt && (u.node == "" || f.Node == u.node) {
-					row.CkptURL = "/ui/checkpoints/" + strconv.FormatUint(f.Ckpt, 10)
+	for _, e := range rows {
+		full := prefix + e.Name
+		row := folderRow{Name: e.Name, URL: browseURL(full, e.Dir), Dir: e.Dir, Bytes: e.Bytes, Records: -1, Modified: e.Modified}
+		if !e.Dir {
+			if node, id, ok := parsePart(full); ok && !strings.HasPrefix(full, manifestDir) {
+				row.HasCkpt, row.Ckpt = true, id
+				if u.node == "" || node == u.node {
+					row.CkptURL = "/ui/checkpoints/" + strconv.FormatUint(id, 10)
 				}
-				row.Download = u.download + escapePath(f.Path)
+				if n, ok := u.manifests.records(r.Context(), full); ok {
+					row.Records = n
+				}
+			} else if m := manifestName.FindStringSubmatch(full); m != nil {
+				id, _ := strconv.ParseUint(m[2], 10, 64)
+				row.HasCkpt, row.Ckpt = true, id
+				if u.node == "" || m[1] == u.node {
+					row.CkptURL = "/ui/checkpoints/" + strconv.FormatUint(id, 10)
+				}
 			}
-			d.Rows = append(d.Rows, row)
+			row.Download = u.download + escapePath(full)
 		}
-		d.Pager = pager(fq, base, d.Pages)
-		if fq.page > 1 {
-			q := fq
-			q.page--
-			d.Prev = q.url(base)
-		}
-		if fq.page < d.Pages {
-			q := fq
-			q.page++
-			d.Next = q.url(base)
-		}
+		d.Rows = append(d.Rows, row)
 	}
 	title := "Files"
 	if name != "" {
 		title = name + "/"
 	}
 	u.render(w, r, http.StatusOK, "folder.html", &view{Title: title, Nav: "files", Sess: s, Data: d})
-}
-
-// pager returns page links: the first, the last, and two around the
-// current one, with gaps between.
-func pager(fq folderQuery, base string, pages int) []pageLink {
-	if pages <= 1 {
-		return nil
-	}
-	var out []pageLink
-	last := 0
-	for n := 1; n <= pages; n++ {
-		if n != 1 && n != pages && (n < fq.page-2 || n > fq.page+2) {
-			continue
-		}
-		if last != 0 && n > last+1 {
-			out = append(out, pageLink{Gap: true})
-		}
-		q := fq
-		q.page = n
-		out = append(out, pageLink{N: n, URL: q.url(base), Current: n == fq.page})
-		last = n
-	}
-	return out
 }
 
 // producerRange is one producer's sequence numbers in a file.
@@ -489,51 +487,45 @@ type fileData struct {
 	PreviewErr   string
 }
 
-func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, snap *snapshot, f *fileEntry) {
-	d := fileData{Path: f.Path, Name: path.Base(f.Path), Crumbs: crumbs(f.Path, false), Bytes: f.Bytes,
-		Modified: f.Modified, Records: f.Records, HasCkpt: f.HasCkpt, Ckpt: f.Ckpt, Node: f.Node,
-		Download: u.download + escapePath(f.Path), IsManifest: strings.HasPrefix(f.Path, manifestDir) && f.HasCkpt}
-	if dir := path.Dir(f.Path); dir != "." && !d.IsManifest {
+func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, ent committer.Entry, rc io.Reader) {
+	d := fileData{Path: ent.Path, Name: path.Base(ent.Path), Crumbs: crumbs(ent.Path, false), Bytes: ent.Bytes,
+		Modified: ent.Modified, Records: -1, Download: u.download + escapePath(ent.Path)}
+	if m := manifestName.FindStringSubmatch(ent.Path); m != nil {
+		d.IsManifest, d.HasCkpt, d.Node = true, true, m[1]
+		d.Ckpt, _ = strconv.ParseUint(m[2], 10, 64)
+	} else if node, id, ok := parsePart(ent.Path); ok && !strings.HasPrefix(ent.Path, manifestDir) {
+		d.HasCkpt, d.Node, d.Ckpt = true, node, id
+	}
+	if dir := path.Dir(ent.Path); dir != "." && !d.IsManifest {
 		d.Stream, d.Partition, _ = strings.Cut(dir, "/")
 		d.StreamURL = browseURL(d.Stream, true)
 	}
-	if f.HasCkpt && (u.node == "" || f.Node == u.node) {
-		d.CkptURL = "/ui/checkpoints/" + strconv.FormatUint(f.Ckpt, 10)
+	if d.HasCkpt && (u.node == "" || d.Node == u.node) {
+		d.CkptURL = "/ui/checkpoints/" + strconv.FormatUint(d.Ckpt, 10)
 	}
-	if f.HasCkpt && !strings.HasPrefix(f.Path, manifestDir) {
-		d.ManifestPath = recovery.ManifestPath(f.Node, f.Ckpt)
-		if _, ok := snap.find(d.ManifestPath); ok {
-			d.ManifestURL = browseURL(d.ManifestPath, false)
-		}
+	if d.HasCkpt && !d.IsManifest {
+		d.ManifestPath = recovery.ManifestPath(d.Node, d.Ckpt)
 		m, err := u.manifests.get(r.Context(), d.ManifestPath)
 		if err != nil {
 			u.log.Warn("read manifest", "path", d.ManifestPath, "op", "file page", "err", err)
 		}
 		if m != nil {
+			d.ManifestURL = browseURL(d.ManifestPath, false)
 			d.CommittedAt = m.CommittedAt
-			if mf := m.Files[f.Path]; mf != nil {
+			if mf := m.Files[ent.Path]; mf != nil {
 				d.InManifest, d.CRC32C, d.Records = true, mf.CRC32C, mf.Records
 				d.Producers = producerRanges(mf.Producers)
 			}
 		}
 	}
-	rc, _, err := u.files.Open(r.Context(), f.Path)
-	switch {
-	case err == nil:
-		d.Preview, err = readPreview(r.Context(), rc, f.Path)
-		_ = rc.Close()
-		if r.Context().Err() != nil {
-			return // the client is gone; nobody reads the page
-		}
-		if err != nil {
-			u.log.Warn("read preview", "path", f.Path, "op", "file page", "err", err)
-			d.PreviewErr = "The file could not be read; the server log says why."
-		}
-	case errors.Is(err, context.Canceled):
-		return
-	default:
-		u.log.Warn("open file", "path", f.Path, "op", "file page", "err", err)
-		d.PreviewErr = "The file could not be opened; it may have been removed."
+	var err error
+	d.Preview, err = readPreview(r.Context(), rc, ent.Path)
+	if r.Context().Err() != nil {
+		return // the client is gone; nobody reads the page
+	}
+	if err != nil {
+		u.log.Warn("read preview", "path", ent.Path, "op", "file page", "err", err)
+		d.PreviewErr = "The file could not be read; the server log says why."
 	}
 	u.render(w, r, http.StatusOK, "file.html", &view{Title: d.Name, Nav: "files", Sess: s, Data: d})
 }
@@ -548,28 +540,58 @@ type checkpointsData struct {
 	Limit     int
 	Committed int
 	Aborted   int
-	More      bool
-	MoreURL   string
+	Newest    string // the first page's URL, on a later page
+	Older     string // the next page's URL, "" on the last
 }
 
 func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 	st := u.eng.Status()
+	q := r.URL.Query()
 	limit := chartCheckpoints
-	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
 		limit = min(n, maxCheckpoints)
 	}
-	cs, err := u.store.List(limit+1, false)
+	var before uint64
+	if v := q.Get("before"); v != "" {
+		var err error
+		if before, err = strconv.ParseUint(v, 10, 64); err != nil || before == 0 {
+			u.fail(w, r, http.StatusBadRequest, "Bad cursor", "before is a checkpoint id.")
+			return
+		}
+	}
+	var cs []recovery.Checkpoint
+	var err error
+	if before > 0 {
+		cs, err = u.store.ListBefore(before, limit+1, false)
+	} else {
+		cs, err = u.store.List(limit+1, false)
+	}
 	if err != nil {
 		u.internal(w, r, err)
 		return
 	}
-	d := checkpointsData{Limit: limit, Open: openRow(st), HasOpen: st.Ready}
+	d := checkpointsData{Limit: limit, Open: openRow(st), HasOpen: st.Ready && before == 0}
+	page := func(before uint64) string {
+		v := url.Values{}
+		if before > 0 {
+			v.Set("before", strconv.FormatUint(before, 10))
+		}
+		if limit != chartCheckpoints {
+			v.Set("limit", strconv.Itoa(limit))
+		}
+		if len(v) == 0 {
+			return "/ui/checkpoints"
+		}
+		return "/ui/checkpoints?" + v.Encode()
+	}
 	if len(cs) > limit {
 		cs = cs[:limit]
-		d.More = limit < maxCheckpoints
-		d.MoreURL = "/ui/checkpoints?limit=" + strconv.Itoa(min(limit*5, maxCheckpoints))
+		d.Older = page(cs[len(cs)-1].ID)
 	}
-	ran, _ := strconv.ParseUint(r.URL.Query().Get("ran"), 10, 64)
+	if before > 0 {
+		d.Newest = page(0)
+	}
+	ran, _ := strconv.ParseUint(q.Get("ran"), 10, 64)
 	for i := range cs {
 		row := rowFrom(&cs[i])
 		switch cs[i].State {
@@ -589,7 +611,7 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 		if c, err := u.store.Get(ran); err == nil {
 			flash := rowFrom(c)
 			d.Ran = &flash
-		} else if errors.Is(err, recovery.ErrNotFound) && r.URL.Query().Get("empty") == "1" {
+		} else if errors.Is(err, recovery.ErrNotFound) && q.Get("empty") == "1" {
 			// A checkpoint with nothing to commit records nothing.
 			flash := rowFrom(&recovery.Checkpoint{ID: ran, State: recovery.Committed})
 			d.Ran = &flash
@@ -606,13 +628,12 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 // ckptFile is one file of a checkpoint page.
 type ckptFile struct {
 	Path      string
-	URL       string
+	URL       string // "" while the file is not committed
 	Stream    string
 	Bytes     int64
 	Records   int64 // -1 unknown
 	CRC32C    string
 	Producers []producerRange
-	Present   bool // listed in the destination
 }
 
 // seqRow is a producer's next sequence number on a stream as of a barrier.
@@ -622,14 +643,26 @@ type seqRow struct {
 	Next     int64
 }
 
+// Page sizes of a checkpoint's page.
+const (
+	ckptFilesPage = 200 // files per page
+	maxSeqRows    = 200 // producer sequence rows shown
+)
+
 type checkpointData struct {
-	Row      ckptRow
-	Files    []ckptFile
-	Pruned   bool // the store dropped the file list; it comes from the listing
-	Seqs     []seqRow
-	Manifest string
-	Prev     string
-	Next     string
+	Row       ckptRow
+	Files     []ckptFile
+	FilesN    int  // files in all
+	From      int  // 1-based number of the first file shown
+	To        int  // of the last
+	Pruned    bool // the store dropped the file list; it comes from the manifest
+	Seqs      []seqRow
+	SeqsN     int // sequence rows in all
+	Manifest  string
+	Prev      string
+	Next      string
+	FilesPrev string // the previous page of files
+	FilesNext string // the next page of files
 }
 
 func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -637,6 +670,13 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 	if err != nil {
 		u.fail(w, r, http.StatusBadRequest, "Invalid checkpoint id", "A checkpoint id is an unsigned integer.")
 		return
+	}
+	from := 0
+	if v := r.URL.Query().Get("from"); v != "" {
+		if from, err = strconv.Atoi(v); err != nil || from < 0 {
+			u.fail(w, r, http.StatusBadRequest, "Bad cursor", "from is a file number.")
+			return
+		}
 	}
 	st := u.eng.Status()
 	d := checkpointData{}
@@ -665,38 +705,60 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	d.Row = rowFrom(c)
-	snap, lerr := u.listing.get(r.Context(), st.LastDone, 0)
-	if lerr != nil {
-		u.log.Warn("list destination", "op", "checkpoint page", "err", lerr)
-	}
-	for _, f := range c.Files {
-		cf := ckptFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, URL: browseURL(f.Final, false)}
-		cf.Producers = producerRanges(f.Producers)
-		if snap != nil {
-			_, cf.Present = snap.find(f.Final)
-		}
-		d.Files = append(d.Files, cf)
-	}
-	if len(c.Files) == 0 && d.Row.Files > 0 && snap != nil {
-		// Details pruned: find the files by the checkpoint in their names.
-		d.Pruned = true
-		for i := range snap.files {
-			f := &snap.files[i]
-			if !f.HasCkpt || f.Ckpt != id || strings.HasPrefix(f.Path, manifestDir) || (u.node != "" && f.Node != u.node) {
-				continue
+	committed := c.State == recovery.Committed
+	var files []ckptFile
+	manifestNode := ""
+	switch {
+	case len(c.Files) > 0:
+		d.FilesN = len(c.Files)
+		for _, f := range c.Files[min(from, len(c.Files)):min(from+ckptFilesPage, len(c.Files))] {
+			cf := ckptFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C}
+			if committed {
+				cf.URL = browseURL(f.Final, false)
 			}
-			stream, _, _ := strings.Cut(f.Path, "/")
-			d.Files = append(d.Files, ckptFile{Path: f.Path, URL: browseURL(f.Path, false), Stream: stream, Bytes: f.Bytes, Records: f.Records, Present: true})
+			cf.Producers = producerRanges(f.Producers)
+			files = append(files, cf)
+		}
+		if node, _, ok := parsePart(c.Files[0].Final); ok {
+			manifestNode = node
+		}
+	case d.Row.Files > 0 && committed && u.node != "":
+		// Details pruned: the files are in the checkpoint's manifest.
+		d.Pruned, manifestNode = true, u.node
+		m, err := u.manifests.get(r.Context(), recovery.ManifestPath(u.node, id))
+		if err != nil {
+			u.log.Warn("read manifest", "op", "checkpoint page", "checkpoint", id, "err", err)
+		}
+		if m != nil {
+			d.FilesN = len(m.Paths)
+			for _, p := range m.Paths[min(from, len(m.Paths)):min(from+ckptFilesPage, len(m.Paths))] {
+				f := m.Files[p]
+				files = append(files, ckptFile{Path: p, URL: browseURL(p, false), Stream: f.Stream, Bytes: f.Bytes,
+					Records: f.Records, CRC32C: f.CRC32C, Producers: producerRanges(f.Producers)})
+			}
 		}
 	}
-	if len(d.Files) > 0 {
-		if node, _, ok := parsePart(d.Files[0].Path); ok {
-			mp := recovery.ManifestPath(node, id)
-			if snap != nil {
-				if _, ok := snap.find(mp); ok {
-					d.Manifest = browseURL(mp, false)
-				}
-			}
+	d.Files = files
+	if len(files) > 0 {
+		d.From, d.To = from+1, from+len(files)
+	}
+	pageURL := func(from int) string {
+		u := "/ui/checkpoints/" + strconv.FormatUint(id, 10)
+		if from > 0 {
+			u += "?from=" + strconv.Itoa(from)
+		}
+		return u
+	}
+	if from > 0 {
+		d.FilesPrev = pageURL(max(0, min(from, d.FilesN)-ckptFilesPage))
+	}
+	if from+ckptFilesPage < d.FilesN {
+		d.FilesNext = pageURL(from + ckptFilesPage)
+	}
+	if manifestNode != "" && committed {
+		mp := recovery.ManifestPath(manifestNode, id)
+		if m, err := u.manifests.get(r.Context(), mp); err == nil && m != nil {
+			d.Manifest = browseURL(mp, false)
 		}
 	}
 	for pid, streams := range c.Seqs {
@@ -710,6 +772,8 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 		}
 		return strings.Compare(a.Stream, b.Stream)
 	})
+	d.SeqsN = len(d.Seqs)
+	d.Seqs = d.Seqs[:min(len(d.Seqs), maxSeqRows)]
 	u.render(w, r, http.StatusOK, "checkpoint.html", &view{Title: "Checkpoint " + strconv.FormatUint(id, 10), Nav: "checkpoints", Sess: s, Data: d})
 }
 

@@ -23,7 +23,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the templates that render a whole page with layout.html.
-var pageNames = []string{"overview.html", "folder.html", "file.html", "checkpoints.html", "checkpoint.html",
+var pageNames = []string{"overview.html", "streams.html", "folder.html", "file.html", "checkpoints.html", "checkpoint.html",
 	"producers.html", "login.html", "error.html"}
 
 // parsePages parses each page with the layout and the shared partials.

@@ -40,6 +40,9 @@ type Store interface {
 	Get(id uint64) (*recovery.Checkpoint, error)
 	// List returns up to limit checkpoints, newest first.
 	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
+	// ListBefore returns up to limit checkpoints with ids below before,
+	// newest first: the page after the one that ended at before.
+	ListBefore(before uint64, limit int, withFiles bool) ([]recovery.Checkpoint, error)
 }
 
 // Authenticator tells a token's role. It must be safe for concurrent use
@@ -55,8 +58,7 @@ var (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultPageSize          = 100
-	DefaultListMaxAge        = 5 * time.Minute
+	DefaultPageSize          = 500
 	DefaultManifestCache     = 4096
 	DefaultCheckpointTimeout = time.Minute
 	DefaultDownloadPrefix    = "/v1/files/"
@@ -84,8 +86,7 @@ type Config struct {
 	Node string
 
 	DownloadPrefix    string        // where files download from; default "/v1/files/" (the API)
-	PageSize          int           // rows per page of a folder; default 100
-	ListMaxAge        time.Duration // a listing older is taken again, in the background; default 5m
+	PageSize          int           // rows per page of a folder; default 500
 	ManifestCache     int           // manifests kept in memory; default 4096
 	CheckpointTimeout time.Duration // longest "Checkpoint now" waits; default 1m
 }
@@ -107,7 +108,6 @@ type ui struct {
 	origin    *http.CrossOriginProtection
 	pages     map[string]*template.Template
 	static    map[string]asset
-	listing   *listingCache
 	manifests *manifestCache
 }
 
@@ -134,9 +134,6 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
-	}
-	if cfg.ListMaxAge <= 0 {
-		cfg.ListMaxAge = DefaultListMaxAge
 	}
 	if cfg.ManifestCache <= 0 {
 		cfg.ManifestCache = DefaultManifestCache
@@ -173,7 +170,6 @@ func New(cfg Config) (http.Handler, error) {
 		static:    static,
 		manifests: newManifestCache(cfg.Files, cfg.ManifestCache),
 	}
-	u.listing = newListingCache(cfg.Files, cfg.Store, u.manifests, cfg.ListMaxAge, cfg.Now, cfg.Logger)
 	return u.routes(), nil
 }
 
@@ -185,6 +181,7 @@ func (u *ui) routes() http.Handler {
 	mux.HandleFunc("GET /ui/{$}", u.page(u.overview))
 	mux.HandleFunc("GET /ui/files/{path...}", u.page(u.browse))
 	mux.HandleFunc("GET /ui/files", u.page(u.browse))
+	mux.HandleFunc("GET /ui/streams", u.page(u.streams))
 	mux.HandleFunc("GET /ui/checkpoints", u.page(u.checkpoints))
 	mux.HandleFunc("GET /ui/checkpoints/{id}", u.page(u.checkpointPage))
 	mux.HandleFunc("GET /ui/producers", u.page(u.producers))
