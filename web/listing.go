@@ -154,12 +154,13 @@ func (c *manifestCache) get(ctx context.Context, name string) (*manifest, error)
 func afterPast(dir string) string { return strings.TrimSuffix(dir, "/") + "0" }
 
 // walk calls fn for each file under prefix that sorts after after, in path
-// order, reading the destination listChunk entries at a time, until fn
-// says stop. fn may return skip, a cursor to go on from (to pass over a
+// order, reading the destination chunk entries at a time (at most
+// listChunk), until fn says stop. fn may return skip, a cursor to go on from (to pass over a
 // folder without reading it). With a committer.Pager a walk costs the
 // entries it reads; without, the prefix is listed whole, once.
-func walk(ctx context.Context, files committer.Reader, prefix, after string,
+func walk(ctx context.Context, files committer.Reader, prefix, after string, chunk int,
 	fn func(e committer.Entry) (skip string, stop bool)) error {
+	chunk = min(max(chunk, 1), listChunk)
 	pager, ok := files.(committer.Pager)
 	if !ok {
 		all, err := files.List(ctx, prefix)
@@ -179,7 +180,7 @@ func walk(ctx context.Context, files committer.Reader, prefix, after string,
 		return nil
 	}
 	for {
-		page, err := pager.ListPage(ctx, prefix, after, listChunk)
+		page, err := pager.ListPage(ctx, prefix, after, chunk)
 		if err != nil {
 			return fmt.Errorf("list %s after %s: %w", prefix, after, err)
 		}
@@ -195,7 +196,7 @@ func walk(ctx context.Context, files committer.Reader, prefix, after string,
 				break
 			}
 		}
-		if !jumped && len(page) < listChunk {
+		if !jumped && len(page) < chunk {
 			return nil
 		}
 	}
@@ -233,7 +234,7 @@ func listDir(ctx context.Context, files committer.Reader, prefix, namePrefix, af
 		start = prefix + after
 	}
 	seen := 0 // files read of the last sub-folder
-	err = walk(ctx, files, prefix+namePrefix, start, func(e committer.Entry) (string, bool) {
+	err = walk(ctx, files, prefix+namePrefix, start, n+1, func(e committer.Entry) (string, bool) {
 		name, _, sub := strings.Cut(e.Path[len(prefix):], "/")
 		if sub {
 			if k := len(rows); k > 0 && rows[k-1].Dir && rows[k-1].Name == name {
@@ -286,7 +287,7 @@ func listStreams(ctx context.Context, files committer.Reader, manifests *manifes
 	if after != "" {
 		start = afterPast(after + "/")
 	}
-	err = walk(ctx, files, "", start, func(e committer.Entry) (string, bool) {
+	err = walk(ctx, files, "", start, n+1, func(e committer.Entry) (string, bool) {
 		name, _, ok := strings.Cut(e.Path, "/")
 		if !ok {
 			return "", false // nothing eosink wrote
@@ -347,7 +348,7 @@ func hasDir(ctx context.Context, files committer.Reader, p string) (bool, error)
 		return true, nil
 	}
 	found := false
-	err := walk(ctx, files, p+"/", "", func(committer.Entry) (string, bool) {
+	err := walk(ctx, files, p+"/", "", 1, func(committer.Entry) (string, bool) {
 		found = true
 		return "", true
 	})

@@ -402,8 +402,8 @@ func folderURL(base, filter, after string) string {
 func (u *ui) folder(w http.ResponseWriter, r *http.Request, s *session, name string) {
 	q := r.URL.Query()
 	after, filter := q.Get("after"), strings.TrimSpace(q.Get("q"))
-	if len(after) > maxCursor || len(filter) > maxCursor || !cleanChars(after) || !cleanChars(filter) ||
-		strings.Contains(strings.TrimSuffix(after, "/"), "/") || strings.Contains(filter, "/") {
+	// A cursor is a row's name, a folder's with '/' appended.
+	if len(after) > maxCursor || len(filter) > maxCursor || !cleanChars(strings.TrimSuffix(after, "/")) || !cleanChars(filter) {
 		u.fail(w, r, http.StatusBadRequest, "Bad cursor", "after and q are names in this folder.")
 		return
 	}
