@@ -7,11 +7,12 @@
 // [New] returns one http.Handler for GET / (a redirect to /ui/) and
 // everything under /ui/:
 //
-//	GET  /ui/                      overview: streams, ingest rate, open checkpoint, recent checkpoints
-//	GET  /ui/files/{path}/         a folder of the destination: sort, filter, pages
+//	GET  /ui/                      overview: recent streams, ingest rate, open checkpoint, recent checkpoints
+//	GET  /ui/streams?after=        every stream by name, 100 a page
+//	GET  /ui/files/{path}/         a folder of the destination by name: ?q= name prefix, ?after= cursor
 //	GET  /ui/files/{path}          a file: details, manifest entry, preview, download link
-//	GET  /ui/checkpoints           recent checkpoints with SVG charts of duration and bytes
-//	GET  /ui/checkpoints/{id}      one checkpoint and its files
+//	GET  /ui/checkpoints?before=   checkpoints, newest first, 100 a page, with SVG charts of duration and bytes
+//	GET  /ui/checkpoints/{id}      one checkpoint and its files, 200 a page (?from=)
 //	GET  /ui/producers             producers: epoch, per stream next and committed sequence
 //	GET  /ui/login, POST /ui/login, POST /ui/logout
 //	POST /ui/checkpoint            "Checkpoint now" (admin)
@@ -54,17 +55,25 @@
 //
 // # Listings
 //
-// Folders and stream totals come from one snapshot of the whole
-// destination (Reader.List("")), with record counts from the manifests
-// (immutable, cached). A snapshot is never listed again just because a
-// checkpoint ended: the files of checkpoints since then are merged in from
-// the state store (O(files) in memory, no I/O but their manifests); a
-// snapshot older than Config.ListMaxAge is listed again in the background,
-// and a page asking for a path the snapshot lacks lists again when the
-// snapshot is more than two seconds old (files of other nodes sharing the
-// destination). A folder view keeps its rows and their orders by name,
-// size and time; a page filters and slices them, so a folder of 100,000
-// files serves a page in about two milliseconds (BenchmarkFolder100k).
+// No page grows with the destination or the state store (DESIGN.md: no
+// answer grows without bound), and no page load lists the whole
+// destination. A folder page lists PageSize rows (default 500) by name
+// after the cursor ?after= (the last row of the previous page; a folder's
+// name ends in '/'), through committer.Pager's ListPage when the Reader has
+// it (else List of the folder's prefix only); a sub-folder is one row, and
+// a walk that meets more than a few of its files jumps past it with a new
+// listing call. So a page costs its rows, not the folder's size; sorting
+// by size or time would cost the whole folder, so folders show by name,
+// and ?q= keeps the names that start with it. The overview's streams are
+// those of the newest committed checkpoints' files in the state store
+// (at most 10 checkpoints and about 20,000 files read, 20 streams shown,
+// most recent first); without any, the first streams by name from one
+// page of the destination. /ui/streams pages every stream by name, counting
+// at most 1,000 files of each. Checkpoints page by ?before= (the state
+// store's ListBefore), a checkpoint's files by ?from= over its stored file
+// list (or its manifest once the store dropped the list). Record counts
+// come from the manifests, immutable and cached (Config.ManifestCache
+// entries at most).
 //
 // File previews read at most 64 KiB and 50 lines (gzip decompressed); a
 // line that is valid JSON is pretty-printed and highlighted, others show
