@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
@@ -249,6 +250,24 @@ func TestAccessibility(t *testing.T) {
 	t.Cleanup(stopped.Close)
 	recovering := httptest.NewServer(newFakeUI(t, files, &fakeEngine{status: server.Status{Recovering: "committing checkpoint 4 again", OpenID: 5, LastDone: 3}}, store, nil))
 	t.Cleanup(recovering.Close)
+	// Pages with "next" and "first" links: a folder of 25 files at 10 a
+	// page, 150 checkpoints, a checkpoint of 250 files.
+	big, bigPath := bigDir(25)
+	many := &fakeStore{}
+	for id := uint64(1); id <= 150; id++ {
+		c := recovery.Checkpoint{ID: id, State: recovery.Committed, FileCount: 1, Records: int64(id), Bytes: int64(id) << 8,
+			StartedAt: now.Add(time.Duration(id-150) * time.Second), CommittedAt: now.Add(time.Duration(id-150) * time.Second), DurationMS: int64(id%7 + 1)}
+		if id == 150 {
+			c.FileCount = 250
+			for i := range 250 {
+				c.Files = append(c.Files, committer.File{Stream: "clicks", Final: fmt.Sprintf("clicks/dt=2026-11-29/hour=09/part-n1-%020d-%04d.ndjson", id, i), Bytes: 8, Records: 1, CRC32C: "00000000"})
+			}
+		}
+		many.cs = append(many.cs, c)
+	}
+	paged := httptest.NewServer(newFakeUI(t, big, &fakeEngine{status: server.Status{Ready: true, OpenID: 151, LastDone: 150}}, many,
+		func(c *Config) { c.PageSize = 10 }))
+	t.Cleanup(paged.Close)
 
 	b := newBrowser(t, srv.URL)
 	b.axe = axe
@@ -265,6 +284,7 @@ func TestAccessibility(t *testing.T) {
 		{"checkpoint", fmt.Sprintf("/ui/checkpoints/%d", last)},
 		{"checkpoint-open", fmt.Sprintf("/ui/checkpoints/%d", last+1)},
 		{"producers", "/ui/producers"},
+		{"streams", "/ui/streams"},
 	}
 	for _, scheme := range []string{"light", "dark"} {
 		b.dark(scheme == "dark")
@@ -315,6 +335,18 @@ func TestAccessibility(t *testing.T) {
 		b.open("/ui/")
 		b.a11y("recovering-overview-" + scheme)
 		b.shot("recovering-overview-" + scheme)
+
+		b.base = paged.URL
+		for _, p := range []struct{ name, path string }{
+			{"paged-folder", "/ui/files/" + bigPath + "/"},
+			{"paged-folder-2", "/ui/files/" + bigPath + "/?after=part-n1-00000000000000000001-0009.ndjson"},
+			{"paged-checkpoints-2", "/ui/checkpoints?before=51"},
+			{"paged-checkpoint-2", "/ui/checkpoints/150?from=200"},
+		} {
+			b.open(p.path)
+			b.a11y(p.name + "-" + scheme)
+			b.shot(p.name + "-" + scheme)
+		}
 	}
 	b.dark(false)
 }

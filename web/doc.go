@@ -66,7 +66,7 @@
 // by size or time would cost the whole folder, so folders show by name,
 // and ?q= keeps the names that start with it. The overview's streams are
 // those of the newest committed checkpoints' files in the state store
-// (at most 10 checkpoints and about 20,000 files read, 20 streams shown,
+// (at most 50 checkpoints and about 20,000 files read, 20 streams shown,
 // most recent first); without any, the first streams by name from one
 // page of the destination. /ui/streams pages every stream by name, counting
 // at most 1,000 files of each. Checkpoints page by ?before= (the state

@@ -95,7 +95,7 @@ func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (reco
 // checkpoints' files, from the state store, most recent first.
 const (
 	topStreams          = 20    // streams the overview shows
-	activityCheckpoints = 10    // newest committed checkpoints read for them
+	activityCheckpoints = 50    // newest committed checkpoints read for them
 	activityFiles       = 20000 // most files of those read
 	streamsPageSize     = 100   // streams per page of /ui/streams
 )
