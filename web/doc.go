@@ -44,8 +44,9 @@
 // Nothing outside the destination: a request path with an empty, "." or
 // ".." segment, or a segment that unescapes to hold '/', '\\' or a control
 // byte (%2F, %5C, %00, %2e%2e) is refused with 400 before routing, and a
-// file page opens only a path that the destination's listing holds as a
-// regular file (the local Reader neither lists nor opens symbolic links).
+// file page opens its path through the destination's Reader, which opens
+// only regular files inside it (the local Reader neither lists nor opens
+// symbolic links).
 // Every name shown comes from the destination, the state store or a
 // client, so it is escaped by html/template; links are built from escaped
 // path segments. Every response carries a Content-Security-Policy without

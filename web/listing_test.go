@@ -340,3 +340,26 @@ func (c *countingReader) ListPage(ctx context.Context, prefix, after string, lim
 	c.pages.Add(1)
 	return c.Reader.(committer.Pager).ListPage(ctx, prefix, after, limit)
 }
+
+// TestStreamsCapped: the streams page counts at most streamCountCap files
+// of a stream and says so, and pages by name.
+func TestStreamsCapped(t *testing.T) {
+	files, _ := bigDir(streamCountCap + 100)
+	for i := range 3 {
+		p := fmt.Sprintf("s%d/dt=2026-11-29/hour=09/part-n1-%020d-0000.ndjson", i, 1)
+		files.data[p] = []byte("{}\n")
+	}
+	files.entries = newMemReader(files.data, time.Now()).entries
+	h := newFakeUI(t, files, nil, nil, nil)
+	body := serveH(h, req("GET", "/ui/streams", "")).Body.String()
+	if rows := streamRows.FindAllStringSubmatch(body, -1); len(rows) != 4 || rows[0][1] != "clicks" || rows[3][1] != "s2" {
+		t.Fatalf("streams %v", rows)
+	}
+	expectContains(t, body, `<td class="num">1,000+</td>`, `<td class="num">1</td>`)
+	body = serveH(h, req("GET", "/ui/streams?after=s0", "")).Body.String()
+	if rows := streamRows.FindAllStringSubmatch(body, -1); len(rows) != 2 || rows[0][1] != "s1" {
+		t.Fatalf("streams after s0: %v", rows)
+	}
+}
+
+var streamRows = regexp.MustCompile(`<tr data-name="([^"]+)">`)

@@ -180,7 +180,7 @@ func (u *ui) activeStreams(cs []recovery.Checkpoint) ([]streamStat, error) {
 	read, files := 0, 0
 	for i := range cs {
 		c := &cs[i]
-		if c.State != recovery.Committed || c.FileCount == 0 {
+		if c.State != recovery.Committed || max(c.FileCount, len(c.Files)) == 0 {
 			continue
 		}
 		if read == activityCheckpoints || files >= activityFiles {
