@@ -1,8 +1,7 @@
 package server
 
 import (
-	"runtime"
-	"runtime/debug"
+	"github.com/eosink/eosink/internal/buildinfo"
 	"sync"
 	"time"
 
@@ -125,9 +124,8 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 	for _, r := range rejectReasons() {
 		m.rejected.WithLabelValues(r)
 	}
-	bi, ok := debug.ReadBuildInfo()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "eosink_build_info",
-		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(bi, ok)})
+		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(buildinfo.Read())})
 	build.Set(1)
 	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, m.orphans, m.expired, build,
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
@@ -237,36 +235,19 @@ func (s *streamSeries) sweepLocked(now time.Time) {
 	}
 }
 
-// buildLabels are eosink_build_info's labels from the binary's build info
-// (ok false when it has none): the main module's version ("(devel)" for a
-// build from a work tree), the VCS revision with "-dirty" when the tree had
-// changes ("unknown" without VCS data), and the Go version.
-func buildLabels(bi *debug.BuildInfo, ok bool) prometheus.Labels {
-	l := prometheus.Labels{"version": "unknown", "revision": "unknown", "goversion": runtime.Version()}
-	if !ok || bi == nil {
-		return l
+// buildLabels are eosink_build_info's labels: the module version
+// ("unknown" without build info), the VCS revision with "-dirty" when the
+// tree had changes ("unknown" without VCS data), and the Go version.
+func buildLabels(in buildinfo.Info) prometheus.Labels {
+	l := prometheus.Labels{"version": "unknown", "revision": "unknown", "goversion": in.GoVersion}
+	if in.Version != "" {
+		l["version"] = in.Version
 	}
-	if bi.Main.Version != "" {
-		l["version"] = bi.Main.Version
-	}
-	if bi.GoVersion != "" {
-		l["goversion"] = bi.GoVersion
-	}
-	var rev string
-	var dirty bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+	if in.Revision != "" {
+		l["revision"] = in.Revision
+		if in.Modified {
+			l["revision"] += "-dirty"
 		}
-	}
-	if rev != "" {
-		if dirty {
-			rev += "-dirty"
-		}
-		l["revision"] = rev
 	}
 	return l
 }
