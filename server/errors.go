@@ -16,6 +16,8 @@ var (
 	ErrBackpressure    = errors.New("too much uncommitted data held")
 	ErrAborted         = errors.New("checkpoint aborted")
 	ErrFailed          = errors.New("engine stopped after a failure; restart to recover")
+	// ErrKeyReused: an Idempotency-Key already accepted came with another body.
+	ErrKeyReused = errors.New("idempotency key reused with a different body")
 )
 
 // SeqError is returned for a sequence gap: the batch is refused and the
