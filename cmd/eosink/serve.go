@@ -48,6 +48,10 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxInflight     size
 	downloadStall   time.Duration
+	commitLinger    time.Duration
+	commitMinGap    time.Duration
+	idemWindow      time.Duration
+	idemMaxKeys     int
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -80,6 +84,10 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
 	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
 	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
+	fs.DurationVar(&f.commitLinger, "commit-linger", 10*time.Millisecond, "how soon a ?wait=commit write starts a checkpoint, shared by every write waiting then (group commit); 0 leaves waits to --checkpoint-interval")
+	fs.DurationVar(&f.commitMinGap, "commit-min-gap", 0, "least time between two checkpoints started by waiting writes: fewer, larger files under steady waiting load, for at least this latency")
+	fs.DurationVar(&f.idemWindow, "idempotency-window", server.DefaultIdempotencyWindow, "how long Idempotency-Key values are kept after their batch was prepared")
+	fs.IntVar(&f.idemMaxKeys, "idempotency-max-keys", server.DefaultMaxKeys, "most Idempotency-Key values kept (memory and state store); past it the oldest are forgotten early")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
@@ -168,10 +176,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
 	}
 	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
-		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall} {
+		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall,
+		"--commit-linger": f.commitLinger, "--commit-min-gap": f.commitMinGap, "--idempotency-window": f.idemWindow} {
 		if d < 0 {
 			return fmt.Errorf("%w: %s %v: want a duration >= 0", errUsage, name, d)
 		}
+	}
+	if f.idemWindow == 0 {
+		return fmt.Errorf("%w: --idempotency-window 0: want a duration > 0", errUsage)
+	}
+	if f.idemMaxKeys <= 0 {
+		return fmt.Errorf("%w: --idempotency-max-keys %d: want a number > 0", errUsage, f.idemMaxKeys)
 	}
 	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
 		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
@@ -221,7 +236,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles),
-		Hooks:        metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
+		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: f.idemMaxKeys,
+		Hooks: metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
 	})
 	if err != nil {
 		return err
