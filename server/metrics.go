@@ -12,7 +12,7 @@ import (
 // NewMetrics starts at 0 so that alerts see 0 rather than no data.
 // TestRejectReasonsComplete keeps the list equal to the engine's calls.
 func rejectReasons() []string {
-	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
+	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage", "idempotency_key_reused"}
 }
 
 // Metrics are the engine's Prometheus metrics, registered on a registry the
@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_batches_rejected_total",
 			Help: "Batches refused by the engine, by reason."}, []string{"reason"}),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_duplicates_dropped_total",
-			Help: "Batches dropped as duplicates of an accepted sequence number, by stream."}, []string{"stream"}),
+			Help: "Batches dropped as duplicates of an accepted sequence number or idempotency key, by stream."}, []string{"stream"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_fenced_total",
 			Help: "Writes refused because a newer epoch fenced the producer."}),
 		ckptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eosink_checkpoint_duration_seconds",
