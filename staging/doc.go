@@ -12,5 +12,12 @@
 // and reports its size, record count, CRC-32C and the producer sequence ranges
 // it holds. Abort closes and deletes it. Files never live under the destination.
 //
+// A temp file is always plain NDJSON or text. Compressed and Parquet files
+// are made from it at pre-commit by Encode, as a second temp file named
+// EncodedName(temp) (see encode.go for the order of steps and why), and
+// read back by OpenRecords, Count and Preview (decode.go) for previews and
+// `eosink verify`. The format of a file is named by its extension
+// (streamconf.Ext, streamconf.ParseExt).
+//
 // A Txn is not safe for concurrent use; the coordinator serialises appends.
 package staging

@@ -41,17 +41,19 @@ func TestFencingSurvivesCrash(t *testing.T) {
 	if st.Epoch != cur.epoch {
 		t.Errorf("after the crash: epoch %d, want %d (the init answered before the kill)", st.Epoch, cur.epoch)
 	}
-	if ss := st.Streams["events"]; ss.NextSeq != 0 {
-		t.Errorf("after the crash: next_seq %d, want 0 (seq 0 was never prepared)", ss.NextSeq)
+	// init is a barrier (I12): the old epoch's seq 0 was prepared before
+	// the second init answered, so it survived the crash, committed.
+	if ss := st.Streams["events"]; ss.NextSeq != 1 || ss.CommittedSeq != 0 {
+		t.Errorf("after the crash: next_seq %d committed_seq %d, want 1 and 0 (init prepared seq 0 before answering)", ss.NextSeq, ss.CommittedSeq)
 	}
-	if a := old.post(ctx, "events", &rawBatch{seq: 0, body: body0}, old.epoch, false); a.Status != http.StatusConflict || a.Code != "producer_fenced" {
+	if a := old.post(ctx, "events", &rawBatch{seq: 1, body: body0}, old.epoch, false); a.Status != http.StatusConflict || a.Code != "producer_fenced" {
 		t.Errorf("old epoch after the crash: %d %s, want 409 producer_fenced", a.Status, a.Code)
 	}
-	if a := cur.post(ctx, "events", &rawBatch{seq: 1, body: body0}, cur.epoch, false); a.Status != http.StatusConflict || a.Exp == nil || *a.Exp != 0 {
-		t.Errorf("new epoch seq 1 after the crash: %d %s expected_seq %s, want 409 expected_seq 0", a.Status, a.Code, ptrStr(a.Exp))
+	if a := cur.post(ctx, "events", &rawBatch{seq: 2, body: body0}, cur.epoch, false); a.Status != http.StatusConflict || a.Exp == nil || *a.Exp != 1 {
+		t.Errorf("new epoch seq 2 after the crash: %d %s expected_seq %s, want 409 expected_seq 1", a.Status, a.Code, ptrStr(a.Exp))
 	}
-	if a := cur.post(ctx, "events", &rawBatch{seq: 0, body: body0}, cur.epoch, false); a.Status != http.StatusAccepted {
-		t.Fatalf("new epoch seq 0: %d %s", a.Status, a.Code)
+	if a := cur.post(ctx, "events", &rawBatch{seq: 0, body: body0}, cur.epoch, false); a.Status != http.StatusOK || !a.Write.Duplicate {
+		t.Fatalf("new epoch resends seq 0: %d %s duplicate=%v, want 200 duplicate (committed)", a.Status, a.Code, a.Write.Duplicate)
 	}
 	if ck, err := p.Checkpoint(ctx); err != nil || ck.State != "committed" {
 		t.Fatalf("checkpoint: %+v %v", ck, err)

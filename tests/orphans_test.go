@@ -192,7 +192,12 @@ func TestS3Orphans(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		removed := r.metric(`eosink_orphans_removed_total{kind="intent"}`) + r.metric(`eosink_orphans_removed_total{kind="upload"}`)
+		// The sweep counts what it removed once it has gone through all of
+		// it, a moment after the last upload is gone.
+		removed := 0.0
+		for end := time.Now().Add(10 * time.Second); removed < 1 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			removed = r.metric(`eosink_orphans_removed_total{kind="intent"}`) + r.metric(`eosink_orphans_removed_total{kind="upload"}`)
+		}
 		if removed < 1 {
 			t.Errorf("eosink_orphans_removed_total after the sweep: %v, want >= 1", removed)
 		}

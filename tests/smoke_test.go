@@ -34,14 +34,19 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("send %s: %d %s duplicate=%v %v", k, a.Status, a.Code, a.Write.Duplicate, err)
 		}
 	}
-	// A retry of an accepted batch is a duplicate: 200, nothing written twice.
+	// A retry of an accepted batch is a duplicate, nothing written twice:
+	// 202 while its checkpoint is open (I9), 200 once committed.
 	dup := prod.post(ctx, "events", &rawBatch{seq: 1, body: bodies[1]}, prod.epoch, false)
-	if dup.Status != http.StatusOK || !dup.Write.Duplicate {
-		t.Fatalf("resend of seq 1: %d %s duplicate=%v, want 200 duplicate", dup.Status, dup.Code, dup.Write.Duplicate)
+	if dup.Status != http.StatusAccepted || !dup.Write.Duplicate || dup.Write.Committed {
+		t.Fatalf("resend of seq 1 before the checkpoint: %d %s duplicate=%v committed=%v, want 202 duplicate", dup.Status, dup.Code, dup.Write.Duplicate, dup.Write.Committed)
 	}
 	ck, err := p.Checkpoint(ctx)
 	if err != nil || ck.State != "committed" || len(ck.Files) != 1 {
 		t.Fatalf("checkpoint: %+v, %v; want committed with 1 file", ck, err)
+	}
+	dup = prod.post(ctx, "events", &rawBatch{seq: 1, body: bodies[1]}, prod.epoch, false)
+	if dup.Status != http.StatusOK || !dup.Write.Duplicate || !dup.Write.Committed {
+		t.Fatalf("resend of seq 1 after the checkpoint: %d %s duplicate=%v committed=%v, want 200 duplicate", dup.Status, dup.Code, dup.Write.Duplicate, dup.Write.Committed)
 	}
 	st, err := p.Producer(ctx, "smoke")
 	if err != nil || st.Streams["events"].CommittedSeq != 2 || st.Streams["events"].NextSeq != 3 {

@@ -1,0 +1,304 @@
+package streamconf
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/eosink/eosink/internal/jsontop"
+	"github.com/eosink/eosink/internal/layout"
+)
+
+// Type is a schema field's type.
+type Type string
+
+// Field types and what a record's JSON value must be for each. A JSON null
+// counts as absent.
+const (
+	TypeString    Type = "string"    // a JSON string
+	TypeInt64     Type = "int64"     // a JSON number written as an integer, in int64 range
+	TypeDouble    Type = "double"    // any JSON number within float64 range
+	TypeBool      Type = "bool"      // true or false
+	TypeTimestamp Type = "timestamp" // an RFC 3339 string or an integer of epoch milliseconds, years 0001-9999
+	TypeJSON      Type = "json"      // any JSON value, kept as its JSON text
+)
+
+// Schema is the shape records of a stream must have.
+type Schema struct {
+	Fields []Field `json:"fields"`
+}
+
+// Field is one top-level member of a record.
+type Field struct {
+	Name     string `json:"name"` // ^[A-Za-z_][A-Za-z0-9_]{0,127}$, unique ignoring case
+	Type     Type   `json:"type"`
+	Required bool   `json:"required,omitempty"` // present and not null
+}
+
+// ErrSchemaMismatch is what every *MismatchError unwraps to.
+var ErrSchemaMismatch = errors.New("record does not match the schema")
+
+// MismatchError says which field of a record breaks the schema and how. The
+// API answers 400 schema_mismatch with the record's line and Field.
+type MismatchError struct {
+	Field  string // "" when the record as a whole is wrong (not an object)
+	Reason string
+}
+
+func (e *MismatchError) Error() string {
+	if e.Field == "" {
+		return "record: " + e.Reason
+	}
+	return fmt.Sprintf("field %q: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns ErrSchemaMismatch.
+func (e *MismatchError) Unwrap() error { return ErrSchemaMismatch }
+
+func (s *Schema) index(name string) int {
+	for i, f := range s.Fields {
+		if f.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Schema) validate() error {
+	if len(s.Fields) == 0 {
+		return fieldErr("schema.fields", "must have at least one field")
+	}
+	if len(s.Fields) > MaxFields {
+		return fieldErr("schema.fields", "%d fields, at most %d", len(s.Fields), MaxFields)
+	}
+	seen := make(map[string]int, len(s.Fields))
+	for i, f := range s.Fields {
+		path := fmt.Sprintf("schema.fields[%d]", i)
+		if !validFieldName(f.Name) {
+			return fieldErr(path+".name", "%q is not a field name: ^[A-Za-z_][A-Za-z0-9_]{0,127}$", f.Name)
+		}
+		// Query engines (DuckDB, Spark) fold column names' case.
+		if j, dup := seen[strings.ToLower(f.Name)]; dup {
+			return fieldErr(path+".name", "%q repeats schema.fields[%d] (names are compared ignoring case)", f.Name, j)
+		}
+		seen[strings.ToLower(f.Name)] = i
+		switch f.Type {
+		case TypeString, TypeInt64, TypeDouble, TypeBool, TypeTimestamp, TypeJSON:
+		default:
+			return fieldErr(path+".type", "%q is not one of string, int64, double, bool, timestamp, json", f.Type)
+		}
+	}
+	return nil
+}
+
+func validFieldName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Checker checks records against a schema on the write path. Not safe for
+// concurrent use: give each goroutine its own (they are cheap).
+type Checker struct {
+	s      *Schema
+	strict bool
+	vals   [][]byte
+	seen   []bool
+}
+
+// NewChecker returns a checker for s, which must be valid. strict refuses
+// record fields that are not in the schema: Parquet files keep only schema
+// fields, so for them an unknown field would be lost; an ndjson stream keeps
+// the whole line and checks only the fields the schema names.
+func (s *Schema) NewChecker(strict bool) *Checker {
+	return &Checker{s: s, strict: strict, vals: make([][]byte, len(s.Fields)), seen: make([]bool, len(s.Fields))}
+}
+
+// Check returns nil if rec, one valid JSON record, matches the schema, or
+// else a *MismatchError. It does not allocate for a matching record whose
+// timestamps are epoch milliseconds.
+func (c *Checker) Check(rec []byte) error {
+	_, err := c.Values(rec)
+	return err
+}
+
+// Values checks rec like Check and returns the raw JSON value of each
+// schema field, in schema order: nil for an absent or null field. The slice
+// is reused by the next call.
+func (c *Checker) Values(rec []byte) ([][]byte, error) {
+	clear(c.vals)
+	clear(c.seen)
+	sc, err := jsontop.NewScanner(rec)
+	if err != nil {
+		return nil, &MismatchError{Reason: "not a JSON object"}
+	}
+	fields := c.s.Fields
+	for {
+		k, v, ok := sc.Next()
+		if !ok {
+			break
+		}
+		i := c.find(k)
+		if i < 0 {
+			if c.strict {
+				name, _ := jsontop.Key(k)
+				return nil, &MismatchError{Field: name, Reason: "not in the schema (a Parquet file would lose it)"}
+			}
+			continue
+		}
+		if c.seen[i] {
+			return nil, &MismatchError{Field: fields[i].Name, Reason: "appears twice in the record"}
+		}
+		c.seen[i] = true
+		if jsontop.KindOf(v) == jsontop.Null {
+			continue
+		}
+		if reason := checkValue(fields[i].Type, v); reason != "" {
+			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
+		}
+		c.vals[i] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &MismatchError{Reason: "not valid JSON"}
+	}
+	for i, f := range fields {
+		if f.Required && c.vals[i] == nil {
+			if c.seen[i] {
+				return nil, &MismatchError{Field: f.Name, Reason: "required, is null"}
+			}
+			return nil, &MismatchError{Field: f.Name, Reason: "required, missing"}
+		}
+	}
+	return c.vals, nil
+}
+
+func (c *Checker) find(key []byte) int {
+	for i, f := range c.s.Fields {
+		if jsontop.KeyIs(key, f.Name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkValue returns why v (not null) is no value of type t, or "".
+func checkValue(t Type, v []byte) string {
+	k := jsontop.KindOf(v)
+	switch t {
+	case TypeString:
+		if k != jsontop.String {
+			return "is a " + k.String() + ", want a string"
+		}
+	case TypeInt64:
+		if k != jsontop.Number {
+			return "is a " + k.String() + ", want an int64"
+		}
+		if _, ok := ParseInt64(v); !ok {
+			return fmt.Sprintf("number %s is not an integer in int64 range", v)
+		}
+	case TypeDouble:
+		if k != jsontop.Number {
+			return "is a " + k.String() + ", want a double"
+		}
+		if _, ok := ParseDouble(v); !ok {
+			return fmt.Sprintf("number %s is outside the double range", v)
+		}
+	case TypeBool:
+		if k != jsontop.Bool {
+			return "is a " + k.String() + ", want true or false"
+		}
+	case TypeTimestamp:
+		if k != jsontop.String && k != jsontop.Number {
+			return "is a " + k.String() + ", want an RFC 3339 string or epoch milliseconds"
+		}
+		if _, err := ParseTimestamp(v); err != nil {
+			return err.Error()
+		}
+	case TypeJSON:
+	}
+	return ""
+}
+
+// ParseInt64 parses a raw JSON number written as an integer, without
+// allocating: no fraction, no exponent, in int64 range.
+func ParseInt64(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	d := v
+	if neg {
+		d = v[1:]
+	}
+	if len(d) == 0 || len(d) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	switch {
+	case neg && n <= 1<<63:
+		return int64(-n), true // -(1<<63) wraps to itself
+	case !neg && n < 1<<63:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// ParseDouble parses a raw JSON number as a float64; false when it is out
+// of range. It does not allocate.
+func ParseDouble(v []byte) (float64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	// The string shares v's bytes: it lives only for this call (the error,
+	// which would keep it, is dropped).
+	f, err := strconv.ParseFloat(unsafe.String(&v[0], len(v)), 64)
+	return f, err == nil
+}
+
+// Timestamps must fall in years 0001-9999 (UTC).
+var (
+	minTimestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// ParseTimestamp parses a raw JSON timestamp value: an RFC 3339 string
+// (layout.ParseTime's rule, as partition templates read times) or an
+// integer of epoch milliseconds. The result is UTC.
+func ParseTimestamp(v []byte) (time.Time, error) {
+	var t time.Time
+	switch jsontop.KindOf(v) {
+	case jsontop.String:
+		s, err := jsontop.Str(v)
+		if err != nil {
+			return t, errors.New("is not a valid JSON string")
+		}
+		if t, err = layout.ParseTime(s); err != nil {
+			return t, err
+		}
+	case jsontop.Number:
+		ms, ok := ParseInt64(v)
+		if !ok {
+			return t, fmt.Errorf("number %s is not an integer of epoch milliseconds", v)
+		}
+		t = time.UnixMilli(ms).UTC()
+	default:
+		return t, errors.New("want an RFC 3339 string or epoch milliseconds")
+	}
+	if t.Before(minTimestamp) || t.After(maxTimestamp) {
+		return t, fmt.Errorf("time %s is outside years 0001-9999", v)
+	}
+	return t, nil
+}

@@ -1,0 +1,292 @@
+//go:build cgo
+
+package duckdbcheck
+
+import (
+	"database/sql"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+
+	_ "github.com/duckdb/duckdb-go/v2"
+)
+
+// ordersConfig is DESIGN.md's example configuration of PUT /v1/streams/orders.
+const ordersConfig = `{"format": "parquet",
+ "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
+ "schema": {"fields": [
+   {"name": "id", "type": "int64", "required": true},
+   {"name": "region", "type": "string", "required": true},
+   {"name": "amount", "type": "double"},
+   {"name": "ts", "type": "timestamp", "required": true}]}}`
+
+type order struct {
+	id     int64
+	region string
+	amount float64 // NaN when absent
+	ts     time.Time
+}
+
+func (o order) json(epochMillis bool) []byte {
+	ts := fmt.Sprintf("%q", o.ts.In(time.FixedZone("", -5*3600)).Format(time.RFC3339Nano))
+	if epochMillis {
+		ts = fmt.Sprint(o.ts.UnixMilli())
+	}
+	s := fmt.Sprintf(`{"id":%d,"region":%q,"ts":%s`, o.id, o.region, ts)
+	if !math.IsNaN(o.amount) {
+		s += fmt.Sprintf(`,"amount":%g`, o.amount)
+	}
+	return []byte(s + "}")
+}
+
+func makeOrders(t *testing.T, seed uint64, n int) []order {
+	t.Helper()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	regions := []string{"eu-west", "us-east", "ap south"} // the space is percent-encoded in paths
+	base := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	out := make([]order, n)
+	for i := range out {
+		o := order{
+			id:     int64(i + 1),
+			region: regions[rng.IntN(len(regions))],
+			amount: math.NaN(),
+			ts:     base.Add(time.Duration(rng.IntN(3*24*3600*1000)) * time.Millisecond),
+		}
+		if i%4 != 0 {
+			o.amount = float64(rng.IntN(100000)) / 100
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// writeFile stages records as one transaction, encodes it and moves it to
+// final (with the durable recipe), as a checkpoint would.
+func writeFile(t *testing.T, fs afero.Fs, dirs *durable.Dirs, stagingDir, final string, recs [][]byte, enc staging.Encoding) staging.Summary {
+	t.Helper()
+	tx, err := staging.Create(fs, staging.TempName(stagingDir, filepath.Base(final)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []byte
+	for _, r := range recs {
+		batch = append(append(batch, r...), '\n')
+	}
+	if err := tx.Append(batch, len(recs), "", 0); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !enc.Plain() {
+		if sum, err = staging.Encode(fs, sum, staging.EncodedName(sum.Temp), enc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := durable.Rename(fs, dirs, sum.Temp, final); err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1) // one connection: SET applies to every query
+	if _, err := db.ExecContext(t.Context(), "SET TimeZone = 'UTC'"); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
+	conf, err := streamconf.Decode([]byte(ordersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conf.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	conf = conf.Defaults()
+	tmpl, err := conf.Template()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := makeOrders(t, uint64(time.Now().UnixNano()), 3000)
+
+	// Place each record by the template; a checkpoint writes one file per partition.
+	check := conf.Schema.NewChecker(true)
+	ingest := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	byPart := map[string][][]byte{}
+	for i, o := range orders {
+		rec := o.json(i%2 == 1)
+		if err := check.Check(rec); err != nil {
+			t.Fatalf("record %s: %v", rec, err)
+		}
+		p, err := tmpl.Eval(ingest, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byPart[p] = append(byPart[p], rec)
+	}
+	root := t.TempDir()
+	fs := afero.NewOsFs()
+	dirs := &durable.Dirs{}
+	stagingDir := filepath.Join(root, "staging")
+	if err := durable.MkdirAll(fs, stagingDir); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(root, "files")
+	enc := staging.EncodingFor(conf)
+	enc.RowGroupBytes = 8 << 10 // several row groups per file
+	ext, err := conf.Ext("ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := make([]string, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	sort.Strings(parts)
+	for i, p := range parts {
+		final := filepath.Join(dest, "orders", p, fmt.Sprintf("part-n1-%020d-%04d.%s", 7, i, ext))
+		sum := writeFile(t, fs, dirs, stagingDir, final, byPart[p], enc)
+		if sum.Records != int64(len(byPart[p])) {
+			t.Fatalf("%s: %d records, want %d", final, sum.Records, len(byPart[p]))
+		}
+	}
+	if len(parts) < 6 {
+		t.Fatalf("only %d partitions", len(parts))
+	}
+
+	var wantIDs int64
+	var wantAmount float64
+	var wantAmounts int64
+	for _, o := range orders {
+		wantIDs += o.id
+		if !math.IsNaN(o.amount) {
+			wantAmount += o.amount
+			wantAmounts++
+		}
+	}
+	db := openDB(t)
+	glob := filepath.Join(dest, "orders", "**", "*.parquet")
+	src := fmt.Sprintf("read_parquet('%s', hive_partitioning = true, hive_types = {'dt': VARCHAR, 'region': VARCHAR})", glob)
+
+	var n, ids, amounts int64
+	var amount float64
+	q := "SELECT count(*), sum(id), sum(amount), count(amount) FROM " + src
+	if err := db.QueryRowContext(t.Context(), q).Scan(&n, &ids, &amount, &amounts); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if n != int64(len(orders)) || ids != wantIDs || amounts != wantAmounts || math.Abs(amount-wantAmount) > 1e-6 {
+		t.Fatalf("DuckDB: %d rows, sum(id) %d, sum(amount) %f over %d; want %d, %d, %f over %d",
+			n, ids, amount, amounts, len(orders), wantIDs, wantAmount, wantAmounts)
+	}
+
+	// Event-time partitions: every row's dt is its own ts's UTC date, and
+	// its region directory, percent-decoded, is its region (DuckDB decodes
+	// hive values the same way: "ap%20south" reads as "ap south").
+	var badDT, badRegion int64
+	q = "SELECT count(*) FILTER (WHERE dt <> strftime(ts, '%Y-%m-%d')), " +
+		"count(*) FILTER (WHERE region <> url_decode(regexp_extract(filename, 'region=([^/]*)/', 1))) FROM " + src
+	if err := db.QueryRowContext(t.Context(), q).Scan(&badDT, &badRegion); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if badDT != 0 || badRegion != 0 {
+		t.Fatalf("%d rows with dt not their ts's date, %d with the wrong region directory", badDT, badRegion)
+	}
+
+	// Row by row: DuckDB's values are the records' values.
+	rows, err := db.QueryContext(t.Context(), "SELECT id, ts, amount, region FROM "+src+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var id int64
+		var ts time.Time
+		var amt sql.NullFloat64
+		var region string
+		if err := rows.Scan(&id, &ts, &amt, &region); err != nil {
+			t.Fatal(err)
+		}
+		o := orders[i]
+		if id != o.id || !ts.Equal(o.ts) || amt.Valid == math.IsNaN(o.amount) || amt.Valid && amt.Float64 != o.amount || region != o.region {
+			t.Fatalf("row %d: id %d ts %v amount %v region %q; want %+v", i, id, ts, amt, region, o)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != len(orders) {
+		t.Fatalf("%d rows", i)
+	}
+}
+
+func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
+	orders := makeOrders(t, uint64(time.Now().UnixNano()), 2000)
+	recs := make([][]byte, len(orders))
+	var wantIDs int64
+	for i, o := range orders {
+		recs[i] = o.json(false)
+		wantIDs += o.id
+	}
+	root := t.TempDir()
+	fs := afero.NewOsFs()
+	dirs := &durable.Dirs{}
+	stagingDir := filepath.Join(root, "staging")
+	if err := durable.MkdirAll(fs, stagingDir); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t)
+	for _, comp := range []string{"none", "gzip", "zstd"} {
+		conf := streamconf.Config{Format: "ndjson", Compression: comp}.Defaults()
+		ext, err := conf.Ext("ndjson")
+		if err != nil {
+			t.Fatal(err)
+		}
+		final := filepath.Join(root, "files", "clicks", "dt=2026-11-29", "hour=09", "part-n1-00000000000000000003-0000."+ext)
+		writeFile(t, fs, dirs, stagingDir, final, recs, staging.EncodingFor(conf))
+		if _, err := os.Stat(final); err != nil {
+			t.Fatal(err)
+		}
+		var n, ids int64
+		var minTS time.Time
+		q := fmt.Sprintf("SELECT count(*), sum(id), min(ts::TIMESTAMPTZ) FROM read_json_auto('%s')", final)
+		if err := db.QueryRowContext(t.Context(), q).Scan(&n, &ids, &minTS); err != nil {
+			t.Fatalf("%s: %s: %v", comp, q, err)
+		}
+		wantMin := orders[0].ts
+		for _, o := range orders {
+			if o.ts.Before(wantMin) {
+				wantMin = o.ts
+			}
+		}
+		if n != int64(len(orders)) || ids != wantIDs || !minTS.Equal(wantMin) {
+			t.Fatalf("%s: DuckDB read %d rows, sum(id) %d, min(ts) %v; want %d, %d, %v", ext, n, ids, minTS, len(orders), wantIDs, wantMin)
+		}
+		if !strings.HasSuffix(final, map[string]string{"none": ".ndjson", "gzip": ".ndjson.gz", "zstd": ".ndjson.zst"}[comp]) {
+			t.Fatalf("extension %s for %s", ext, comp)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package staging
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/spf13/afero"
+)
+
+// benchSource stages about size bytes of order records once per benchmark.
+func benchSource(b *testing.B, fs afero.Fs, name string, size int) Summary {
+	b.Helper()
+	// Distinct records: repeating a few would let zstd's window find whole
+	// repeats and flatter it against per-flush frames.
+	return stage(b, fs, name, orderRecords(b, 42, size/100))
+}
+
+// benchDir is a directory on tmpfs when there is one, so that Encode's
+// fsync measures nothing but the encoding.
+func benchDir(b *testing.B) string {
+	b.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		dir, err := os.MkdirTemp("/dev/shm", "eosink-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(dir) })
+		return dir
+	}
+	return b.TempDir()
+}
+
+// BenchmarkEncode measures Encode at pre-commit: MB/s of source records
+// (wall), CPU ns per record and CPU MB/s (user+system, which a loaded
+// machine distorts less), and out/in, the output's size over the source's.
+//
+//	go test -run XXX -bench BenchmarkEncode -count 5 ./staging/
+func BenchmarkEncode(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		enc  Encoding
+	}{
+		{"plain", Encoding{Format: "ndjson", Compression: "none"}},
+		{"gzip", Encoding{Format: "ndjson", Compression: "gzip"}},
+		{"zstd", Encoding{Format: "ndjson", Compression: "zstd"}},
+		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: ordersSchema}},
+		{"parquet-snappy", Encoding{Format: "parquet", Compression: "snappy", Schema: ordersSchema}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			fs := afero.NewBasePathFs(afero.NewOsFs(), benchDir(b))
+			src := benchSource(b, fs, "b.ndjson", 8<<20)
+			dst := EncodedName(src.Temp)
+			b.SetBytes(src.Bytes)
+			b.ReportAllocs()
+			var out Summary
+			cpu0 := cpuTime()
+			for b.Loop() {
+				var err error
+				if out, err = Encode(fs, src, dst, bc.enc); err != nil {
+					b.Fatal(err)
+				}
+				if err := fs.Remove(dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpuTime()-cpu0, src)
+			b.ReportMetric(float64(out.Bytes)/float64(src.Bytes), "out/in")
+		})
+	}
+}
+
+// BenchmarkIngestFrames measures the alternative to re-encoding at
+// pre-commit: compressing each flush of the Txn buffer (DefaultBufferSize)
+// as its own zstd frame or gzip member at ingest, which concatenate into a
+// valid file. Same metrics as BenchmarkEncode; this CPU would be spent on
+// the write path.
+func BenchmarkIngestFrames(b *testing.B) {
+	fs := afero.NewMemMapFs()
+	src := benchSource(b, fs, "b.ndjson", 8<<20)
+	data, err := afero.ReadFile(fs, src.Temp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(zstdWindow), zstd.WithEncoderCRC(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw, err := gzip.NewWriterLevel(nil, gzip.DefaultCompression)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		frame func(dst *bytes.Buffer, p []byte)
+	}{
+		{"zstd", func(dst *bytes.Buffer, p []byte) { dst.Write(zw.EncodeAll(p, nil)) }},
+		{"gzip", func(dst *bytes.Buffer, p []byte) {
+			gw.Reset(dst)
+			_, _ = gw.Write(p)
+			_ = gw.Close()
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			var out bytes.Buffer
+			cpu0 := cpuTime()
+			for b.Loop() {
+				out.Reset()
+				for p := data; len(p) > 0; {
+					n := min(len(p), DefaultBufferSize)
+					bc.frame(&out, p[:n])
+					p = p[n:]
+				}
+			}
+			if n, err := Count(bytes.NewReader(out.Bytes()), int64(out.Len()), "b.ndjson."+map[string]string{"zstd": "zst", "gzip": "gz"}[bc.name]); err != nil || n != src.Records {
+				b.Fatalf("frames decode to %d records, %v", n, err)
+			}
+			reportCPU(b, cpuTime()-cpu0, src)
+			b.ReportMetric(float64(out.Len())/float64(len(data)), "out/in")
+		})
+	}
+}
+
+// reportCPU reports CPU time per record and source MB per CPU second.
+func reportCPU(b *testing.B, cpu time.Duration, src Summary) {
+	b.Helper()
+	if cpu <= 0 {
+		return
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(src.Records), "cpu-ns/record")
+	b.ReportMetric(float64(src.Bytes)*float64(b.N)/cpu.Seconds()/1e6, "cpu-MB/s")
+}
+
+// The memory of a Parquet encode is bounded by its row group size, not by
+// the file's size: measured (live heap after full GCs) each time a row
+// group is complete in memory, it stays under RowGroupBytes + 8 MiB, and
+// it does not grow over the row groups of a 24 MiB file. The writer keeps a
+// row group as compressed pages plus one uncompressed page buffer per
+// column; measured here: ~2 MiB for 1 MiB groups, ~3.5 MiB for 8 MiB,
+// ~5 MiB for 16 MiB.
+func TestParquetMemoryBound(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("encodes 24 MiB four times; memory means nothing under the race detector")
+	}
+	fs := afero.NewOsFs()
+	dir := t.TempDir()
+	all := orderRecords(t, 5, 330000) // ~24 MiB, each record its own
+	tx, err := Create(fs, TempName(dir, "m.parquet"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(all); i += 1000 {
+		var batch []byte
+		for _, r := range all[i:min(i+1000, len(all))] {
+			batch = append(append(batch, r...), '\n')
+		}
+		if err := tx.Append(batch, min(i+1000, len(all))-i, "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func() int64 {
+		runtime.GC()
+		runtime.GC() // the second clears sync.Pool victims
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	for i, group := range []int64{1 << 20, 1 << 20, DefaultRowGroupBytes, 16 << 20} {
+		base := live()
+		var at []int64 // live heap above base at each full row group
+		enc := Encoding{Format: "parquet", Schema: ordersSchema, RowGroupBytes: group}
+		enc.beforeRowGroup = func() { at = append(at, live()-base) }
+		if _, err := Encode(fs, src, EncodedName(src.Temp)+fmt.Sprint(i), enc); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			continue // warm-up: parquet-go and zstd keep pools across files
+		}
+		full := at[:len(at)-1] // the last is the partial group before Close
+		if want := int(src.Bytes / group); len(full) != want {
+			t.Fatalf("row groups of %d MiB: %d full groups, want %d", group>>20, len(full), want)
+		}
+		lo, hi := slices.Min(full), slices.Max(full)
+		t.Logf("source %d MiB, row groups of %d MiB of source: %d groups, live heap +%.1f..+%.1f MiB",
+			src.Bytes>>20, group>>20, len(full), float64(lo)/(1<<20), float64(hi)/(1<<20))
+		if limit := group + 8<<20; hi > limit {
+			t.Errorf("row groups of %d MiB: live heap +%d bytes, want at most %d", group>>20, hi, limit)
+		}
+		if len(full) > 10 && hi-lo > 4<<20 {
+			t.Errorf("row groups of %d MiB: live heap grew from +%d to +%d bytes over %d row groups", group>>20, lo, hi, len(full))
+		}
+	}
+}
