@@ -889,6 +889,7 @@ type Status struct {
 	Failed      string
 	Draining    bool   // shutting down: writes are refused
 	DiskFull    string // why writes are refused for space, while that lasts
+	Keys        int    // idempotency keys held (idempotency.go)
 }
 
 // Status returns a snapshot of the engine.
@@ -897,7 +898,7 @@ func (e *Engine) Status() Status {
 	defer e.mu.Unlock()
 	s := Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
 		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
-		Draining: e.draining || e.closed}
+		Draining: e.draining || e.closed, Keys: len(e.keys.m)}
 	if e.stuck != nil {
 		s.Stuck = e.stuck.Error()
 	}

@@ -50,6 +50,9 @@ func TestIdempotencyKeyLifecycle(t *testing.T) {
 	}
 	other, err := keyed(e, "k1", "t", 1, 3) // another stream: another key
 	wantNew(t, other, err)
+	if n := e.Status().Keys; n != 2 {
+		t.Fatalf("status: %d keys, want 2", n)
+	}
 
 	if res := r.checkpoint(); res.State != recovery.Committed || res.ID != first.Checkpoint {
 		t.Fatalf("checkpoint: %+v", res)

@@ -87,6 +87,7 @@ func NewMetrics(reg prometheus.Registerer, status func() Status) *Metrics {
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
+		gauge("eosink_idempotency_keys", "Idempotency keys held, accepted or prepared (bounded by --idempotency-max-keys and --idempotency-window).", func(s Status) float64 { return float64(s.Keys) }),
 		gauge("eosink_ready", "1 once recovery finished and writes are accepted.", func(s Status) float64 { return b2f(s.Ready) }),
 		gauge("eosink_commit_stuck", "1 while a prepared checkpoint fails to commit and is being retried.", func(s Status) float64 { return b2f(s.Stuck != "") }),
 	)
