@@ -251,6 +251,7 @@ type Engine struct {
 	diskFullAt  time.Time // when
 	keys        keyTable  // idempotency keys (idempotency.go)
 	commitWant  uint64    // the highest checkpoint a Wait asked to start (groupcommit.go)
+	commitWaits int       // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -1002,6 +1003,7 @@ func (e *Engine) run() {
 		linger     *time.Timer
 		lingerC    <-chan time.Time
 		lastLinger time.Time
+		lastShared int // waits of the last linger-started checkpoint
 	)
 	defer func() {
 		if linger != nil {
@@ -1017,16 +1019,17 @@ func (e *Engine) run() {
 			return
 		case <-e.soon:
 			if lingerC == nil {
-				linger = time.NewTimer(e.lingerDelay(lastLinger))
+				linger = time.NewTimer(e.lingerDelay(lastLinger, lastShared))
 				lingerC = linger.C
 			}
 			continue
 		case <-lingerC:
 			lingerC = nil
-			if !e.wantsCommit() {
+			want, waits := e.wantsCommit()
+			if !want {
 				continue // a checkpoint since took the waiting batches
 			}
-			lastLinger = time.Now()
+			lastLinger, lastShared = time.Now(), waits
 		case r := <-e.reqs:
 			waiters = append(waiters, r)
 		drain:

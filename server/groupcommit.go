@@ -14,12 +14,22 @@ import "time"
 // G a waiting client's latency is at least about G, and a stream gets at
 // most one file per G from waits.
 
+// The linger only pays when other requests join during it. A client that
+// waits for each batch before sending the next finds nobody to share with:
+// when the last linger-started checkpoint had one waiter, the next one
+// starts at once (still "within" the linger), and the linger comes back as
+// soon as a checkpoint is shared again. Measured: one sequential client's
+// p50 is the checkpoint's own duration instead of linger + duration.
+
 // lingerLocked asks for checkpoint id, the open one, to start soon.
 func (e *Engine) lingerLocked(id uint64) {
 	if e.cfg.CommitLinger <= 0 || id != e.openID {
 		return
 	}
-	e.commitWant = max(e.commitWant, id)
+	if id != e.commitWant {
+		e.commitWant, e.commitWaits = id, 0
+	}
+	e.commitWaits++
 	select {
 	case e.soon <- struct{}{}:
 	default:
@@ -27,17 +37,20 @@ func (e *Engine) lingerLocked(id uint64) {
 }
 
 // wantsCommit reports whether a waiter still needs the open checkpoint to
-// start: no checkpoint since took its batch.
-func (e *Engine) wantsCommit() bool {
+// start (no checkpoint since took its batch), and how many waits asked.
+func (e *Engine) wantsCommit() (bool, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.commitWant >= e.openID
+	return e.commitWant >= e.openID, e.commitWaits
 }
 
 // lingerDelay is how long to wait before a linger-started checkpoint,
-// given when the last one started.
-func (e *Engine) lingerDelay(last time.Time) time.Duration {
+// given when the last one started and how many waits it had (0: none yet).
+func (e *Engine) lingerDelay(last time.Time, shared int) time.Duration {
 	d := e.cfg.CommitLinger
+	if shared == 1 {
+		d = 0
+	}
 	if last.IsZero() || e.cfg.CommitMinGap <= 0 {
 		return d
 	}

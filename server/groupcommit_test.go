@@ -78,3 +78,52 @@ func TestCommitMinGap(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCommitLingersOnlyWhenShared: a checkpoint shared by several
+// waiters makes the next one linger; one that had a single waiter makes
+// the next start at once, since a lone sequential client has nobody to
+// share with. (Bounds, not timings: the linger is 1 s, a checkpoint here
+// takes milliseconds.)
+func TestGroupCommitLingersOnlyWhenShared(t *testing.T) {
+	const linger = time.Second
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.CommitLinger = linger }
+	e := r.start(nil)
+	wait := func(seq int64) time.Duration {
+		t.Helper()
+		res, err := send(e, nil, "s", seq, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		if err := e.Wait(t.Context(), res.Checkpoint); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(begin)
+	}
+	// Four waiters: the first checkpoint lingers, all four share it.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range 4 {
+		res, err := send(e, nil, "s", int64(i), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { errs[i] = e.Wait(t.Context(), res.Checkpoint) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+	}
+	if d := wait(10); d < linger*9/10 {
+		t.Fatalf("after a shared checkpoint, a wait took %v, want the linger %v", d, linger)
+	}
+	if d := wait(11); d >= linger {
+		t.Fatalf("after a checkpoint with one waiter, a wait took %v, want it started at once (linger %v)", d, linger)
+	}
+	if d := wait(12); d >= linger {
+		t.Fatalf("sequential waits: %v, want them started at once (linger %v)", d, linger)
+	}
+}
