@@ -123,6 +123,9 @@ func putKeys(tx *bolt.Tx, keys []Key, pol KeyPolicy) error {
 			return err
 		}
 	}
+	if len(keys) == 0 && len(drop) == 0 {
+		return nil // nothing changed: no page to write
+	}
 	count -= uint64(len(drop))
 	return meta.Put(keyKeyCount, u64(count))
 }
