@@ -131,7 +131,19 @@ func TestShippers(t *testing.T) {
 	rng, _ := testRand(t)
 	dir := workDir(t)
 	dest := dir + "/dest"
-	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "e2e", "--checkpoint-interval", "1s"}})
+	// After the first start (the throughput phases, at the defaults), half
+	// the starts linger 1 s before a waited-for commit: then commits take
+	// longer than many client timeouts, and retries under the same key
+	// ride on the batch their first attempt left.
+	starts := 0
+	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "e2e", "--checkpoint-interval", "1s"},
+		PerStart: func() []string {
+			starts++
+			if starts > 1 && rng.IntN(2) == 0 {
+				return []string{"--commit-linger", "1s"}
+			}
+			return nil
+		}})
 	p.StartReady()
 	kills := envInt(t, envKills, 8)
 	senders := envInt(t, envProducers, 4)
