@@ -85,6 +85,11 @@ type Checkpoint struct {
 	// Seqs holds, for every (producer, stream) whose state changed in this
 	// checkpoint, the next sequence number as of its barrier.
 	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+	// Keys are the idempotency keys of this checkpoint's batches, recorded
+	// by Prepare in their own bucket (keys.go), never in this row;
+	// KeyPolicy bounds them there.
+	Keys      []Key     `json:"-"`
+	KeyPolicy KeyPolicy `json:"-"`
 }
 
 // StreamSeq is a producer's sequence state on one stream.
@@ -422,6 +427,9 @@ func (s *Store) Prepare(c *Checkpoint) error {
 			if err := intents.Delete([]byte(IntentKey(c.ID, f.Final))); err != nil {
 				return err
 			}
+		}
+		if err := putKeys(tx, c.Keys, c.KeyPolicy); err != nil {
+			return err
 		}
 		for pid, streams := range c.Seqs {
 			h, err := getHead(tx, pid)

@@ -52,6 +52,19 @@ type Config struct {
 	// turns the periodic sweep off.
 	SweepInterval time.Duration
 
+	// IdempotencyWindow is how long an idempotency key is kept after its
+	// batch was prepared; 0 means DefaultIdempotencyWindow. MaxKeys caps
+	// the keys held (memory and store); 0 means DefaultMaxKeys. See
+	// idempotency.go for what happens past the cap.
+	IdempotencyWindow time.Duration
+	MaxKeys           int
+	// CommitLinger: a Wait on the open checkpoint starts a checkpoint
+	// within this delay (group commit); 0 leaves waits to the interval and
+	// explicit checkpoints. CommitMinGap is the least time between two
+	// checkpoints started that way. See groupcommit.go.
+	CommitLinger time.Duration
+	CommitMinGap time.Duration
+
 	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
 
@@ -109,6 +122,12 @@ func (c *Config) defaults() {
 	if c.idBlock == 0 {
 		c.idBlock = 1024
 	}
+	if c.IdempotencyWindow <= 0 {
+		c.IdempotencyWindow = DefaultIdempotencyWindow
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
 }
 
 // Producer identifies a batch sent with idempotence headers.
@@ -125,6 +144,8 @@ type Write struct {
 	Data     []byte // records, each terminated by '\n'
 	Records  int
 	Producer *Producer // nil without idempotence headers
+	// Key is the batch's idempotency key, nil without; never with Producer.
+	Key *IdempotencyKey
 }
 
 // WriteResult answers a Write.
@@ -174,6 +195,7 @@ type Engine struct {
 	wg     sync.WaitGroup
 	reqs   chan chan ckptReply
 	kick   chan struct{} // an early checkpoint: the open one grew large
+	soon   chan struct{} // a Wait on the open checkpoint (group commit)
 	ready  chan struct{}
 	failed chan struct{}
 
@@ -209,6 +231,9 @@ type Engine struct {
 
 	status        atomic.Pointer[Status] // published under mu, read by Status without it
 	producerCount atomic.Int64           // len(producers), read without mu
+	keys          keyTable               // idempotency keys (idempotency.go)
+	commitWant    uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
+	commitWaits   int                    // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -242,7 +267,7 @@ func Open(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Logger, store: st,
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
 		ctx: ctx, cancel: cancel,
-		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
+		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
 		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
@@ -387,8 +412,24 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
+	var keys []recovery.Key
+	for attempt := 0; ; attempt++ {
+		var err error
+		if keys, err = e.store.Keys(e.cfg.Now().Add(-e.cfg.IdempotencyWindow)); err == nil {
+			break
+		}
+		if errors.Is(err, recovery.ErrCorrupt) {
+			e.fail(err)
+			return false
+		}
+		e.log.Error("read idempotency keys, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
 	e.mu.Lock()
 	e.reserved = reserved
+	e.keyLoadLocked(keys)
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p, newest)
@@ -529,6 +570,11 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
+	if w.Key != nil {
+		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
+			return dup, err
+		}
+	}
 	var ss *seqState
 	if w.Producer != nil {
 		p := e.producers[w.Producer.ID]
@@ -621,6 +667,9 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	if ss != nil {
 		e.advanceLocked(ss, pid, w.Stream, seq)
 		res.NextSeq = ss.next
+	}
+	if w.Key != nil {
+		e.keyAcceptLocked(w.Stream, w.Key)
 	}
 	if h := e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))
@@ -775,9 +824,15 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 
 // Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
 // if it aborted.
+//
+// Waiting on the open checkpoint starts it within Config.CommitLinger
+// (group commit).
 func (e *Engine) Wait(ctx context.Context, id uint64) error {
 	e.mu.Lock()
 	o := e.outcomes[id]
+	if o != nil {
+		e.lingerLocked(id)
+	}
 	e.mu.Unlock()
 	if o == nil {
 		c, err := e.store.Get(id)
@@ -854,6 +909,17 @@ func (e *Engine) run() {
 		defer t.Stop()
 		tick = t.C
 	}
+	var (
+		linger     *time.Timer
+		lingerC    <-chan time.Time
+		lastLinger time.Time
+		lastShared int // waits of the last linger-started checkpoint
+	)
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		var waiters []chan ckptReply
 		select {
@@ -861,6 +927,19 @@ func (e *Engine) run() {
 			return
 		case <-e.failed:
 			return
+		case <-e.soon:
+			if lingerC == nil {
+				linger = time.NewTimer(e.lingerDelay(lastLinger, lastShared))
+				lingerC = linger.C
+			}
+			continue
+		case <-lingerC:
+			lingerC = nil
+			want, waits := e.wantsCommit()
+			if !want {
+				continue // a checkpoint since took the waiting batches
+			}
+			lastLinger, lastShared = time.Now(), waits
 		case r := <-e.reqs:
 			waiters = append(waiters, r)
 		drain:

@@ -13,7 +13,7 @@ import (
 // NewMetrics starts at 0 so that alerts see 0 rather than no data.
 // TestRejectReasonsComplete keeps the list equal to the engine's calls.
 func rejectReasons() []string {
-	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
+	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage", "idempotency_key_reused"}
 }
 
 // Defaults of MetricsConfig.
@@ -82,7 +82,7 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_batches_rejected_total",
 			Help: "Batches refused by the engine, by reason."}, []string{"reason"}),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_duplicates_dropped_total",
-			Help: "Batches dropped as duplicates of an accepted sequence number, by stream."}, []string{"stream"}),
+			Help: "Batches dropped as duplicates of an accepted sequence number or idempotency key, by stream."}, []string{"stream"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_fenced_total",
 			Help: "Writes refused because a newer epoch fenced the producer."}),
 		ckptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eosink_checkpoint_duration_seconds",
@@ -131,6 +131,7 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
+		gauge("eosink_idempotency_keys", "Idempotency keys held, accepted or prepared (bounded by --idempotency-max-keys and --idempotency-window).", func(s Status) float64 { return float64(s.Keys) }),
 		gauge("eosink_ready", "1 once recovery finished and writes are accepted.", func(s Status) float64 { return b2f(s.Ready) }),
 		gauge("eosink_commit_stuck", "1 while a prepared checkpoint fails to commit and is being retried.", func(s Status) float64 { return b2f(s.Stuck != "") }),
 	)
