@@ -257,6 +257,9 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	out := FileList{Files: make([]File, 0, len(entries))}
 	for _, e := range entries {
 		f := File{Path: e.Path, Bytes: e.Bytes, Modified: e.Modified}
+		if strings.HasPrefix(e.Path, "_nodes/") && !manifests {
+			continue // node leases, like manifests, only when asked for
+		}
 		if strings.HasPrefix(e.Path, manifestDir) {
 			if !manifests {
 				continue

@@ -51,6 +51,15 @@ type Config struct {
 	// turns the periodic sweep off.
 	SweepInterval time.Duration
 
+	// Leaser, when set, holds the node lease _nodes/<node>.json in the
+	// destination (server/lease.go): taken before recovery, renewed every
+	// LeaseTimeout/3, checked before every commit step that writes to the
+	// destination. Nil runs without a lease (one node per id is then the
+	// operator's promise).
+	Leaser       committer.Leaser
+	LeaseTimeout time.Duration // 0 means DefaultLeaseTimeout
+	Listen       string        // written into the lease, to name the holder
+
 	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
 
@@ -189,6 +198,7 @@ type Engine struct {
 	log   *slog.Logger
 	store *recovery.Store
 	fin   recovery.Finisher
+	lease *lease // nil without Config.Leaser
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -265,6 +275,9 @@ func Open(cfg Config) (*Engine, error) {
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
+	if e.lease = newLease(&cfg); e.lease != nil {
+		e.fin.Fence = e.leaseCheck
+	}
 	e.wg.Add(1)
 	go e.start()
 	return e, nil
@@ -302,7 +315,7 @@ func (e *Engine) Store() *recovery.Store { return e.store }
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.recover() {
+	if !e.takeLease() || !e.recover() {
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
@@ -348,7 +361,9 @@ func (e *Engine) recover() bool {
 	// only from a block reserved durably beforehand (see reserveIDs), so
 	// every id a former run may have named is at most LastID. Start beyond
 	// it, with a fresh block.
-	open := res.LastID + 1
+	// The lease names the highest id any former incarnation reserved:
+	// beyond it, also when the store was lost (I8).
+	open := max(res.LastID, e.leaseReserved()) + 1
 	if inDest > 0 && inDest+2 > res.LastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -375,6 +390,19 @@ func (e *Engine) recover() bool {
 		e.recovering = "reserve checkpoint ids: " + err.Error()
 		e.mu.Unlock()
 		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := e.leaseReserve(reserved)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrLeaseLost) || e.ctx.Err() != nil {
+			return false
+		}
+		e.log.Error("record reserved checkpoint ids in the node lease, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
 			return false
 		}
@@ -1003,6 +1031,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("final checkpoint: %w", err)
+		} else {
+			// Everything accepted is committed: hand the node id over
+			// now rather than after the timeout.
+			err = e.releaseLease(ctx)
 		}
 	}
 	return errors.Join(err, e.Close())
