@@ -339,6 +339,9 @@ func (e *Engine) recover() bool {
 		if err == nil {
 			inDest, err = e.highestManifestID(e.ctx)
 		}
+		if err == nil && inDest > 0 && inDest+2 > res.LastID {
+			err = e.rebuildProducers(res) // recovery step 5; see below
+		}
 		if err == nil {
 			break
 		}
