@@ -238,3 +238,24 @@ func TestLeaseReservedSurvivesStoreLoss(t *testing.T) {
 		t.Fatalf("open checkpoint %d after the store was lost; id %d was handed out before (I8)", open, named)
 	}
 }
+
+// A restart on the same data dir (the state store's file lock is ours, so
+// the former holder is dead) takes the lease over at once; another data
+// dir must still wait for the timeout.
+func TestLeaseRestartSameDataDirAtOnce(t *testing.T) {
+	r := leaseRig(t, nil, time.Hour, nil)
+	r.start(nil)
+	first := readLease(t, r.fs)
+	r.stop() // a crash: no release
+	begin := time.Now()
+	r.start(nil)
+	if l := readLease(t, r.fs); l.Incarnation == first.Incarnation {
+		t.Fatalf("restart kept the crashed incarnation's lease: %+v", l)
+	}
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Fatalf("restart on the same data dir took %s", d)
+	}
+	if _, err := openSecond(t, r); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("a node on another data dir: %v, want ErrLeaseHeld", err)
+	}
+}
