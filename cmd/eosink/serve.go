@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
@@ -48,6 +49,7 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxInflight     size
 	downloadStall   time.Duration
+	leaseTimeout    time.Duration
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -80,6 +82,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a write body may take to arrive; a slower sender gets 408")
 	fs.DurationVar(&f.downloadStall, "download-stall", api.DefaultDownloadStall, "a file download that makes no progress this long is cut (downloads are not bound by the server's write timeout)")
 	fs.Var(&f.maxInflight, "max-inflight-body", "bytes all write bodies being read may hold at once (at least twice --max-body); over it writes get 429 backpressure")
+	fs.DurationVar(&f.leaseTimeout, "lease-timeout", server.DefaultLeaseTimeout, "how long the node's lease (<dest>/_nodes/<node>.json) outlives its last renewal: a second process with the same --node refuses to start until then")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n\nFlags:\n")
@@ -173,6 +176,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: %s %v: want a duration >= 0", errUsage, name, d)
 		}
 	}
+	if f.leaseTimeout < 300*time.Millisecond {
+		return fmt.Errorf("%w: --lease-timeout %v: want at least 300ms (renewals run every third of it)", errUsage, f.leaseTimeout)
+	}
 	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
 		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
 	}
@@ -222,6 +228,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles),
 		Hooks:        metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
+		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
 	})
 	if err != nil {
 		return err
@@ -299,11 +306,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("stopped cleanly")
 		return nil
 	case <-eng.Failed():
-		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 		_ = eng.Close()
+		if err := eng.Err(); errors.Is(err, server.ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
+			return fmt.Errorf("refusing to start: %w", err) // said once, on stderr
+		}
+		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
 		return exitError(1)
 	case err := <-httpErr:
 		_ = eng.Close()
