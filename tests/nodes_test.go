@@ -74,6 +74,17 @@ func startWhenFree(t *testing.T, p *proc, limit time.Duration) time.Duration {
 	return time.Since(begin)
 }
 
+// mustCommit runs a checkpoint on p and fails unless it committed.
+func mustCommit(t *testing.T, p *proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ck, err := p.Checkpoint(ctx)
+	if err != nil || ck.State != "committed" {
+		t.Fatalf("%s: checkpoint: %+v %v; log:\n%s", p.cfg.Name, ck, err, p.logTail(10))
+	}
+}
+
 // TestNodeLease: two processes with one node id on one destination:
 // exactly one serves, the other refuses to start naming the holder. SIGKILL
 // the holder, and the other takes over once the lease timed out — not
@@ -105,10 +116,11 @@ func TestNodeLease(t *testing.T) {
 			want := map[batchKey]int{}
 			k := batchKey{P: "p", S: "events", Q: 0}
 			recs := makeRecords(rng, k, 3, 16)
-			if ans := prod.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs)}, prod.epoch, true); ans.Status != http.StatusOK {
+			if ans := prod.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs)}, prod.epoch, false); ans.Status != http.StatusAccepted {
 				t.Fatalf("write to a: %d %s %v", ans.Status, ans.Code, ans.Err)
 			}
 			want[k] = len(recs)
+			mustCommit(t, a)
 
 			a.Kill()
 			killed := time.Now()
@@ -123,10 +135,11 @@ func TestNodeLease(t *testing.T) {
 			}
 			k2 := batchKey{P: "p2", S: "events", Q: 0}
 			recs2 := makeRecords(rng, k2, 3, 16)
-			if ans := prod2.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs2)}, prod2.epoch, true); ans.Status != http.StatusOK {
+			if ans := prod2.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs2)}, prod2.epoch, false); ans.Status != http.StatusAccepted {
 				t.Fatalf("write to b: %d %s %v", ans.Status, ans.Code, ans.Err)
 			}
 			want[k2] = len(recs2)
+			mustCommit(t, b)
 			if code := b.Term(); code != 0 {
 				t.Fatalf("b: SIGTERM exit %d", code)
 			}
