@@ -111,7 +111,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) {
+		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) || errors.Is(err, ErrLeaseLost) {
 			e.fail(err)
 			return res, e.Err()
 		}
@@ -192,6 +192,9 @@ func (e *Engine) reserveIDs() error {
 	if err := e.store.Reserve(upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
+	if err := e.leaseReserve(upto); err != nil {
+		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
+	}
 	e.mu.Lock()
 	e.reserved = upto
 	e.mu.Unlock()
@@ -261,6 +264,9 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
 	if err := durable.SyncDir(e.cfg.FS, e.cfg.StagingDir); err != nil {
+		return nil, fmt.Errorf("pre-commit: %w", err)
+	}
+	if err := e.leaseCheck(); err != nil {
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
 	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {

@@ -64,6 +64,14 @@ type Config struct {
 	// checkpoints started that way. See groupcommit.go.
 	CommitLinger time.Duration
 	CommitMinGap time.Duration
+	// Leaser, when set, holds the node lease _nodes/<node>.json in the
+	// destination (server/lease.go): taken before recovery, renewed every
+	// LeaseTimeout/3, checked before every commit step that writes to the
+	// destination. Nil runs without a lease (one node per id is then the
+	// operator's promise).
+	Leaser       committer.Leaser
+	LeaseTimeout time.Duration // 0 means DefaultLeaseTimeout
+	Listen       string        // written into the lease, to name the holder
 
 	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
@@ -189,6 +197,7 @@ type Engine struct {
 	log   *slog.Logger
 	store *recovery.Store
 	fin   recovery.Finisher
+	lease *lease // nil without Config.Leaser
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -273,6 +282,9 @@ func Open(cfg Config) (*Engine, error) {
 		recovering: "starting",
 	}
 	e.publishLocked()
+	if e.lease = newLease(&cfg); e.lease != nil {
+		e.fin.Fence = e.leaseCheck
+	}
 	e.wg.Add(1)
 	go e.start()
 	return e, nil
@@ -310,7 +322,7 @@ func (e *Engine) Store() *recovery.Store { return e.store }
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.recover() {
+	if !e.takeLease() || !e.recover() {
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
@@ -337,6 +349,9 @@ func (e *Engine) recover() bool {
 		res, err = rp.Run(e.ctx)
 		if err == nil {
 			inDest, err = e.highestManifestID(e.ctx)
+		}
+		if err == nil && inDest > 0 && inDest+2 > res.LastID {
+			err = e.rebuildProducers(res) // recovery step 5; see below
 		}
 		if err == nil {
 			break
@@ -367,7 +382,9 @@ func (e *Engine) recover() bool {
 	// only from a block reserved durably beforehand (see reserveIDs), so
 	// every id a former run may have named is at most LastID. Start beyond
 	// it, with a fresh block.
-	open := res.LastID + 1
+	// The lease names the highest id any former incarnation reserved:
+	// beyond it, also when the store was lost (I8).
+	open := max(res.LastID, e.leaseReserved()) + 1
 	if inDest > 0 && inDest+2 > res.LastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -395,6 +412,19 @@ func (e *Engine) recover() bool {
 		e.publishLocked()
 		e.mu.Unlock()
 		e.log.Error("reserve checkpoint ids, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := e.leaseReserve(reserved)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrLeaseLost) || e.ctx.Err() != nil {
+			return false
+		}
+		e.log.Error("record reserved checkpoint ids in the node lease, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
 			return false
 		}
@@ -994,6 +1024,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("final checkpoint: %w", err)
+		} else {
+			// Everything accepted is committed: hand the node id over
+			// now rather than after the timeout.
+			err = e.releaseLease(ctx)
 		}
 	}
 	return errors.Join(err, e.Close())

@@ -190,6 +190,8 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 		case strings.HasPrefix(o.Path, "_staging/"):
 			r.Staging = append(r.Staging, o.Path)
 			continue
+		case strings.HasPrefix(o.Path, "_nodes/"):
+			continue // node leases
 		case strings.HasPrefix(o.Path, "_manifests/"):
 			if !manifestRE.MatchString(o.Path) {
 				r.bad("unexpected name under _manifests/: %s", o.Path)

@@ -395,6 +395,9 @@ func (c *listingCache) take(ctx context.Context) (*snapshot, error) {
 		warned   bool
 	)
 	for _, e := range entries {
+		if strings.HasPrefix(e.Path, "_nodes/") {
+			continue // node leases: not data
+		}
 		f := fileEntry{Path: e.Path, Bytes: e.Bytes, Modified: e.Modified, Records: -1}
 		if m := manifestName.FindStringSubmatch(e.Path); m != nil {
 			f.Node = m[1]

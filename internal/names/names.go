@@ -72,6 +72,10 @@ func ParsePartName(base string) (node string, checkpoint uint64, index int, ext 
 	return m[1], id, idx, m[4], true
 }
 
+// LeaseName returns the destination-relative name of a node's lease:
+// _nodes/<node>.json.
+func LeaseName(node string) string { return "_nodes/" + node + ".json" }
+
 // ManifestName returns the destination-relative name of a node's manifest
 // of a checkpoint: _manifests/<node>/<checkpoint:020d>.json.
 // ParseManifestName reads it.
