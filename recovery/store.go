@@ -60,6 +60,10 @@ var (
 	keyLastID         = []byte("last_id")
 	keyPrunedBelow    = []byte("pruned_below")
 	keyLastCommitted  = []byte("last_committed")
+	// keyEpochFloor is above the epoch of every producer ever forgotten: a
+	// producer created again starts there, so a zombie of its forgotten
+	// incarnation is fenced (I6) rather than taken for the new one.
+	keyEpochFloor = []byte("epoch_floor")
 )
 
 // storeVersion is the state.db format (doc.go); Open migrates version 1.
@@ -218,7 +222,7 @@ func (s *Store) init() error {
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
 			return s.corrupt("unknown version %x", v)
 		}
-		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow} {
+		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor} {
 			if v := meta.Get(k); v != nil && len(v) != 8 {
 				return s.corrupt("bad %s %x", k, v)
 			}

@@ -59,9 +59,18 @@ func TestGroupCommit(t *testing.T) {
 func TestCommitMinGap(t *testing.T) {
 	r := newRig(t, nil)
 	gap := 100 * time.Millisecond
-	r.tweak = func(c *Config) { c.CommitLinger = time.Millisecond; c.CommitMinGap = gap }
+	var mu sync.Mutex
+	var starts []time.Time // when each checkpoint began: its end less its duration
+	r.tweak = func(c *Config) {
+		c.CommitLinger = time.Millisecond
+		c.CommitMinGap = gap
+		c.Hooks.Checkpoint = func(res CheckpointResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			starts = append(starts, time.Now().Add(-time.Duration(res.Seconds*float64(time.Second))))
+		}
+	}
 	e := r.start(nil)
-	var starts []time.Time
 	for i := range 4 {
 		res, err := send(e, nil, "s", int64(i), 1)
 		if err != nil {
@@ -70,11 +79,26 @@ func TestCommitMinGap(t *testing.T) {
 		if err := e.Wait(t.Context(), res.Checkpoint); err != nil {
 			t.Fatal(err)
 		}
-		starts = append(starts, time.Now())
+	}
+	// The hook runs just after the waiters are released.
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(starts)
+		mu.Unlock()
+		if n >= 4 {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) < 4 {
+		t.Fatalf("%d checkpoints for 4 sequential waiting writes", len(starts))
 	}
 	for i := 1; i < len(starts); i++ {
+		// Starts, not ends: a slow commit followed by a fast one ends
+		// closer together than they began.
 		if d := starts[i].Sub(starts[i-1]); d < gap*9/10 {
-			t.Fatalf("commits %d and %d %v apart, want at least the gap %v", i-1, i, d, gap)
+			t.Fatalf("checkpoints %d and %d began %v apart, want at least the gap %v", i-1, i, d, gap)
 		}
 	}
 }
