@@ -291,6 +291,9 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		if !manifests && strings.HasPrefix(e.Path, manifestDir) {
 			return afterPast(manifestDir), false
 		}
+		if !manifests && strings.HasPrefix(e.Path, "_nodes/") {
+			return afterPast("_nodes/"), false // node leases, like manifests, only when asked for
+		}
 		if len(out.Files) == limit {
 			more = true
 			return "", true

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/eosink/eosink/batch"
@@ -27,7 +26,26 @@ const (
 	HeaderProducerID    = "Producer-Id"
 	HeaderProducerEpoch = "Producer-Epoch"
 	HeaderProducerSeq   = "Producer-Seq"
+	// HeaderIdempotencyKey keys a write without producer headers.
+	HeaderIdempotencyKey = "Idempotency-Key"
 )
+
+// idempotencyKey returns the write's Idempotency-Key, "" without one. One
+// key, 1 to 255 printable ASCII, and never with producer headers.
+func idempotencyKey(h http.Header, prod *server.Producer) (string, error) {
+	vs := h.Values(HeaderIdempotencyKey)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", fmt.Errorf("%s given %d times", HeaderIdempotencyKey, len(vs))
+	case prod != nil:
+		return "", fmt.Errorf("send %s or the producer headers, not both", HeaderIdempotencyKey)
+	case !names.IdempotencyKey(vs[0]):
+		return "", fmt.Errorf("%s: want 1 to 255 printable ASCII characters", HeaderIdempotencyKey)
+	}
+	return vs[0], nil
+}
 
 func validStream(s string) bool { return names.Stream(s) }
 
@@ -106,7 +124,13 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prod, err := producerHeaders(r.Header)
+	var key string
+	if err == nil {
+		key, err = idempotencyKey(r.Header, prod)
+	}
 	if err != nil {
+		// An invalid Idempotency-Key is an idempotence header error too:
+		// DESIGN's table has no code of its own for it.
 		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer_headers", Message: err.Error()})
 		return
 	}
@@ -125,23 +149,26 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("Content-Type %q: want application/x-ndjson, application/json or text/plain", ct)})
 		return
 	}
-	if enc, ok := identityOnly(r.Header.Values("Content-Encoding")); !ok {
-		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_encoding",
-			Message: fmt.Sprintf("Content-Encoding %q: send the body unencoded (identity)", enc)})
+	coding, err := bodyCoding(r.Header.Values("Content-Encoding"))
+	if err != nil {
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_encoding", Message: err.Error()})
 		return
 	}
-	body, release, err := s.readBody(w, r)
+	body, release, err := s.readBody(w, r, coding)
 	defer release() // for the answers before Write; release is idempotent
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
 			s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large",
-				Message: fmt.Sprintf("body over the limit of %d bytes", s.maxBody)})
+				Message: fmt.Sprintf("body over the limit of %d bytes (decoded)", s.maxBody)})
 		case errors.Is(err, errBodyBudget):
 			w.Header().Set("Retry-After", s.retryAfter)
 			s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: "backpressure",
 				Message: fmt.Sprintf("request bodies in flight hold the limit of %d bytes; retry later", s.inflight.limit)})
+		case errors.Is(err, errDecode):
+			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body",
+				Message: fmt.Sprintf("body does not decode as %s: %v", coding, err)})
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			w.Header().Set("Connection", "close")
 			s.writeFail(w, http.StatusRequestTimeout, &ErrorResponse{Error: "body_timeout",
@@ -151,12 +178,16 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	var ikey *server.IdempotencyKey
+	if key != "" {
+		ikey = server.NewIdempotencyKey(key, body) // the decoded body, before parsing touches it
+	}
 	b, err := batch.Parse(ct, body, batch.Limits{MaxBody: s.maxBody, MaxRecord: s.maxRecord})
 	if err != nil {
 		s.writeFail(w, parseStatus(err), parseError(err))
 		return
 	}
-	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod})
+	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey})
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.
@@ -209,19 +240,6 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
-// identityOnly reports whether the Content-Encoding values name no coding
-// but identity, and else the first other one.
-func identityOnly(values []string) (string, bool) {
-	for _, v := range values {
-		for c := range strings.SplitSeq(v, ",") {
-			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-				return c, false
-			}
-		}
-	}
-	return "", true
-}
-
 // Body reading steps.
 const (
 	// bodyStep bounds what is reserved and allocated ahead of the bytes
@@ -238,8 +256,10 @@ var errBodyBudget = errors.New("in-flight body budget exhausted")
 // bodyStep bytes, each one reserved from the in-flight budget before it is
 // allocated. Reading must end within the body timeout. release gives the
 // reservation back and must be called, on error too, once the body is no
-// longer used; calling it again does nothing.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+// longer used; calling it again does nothing. A body in a content coding
+// ("gzip", "zstd"; "" for none) is decoded as it is read: maxBody and the
+// steps count decoded bytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string) (body []byte, release func(), err error) {
 	var (
 		held   int64
 		pooled *[]byte
@@ -260,14 +280,30 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		// Cleared once read: it must not cut a wait=commit that follows.
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
-	src := http.MaxBytesReader(w, r.Body, s.maxBody)
-	// limit is all the body may hold: its Content-Length, else the body
-	// limit. Steps never reserve beyond it, and its end is seen with an
-	// unreserved one-byte read, so a body of exactly MaxBody holds at
-	// most twice that (its steps, then one slice): what New requires.
+	var src io.Reader = http.MaxBytesReader(w, r.Body, s.maxBody)
+	// limit is all the body may hold: its Content-Length (of an unencoded
+	// body), else the body limit. Steps never reserve beyond it, and its
+	// end is seen with an unreserved one-byte read, so a body of exactly
+	// MaxBody holds at most twice that (its steps, then one slice): what
+	// New requires.
 	limit := s.maxBody
-	if r.ContentLength >= 0 {
+	if r.ContentLength >= 0 && coding == "" {
 		limit = r.ContentLength
+	}
+	if coding == "zstd" {
+		// The decoder's window is memory too: hold it against the budget.
+		if !s.inflight.take(zstdMaxWindow) {
+			return nil, release, errBodyBudget
+		}
+		held += zstdMaxWindow
+	}
+	if coding != "" {
+		dec, err := newDecodedBody(coding, src, s.maxBody)
+		if err != nil {
+			return nil, release, err
+		}
+		defer dec.close()
+		src = dec
 	}
 	var chunks [][]byte
 	total := 0
@@ -398,6 +434,8 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 		status, e.Error = http.StatusConflict, "producer_fenced"
 	case errors.Is(err, server.ErrInvalidEpoch):
 		status, e.Error = http.StatusConflict, "invalid_epoch"
+	case errors.Is(err, server.ErrKeyReused):
+		status, e.Error = http.StatusUnprocessableEntity, "idempotency_key_reused"
 	case errors.Is(err, server.ErrBackpressure):
 		status, e.Error = http.StatusTooManyRequests, "backpressure"
 		w.Header().Set("Retry-After", s.retryAfter)

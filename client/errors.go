@@ -67,6 +67,9 @@ var (
 	ErrInsufficientStorage = errors.New("insufficient storage")
 	// ErrServer: another 5xx answer; retried.
 	ErrServer = errors.New("server error")
+	// ErrKeyReused: the Idempotency-Key was used before with other
+	// records (422 idempotency_key_reused); nothing was stored.
+	ErrKeyReused = errors.New("idempotency key reused with other records")
 	// ErrUnexpectedStatus: an answer this client does not know.
 	ErrUnexpectedStatus = errors.New("unexpected status")
 
@@ -152,6 +155,8 @@ func (e *APIError) Unwrap() error {
 		return ErrAborted
 	case "insufficient_storage":
 		return ErrInsufficientStorage
+	case "idempotency_key_reused":
+		return ErrKeyReused
 	}
 	switch s := e.Status; {
 	case s == http.StatusBadRequest:

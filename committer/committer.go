@@ -33,6 +33,12 @@ var (
 	ErrExists = errors.New("already exists")
 	// ErrTransient marks an error worth retrying (network, 5xx, timeouts).
 	ErrTransient = errors.New("transient error")
+	// ErrPrecondition means a compare-and-swap write found the document
+	// changed since the version it was given: someone else wrote it.
+	ErrPrecondition = errors.New("precondition failed: changed since read")
+	// ErrUnsupported means the destination cannot do what is asked with the
+	// guarantee it needs (a server that ignores a conditional write).
+	ErrUnsupported = errors.New("not supported by the destination")
 )
 
 // Part is one uploaded part of an S3 multipart upload.
@@ -152,6 +158,24 @@ type Sweeper interface {
 // returns ErrExists. Used for manifests.
 type Publisher interface {
 	Publish(ctx context.Context, name string, data []byte) error
+}
+
+// Leaser reads and writes small documents with compare-and-swap: node
+// leases (_nodes/<node>.json). Versions are opaque tokens (an S3 ETag, a
+// content digest locally); they change with every write.
+//
+// Both methods are safe for concurrent use; a write is atomic (readers see
+// the old document or the new one, never part of one).
+type Leaser interface {
+	// ReadLease returns name's content and its version. A missing name
+	// returns an error wrapping ErrNotFound.
+	ReadLease(ctx context.Context, name string) (data []byte, version string, err error)
+	// WriteLease writes data to name if its version is still version, and
+	// returns the new version. version "" means create-only: a name that
+	// exists returns ErrExists. A changed (or deleted) document returns
+	// ErrPrecondition. A destination that cannot make the condition hold
+	// returns ErrUnsupported.
+	WriteLease(ctx context.Context, name string, data []byte, version string) (string, error)
 }
 
 // Entry describes one file in the destination.

@@ -24,6 +24,13 @@
 //	intents      key -> committer.File as JSON: uploads started before the
 //	             "prepared" record, so recovery can abort them; kept until
 //	             an abort of them succeeded (or the checkpoint is prepared)
+//	idem_keys    stream 0x00 Idempotency-Key -> Key as JSON: the SHA-256 of
+//	             the batch's decoded body, the checkpoint that prepared it,
+//	             when (keys.go); written in that checkpoint's "prepared"
+//	             transaction, so a key is never durable before its batch
+//	idem_order   prepare time (unix ns, 8 bytes big-endian) stream 0x00 key
+//	             -> empty: idem_keys by age, for expiry and the cap; meta
+//	             "idem_count" counts the keys
 //
 // A checkpoint goes prepared -> committed, or is recorded aborted. The
 // "prepared" record, its pending entry and the producers' sequence state as

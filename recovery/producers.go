@@ -135,7 +135,7 @@ func (s *Store) InitProducerAt(id string, at time.Time) (*Producer, error) {
 			return err
 		}
 		if h == nil {
-			h = &producerHead{ID: id}
+			h = &producerHead{ID: id, Epoch: epochFloor(tx)}
 		} else {
 			h.Epoch++
 		}
@@ -176,6 +176,11 @@ func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 		}
 		if err := tx.Bucket(bucketActive).Delete(activeKey(h.Active, id)); err != nil {
 			return err
+		}
+		if h.Epoch >= epochFloor(tx) {
+			if err := tx.Bucket(bucketMeta).Put(keyEpochFloor, u64(uint64(h.Epoch)+1)); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bucketProducers).Delete([]byte(id)); err != nil {
 			return err
@@ -305,4 +310,13 @@ func (s *Store) Producers() ([]Producer, error) {
 		return nil, fmt.Errorf("read state store %s: %w: %w", s.path, ErrCorrupt, err)
 	}
 	return out, nil
+}
+
+// epochFloor is the epoch a producer the store does not know starts at:
+// above every forgotten producer's, 0 in a store that never forgot one.
+func epochFloor(tx *bolt.Tx) int64 {
+	if v := tx.Bucket(bucketMeta).Get(keyEpochFloor); len(v) == 8 {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
 }

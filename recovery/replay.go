@@ -64,6 +64,10 @@ type Finisher struct {
 	Retain    int
 	// Parallel bounds concurrent file commits; <= 0 means 8.
 	Parallel int
+	// Fence, when set, is asked before the files are committed and before
+	// the manifest is published: an error (the node's lease is not held)
+	// stops Finish before it writes to the destination.
+	Fence func() error
 }
 
 // Finish commits checkpoint c, which must be recorded prepared.
@@ -71,6 +75,9 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	par := f.Parallel
 	if par <= 0 {
 		par = 8
+	}
+	if err := f.fence(); err != nil {
+		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
 	sem := make(chan struct{}, par)
 	errs := make(chan error, len(c.Files))
@@ -95,6 +102,9 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
 	name := ManifestPath(f.Node, c.ID)
+	if err := f.fence(); err != nil {
+		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
+	}
 	if err := f.Publisher.Publish(ctx, name, body); errors.Is(err, committer.ErrExists) {
 		// Published by an earlier try — if it holds these bytes (they are
 		// deterministic). Other bytes mean the id was used before, by a
@@ -110,6 +120,13 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
 	}
 	return nil
+}
+
+func (f *Finisher) fence() error {
+	if f.Fence == nil {
+		return nil
+	}
+	return f.Fence()
 }
 
 // sameManifest checks that the manifest published at name holds body. A

@@ -60,6 +60,10 @@ var (
 	keyLastID         = []byte("last_id")
 	keyPrunedBelow    = []byte("pruned_below")
 	keyLastCommitted  = []byte("last_committed")
+	// keyEpochFloor is above the epoch of every producer ever forgotten: a
+	// producer created again starts there, so a zombie of its forgotten
+	// incarnation is fenced (I6) rather than taken for the new one.
+	keyEpochFloor = []byte("epoch_floor")
 )
 
 // storeVersion is the state.db format (doc.go); Open migrates version 1.
@@ -85,6 +89,11 @@ type Checkpoint struct {
 	// Seqs holds, for every (producer, stream) whose state changed in this
 	// checkpoint, the next sequence number as of its barrier.
 	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+	// Keys are the idempotency keys of this checkpoint's batches, recorded
+	// by Prepare in their own bucket (keys.go), never in this row;
+	// KeyPolicy bounds them there.
+	Keys      []Key     `json:"-"`
+	KeyPolicy KeyPolicy `json:"-"`
 }
 
 // StreamSeq is a producer's sequence state on one stream.
@@ -213,7 +222,7 @@ func (s *Store) init() error {
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
 			return s.corrupt("unknown version %x", v)
 		}
-		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow} {
+		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor} {
 			if v := meta.Get(k); v != nil && len(v) != 8 {
 				return s.corrupt("bad %s %x", k, v)
 			}
@@ -422,6 +431,9 @@ func (s *Store) Prepare(c *Checkpoint) error {
 			if err := intents.Delete([]byte(IntentKey(c.ID, f.Final))); err != nil {
 				return err
 			}
+		}
+		if err := putKeys(tx, c.Keys, c.KeyPolicy); err != nil {
+			return err
 		}
 		for pid, streams := range c.Seqs {
 			h, err := getHead(tx, pid)

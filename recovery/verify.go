@@ -43,8 +43,9 @@ func Verify(ctx context.Context, r committer.Reader, progress func(done, total i
 		switch {
 		case strings.HasPrefix(e.Path, "_manifests/"):
 			manifests = append(manifests, e.Path)
-		case strings.HasPrefix(e.Path, "_staging/"):
-			// S3 copy mode's staging objects are not committed data.
+		case strings.HasPrefix(e.Path, "_staging/"), strings.HasPrefix(e.Path, "_nodes/"):
+			// S3 copy mode's staging objects and node leases are not
+			// committed data.
 		default:
 			files[e.Path] = e
 		}

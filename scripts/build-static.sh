@@ -27,10 +27,10 @@ if [ -z "$revision" ] && command -v git >/dev/null 2>&1 && git rev-parse --is-in
 fi
 ldflags="-s -w"
 if [ -n "$revision" ]; then
-  ldflags="$ldflags -X main.buildRevision=$revision"
+  ldflags="$ldflags -X github.com/eosink/eosink/internal/buildinfo.revision=$revision"
 fi
 if [ -n "$modified" ]; then
-  ldflags="$ldflags -X main.buildModified=true"
+  ldflags="$ldflags -X github.com/eosink/eosink/internal/buildinfo.modified=true"
 fi
 CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags "$ldflags" -o "$out" ./cmd/eosink
 echo "build-static.sh: built $out ($("$out" version))"

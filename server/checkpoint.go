@@ -55,10 +55,12 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		}
 		seqs[pid] = m
 	}
+	keys, keyPol := e.keyBarrierLocked(start.UTC())
 	e.openNextLocked()
 	e.mu.Unlock()
 
-	ck := &recovery.Checkpoint{ID: id, StartedAt: start.UTC(), Records: records, Bytes: bytes, Seqs: seqs}
+	ck := &recovery.Checkpoint{ID: id, StartedAt: start.UTC(), Records: records, Bytes: bytes, Seqs: seqs,
+		Keys: keys, KeyPolicy: keyPol}
 	res := CheckpointResult{ID: id, Records: records, Bytes: bytes, Files: []committer.File{}}
 	log := e.log.With("checkpoint", id)
 
@@ -84,6 +86,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	}
 	e.diskOK()
 	e.mu.Lock()
+	e.keyPreparedLocked(keys)
 	for pid, streams := range seqs {
 		d := e.durable[pid]
 		if d.Streams == nil {
@@ -108,7 +111,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) {
+		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) || errors.Is(err, ErrLeaseLost) {
 			e.fail(err)
 			return res, e.Err()
 		}
@@ -189,6 +192,9 @@ func (e *Engine) reserveIDs() error {
 	if err := e.store.Reserve(upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
+	if err := e.leaseReserve(upto); err != nil {
+		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
+	}
 	e.mu.Lock()
 	e.reserved = upto
 	e.mu.Unlock()
@@ -258,6 +264,9 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
 	if err := durable.SyncDir(e.cfg.FS, e.cfg.StagingDir); err != nil {
+		return nil, fmt.Errorf("pre-commit: %w", err)
+	}
+	if err := e.leaseCheck(); err != nil {
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
 	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {
@@ -339,6 +348,10 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 
 	e.mu.Lock()
 	nextID, nextTxns, nextOut, nextBytes := e.openID, e.openTxns, e.outcomes[e.openID], e.openBytes
+	// The keys of both are forgotten, so their retries are accepted.
+	e.keyForgetLocked(ck.Keys)
+	e.keyForgetLocked(e.keys.open)
+	e.keys.open = nil
 	for _, ot := range nextTxns {
 		if err := ot.txn.Abort(); err != nil {
 			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)

@@ -52,6 +52,27 @@ type Config struct {
 	// turns the periodic sweep off.
 	SweepInterval time.Duration
 
+	// IdempotencyWindow is how long an idempotency key is kept after its
+	// batch was prepared; 0 means DefaultIdempotencyWindow. MaxKeys caps
+	// the keys held (memory and store); 0 means DefaultMaxKeys. See
+	// idempotency.go for what happens past the cap.
+	IdempotencyWindow time.Duration
+	MaxKeys           int
+	// CommitLinger: a Wait on the open checkpoint starts a checkpoint
+	// within this delay (group commit); 0 leaves waits to the interval and
+	// explicit checkpoints. CommitMinGap is the least time between two
+	// checkpoints started that way. See groupcommit.go.
+	CommitLinger time.Duration
+	CommitMinGap time.Duration
+	// Leaser, when set, holds the node lease _nodes/<node>.json in the
+	// destination (server/lease.go): taken before recovery, renewed every
+	// LeaseTimeout/3, checked before every commit step that writes to the
+	// destination. Nil runs without a lease (one node per id is then the
+	// operator's promise).
+	Leaser       committer.Leaser
+	LeaseTimeout time.Duration // 0 means DefaultLeaseTimeout
+	Listen       string        // written into the lease, to name the holder
+
 	idBlock uint64 // checkpoint ids reserved at once; tests shrink it
 }
 
@@ -109,6 +130,12 @@ func (c *Config) defaults() {
 	if c.idBlock == 0 {
 		c.idBlock = 1024
 	}
+	if c.IdempotencyWindow <= 0 {
+		c.IdempotencyWindow = DefaultIdempotencyWindow
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
 }
 
 // Producer identifies a batch sent with idempotence headers.
@@ -125,6 +152,8 @@ type Write struct {
 	Data     []byte // records, each terminated by '\n'
 	Records  int
 	Producer *Producer // nil without idempotence headers
+	// Key is the batch's idempotency key, nil without; never with Producer.
+	Key *IdempotencyKey
 }
 
 // WriteResult answers a Write.
@@ -168,12 +197,14 @@ type Engine struct {
 	log   *slog.Logger
 	store *recovery.Store
 	fin   recovery.Finisher
+	lease *lease // nil without Config.Leaser
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	reqs   chan chan ckptReply
 	kick   chan struct{} // an early checkpoint: the open one grew large
+	soon   chan struct{} // a Wait on the open checkpoint (group commit)
 	ready  chan struct{}
 	failed chan struct{}
 
@@ -209,6 +240,9 @@ type Engine struct {
 
 	status        atomic.Pointer[Status] // published under mu, read by Status without it
 	producerCount atomic.Int64           // len(producers), read without mu
+	keys          keyTable               // idempotency keys (idempotency.go)
+	commitWant    uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
+	commitWaits   int                    // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -242,12 +276,15 @@ func Open(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Logger, store: st,
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
 		ctx: ctx, cancel: cancel,
-		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
+		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
 		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
 	e.publishLocked()
+	if e.lease = newLease(&cfg); e.lease != nil {
+		e.fin.Fence = e.leaseCheck
+	}
 	e.wg.Add(1)
 	go e.start()
 	return e, nil
@@ -285,7 +322,7 @@ func (e *Engine) Store() *recovery.Store { return e.store }
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.recover() {
+	if !e.takeLease() || !e.recover() {
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
@@ -312,6 +349,9 @@ func (e *Engine) recover() bool {
 		res, err = rp.Run(e.ctx)
 		if err == nil {
 			inDest, err = e.highestManifestID(e.ctx)
+		}
+		if err == nil && inDest > 0 && inDest+2 > res.LastID {
+			err = e.rebuildProducers(res) // recovery step 5; see below
 		}
 		if err == nil {
 			break
@@ -342,7 +382,9 @@ func (e *Engine) recover() bool {
 	// only from a block reserved durably beforehand (see reserveIDs), so
 	// every id a former run may have named is at most LastID. Start beyond
 	// it, with a fresh block.
-	open := res.LastID + 1
+	// The lease names the highest id any former incarnation reserved:
+	// beyond it, also when the store was lost (I8).
+	open := max(res.LastID, e.leaseReserved()) + 1
 	if inDest > 0 && inDest+2 > res.LastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -374,6 +416,19 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
+	for attempt := 0; ; attempt++ {
+		err := e.leaseReserve(reserved)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrLeaseLost) || e.ctx.Err() != nil {
+			return false
+		}
+		e.log.Error("record reserved checkpoint ids in the node lease, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
 	// Stores written before committed_in was kept: name the newest
 	// committed checkpoint instead, never a reserved or aborted id.
 	var newest uint64
@@ -387,8 +442,24 @@ func (e *Engine) recover() bool {
 			return false
 		}
 	}
+	var keys []recovery.Key
+	for attempt := 0; ; attempt++ {
+		var err error
+		if keys, err = e.store.Keys(e.cfg.Now().Add(-e.cfg.IdempotencyWindow)); err == nil {
+			break
+		}
+		if errors.Is(err, recovery.ErrCorrupt) {
+			e.fail(err)
+			return false
+		}
+		e.log.Error("read idempotency keys, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
 	e.mu.Lock()
 	e.reserved = reserved
+	e.keyLoadLocked(keys)
 	for _, p := range res.Producers {
 		e.durable[p.ID] = p
 		e.producers[p.ID] = producerFrom(p, newest)
@@ -529,6 +600,11 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
+	if w.Key != nil {
+		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
+			return dup, err
+		}
+	}
 	var ss *seqState
 	if w.Producer != nil {
 		p := e.producers[w.Producer.ID]
@@ -621,6 +697,9 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	if ss != nil {
 		e.advanceLocked(ss, pid, w.Stream, seq)
 		res.NextSeq = ss.next
+	}
+	if w.Key != nil {
+		e.keyAcceptLocked(w.Stream, w.Key)
 	}
 	if h := e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))
@@ -775,9 +854,15 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 
 // Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
 // if it aborted.
+//
+// Waiting on the open checkpoint starts it within Config.CommitLinger
+// (group commit).
 func (e *Engine) Wait(ctx context.Context, id uint64) error {
 	e.mu.Lock()
 	o := e.outcomes[id]
+	if o != nil {
+		e.lingerLocked(id)
+	}
 	e.mu.Unlock()
 	if o == nil {
 		c, err := e.store.Get(id)
@@ -854,6 +939,17 @@ func (e *Engine) run() {
 		defer t.Stop()
 		tick = t.C
 	}
+	var (
+		linger     *time.Timer
+		lingerC    <-chan time.Time
+		lastLinger time.Time
+		lastShared int // waits of the last linger-started checkpoint
+	)
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		var waiters []chan ckptReply
 		select {
@@ -861,6 +957,19 @@ func (e *Engine) run() {
 			return
 		case <-e.failed:
 			return
+		case <-e.soon:
+			if lingerC == nil {
+				linger = time.NewTimer(e.lingerDelay(lastLinger, lastShared))
+				lingerC = linger.C
+			}
+			continue
+		case <-lingerC:
+			lingerC = nil
+			want, waits := e.wantsCommit()
+			if !want {
+				continue // a checkpoint since took the waiting batches
+			}
+			lastLinger, lastShared = time.Now(), waits
 		case r := <-e.reqs:
 			waiters = append(waiters, r)
 		drain:
@@ -915,6 +1024,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("final checkpoint: %w", err)
+		} else {
+			// Everything accepted is committed: hand the node id over
+			// now rather than after the timeout.
+			err = e.releaseLease(ctx)
 		}
 	}
 	return errors.Join(err, e.Close())

@@ -17,6 +17,8 @@ var (
 	ErrAborted         = errors.New("checkpoint aborted")
 	ErrFailed          = errors.New("engine stopped after a failure; restart to recover")
 	ErrProducerBusy    = errors.New("producer has uncommitted batches")
+	// ErrKeyReused: an Idempotency-Key already accepted came with another body.
+	ErrKeyReused = errors.New("idempotency key reused with a different body")
 )
 
 // SeqError is returned for a sequence gap: the batch is refused and the

@@ -1,8 +1,7 @@
 package server
 
 import (
-	"runtime"
-	"runtime/debug"
+	"github.com/eosink/eosink/internal/buildinfo"
 	"sync"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // NewMetrics starts at 0 so that alerts see 0 rather than no data.
 // TestRejectReasonsComplete keeps the list equal to the engine's calls.
 func rejectReasons() []string {
-	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage"}
+	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage", "idempotency_key_reused"}
 }
 
 // Defaults of MetricsConfig.
@@ -83,7 +82,7 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_batches_rejected_total",
 			Help: "Batches refused by the engine, by reason."}, []string{"reason"}),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eosink_duplicates_dropped_total",
-			Help: "Batches dropped as duplicates of an accepted sequence number, by stream."}, []string{"stream"}),
+			Help: "Batches dropped as duplicates of an accepted sequence number or idempotency key, by stream."}, []string{"stream"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "eosink_producers_fenced_total",
 			Help: "Writes refused because a newer epoch fenced the producer."}),
 		ckptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eosink_checkpoint_duration_seconds",
@@ -125,14 +124,14 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 	for _, r := range rejectReasons() {
 		m.rejected.WithLabelValues(r)
 	}
-	bi, ok := debug.ReadBuildInfo()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "eosink_build_info",
-		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(bi, ok)})
+		Help: "Always 1; the labels tell the version, VCS revision and Go version of the running binary.", ConstLabels: buildLabels(buildinfo.Read())})
 	build.Set(1)
 	reg.MustRegister(m.records, m.bytes, m.rejected, m.duplicates, m.fenced, m.ckptSeconds, m.ckpts, m.files, m.stuck, m.orphans, m.expired, build,
 		gauge("eosink_uncommitted_bytes", "Bytes accepted but not yet committed (open and in-flight checkpoints).", func(s Status) float64 { return float64(s.Held) }),
 		gauge("eosink_open_checkpoint_bytes", "Bytes in the open checkpoint.", func(s Status) float64 { return float64(s.OpenBytes) }),
 		gauge("eosink_open_checkpoint_id", "Id of the open checkpoint.", func(s Status) float64 { return float64(s.OpenID) }),
+		gauge("eosink_idempotency_keys", "Idempotency keys held, accepted or prepared (bounded by --idempotency-max-keys and --idempotency-window).", func(s Status) float64 { return float64(s.Keys) }),
 		gauge("eosink_ready", "1 once recovery finished and writes are accepted.", func(s Status) float64 { return b2f(s.Ready) }),
 		gauge("eosink_commit_stuck", "1 while a prepared checkpoint fails to commit and is being retried.", func(s Status) float64 { return b2f(s.Stuck != "") }),
 	)
@@ -237,36 +236,19 @@ func (s *streamSeries) sweepLocked(now time.Time) {
 	}
 }
 
-// buildLabels are eosink_build_info's labels from the binary's build info
-// (ok false when it has none): the main module's version ("(devel)" for a
-// build from a work tree), the VCS revision with "-dirty" when the tree had
-// changes ("unknown" without VCS data), and the Go version.
-func buildLabels(bi *debug.BuildInfo, ok bool) prometheus.Labels {
-	l := prometheus.Labels{"version": "unknown", "revision": "unknown", "goversion": runtime.Version()}
-	if !ok || bi == nil {
-		return l
+// buildLabels are eosink_build_info's labels: the module version
+// ("unknown" without build info), the VCS revision with "-dirty" when the
+// tree had changes ("unknown" without VCS data), and the Go version.
+func buildLabels(in buildinfo.Info) prometheus.Labels {
+	l := prometheus.Labels{"version": "unknown", "revision": "unknown", "goversion": in.GoVersion}
+	if in.Version != "" {
+		l["version"] = in.Version
 	}
-	if bi.Main.Version != "" {
-		l["version"] = bi.Main.Version
-	}
-	if bi.GoVersion != "" {
-		l["goversion"] = bi.GoVersion
-	}
-	var rev string
-	var dirty bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+	if in.Revision != "" {
+		l["revision"] = in.Revision
+		if in.Modified {
+			l["revision"] += "-dirty"
 		}
-	}
-	if rev != "" {
-		if dirty {
-			rev += "-dirty"
-		}
-		l["revision"] = rev
 	}
 	return l
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/eosink/eosink/internal/buildinfo"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -48,8 +49,7 @@ func series(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func TestMetricsStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := NewMetrics(reg, nil).Hooks()
-	bi, ok := debug.ReadBuildInfo()
-	l := buildLabels(bi, ok)
+	l := buildLabels(buildinfo.Read())
 	if l["goversion"] != runtime.Version() {
 		t.Errorf("goversion label %q, want %q", l["goversion"], runtime.Version())
 	}
@@ -153,7 +153,7 @@ func TestBuildLabels(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := buildLabels(tt.bi, tt.ok)
+			got := buildLabels(buildinfo.From(tt.bi, tt.ok, "", false))
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}

@@ -130,8 +130,11 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		c.Now = func() time.Time { return clock }
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
+		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
 	}
 	e := r.start(nil)
+	km := &keyModel{}
+	defer func() { t.Logf("keyed: %s", km.st) }()
 	m := newModel()
 	producers := []string{"p0", "p1", "p2", "p3"}
 	streams := []string{"s0", "s1", "s2"}
@@ -255,6 +258,10 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	for step := range steps {
 		if crash != nil && crash.Crashed() || e.Err() != nil {
 			restart(rng.IntN(2) == 0)
+		}
+		if rng.IntN(12) == 0 {
+			note("%s", km.step(t, rng, m, e, ans, streams, fail))
+			continue
 		}
 		p := producers[rng.IntN(len(producers))]
 		s := streams[rng.IntN(len(streams))]
@@ -506,6 +513,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 				sw.set(nil) // the loss is the fault of this step
 				st.storeLosses++
 				e = loseStore(t, r, e, m, producers, st.storeLosses, fail)
+				km.storeLost()
 				note("state store lost")
 				// Ids answered but never committed left no trace in the
 				// destination, so a lost store can't keep them out of

@@ -63,8 +63,12 @@ func TestProducerExpiry(t *testing.T) {
 		t.Fatalf("an expired producer came back after a restart: %v", err)
 	}
 	ps, err := e.InitProducer(t.Context(), "busy")
-	if err != nil || ps.Epoch != 0 || len(ps.Streams) != 0 {
-		t.Fatalf("init after expiry: %+v %v", ps, err)
+	// Above its forgotten epoch (0), so a zombie of that incarnation is fenced.
+	if err != nil || ps.Epoch != 1 || len(ps.Streams) != 0 {
+		t.Fatalf("init after expiry: %+v %v, want epoch 1 and no streams", ps, err)
+	}
+	if _, err := send(e, &Producer{ID: "busy", Epoch: 0}, "clicks", 0, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a zombie of the expired incarnation (epoch 0) after the new init: %v, want fenced", err)
 	}
 	if e.ProducerCount() != 1 {
 		t.Fatalf("count after restart and init: %d", e.ProducerCount())

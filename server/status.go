@@ -17,6 +17,7 @@ type Status struct {
 	Failed      string
 	Draining    bool   // shutting down: writes are refused
 	DiskFull    string // why writes are refused for space, while that lasts
+	Keys        int    // idempotency keys held (idempotency.go), as of the last change published
 
 	diskFullAt time.Time
 }
@@ -26,7 +27,7 @@ type Status struct {
 func (e *Engine) publishLocked() {
 	s := &Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
 		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
-		Draining: e.draining || e.closed}
+		Draining: e.draining || e.closed, Keys: len(e.keys.m)}
 	if e.stuck != nil {
 		s.Stuck = e.stuck.Error()
 	}

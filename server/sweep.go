@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -20,6 +21,10 @@ func (e *Engine) Sweep(ctx context.Context) (recovery.SweepResult, error) {
 	}
 	e.sweepMu.Lock()
 	defer e.sweepMu.Unlock()
+	if err := e.leaseCheck(); err != nil {
+		// Uploads this node can't account for may be its successor's.
+		return recovery.SweepResult{}, fmt.Errorf("sweep: %w", err)
+	}
 	e.mu.Lock()
 	// Checkpoints below live have ended: their checkpoint() call is over,
 	// so an intent of theirs is only a failed abort.

@@ -190,6 +190,8 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 		case strings.HasPrefix(o.Path, "_staging/"):
 			r.Staging = append(r.Staging, o.Path)
 			continue
+		case strings.HasPrefix(o.Path, "_nodes/"):
+			continue // node leases
 		case strings.HasPrefix(o.Path, "_manifests/"):
 			if !manifestRE.MatchString(o.Path) {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
@@ -259,13 +261,15 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 					r.bad("%s:%d: %s/%s seq %d after seq %d in the same file", o.Path, ln+1, rec.P, rec.S, rec.Q, q)
 				}
 				lastQ[rec.P] = rec.Q
-				rs := fi.producers[rec.P]
-				if n := len(rs); n > 0 && rs[n-1][1]+1 == rec.Q {
-					rs[n-1][1] = rec.Q
-				} else {
-					rs = append(rs, [2]int64{rec.Q, rec.Q})
+				if !strings.HasPrefix(rec.P, anonSender) { // writes without producer headers: no ranges in the manifest
+					rs := fi.producers[rec.P]
+					if n := len(rs); n > 0 && rs[n-1][1]+1 == rec.Q {
+						rs[n-1][1] = rec.Q
+					} else {
+						rs = append(rs, [2]int64{rec.Q, rec.Q})
+					}
+					fi.producers[rec.P] = rs
 				}
-				fi.producers[rec.P] = rs
 				sp := fileSpans[rec.P]
 				if sp == nil {
 					sp = &span{node: node, ckpt: ckpt, min: rec.Q, max: rec.Q}

@@ -48,7 +48,9 @@ func newOutageRig(t *testing.T, srv *testsrv.MinIO, mode string, viaProxy bool) 
 	}
 	r.p = newProc(t, workDir(t), procConfig{
 		Args: []string{"--dest", "s3://" + bucket + "/" + r.prefix, "--s3-endpoint", endpoint, "--s3-insecure",
-			"--s3-commit", mode, "--node", "e2e", "--checkpoint-interval", "0"},
+			// --commit-linger 0: a waiting write must not start its own
+			// checkpoint; the test chooses when checkpoints run.
+			"--s3-commit", mode, "--node", "e2e", "--checkpoint-interval", "0", "--commit-linger", "0"},
 		Env:          s3Env(srv.AccessKey, srv.SecretKey),
 		ReadyTimeout: 90 * time.Second,
 	})

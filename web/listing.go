@@ -18,6 +18,8 @@ import (
 const (
 	// manifestDir is the destination folder of manifests.
 	manifestDir = "_manifests/"
+	// nodesDir is the destination folder of node leases, not shown.
+	nodesDir = "_nodes/"
 	// listChunk is how many entries one destination listing call reads.
 	listChunk = 1000
 	// skipAfter is how many files of one sub-folder a folder page or the
@@ -235,6 +237,9 @@ func listDir(ctx context.Context, files committer.Reader, prefix, namePrefix, af
 	}
 	seen := 0 // files read of the last sub-folder
 	err = walk(ctx, files, prefix+namePrefix, start, n+1, func(e committer.Entry) (string, bool) {
+		if strings.HasPrefix(e.Path, nodesDir) {
+			return afterPast(nodesDir), false // node leases: not data
+		}
 		name, _, sub := strings.Cut(e.Path[len(prefix):], "/")
 		if sub {
 			if k := len(rows); k > 0 && rows[k-1].Dir && rows[k-1].Name == name {

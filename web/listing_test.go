@@ -363,3 +363,19 @@ func TestStreamsCapped(t *testing.T) {
 }
 
 var streamRows = regexp.MustCompile(`<tr data-name="([^"]+)">`)
+
+// TestNodeLeasesHidden: node leases (_nodes/) are not data: no folder page
+// lists them and no page shows one.
+func TestNodeLeasesHidden(t *testing.T) {
+	files, _ := bigDir(3)
+	files.data["_nodes/n1.json"] = []byte(`{"node":"n1"}`)
+	files.entries = newMemReader(files.data, time.Now()).entries
+	h := newFakeUI(t, files, nil, nil, nil)
+	rec := serveH(h, req("GET", "/ui/files/", ""))
+	expectCode(t, rec, http.StatusOK)
+	if rows := rowNames(rec.Body.String()); len(rows) != 2 || rows[0] != "_manifests" || rows[1] != "clicks" {
+		t.Fatalf("root rows %v", rows)
+	}
+	expectCode(t, serveH(h, req("GET", "/ui/files/_nodes/", "")), http.StatusNotFound)
+	expectCode(t, serveH(h, req("GET", "/ui/files/_nodes/n1.json", "")), http.StatusNotFound)
+}

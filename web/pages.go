@@ -327,6 +327,10 @@ func (u *ui) browse(w http.ResponseWriter, r *http.Request, s *session) {
 		http.Redirect(w, r, "/ui/files/", http.StatusSeeOther)
 		return
 	}
+	if name+"/" == nodesDir || strings.HasPrefix(name, nodesDir) {
+		u.fail(w, r, http.StatusNotFound, "No such file", "The destination holds no committed file at this path.")
+		return
+	}
 	if dir {
 		u.folder(w, r, s, name)
 		return

@@ -23,6 +23,7 @@ type destination interface {
 	committer.Committer
 	committer.Publisher
 	committer.Reader
+	committer.Leaser // the node lease, _nodes/<node>.json
 }
 
 type destFlags struct {

@@ -8,11 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/eosink/eosink/internal/buildinfo"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"syscall"
 )
 
@@ -101,39 +101,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// Set by scripts/build-static.sh with -ldflags -X where Go records no VCS
-// data itself (a git worktree, whose .git is a file; a container build
-// without .git, from the REVISION build argument).
-var (
-	buildRevision string
-	buildModified string // "true" when the tree had uncommitted changes
-)
-
 // version is the module version, the VCS revision and the Go version:
-// "v1.2.3 (revision 0123abcd..., modified) go1.26.8 linux/amd64". The
-// revision comes from Go's build info (-buildvcs), else from the build
-// script's -ldflags; a binary built with neither says "revision unknown".
+// "v1.2.3 (revision 0123abcd..., modified) go1.26.8 linux/amd64"; a binary
+// built without VCS data or the build script's revision says "revision
+// unknown" (internal/buildinfo).
 func version() string {
-	v, rev, modified, gover := "(unknown)", buildRevision, buildModified == "true", runtime.Version()
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v, gover = bi.Main.Version, bi.GoVersion
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
+	in := buildinfo.Read()
+	v := in.Version
+	if v == "" {
+		v = "(unknown)"
 	}
 	r := "revision unknown"
-	if rev != "" {
-		r = "revision " + rev
-		if modified {
+	if in.Revision != "" {
+		r = "revision " + in.Revision
+		if in.Modified {
 			r += ", modified"
 		}
 	}
-	return fmt.Sprintf("%s (%s) %s %s/%s", v, r, gover, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("%s (%s) %s %s/%s", v, r, in.GoVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // envFlags sets each flag of fs not given on the command line from

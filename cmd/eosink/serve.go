@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -52,6 +53,11 @@ type serveFlags struct {
 	downloadStall   time.Duration
 	producerExpiry  time.Duration
 	retention       positive
+	commitLinger    time.Duration
+	commitMinGap    time.Duration
+	idemWindow      time.Duration
+	idemMaxKeys     int
+	leaseTimeout    time.Duration
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -87,6 +93,11 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.producerExpiry, "producer-expiry", server.DefaultProducerExpiry, "forget producers idle this long with nothing uncommitted (they must init again); 0 keeps them forever")
 	f.retention = positive(recovery.DefaultRetain)
 	fs.Var(&f.retention, "checkpoint-retention", "checkpoints whose records (details for the API and UI) the state store keeps; older ones are deleted")
+	fs.DurationVar(&f.commitLinger, "commit-linger", 10*time.Millisecond, "how soon a ?wait=commit write starts a checkpoint, shared by every write waiting then (group commit); 0 leaves waits to --checkpoint-interval")
+	fs.DurationVar(&f.commitMinGap, "commit-min-gap", 0, "least time between two checkpoints started by waiting writes: fewer, larger files under steady waiting load, for at least this latency")
+	fs.DurationVar(&f.idemWindow, "idempotency-window", server.DefaultIdempotencyWindow, "how long Idempotency-Key values are kept after their batch was prepared")
+	fs.IntVar(&f.idemMaxKeys, "idempotency-max-keys", server.DefaultMaxKeys, "most Idempotency-Key values kept (memory and state store); past it the oldest are forgotten early")
+	fs.DurationVar(&f.leaseTimeout, "lease-timeout", server.DefaultLeaseTimeout, "how long the node's lease (<dest>/_nodes/<node>.json) outlives its last renewal: a second process with the same --node refuses to start until then")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
 	addS3Flags(fs, &f.destFlags)
@@ -177,10 +188,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
 	}
 	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
-		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall} {
+		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall,
+		"--commit-linger": f.commitLinger, "--commit-min-gap": f.commitMinGap, "--idempotency-window": f.idemWindow} {
 		if d < 0 {
 			return fmt.Errorf("%w: %s %v: want a duration >= 0", errUsage, name, d)
 		}
+	}
+	if f.idemWindow == 0 {
+		return fmt.Errorf("%w: --idempotency-window 0: want a duration > 0", errUsage)
+	}
+	if f.idemMaxKeys <= 0 {
+		return fmt.Errorf("%w: --idempotency-max-keys %d: want a number > 0", errUsage, f.idemMaxKeys)
+	}
+	if f.leaseTimeout < 300*time.Millisecond {
+		return fmt.Errorf("%w: --lease-timeout %v: want at least 300ms (renewals run every third of it)", errUsage, f.leaseTimeout)
 	}
 	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
 		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
@@ -235,7 +256,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Committer: dest, Publisher: dest, Logger: log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: sweepInterval(f.producerExpiry),
+		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: f.idemMaxKeys,
 		Hooks: metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
+		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
 	})
 	if err != nil {
 		return err
@@ -313,11 +336,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("stopped cleanly")
 		return nil
 	case <-eng.Failed():
-		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 		_ = eng.Close()
+		if err := eng.Err(); errors.Is(err, server.ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
+			return fmt.Errorf("refusing to start: %w", err) // said once, on stderr
+		}
+		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
 		return exitError(1)
 	case err := <-httpErr:
 		_ = eng.Close()

@@ -39,6 +39,13 @@
 //
 //	Commit   CompleteMultipartUpload  If-None-Match: *
 //	Publish  PutObject (single PUT)   If-None-Match: *
+//	Lease    PutObject (single PUT)   If-None-Match: * to take, If-Match: <ETag> to renew
+//
+// Node leases (_nodes/<node>.json, lease.go) need the server to honour both
+// conditions on PutObject; MinIO does (TestMinIOConditions). Before its first
+// lease write the committer probes a scratch key under _nodes/ and, on a
+// server that ignores either, answers committer.ErrUnsupported: the node
+// refuses to start rather than run with a lease that fences nothing.
 //
 // A 412 PreconditionFailed from Complete means the key is taken: by this
 // file (an earlier Commit whose answer was lost) or by other content. The

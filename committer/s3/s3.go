@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -105,6 +106,10 @@ type S3 struct {
 	partSize int64
 	parallel int
 	log      *slog.Logger
+
+	leaseMu  sync.Mutex
+	leaseOK  error // the result of checkLeaseConditions, once it ran
+	leaseRan bool
 }
 
 // New checks cfg and returns an S3 committer.

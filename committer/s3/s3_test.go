@@ -502,6 +502,37 @@ func TestMinIOConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// PutObject with If-Match (node leases' compare-and-swap): refused for
+	// another ETag, done for the current one.
+	lease := r.prefix + "/lease"
+	info, err := r.core.PutObject(ctx, b, lease, strings.NewReader("v1"), 2, "", "", createOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := minio.PutObjectOptions{}
+	stale.SetMatchETag("00000000000000000000000000000000")
+	if err := put(lease, "v2", stale); minio.ToErrorResponse(err).Code != minio.PreconditionFailed {
+		t.Fatalf("put with If-Match of another ETag: %v, want PreconditionFailed", err)
+	}
+	current := minio.PutObjectOptions{}
+	current.SetMatchETag(info.ETag)
+	if err := put(lease, "v3", current); err != nil {
+		t.Fatalf("put with If-Match of the current ETag: %v", err)
+	}
+	if err := put(lease, "v4", current); minio.ToErrorResponse(err).Code != minio.PreconditionFailed {
+		t.Fatalf("put with If-Match of the replaced ETag: %v, want PreconditionFailed", err)
+	}
+	if got := get(lease); got != "v3" {
+		t.Fatalf("lease after conditional puts: %q, want v3", got)
+	}
+	gone := minio.PutObjectOptions{}
+	gone.SetMatchETag(info.ETag)
+	if err := put(r.prefix+"/no-such-lease", "v5", gone); err == nil {
+		t.Fatalf("put with If-Match on a missing key succeeded")
+	} else {
+		t.Logf("put with If-Match on a missing key: %s", minio.ToErrorResponse(err).Code)
+	}
+
 	// CopyObject ignores If-None-Match on MinIO and overwrites: the reason
 	// Copy mode completes a multipart upload instead.
 	if err := put(r.prefix+"/src", "copied", minio.PutObjectOptions{}); err != nil {
@@ -634,4 +665,13 @@ func TestReuploadAbortsEarlierRetries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaseConformance: the S3 Leaser passes the suite (and the MinIO under
+// test honours the conditions, or every write would be ErrUnsupported).
+func TestLeaseConformance(t *testing.T) {
+	srv := shared.Get(t)
+	committertest.RunLeaser(t, func(t *testing.T) committer.Leaser {
+		return newRig(t, srv, s3.Multipart, 0).s3
+	})
 }

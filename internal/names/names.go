@@ -72,6 +72,10 @@ func ParsePartName(base string) (node string, checkpoint uint64, index int, ext 
 	return m[1], id, idx, m[4], true
 }
 
+// LeaseName returns the destination-relative name of a node's lease:
+// _nodes/<node>.json.
+func LeaseName(node string) string { return "_nodes/" + node + ".json" }
+
 // ManifestName returns the destination-relative name of a node's manifest
 // of a checkpoint: _manifests/<node>/<checkpoint:020d>.json.
 // ParseManifestName reads it.
@@ -100,4 +104,19 @@ func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
 		return "", 0, false
 	}
 	return node, id, true
+}
+
+// IdempotencyKey reports whether k is a valid Idempotency-Key: 1 to 255
+// printable ASCII characters (0x20 to 0x7e), without leading or trailing
+// spaces (HTTP trims them, so they could not round-trip).
+func IdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > 255 || k[0] == ' ' || k[len(k)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,160 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
+)
+
+var _ committer.Leaser = (*Local)(nil)
+
+// staleLock is how old a lease lock file must be before a writer breaks
+// it: the lock is held for one read, one small write and two fsyncs, so a
+// lock this old belongs to a process that died holding it.
+const staleLock = 10 * time.Second
+
+// ReadLease reads name; its version is a digest of its content (every
+// lease write changes the expiry, so the content never repeats).
+func (l *Local) ReadLease(_ context.Context, name string) ([]byte, string, error) {
+	data, err := l.readLease(name)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, digest(data), nil
+}
+
+func (l *Local) readLease(name string) ([]byte, error) {
+	f, err := l.FS.Open(l.abs(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read lease %s: %w", name, committer.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read lease %s: %w", name, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read lease %s: %w", name, err)
+	}
+	return data, nil
+}
+
+// WriteLease writes name create-only (version "") or compare-and-swap.
+//
+// What a local file system guarantees, and what it does not:
+//
+//   - Create-only is atomic: the document is written to a temp file and
+//     renamed without replacing (renameat2 RENAME_NOREPLACE, or link and
+//     unlink), so of two nodes creating the lease at once exactly one wins,
+//     also across processes and hosts sharing the file system (on NFS,
+//     link(2) is atomic on the server).
+//   - Compare-and-swap has no single system call. It is read, compare, write
+//     a temp file, rename over, under a lock file created with O_EXCL next
+//     to the lease (<name>.lock). Writers that all go through the lock are
+//     serialized; a lock older than staleLock is taken to belong to a dead
+//     process and removed, so a writer paused for longer than that while
+//     holding the lock (SIGSTOP, a VM freeze) can race the next one.
+//   - Nothing fences a writer that checked its lease and is then paused
+//     past the expiry: leases are time-based, and file systems take no
+//     fencing tokens. The engine stops committing well before the expiry
+//     (see server/lease.go) to leave a margin for ordinary delays.
+func (l *Local) WriteLease(_ context.Context, name string, data []byte, version string) (string, error) {
+	final := l.abs(name)
+	if err := l.dirs.MkdirAll(l.FS, path.Dir(final)); err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	if err := l.dirs.MkdirAll(l.FS, l.Staging); err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+"."+hex.EncodeToString(rnd[:])+".lease.inprogress")
+	if version == "" {
+		err := durable.WriteFile(l.FS, &l.dirs, tmp, final, data)
+		if errors.Is(err, fs.ErrExist) {
+			_ = l.FS.Remove(tmp)
+			return "", fmt.Errorf("write lease %s: %w", name, committer.ErrExists)
+		}
+		if err != nil {
+			return "", fmt.Errorf("write lease %s: %w", name, err)
+		}
+		return digest(data), nil
+	}
+	unlock, err := l.lockLease(final)
+	if err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	defer unlock()
+	have, err := l.readLease(name)
+	if errors.Is(err, committer.ErrNotFound) {
+		return "", fmt.Errorf("write lease %s: gone: %w", name, committer.ErrPrecondition)
+	}
+	if err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	if digest(have) != version {
+		return "", fmt.Errorf("write lease %s: %w", name, committer.ErrPrecondition)
+	}
+	f, err := l.FS.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, durable.Classify(err))
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		_ = l.FS.Remove(tmp)
+		return "", fmt.Errorf("write lease %s: %w", name, durable.Classify(err))
+	}
+	if err := durable.SyncClose(f); err != nil {
+		_ = l.FS.Remove(tmp)
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	if err := l.FS.Rename(tmp, final); err != nil {
+		_ = l.FS.Remove(tmp)
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+		return "", fmt.Errorf("write lease %s: %w", name, err)
+	}
+	return digest(data), nil
+}
+
+// lockLease takes the lock file of a lease, breaking one older than
+// staleLock, and returns its release.
+func (l *Local) lockLease(final string) (func(), error) {
+	lock := final + ".lock"
+	for attempt := 0; ; attempt++ {
+		f, err := l.FS.OpenFile(lock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			_ = f.Close()
+			return func() { _ = l.FS.Remove(lock) }, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		if fi, serr := l.FS.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
+			_ = l.FS.Remove(lock)
+			continue
+		}
+		if attempt >= 100 {
+			return nil, fmt.Errorf("lock: %s held: %w", lock, committer.ErrTransient)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}

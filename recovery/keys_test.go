@@ -1,0 +1,89 @@
+package recovery
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func prepareKeys(t *testing.T, s *Store, id uint64, at time.Time, pol KeyPolicy, keys ...string) {
+	t.Helper()
+	c := &Checkpoint{ID: id, StartedAt: at, KeyPolicy: pol}
+	for _, k := range keys {
+		c.Keys = append(c.Keys, Key{Stream: "s", Key: k, Hash: [32]byte{byte(len(k))}, Checkpoint: id, At: at})
+	}
+	if err := s.Prepare(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func keyNames(t *testing.T, s *Store, since time.Time) []string {
+	t.Helper()
+	ks, err := s.Keys(since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, k := range ks {
+		out = append(out, k.Key)
+	}
+	return out
+}
+
+// TestKeysPreparedExpiredCapped: keys are recorded by Prepare, oldest
+// first; the policy of a later prepare expires old ones and caps the count.
+func TestKeysPreparedExpiredCapped(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	prepareKeys(t, s, 1, t0, KeyPolicy{}, "a", "b")
+	prepareKeys(t, s, 2, t0.Add(time.Minute), KeyPolicy{}, "c")
+	if got := keyNames(t, s, time.Time{}); len(got) != 3 || got[0] > got[1] || got[2] != "c" {
+		t.Fatalf("keys %v, want a b c", got)
+	}
+	if got := keyNames(t, s, t0.Add(time.Second)); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("keys since t0+1s: %v, want c", got)
+	}
+	// Expire what was prepared before t0+30s, cap at 2.
+	prepareKeys(t, s, 3, t0.Add(2*time.Minute), KeyPolicy{ExpireBefore: t0.Add(30 * time.Second), Max: 2}, "d", "e")
+	if got := keyNames(t, s, time.Time{}); len(got) != 2 || got[0] != "d" && got[0] != "e" {
+		t.Fatalf("keys %v, want d and e (a, b expired, c over the cap)", got)
+	}
+	if n, err := s.KeyCount(); err != nil || n != 2 {
+		t.Fatalf("count %d %v, want 2", n, err)
+	}
+	// The same key again (a retry accepted after its key expired) replaces it.
+	prepareKeys(t, s, 4, t0.Add(3*time.Minute), KeyPolicy{Max: 2}, "d")
+	if got := keyNames(t, s, time.Time{}); len(got) != 2 || got[1] != "d" {
+		t.Fatalf("keys %v, want e then d", got)
+	}
+	if n, _ := s.KeyCount(); n != 2 {
+		t.Fatalf("count %d after replacing a key, want 2", n)
+	}
+}
+
+// TestKeysCorruptRecord: a key record that does not decode is reported as
+// corruption, naming the file.
+func TestKeysCorruptRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepareKeys(t, s, 1, time.Unix(100, 0), KeyPolicy{}, "a")
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketKeys).Put(keyID("s", "a"), []byte("{not json")) }); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Keys(time.Time{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("keys of a corrupt record: %v, want ErrCorrupt naming %s", err, path)
+	}
+	_ = s.Close()
+}

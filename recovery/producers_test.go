@@ -1,0 +1,40 @@
+package recovery
+
+import "testing"
+
+// TestForgottenProducerStartsAboveItsOldEpochs: a producer forgotten (by
+// expiry or DELETE) and initialised again must not start at epoch 0, or a
+// zombie of its old incarnation at epoch 0 would be taken for the new one
+// instead of being fenced (I6).
+func TestForgottenProducerStartsAboveItsOldEpochs(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	for range 3 { // epochs 0, 1, 2
+		if _, err := s.InitProducer("p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.InitProducer("q"); err != nil { // epoch 0, never forgotten
+		t.Fatal(err)
+	}
+	if err := s.DeleteProducer("p"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.InitProducer("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Epoch != 3 {
+		t.Fatalf("p initialised after it was forgotten at epoch 2: epoch %d, want 3", p.Epoch)
+	}
+	if err := s.DeleteProducer("q"); err != nil { // its epoch 0 is below the floor: the floor stays
+		t.Fatal(err)
+	}
+	r, err := s.InitProducer("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Epoch != 3 {
+		t.Fatalf("a new producer after forgetting others: epoch %d, want 3 (above every forgotten epoch)", r.Epoch)
+	}
+}

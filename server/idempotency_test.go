@@ -1,0 +1,187 @@
+package server
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/recovery"
+)
+
+// keyed writes batch id (anonymous, seq is its id) with an idempotency key.
+func keyed(e *Engine, key, stream string, seq int64, n int) (WriteResult, error) {
+	data := invariant.Batch(invariant.BatchID{Stream: stream, Seq: seq}, n)
+	return e.Write(Write{Stream: stream, Ext: "ndjson", Data: data, Records: n, Key: NewIdempotencyKey(key, data)})
+}
+
+func wantDup(t *testing.T, res WriteResult, err error, ckpt uint64, committed bool) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if !res.Duplicate || res.Committed != committed || res.Checkpoint != ckpt || res.Records != 0 {
+		t.Fatalf("retry: got %+v, want a duplicate in checkpoint %d, committed %v", res, ckpt, committed)
+	}
+}
+
+func wantNew(t *testing.T, res WriteResult, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if res.Duplicate {
+		t.Fatalf("write: got a duplicate %+v, want it accepted as new", res)
+	}
+}
+
+// TestIdempotencyKeyLifecycle: a retry rides in its batch's checkpoint
+// (202) until it commits, then is answered committed (200) across a
+// restart; another body under the key is refused; keys are per stream.
+func TestIdempotencyKeyLifecycle(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	first, err := keyed(e, "k1", "s", 1, 3)
+	wantNew(t, first, err)
+	res, err := keyed(e, "k1", "s", 1, 3)
+	wantDup(t, res, err, first.Checkpoint, false)
+	if _, err := keyed(e, "k1", "s", 2, 3); !errors.Is(err, ErrKeyReused) {
+		t.Fatalf("same key, other body: err %v, want ErrKeyReused", err)
+	}
+	other, err := keyed(e, "k1", "t", 1, 3) // another stream: another key
+	wantNew(t, other, err)
+	if n := e.Status().Keys; n != 2 {
+		t.Fatalf("status: %d keys, want 2", n)
+	}
+
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID != first.Checkpoint {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	res, err = keyed(e, "k1", "s", 1, 3)
+	wantDup(t, res, err, first.Checkpoint, true)
+
+	r.stop()
+	e = r.start(nil)
+	res, err = keyed(e, "k1", "s", 1, 3)
+	wantDup(t, res, err, first.Checkpoint, true)
+	if _, err := keyed(e, "k1", "s", 2, 3); !errors.Is(err, ErrKeyReused) {
+		t.Fatalf("after restart, same key, other body: err %v, want ErrKeyReused", err)
+	}
+	r.checkpoint()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 1}: true, {Stream: "t", Seq: 1}: true}, Exact: true})
+}
+
+// TestIdempotencyKeyForgottenBeforePrepare: a key whose batch was lost in
+// a crash before its prepare is forgotten (I5), so the retry is written.
+func TestIdempotencyKeyForgottenBeforePrepare(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	res, err := keyed(e, "k", "s", 1, 2)
+	wantNew(t, res, err)
+	r.stop() // a crash: the batch was never prepared
+	e = r.start(nil)
+	res, err = keyed(e, "k", "s", 1, 2)
+	wantNew(t, res, err)
+	r.checkpoint()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 1}: true}, Exact: true})
+}
+
+// TestIdempotencyKeyForgottenOnAbort: the keys of an aborted checkpoint,
+// and of the open one aborted with it, are forgotten; the retries are
+// written once.
+func TestIdempotencyKeyForgottenOnAbort(t *testing.T) {
+	r, f := storeRig(t)
+	e := r.start(nil)
+	res, err := keyed(e, "a", "s", 1, 2)
+	wantNew(t, res, err)
+	f.set(failOp("prepare", recovery.BeforeCommit, errPageENOSPC, 1))
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	f.set(func(n int, op string, ph recovery.Phase) error {
+		if op == "prepare" && ph == recovery.BeforeCommit {
+			close(entered)
+			<-release
+			return errPageENOSPC
+		}
+		return nil
+	})
+	done := make(chan CheckpointResult)
+	go func() { res, _ := e.Checkpoint(t.Context()); done <- res }()
+	<-entered
+	// Accepted into the next checkpoint while the first one is failing.
+	res, err = keyed(e, "b", "s", 2, 2)
+	wantNew(t, res, err)
+	close(release)
+	if got := <-done; got.State != recovery.Aborted {
+		t.Fatalf("checkpoint: %+v, want aborted", got)
+	}
+	f.set(nil)
+	for _, k := range []struct {
+		key string
+		seq int64
+	}{{"a", 1}, {"b", 2}} {
+		res, err := keyed(e, k.key, "s", k.seq, 2)
+		wantNew(t, res, err)
+	}
+	r.checkpoint()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 1}: true, {Stream: "s", Seq: 2}: true}, Exact: true})
+}
+
+// TestIdempotencyKeyBounds: keys expire after the window and past the cap
+// the oldest go first, in memory and in the store (I11).
+func TestIdempotencyKeyBounds(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.Now = clock; c.IdempotencyWindow = time.Hour; c.MaxKeys = 3 }
+	e := r.start(nil)
+	for i := range 5 {
+		res, err := keyed(e, string(rune('a'+i)), "s", int64(i), 1)
+		wantNew(t, res, err)
+		r.checkpoint()
+		now = now.Add(time.Minute)
+	}
+	if n := e.KeyCount(); n != 3 {
+		t.Fatalf("keys in memory: %d, want the cap 3", n)
+	}
+	if n, err := e.Store().KeyCount(); err != nil || n != 3 {
+		t.Fatalf("keys in the store: %d (%v), want the cap 3", n, err)
+	}
+	// The oldest (a, b) were dropped: a retry is written again. The newest is kept.
+	res, err := keyed(e, "e", "s", 4, 1)
+	wantDup(t, res, err, res.Checkpoint, true)
+	res, err = keyed(e, "a", "s", 0, 1)
+	wantNew(t, res, err)
+
+	now = now.Add(2 * time.Hour)
+	res, err = keyed(e, "e", "s", 4, 1) // past the window
+	wantNew(t, res, err)
+	r.checkpoint()
+	if n, err := e.Store().KeyCount(); err != nil || n != 2 {
+		t.Fatalf("keys in the store after the window: %d (%v), want 2 (a and e, written since)", n, err)
+	}
+	r.stop()
+	now = now.Add(59 * time.Minute) // both prepared at the same barrier: still in the window
+	e = r.start(nil)
+	if n := e.KeyCount(); n != 2 {
+		t.Fatalf("keys loaded at recovery: %d, want 2", n)
+	}
+	now = now.Add(2 * time.Minute)
+	r.stop()
+	e = r.start(nil)
+	if n := e.KeyCount(); n != 0 {
+		t.Fatalf("keys loaded at recovery past the window: %d, want 0", n)
+	}
+}
+
+// TestBodyKey: the body key is the hex SHA-256 of the body, and keys two
+// identical bodies the same.
+func TestBodyKey(t *testing.T) {
+	a, b := BodyKey([]byte("x\n")), BodyKey([]byte("x\n"))
+	if a.Key != b.Key || a.Hash != b.Hash || len(a.Key) != 64 {
+		t.Fatalf("body keys %q %q", a.Key, b.Key)
+	}
+	if c := BodyKey([]byte("y\n")); c.Key == a.Key {
+		t.Fatal("different bodies, same key")
+	}
+}

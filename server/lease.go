@@ -1,0 +1,386 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/names"
+)
+
+// Lease errors.
+var (
+	// ErrLeaseHeld means another live process holds this node id's lease:
+	// this one refuses to start.
+	ErrLeaseHeld = errors.New("node lease held by another process")
+	// ErrLeaseLost means another process took this node's lease: this one
+	// is fenced and must never write to the destination again.
+	ErrLeaseLost = errors.New("node lease lost to another process")
+	// ErrLeaseStale means the last successful renewal is older than the
+	// lease timeout minus the safety margin: commit steps wait until a
+	// renewal succeeds.
+	ErrLeaseStale = errors.New("node lease not renewed in time")
+)
+
+// DefaultLeaseTimeout is --lease-timeout's default.
+const DefaultLeaseTimeout = 30 * time.Second
+
+// Lease is the document at _nodes/<node>.json in the destination. A node
+// takes it create-only at start (or replaces it by compare-and-swap once
+// it has expired), and renews it by compare-and-swap every timeout/3.
+type Lease struct {
+	Node string `json:"node"`
+	// Incarnation is random per process start: it tells a holder from a
+	// restarted or a second process with the same node id.
+	Incarnation string    `json:"incarnation"`
+	Listen      string    `json:"listen,omitempty"`
+	RenewedAt   time.Time `json:"renewed_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// Reserved is the highest checkpoint id any incarnation of this node
+	// reserved (and so may have named in an answer). A node rebuilt
+	// without its state store continues beyond it (I8). Written before
+	// the ids are handed out, carried over from one holder to the next.
+	Reserved uint64 `json:"reserved_checkpoint"`
+}
+
+func (l Lease) String() string {
+	return fmt.Sprintf("node %s incarnation %s (listen %q), renewed %s, expires %s",
+		l.Node, l.Incarnation, l.Listen, l.RenewedAt.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano))
+}
+
+// lease is the engine's hold on its node lease. Writes are serialized by
+// mu: a renewal and a reservation must each swap from the latest version.
+type lease struct {
+	leaser  committer.Leaser
+	name    string
+	timeout time.Duration
+	margin  time.Duration
+
+	mu         sync.Mutex
+	doc        Lease
+	version    string
+	validUntil time.Time // local clock: when commit steps must stop without a renewal
+	lost       error     // set once another process took the lease
+	released   bool
+	prev       Lease // the document found at start, if any
+	// memo is a file beside the state store naming the incarnation that
+	// last held the lease from this data dir. The store's file lock is
+	// held, so that incarnation is dead: a restart on the same data dir
+	// takes the lease over at once instead of waiting for the timeout.
+	memo string
+}
+
+func newLease(cfg *Config) *lease {
+	if cfg.Leaser == nil {
+		return nil
+	}
+	t := cfg.LeaseTimeout
+	if t <= 0 {
+		t = DefaultLeaseTimeout
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	return &lease{
+		leaser: cfg.Leaser, name: names.LeaseName(cfg.Node), timeout: t, margin: t / 4,
+		doc:  Lease{Node: cfg.Node, Incarnation: hex.EncodeToString(rnd[:]), Listen: cfg.Listen},
+		memo: filepath.Join(filepath.Dir(cfg.StorePath), "lease-incarnation"),
+	}
+}
+
+// previous returns the incarnation that last held the lease from this
+// data dir, "" when none is recorded.
+func (l *lease) previous() string {
+	data, err := os.ReadFile(l.memo)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// remember records this incarnation in the memo, durably.
+func (l *lease) remember() error {
+	f, err := os.OpenFile(l.memo+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("record lease incarnation: %w", err)
+	}
+	if _, err := f.WriteString(l.doc.Incarnation + "\n"); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("record lease incarnation: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("record lease incarnation: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("record lease incarnation: %w", err)
+	}
+	if err := os.Rename(l.memo+".tmp", l.memo); err != nil {
+		return fmt.Errorf("record lease incarnation: %w", err)
+	}
+	return nil
+}
+
+// acquire takes the lease: create-only when there is none, compare-and-swap
+// over one that expired. A live holder is ErrLeaseHeld, naming it.
+func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mine := l.previous()
+	for {
+		data, version, err := l.leaser.ReadLease(ctx, l.name)
+		var cur Lease
+		switch {
+		case errors.Is(err, committer.ErrNotFound):
+			version = ""
+		case err != nil:
+			return fmt.Errorf("take node lease: %w", err)
+		default:
+			if err := json.Unmarshal(data, &cur); err != nil {
+				return fmt.Errorf("take node lease: decode %s: %w", l.name, err)
+			}
+			if t := now(); t.Before(cur.ExpiresAt) && (mine == "" || cur.Incarnation != mine) {
+				return fmt.Errorf("%w: %s; it expires %s after its last renewal (--lease-timeout), then this node can take over",
+					ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
+			}
+		}
+		l.prev = cur
+		l.doc.Reserved = max(l.doc.Reserved, cur.Reserved)
+		err = l.writeLocked(ctx, now, version)
+		if errors.Is(err, committer.ErrExists) || errors.Is(err, committer.ErrPrecondition) {
+			continue // another process moved first: look again
+		}
+		if err != nil {
+			return fmt.Errorf("take node lease: %w", err)
+		}
+		// Should the memo fail, only a restart's shortcut is lost: it
+		// waits for the timeout.
+		_ = l.remember()
+		return nil
+	}
+}
+
+// writeLocked writes the document with a fresh expiry, swapping from
+// version ("" creates), and on success moves validUntil.
+func (l *lease) writeLocked(ctx context.Context, now func() time.Time, version string) error {
+	sent := time.Now()
+	doc := l.doc
+	doc.RenewedAt = now().UTC()
+	doc.ExpiresAt = doc.RenewedAt.Add(l.timeout)
+	data, err := json.MarshalIndent(&doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode node lease: %w", err)
+	}
+	v, err := l.leaser.WriteLease(ctx, l.name, data, version)
+	if err != nil {
+		return err
+	}
+	l.doc, l.version = doc, v
+	// Measured from before the write: the holder's view of its lease
+	// must never outlast what others read in the document.
+	l.validUntil = sent.Add(l.timeout - l.margin)
+	return nil
+}
+
+// renew extends the lease and raises its reserved mark to at least
+// reserved. A lease another process took is ErrLeaseLost, for good.
+func (l *lease) renew(ctx context.Context, now func() time.Time, reserved uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return l.lost
+	}
+	if l.released {
+		return fmt.Errorf("renew node lease: released: %w", ErrLeaseLost)
+	}
+	prevReserved := l.doc.Reserved
+	l.doc.Reserved = max(l.doc.Reserved, reserved)
+	err := l.writeLocked(ctx, now, l.version)
+	if errors.Is(err, committer.ErrPrecondition) {
+		// A write whose answer was lost may have landed: the document
+		// then holds our incarnation under a version we don't know.
+		data, version, rerr := l.leaser.ReadLease(ctx, l.name)
+		var cur Lease
+		if rerr == nil && json.Unmarshal(data, &cur) == nil && cur.Incarnation == l.doc.Incarnation {
+			l.version = version
+			err = l.writeLocked(ctx, now, l.version)
+		} else if rerr == nil || errors.Is(rerr, committer.ErrNotFound) {
+			holder := "nobody (deleted)"
+			if rerr == nil {
+				holder = cur.String()
+			}
+			l.lost = fmt.Errorf("%w: %s is now held by %s", ErrLeaseLost, l.name, holder)
+			return l.lost
+		}
+	}
+	if err != nil {
+		l.doc.Reserved = prevReserved
+		return fmt.Errorf("renew node lease: %w", err)
+	}
+	return nil
+}
+
+// release ends the lease now (a clean shutdown), so a replacement need not
+// wait for the timeout. Nothing may be written to the destination after.
+func (l *lease) release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil || l.released {
+		return nil
+	}
+	l.released = true
+	l.validUntil = time.Time{}
+	doc := l.doc
+	doc.ExpiresAt = time.Now().UTC()
+	data, err := json.MarshalIndent(&doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode node lease: %w", err)
+	}
+	if _, err := l.leaser.WriteLease(ctx, l.name, data, l.version); err != nil {
+		return fmt.Errorf("release node lease: %w", err)
+	}
+	return nil
+}
+
+// check reports whether a commit step may write to the destination now:
+// the lease is held and was renewed less than timeout minus margin ago.
+func (l *lease) check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lost != nil:
+		return l.lost
+	case l.released:
+		return fmt.Errorf("node lease released: %w", ErrLeaseLost)
+	case !time.Now().Before(l.validUntil):
+		return fmt.Errorf("%w: last renewed %s, valid for writes until %s (--lease-timeout %s minus a margin of %s)",
+			ErrLeaseStale, l.doc.RenewedAt.Format(time.RFC3339Nano), l.validUntil.Format(time.RFC3339Nano), l.timeout, l.margin)
+	}
+	return nil
+}
+
+// leaseCheck is the fence before each commit step that writes to the
+// destination: nil without a lease.
+func (e *Engine) leaseCheck() error {
+	if e.lease == nil {
+		return nil
+	}
+	return e.lease.check()
+}
+
+// takeLease acquires the lease before recovery writes anything, retrying
+// what may pass (the destination unreachable). A live holder, or a
+// destination that cannot enforce a lease, stops the engine.
+func (e *Engine) takeLease() bool {
+	if e.lease == nil {
+		return true
+	}
+	for attempt := 0; ; attempt++ {
+		err := e.lease.acquire(e.ctx, e.cfg.Now)
+		if err == nil {
+			break
+		}
+		if e.ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
+			e.fail(err)
+			return false
+		}
+		e.mu.Lock()
+		e.recovering = err.Error()
+		e.mu.Unlock()
+		e.log.Error("take node lease, retrying", "err", err, "attempt", attempt)
+		if !e.sleep(e.backoff(attempt)) {
+			return false
+		}
+	}
+	e.log.Info("node lease taken", "lease", e.lease.name, "incarnation", e.lease.doc.Incarnation,
+		"previous", e.lease.prev.Incarnation, "reserved_checkpoint", e.lease.doc.Reserved)
+	e.wg.Add(1)
+	go e.renewLoop()
+	return true
+}
+
+// renewLoop renews the lease every timeout/3 (more often after a failure)
+// until the engine closes. A lease taken by another process stops the
+// engine: it is fenced.
+func (e *Engine) renewLoop() {
+	defer e.wg.Done()
+	every := e.lease.timeout / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.failed:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, every)
+		err := e.lease.renew(ctx, e.cfg.Now, 0)
+		cancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			if e.ctx.Err() == nil && !e.lease.isReleased() {
+				e.fail(err)
+			}
+			return
+		case err != nil:
+			e.log.Warn("renew node lease failed; retrying", "err", err)
+			t.Reset(every / 4)
+		default:
+			t.Reset(every)
+		}
+	}
+}
+
+func (l *lease) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
+// leaseReserve records reserved in the lease before ids up to it are
+// handed out, so that a node rebuilt without its state store starts beyond
+// them (I8).
+func (e *Engine) leaseReserve(reserved uint64) error {
+	if e.lease == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.lease.timeout/3)
+	defer cancel()
+	err := e.lease.renew(ctx, e.cfg.Now, reserved)
+	if errors.Is(err, ErrLeaseLost) {
+		e.fail(err)
+	}
+	return err
+}
+
+// leaseReserved is the highest checkpoint id the lease found at start
+// says a former incarnation reserved; 0 without a lease.
+func (e *Engine) leaseReserved() uint64 {
+	if e.lease == nil {
+		return 0
+	}
+	e.lease.mu.Lock()
+	defer e.lease.mu.Unlock()
+	return e.lease.prev.Reserved
+}
+
+// releaseLease ends the lease at a clean shutdown.
+func (e *Engine) releaseLease(ctx context.Context) error {
+	if e.lease == nil {
+		return nil
+	}
+	return e.lease.release(ctx)
+}

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/recovery"
+)
+
+// keyModel teaches the model test (TestModel) writes with idempotency
+// keys: new keyed batches, retries of them under the same key across
+// crashes, power cuts and aborts, and a key sent again with another body.
+// Keyed batches are anonymous batches (model.anon), so the invariant
+// checker holds each committed one to exactly once (I2) and each aborted
+// one to never (I3); besides, every answer is checked against the key's
+// history:
+//
+//   - a key whose last batch is in the open checkpoint, prepared or
+//     committed is remembered: a retry is a duplicate riding in that
+//     checkpoint (never written again), and another body is refused;
+//   - a key whose last batch was aborted or lost before its prepare is
+//     forgotten: a retry is accepted as new (a duplicate answer would lose
+//     the batch for good), and so is another body;
+//   - a duplicate answered committed names the committed checkpoint.
+type keyModel struct {
+	pool []*keyedBatch // keys that may be retried, oldest first
+	n    int
+	st   keyStats
+}
+
+type keyStats struct {
+	writes, retries, dups, dupsCommitted, reaccepted, reused, reusedAccepted, errs int
+}
+
+func (s keyStats) String() string {
+	return fmt.Sprintf("%d keyed writes, %d retries (%d duplicates, %d of them committed; %d accepted again after an abort or crash), %d keys reused with another body (%d accepted: forgotten), %d refused by faults",
+		s.writes, s.retries, s.dups, s.dupsCommitted, s.reaccepted, s.reused, s.reusedAccepted, s.errs)
+}
+
+type keyedBatch struct {
+	key, stream string
+	b           invariant.BatchID // the body the key stands for now
+	size        int
+	last        uint64 // checkpoint of the last acceptance as new; 0: none
+}
+
+// maxKeyPool bounds the keys the model keeps retrying.
+const maxKeyPool = 40
+
+// remembered reports whether the engine must still know kb's key: its
+// last batch is in the open checkpoint, or was prepared.
+func (km *keyModel) remembered(t *testing.T, e *Engine, kb *keyedBatch) bool {
+	t.Helper()
+	if kb.last == 0 {
+		return false
+	}
+	if kb.last >= e.Status().OpenID {
+		return true
+	}
+	c, err := e.Store().Get(kb.last)
+	switch {
+	case errors.Is(err, recovery.ErrNotFound):
+		return false // ended without a record: never prepared
+	case err != nil:
+		t.Fatalf("store get %d: %v", kb.last, err)
+	}
+	return c.State == recovery.Prepared || c.State == recovery.Committed
+}
+
+func (km *keyModel) write(e *Engine, kb *keyedBatch, b invariant.BatchID) (WriteResult, error) {
+	data := invariant.Batch(b, kb.size)
+	return e.Write(Write{Stream: kb.stream, Ext: "ndjson", Data: data, Records: kb.size, Key: NewIdempotencyKey(kb.key, data)})
+}
+
+// accepted records b accepted as new in checkpoint id under kb's key.
+func (km *keyModel) accepted(t *testing.T, m *model, e *Engine, ans answers, kb *keyedBatch, b invariant.BatchID, id uint64) {
+	// A batch accepted again after an abort was resolved "never" there;
+	// resolve first, so that the earlier verdict is not applied after this one.
+	m.resolveAnon(t, e)
+	delete(m.mustNot, b)
+	kb.b, kb.last = b, id
+	m.anon[id] = append(m.anon[id], b)
+	ans.add(id, b)
+}
+
+// step does one keyed write: a new key, a retry, or another body under a
+// used key.
+func (km *keyModel) step(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans answers, streams []string, fail func(string, ...any)) string {
+	t.Helper()
+	x := rng.IntN(10)
+	if len(km.pool) == 0 || x < 4 {
+		km.n++
+		m.anonSeq++
+		kb := &keyedBatch{key: fmt.Sprintf("key-%d", km.n), stream: streams[rng.IntN(len(streams))],
+			b: invariant.BatchID{Stream: "", Seq: m.anonSeq}, size: 1 + rng.IntN(3)}
+		kb.b.Stream = kb.stream
+		km.st.writes++
+		res, err := km.write(e, kb, kb.b)
+		if err != nil {
+			if errors.Is(err, ErrKeyReused) {
+				fail("keyed: new key %s refused as reused", kb.key)
+			}
+			km.st.errs++
+			return fmt.Sprintf("keyed new %s: %v", kb.key, err)
+		}
+		if res.Duplicate {
+			fail("keyed: new key %s answered as a duplicate %+v", kb.key, res)
+		}
+		km.accepted(t, m, e, ans, kb, kb.b, res.Checkpoint)
+		km.pool = append(km.pool, kb)
+		if len(km.pool) > maxKeyPool {
+			km.pool = km.pool[1:]
+		}
+		return fmt.Sprintf("keyed new %s %s in %d", kb.key, kb.b, res.Checkpoint)
+	}
+	kb := km.pool[rng.IntN(len(km.pool))]
+	known := km.remembered(t, e, kb)
+	if x == 9 { // the key again, with another body
+		km.st.reused++
+		m.anonSeq++
+		other := invariant.BatchID{Stream: kb.stream, Seq: m.anonSeq}
+		res, err := km.write(e, kb, other)
+		switch {
+		case known && !errors.Is(err, ErrKeyReused):
+			fail("keyed: key %s (batch %s in %d, remembered) with another body: %+v %v, want ErrKeyReused", kb.key, kb.b, kb.last, res, err)
+		case !known && errors.Is(err, ErrKeyReused):
+			fail("keyed: key %s (batch %s in %d, forgotten) with another body refused as reused", kb.key, kb.b, kb.last)
+		case err != nil:
+			if !known {
+				km.st.errs++
+			}
+			return fmt.Sprintf("keyed reuse %s: %v", kb.key, err)
+		case res.Duplicate:
+			fail("keyed: key %s forgotten, another body answered as a duplicate %+v", kb.key, res)
+		}
+		km.st.reusedAccepted++
+		km.accepted(t, m, e, ans, kb, other, res.Checkpoint)
+		return fmt.Sprintf("keyed reuse %s: %s accepted in %d", kb.key, other, res.Checkpoint)
+	}
+	km.st.retries++
+	res, err := km.write(e, kb, kb.b)
+	if err != nil {
+		if errors.Is(err, ErrKeyReused) {
+			fail("keyed: retry of %s with its own body refused as reused", kb.key)
+		}
+		if known && e.Err() == nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotReady) {
+			fail("keyed: retry of remembered key %s failed: %v", kb.key, err)
+		}
+		km.st.errs++
+		return fmt.Sprintf("keyed retry %s: %v", kb.key, err)
+	}
+	switch {
+	case known && !res.Duplicate:
+		fail("keyed: retry of %s (batch %s in %d, remembered) written again in %d", kb.key, kb.b, kb.last, res.Checkpoint)
+	case !known && res.Duplicate:
+		fail("keyed: retry of %s (batch %s in %d, aborted or lost) answered as a duplicate %+v: the batch would be lost", kb.key, kb.b, kb.last, res)
+	case res.Duplicate:
+		km.st.dups++
+		if res.Checkpoint != kb.last {
+			fail("keyed: duplicate of %s names checkpoint %d, its batch is in %d", kb.key, res.Checkpoint, kb.last)
+		}
+		if res.Committed {
+			km.st.dupsCommitted++
+			if c, err := e.Store().Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
+				fail("I9: keyed duplicate %s answered committed in %d: %+v %v", kb.key, res.Checkpoint, c, err)
+			}
+		}
+		return fmt.Sprintf("keyed retry %s: duplicate in %d committed %v", kb.key, res.Checkpoint, res.Committed)
+	}
+	km.st.reaccepted++
+	km.accepted(t, m, e, ans, kb, kb.b, res.Checkpoint)
+	return fmt.Sprintf("keyed retry %s: %s accepted again in %d", kb.key, kb.b, res.Checkpoint)
+}
+
+// storeLost forgets every key: a lost state store lost them with it, so
+// retrying a committed batch now would store it again, which is the cost
+// of losing the store, not a bug.
+func (km *keyModel) storeLost() { km.pool = nil }

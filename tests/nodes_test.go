@@ -1,0 +1,242 @@
+package tests
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nodeDest is one destination, local or on the shared MinIO, for the node
+// tests: its reader, its flags and the environment the binary needs.
+type nodeDest struct {
+	d        destReader
+	args     []string
+	env      []string
+	describe string
+}
+
+func newNodeDest(t *testing.T, kind, dir string) nodeDest {
+	t.Helper()
+	switch kind {
+	case "local":
+		dest := filepath.Join(dir, "dest")
+		return nodeDest{d: localDest{dest}, args: []string{"--dest", "file://" + dest}, describe: "local"}
+	default:
+		srv := sharedMinIO(t)
+		bucket, err := srv.NewBucket(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := srv.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nodeDest{d: s3Dest{c: c, bucket: bucket, prefix: "nodes"},
+			args: []string{"--dest", "s3://" + bucket + "/nodes", "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
+			env:  s3Env(srv.AccessKey, srv.SecretKey), describe: "s3 (MinIO)"}
+	}
+}
+
+// startOrRefused starts p and waits until it is ready (true) or has exited
+// by itself (false: it refused to start).
+func startOrRefused(t *testing.T, p *proc) bool {
+	t.Helper()
+	p.Start()
+	_, err := p.waitReady(p.cfg.ReadyTimeout)
+	if err == nil {
+		return true
+	}
+	select {
+	case <-p.Exited():
+		p.Kill() // reap: the process is gone already
+		return false
+	default:
+		t.Fatal(err)
+		return false
+	}
+}
+
+// startWhenFree starts p again and again until it is ready, for at most
+// limit, and returns how long that took.
+func startWhenFree(t *testing.T, p *proc, limit time.Duration) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	for !startOrRefused(t, p) {
+		if time.Since(begin) > limit {
+			t.Fatalf("%s: still refused after %s; log %s:\n%s", p.cfg.Name, limit, p.LogPath, p.logTail(20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(begin)
+}
+
+// mustCommit runs a checkpoint on p and fails unless it committed.
+func mustCommit(t *testing.T, p *proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ck, err := p.Checkpoint(ctx)
+	if err != nil || ck.State != "committed" {
+		t.Fatalf("%s: checkpoint: %+v %v; log:\n%s", p.cfg.Name, ck, err, p.logTail(10))
+	}
+}
+
+// TestNodeLease: two processes with one node id on one destination:
+// exactly one serves, the other refuses to start naming the holder. SIGKILL
+// the holder, and the other takes over once the lease timed out — not
+// before — and commits.
+func TestNodeLease(t *testing.T) {
+	const timeout = 3 * time.Second
+	for _, kind := range []string{"local", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := workDir(t)
+			nd := newNodeDest(t, kind, dir)
+			args := append([]string{"--node", "dup", "--checkpoint-interval", "0", "--lease-timeout", timeout.String()}, nd.args...)
+			a := newProc(t, dir, procConfig{Name: "a", Args: args, Env: nd.env})
+			b := newProc(t, dir, procConfig{Name: "b", Args: args, Env: nd.env})
+			a.StartReady()
+			for range 2 {
+				if startOrRefused(t, b) {
+					t.Fatalf("a second process with node id dup started while the first serves")
+				}
+			}
+			logB, _ := os.ReadFile(b.LogPath)
+			if !strings.Contains(string(logB), "node lease held by another process") || !strings.Contains(string(logB), a.Addr) {
+				t.Fatalf("b's refusal does not name the holder (%s); log:\n%s", a.Addr, b.logTail(10))
+			}
+			prod, err := newRawProducer(t.Context(), a.URL, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng, _ := testRand(t)
+			want := map[batchKey]int{}
+			k := batchKey{P: "p", S: "events", Q: 0}
+			recs := makeRecords(rng, k, 3, 16)
+			if ans := prod.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs)}, prod.epoch, false); ans.Status != http.StatusAccepted {
+				t.Fatalf("write to a: %d %s %v", ans.Status, ans.Code, ans.Err)
+			}
+			want[k] = len(recs)
+			mustCommit(t, a)
+
+			a.Kill()
+			killed := time.Now()
+			took := startWhenFree(t, b, 4*timeout)
+			// The last renewal was at most timeout/3 before the kill.
+			if took < timeout*2/3-200*time.Millisecond {
+				t.Fatalf("b took over %s after the holder died, before its lease (timeout %s) could expire", took, timeout)
+			}
+			prod2, err := newRawProducer(t.Context(), b.URL, "p2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k2 := batchKey{P: "p2", S: "events", Q: 0}
+			recs2 := makeRecords(rng, k2, 3, 16)
+			if ans := prod2.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs2)}, prod2.epoch, false); ans.Status != http.StatusAccepted {
+				t.Fatalf("write to b: %d %s %v", ans.Status, ans.Code, ans.Err)
+			}
+			want[k2] = len(recs2)
+			mustCommit(t, b)
+			if code := b.Term(); code != 0 {
+				t.Fatalf("b: SIGTERM exit %d", code)
+			}
+			// A clean stop released the lease: a starts at once.
+			if d := startWhenFree(t, a, timeout/2); d > timeout/2 {
+				t.Fatalf("a after b's clean stop: %s", d)
+			}
+			requireDest(t, nd.d, want, true)
+			requireVerify(t, nd.env, nd.args...)
+			report(t, "%s: the second process was refused while the first served; took over %s after SIGKILL (lease timeout %s); %s", nd.describe, took.Round(time.Millisecond), timeout, time.Since(killed).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestRebuildFromDestination: run, SIGKILL, delete the data dir, restart
+// with the same node id, init again and resend everything: the node rebuilt
+// the producer's committed sequence numbers from its manifests, so what
+// was committed is a duplicate and what was lost with the data dir is
+// written — every batch exactly once.
+func TestRebuildFromDestination(t *testing.T) {
+	for _, kind := range []string{"local", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := workDir(t)
+			nd := newNodeDest(t, kind, dir)
+			args := append([]string{"--node", "e2e", "--checkpoint-interval", "0", "--lease-timeout", "1s"}, nd.args...)
+			p := newProc(t, dir, procConfig{Args: args, Env: nd.env})
+			p.StartReady()
+			prod, err := newRawProducer(t.Context(), p.URL, "rp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := prod.Init(t.Context()); err != nil { // epoch 1: the restored 0 is older
+				t.Fatal(err)
+			}
+			rng, _ := testRand(t)
+			want := map[batchKey]int{}
+			bodies := map[int64][]byte{}
+			const committed, total = 4, 6
+			for seq := range int64(total) {
+				k := batchKey{P: "rp", S: "events", Q: seq}
+				recs := makeRecords(rng, k, 2, 16)
+				bodies[seq] = ndjson(recs)
+				want[k] = len(recs)
+				if ans := prod.post(t.Context(), "events", &rawBatch{seq: seq, body: bodies[seq]}, prod.epoch, false); ans.Status != http.StatusAccepted {
+					t.Fatalf("send %s: %d %s %v", k, ans.Status, ans.Code, ans.Err)
+				}
+				if seq < committed {
+					ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+					ck, err := p.Checkpoint(ctx)
+					cancel()
+					if err != nil || ck.State != "committed" {
+						t.Fatalf("checkpoint: %+v %v", ck, err)
+					}
+				}
+			}
+			p.Kill()
+			if err := os.RemoveAll(p.cfg.DataDir); err != nil {
+				t.Fatal(err)
+			}
+			took := startWhenFree(t, p, 10*time.Second)
+
+			old := prod.epoch
+			if ans := prod.post(t.Context(), "events", &rawBatch{seq: committed, body: bodies[committed]}, old, false); ans.Code != "invalid_epoch" {
+				t.Fatalf("write with the epoch before the loss: %d %s, want invalid_epoch", ans.Status, ans.Code)
+			}
+			if err := prod.Init(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.Producer(t.Context(), "rp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ss := st.Streams["events"]; ss.NextSeq != committed || ss.CommittedSeq != committed-1 {
+				t.Fatalf("producer after the rebuild: %+v, want next_seq %d committed_seq %d", st, committed, committed-1)
+			}
+			for seq := range int64(total) {
+				ans := prod.post(t.Context(), "events", &rawBatch{seq: seq, body: bodies[seq]}, prod.epoch, false)
+				wantStatus, dup := http.StatusAccepted, false
+				if seq < committed {
+					wantStatus, dup = http.StatusOK, true
+				}
+				if ans.Status != wantStatus || ans.Write.Duplicate != dup {
+					t.Fatalf("resend %d: %d %s duplicate=%v, want %d duplicate=%v", seq, ans.Status, ans.Code, ans.Write.Duplicate, wantStatus, dup)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			ck, err := p.Checkpoint(ctx)
+			cancel()
+			if err != nil || ck.State != "committed" {
+				t.Fatalf("checkpoint after the rebuild: %+v %v", ck, err)
+			}
+			if code := p.Term(); code != 0 {
+				t.Fatalf("SIGTERM: exit %d", code)
+			}
+			requireDest(t, nd.d, want, true)
+			requireVerify(t, nd.env, nd.args...)
+			report(t, "%s: data dir deleted after SIGKILL; restarted in %s; %d committed batches deduplicated, %d lost ones written once", nd.describe, took.Round(time.Millisecond), committed, total-committed)
+		})
+	}
+}
