@@ -21,6 +21,10 @@ import (
 const (
 	// recentCheckpoints is how many checkpoints the overview lists.
 	recentCheckpoints = 10
+	// overviewStreams is how many streams the overview lists, the most
+	// recently committed first, so that its size does not grow with the
+	// streams that ever existed (I11); the file browser has them all.
+	overviewStreams = 50
 	// chartCheckpoints is how many checkpoints the checkpoints page charts
 	// and lists by default.
 	chartCheckpoints = 100
@@ -100,7 +104,8 @@ type overviewData struct {
 	RecordRate float64
 	ByteRate   float64
 	RateSince  time.Time
-	Streams    []streamStat
+	Streams    []streamStat // the overviewStreams most recently committed
+	StreamN    int          // all streams with committed files
 	Files      int
 	Records    int64
 	Bytes      int64
@@ -129,13 +134,21 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		u.log.Error("list destination", "op", "overview", "err", err)
 		d.ListErr = "The destination could not be listed; the server log says why."
 	} else {
-		d.Streams = snap.streamStats()
-		u.streamRates(d.Streams, snap, cs)
-		for _, x := range d.Streams {
+		all := snap.streamStats()
+		for _, x := range all {
 			d.Files += x.Files
 			d.Records += x.Records
 			d.Bytes += x.Bytes
 		}
+		d.StreamN = len(all)
+		if len(all) > overviewStreams {
+			// The most recent commits first; the shown ones by name.
+			slices.SortStableFunc(all, func(a, b streamStat) int { return b.Last.Compare(a.Last) })
+			all = all[:overviewStreams]
+			slices.SortFunc(all, func(a, b streamStat) int { return strings.Compare(a.Name, b.Name) })
+		}
+		d.Streams = all
+		u.streamRates(d.Streams, snap, cs)
 	}
 	v := &view{Title: "Overview", Nav: "overview", Sess: s, Data: d}
 	if !st.Ready || st.Stuck != "" {
