@@ -211,8 +211,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rep.Eosink = describeBinary(cfg.bin)
 		fmt.Fprintf(stdout, "eosink: %s\n", rep.Eosink)
 	}
-	fmt.Fprintf(stdout, "load: %d producers, %s warmup + %s measured per run, eosink --checkpoint-interval %s, baseline %s (buffers: %s)",
-		cfg.producers, cfg.warmup, cfg.duration, cfg.checkpointInterval, cfg.baselineMode, cfg.baselineAlloc)
+	if cfg.year {
+		y := cfg.yc
+		fmt.Fprintf(stdout, "year: %d producer inits, %d streams, %d checkpoints (every %d-th with a record), %d clients, eosink --checkpoint-interval 0",
+			y.inits, y.streams, y.checkpoints, y.dataEvery, y.workers)
+	} else {
+		fmt.Fprintf(stdout, "load: %d producers, %s warmup + %s measured per run, eosink --checkpoint-interval %s, baseline %s (buffers: %s)",
+			cfg.producers, cfg.warmup, cfg.duration, cfg.checkpointInterval, cfg.baselineMode, cfg.baselineAlloc)
+	}
 	if len(cfg.eosinkFlags) > 0 {
 		fmt.Fprintf(stdout, ", eosink flags %s", strings.Join(cfg.eosinkFlags, " "))
 	}
