@@ -124,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&cfg.yc.latency, "year-latency", 20*time.Second, "with --year: length of each write-latency phase (idle, polled, idle)")
 	fs.DurationVar(&cfg.yc.phaseLimit, "year-phase-limit", 15*time.Minute, "with --year: a history phase stops here, done or not (the report says how far it got)")
 	fs.IntVar(&cfg.yc.restarts, "year-restarts", 3, "with --year: SIGKILL and timed starts at the end")
+	yearPolls := fs.String("year-poll", "/v1/producers,/ui/", "with --year: comma list of URLs polled, one client each, in the polled latency phase")
 	minFreeGiB := fs.Float64("min-free", 5, "stop (with an error) when the temp dir's filesystem has fewer GiB free than this")
 	fs.StringVar(&cfg.consume, "consume", "soak", "delete committed files as a downstream consumer would, so long runs do not fill the disk: soak, always or never")
 	fs.Usage = func() {
@@ -137,6 +138,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.eosinkFlags = extra
+	for u := range strings.SplitSeq(*yearPolls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			if !strings.HasPrefix(u, "/") {
+				return nil, fmt.Errorf("--year-poll %q: want paths starting with /", u)
+			}
+			cfg.yc.polls = append(cfg.yc.polls, u)
+		}
+	}
 	cfg.minFree = int64(*minFreeGiB * (1 << 30))
 	if cfg.consume != "soak" && cfg.consume != "always" && cfg.consume != "never" {
 		return nil, fmt.Errorf("--consume %q: want soak, always or never", cfg.consume)

@@ -28,6 +28,7 @@ type yearConfig struct {
 	latency                     time.Duration // each write-latency phase
 	phaseLimit                  time.Duration // a history phase stops here, done or not
 	restarts                    int           // SIGKILL + start, timed, at the end
+	polls                       []string      // URLs polled in the "polled" latency phase
 }
 
 // yearPoint is one row of the series: where the history stands, and the
@@ -328,7 +329,11 @@ func year(ctx context.Context, cfg *config, yc yearConfig, out io.Writer) (*year
 		if polled {
 			name = "polled"
 		}
-		l := measureYearLatency(lctx, hc, t.URL, yc.latency, polled)
+		var polls []string
+		if polled {
+			polls = yc.polls
+		}
+		l := measureYearLatency(lctx, hc, t.URL, yc.latency, polls)
 		l.Name = name
 		res.Latency = append(res.Latency, l)
 		fmt.Fprintf(out, "  -- latency %s: %d writes, p50 %.2f ms, p99 %.2f ms, max %.1f ms; polls %v (p99 ms %v); errors %v\n",
@@ -438,9 +443,9 @@ func post(ctx context.Context, hc *http.Client, u string, h http.Header, body []
 }
 
 // measureYearLatency runs 4 producers writing 10 × 1 KiB batches to their
-// own streams for d, with a checkpoint every second; with polled, two
-// more clients meanwhile GET /v1/producers and /ui/ in a loop.
-func measureYearLatency(ctx context.Context, hc *http.Client, base string, d time.Duration, polled bool) yearLatency {
+// own streams for d, with a checkpoint every second; meanwhile one more
+// client per URL of polls GETs it in a loop.
+func measureYearLatency(ctx context.Context, hc *http.Client, base string, d time.Duration, polls []string) yearLatency {
 	const writers = 4
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -457,8 +462,8 @@ func measureYearLatency(ctx context.Context, hc *http.Client, base string, d tim
 			}
 		}
 	})
-	if polled {
-		for _, u := range []string{"/v1/producers", "/ui/"} {
+	{
+		for _, u := range polls {
 			wg.Go(func() {
 				var ds []float64
 				for ctx.Err() == nil {
