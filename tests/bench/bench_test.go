@@ -118,3 +118,29 @@ func TestLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasureListCountsEntries(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/producers":
+			_, _ = w.Write([]byte(`{"producers":[{"producer":"a"},{"producer":"b"},{"producer":"c"}],"next":"c"}`))
+		default:
+			_, _ = w.Write([]byte(`<html>x</html>`))
+		}
+	}))
+	defer srv.Close()
+	hc := plainClient()
+	for _, tc := range []struct {
+		url   string
+		items int
+		bytes int
+	}{
+		{"/v1/producers", 3, 77},
+		{"/ui/", -1, 14},
+	} {
+		l := measureList(t.Context(), hc, srv.URL, tc.url)
+		if l.Status != http.StatusOK || l.Items != tc.items || l.Bytes != tc.bytes {
+			t.Errorf("%s: status %d, %d items, %d bytes; want 200, %d, %d", tc.url, l.Status, l.Items, l.Bytes, tc.items, tc.bytes)
+		}
+	}
+}

@@ -25,7 +25,21 @@ type target struct {
 	Dest    string // eosink: the destination directory
 	PID     int
 	LogPath string
+	Data    string // eosink: the data directory
 	stop    func(timeout time.Duration) (time.Duration, error)
+	// sigkill, when set, kills the process by pid with SIGKILL and waits
+	// for it to exit, leaving its data dir in place.
+	sigkill func()
+}
+
+// Kill9 ends the target with SIGKILL (no graceful stop) and keeps its data
+// directory, so a restart on it measures recovery after a crash.
+func (t *target) Kill9() {
+	if t.sigkill == nil {
+		return
+	}
+	t.sigkill()
+	t.stop, t.sigkill = nil, nil
 }
 
 // Stop ends the target: SIGTERM to its pid, SIGKILL after timeout. It
@@ -178,11 +192,16 @@ func waitReady(ctx context.Context, hc *http.Client, base string, exited <-chan 
 
 // startEosink starts the service on a fresh data dir under dir.
 func startEosink(ctx context.Context, cfg *config, bin, dir, label string) (*target, error) {
-	data := filepath.Join(dir, "data-"+label)
+	return startEosinkAt(ctx, cfg, bin, dir, filepath.Join(dir, "data-"+label), label, cfg.checkpointInterval)
+}
+
+// startEosinkAt starts the service on the data dir data, which may hold
+// the state of an earlier process, and waits for /readyz.
+func startEosinkAt(ctx context.Context, cfg *config, bin, dir, data, label string, interval time.Duration) (*target, error) {
 	args := []string{"serve",
 		"--listen", "127.0.0.1:0",
 		"--data-dir", data,
-		"--checkpoint-interval", cfg.checkpointInterval.String(),
+		"--checkpoint-interval", interval.String(),
 		"--node", "bench",
 		"--log-format", "json",
 		"--log-level", "warn",
@@ -193,7 +212,11 @@ func startEosink(ctx context.Context, cfg *config, bin, dir, label string) (*tar
 	if err != nil {
 		return nil, err
 	}
-	t := &target{Kind: "eosink", URL: u, PID: c.cmd.Process.Pid, LogPath: logPath, Dest: filepath.Join(data, "files")}
+	t := &target{Kind: "eosink", URL: u, PID: c.cmd.Process.Pid, LogPath: logPath, Dest: filepath.Join(data, "files"), Data: data}
+	t.sigkill = func() {
+		_ = syscall.Kill(c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.exited
+	}
 	t.stop = func(timeout time.Duration) (time.Duration, error) {
 		d, err := c.kill(timeout)
 		if !cfg.keep {

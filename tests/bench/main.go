@@ -76,6 +76,8 @@ type config struct {
 	slowSenders        int
 	slowDeclare        int64
 	slowSend           int
+	year               bool
+	yc                 yearConfig
 }
 
 type multiFlag []string
@@ -112,6 +114,17 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.slowSenders, "slow-senders", 0, "instead of the load: open this many connections that each declare --slow-declare bytes and send 8, hold them for --duration, and report eosink's RSS")
 	fs.Int64Var(&cfg.slowDeclare, "slow-declare", 64<<20, "Content-Length each slow sender declares")
 	fs.IntVar(&cfg.slowSend, "slow-send", 8, "bytes of its body each slow sender sends before it stalls (at least 8)")
+	fs.BoolVar(&cfg.year, "year", false, "\"a year in an hour\": --year-inits producer inits, a write to each of --year-streams streams and --year-checkpoints checkpoints against one eosink (--checkpoint-interval 0), with RSS and state.db size over time, write latency idle and while the lists are polled, every list answer's size, and the start time after SIGKILL")
+	fs.IntVar(&cfg.yc.inits, "year-inits", 1000000, "with --year: producers initialised")
+	fs.IntVar(&cfg.yc.streams, "year-streams", 100000, "with --year: streams written once each")
+	fs.IntVar(&cfg.yc.checkpoints, "year-checkpoints", 1000000, "with --year: checkpoints requested")
+	fs.IntVar(&cfg.yc.dataEvery, "year-data-every", 100, "with --year: every n-th checkpoint holds one record, the others are empty (0: all empty)")
+	fs.IntVar(&cfg.yc.workers, "year-workers", 8, "with --year: concurrent clients in the history phases")
+	fs.DurationVar(&cfg.yc.sampleEvery, "year-sample", 5*time.Second, "with --year: RSS and state.db series interval")
+	fs.DurationVar(&cfg.yc.latency, "year-latency", 20*time.Second, "with --year: length of each write-latency phase (idle, polled, idle)")
+	fs.DurationVar(&cfg.yc.phaseLimit, "year-phase-limit", 15*time.Minute, "with --year: a history phase stops here, done or not (the report says how far it got)")
+	fs.IntVar(&cfg.yc.restarts, "year-restarts", 3, "with --year: SIGKILL and timed starts at the end")
+	yearPolls := fs.String("year-poll", "/v1/producers,/ui/", "with --year: comma list of URLs polled, one client each, in the polled latency phase")
 	minFreeGiB := fs.Float64("min-free", 5, "stop (with an error) when the temp dir's filesystem has fewer GiB free than this")
 	fs.StringVar(&cfg.consume, "consume", "soak", "delete committed files as a downstream consumer would, so long runs do not fill the disk: soak, always or never")
 	fs.Usage = func() {
@@ -125,12 +138,24 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.eosinkFlags = extra
+	for u := range strings.SplitSeq(*yearPolls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			if !strings.HasPrefix(u, "/") {
+				return nil, fmt.Errorf("--year-poll %q: want paths starting with /", u)
+			}
+			cfg.yc.polls = append(cfg.yc.polls, u)
+		}
+	}
 	cfg.minFree = int64(*minFreeGiB * (1 << 30))
 	if cfg.consume != "soak" && cfg.consume != "always" && cfg.consume != "never" {
 		return nil, fmt.Errorf("--consume %q: want soak, always or never", cfg.consume)
 	}
 	if cfg.producers < 1 || cfg.rounds < 1 || cfg.duration <= 0 || cfg.warmup < 0 || cfg.soakEvery <= 0 {
 		return nil, errors.New("--producers and --rounds must be >= 1, --duration and --soak-every > 0, --warmup >= 0")
+	}
+	if cfg.year && (cfg.yc.inits < 0 || cfg.yc.streams < 0 || cfg.yc.checkpoints < 0 || cfg.yc.workers < 1 ||
+		cfg.yc.sampleEvery <= 0 || cfg.yc.latency <= 0 || cfg.yc.phaseLimit <= 0 || cfg.yc.restarts < 0) {
+		return nil, errors.New("--year-* counts must be >= 0, --year-workers >= 1, durations > 0")
 	}
 	if cfg.baselineAlloc != "pool" && cfg.baselineAlloc != "fresh" {
 		return nil, fmt.Errorf("--baseline-alloc %q: want pool or fresh", cfg.baselineAlloc)
@@ -195,8 +220,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rep.Eosink = describeBinary(cfg.bin)
 		fmt.Fprintf(stdout, "eosink: %s\n", rep.Eosink)
 	}
-	fmt.Fprintf(stdout, "load: %d producers, %s warmup + %s measured per run, eosink --checkpoint-interval %s, baseline %s (buffers: %s)",
-		cfg.producers, cfg.warmup, cfg.duration, cfg.checkpointInterval, cfg.baselineMode, cfg.baselineAlloc)
+	if cfg.year {
+		y := cfg.yc
+		fmt.Fprintf(stdout, "year: %d producer inits, %d streams, %d checkpoints (every %d-th with a record), %d clients, eosink --checkpoint-interval 0",
+			y.inits, y.streams, y.checkpoints, y.dataEvery, y.workers)
+	} else {
+		fmt.Fprintf(stdout, "load: %d producers, %s warmup + %s measured per run, eosink --checkpoint-interval %s, baseline %s (buffers: %s)",
+			cfg.producers, cfg.warmup, cfg.duration, cfg.checkpointInterval, cfg.baselineMode, cfg.baselineAlloc)
+	}
 	if len(cfg.eosinkFlags) > 0 {
 		fmt.Fprintf(stdout, ", eosink flags %s", strings.Join(cfg.eosinkFlags, " "))
 	}
@@ -205,6 +236,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case cfg.slowSenders > 0:
 		rep.Slow, err = slowSenders(ctx, cfg, stdout)
+	case cfg.year:
+		rep.Year, err = year(ctx, cfg, cfg.yc, stdout)
 	case cfg.soak:
 		rep.Soak, err = soak(ctx, cfg, cfg.scenarios[0], stdout)
 	default:

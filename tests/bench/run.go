@@ -30,6 +30,7 @@ type report struct {
 	Ratios    []ratio      `json:"ratios,omitempty"`
 	Soak      *soakResult  `json:"soak,omitempty"`
 	Slow      *slowResult  `json:"slow_senders,omitempty"`
+	Year      *yearResult  `json:"year,omitempty"`
 }
 
 func reportConfig(cfg *config) map[string]any {
