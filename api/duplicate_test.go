@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 )
 
 // TestDuplicateAnswers (I9): a duplicate of a batch whose checkpoint has

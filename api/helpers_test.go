@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )

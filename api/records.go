@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/eosink/eosink/batch"
+	"github.com/eosink/eosink/api/batch"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
@@ -41,15 +41,15 @@ func idempotencyKey(h http.Header, prod *server.Producer) (string, error) {
 		return "", fmt.Errorf("%s given %d times", HeaderIdempotencyKey, len(vs))
 	case prod != nil:
 		return "", fmt.Errorf("send %s or the producer headers, not both", HeaderIdempotencyKey)
-	case !names.IdempotencyKey(vs[0]):
+	case !layout.IdempotencyKey(vs[0]):
 		return "", fmt.Errorf("%s: want 1 to 255 printable ASCII characters", HeaderIdempotencyKey)
 	}
 	return vs[0], nil
 }
 
-func validStream(s string) bool { return names.Stream(s) }
+func validStream(s string) bool { return layout.Stream(s) }
 
-func validProducer(s string) bool { return names.Producer(s) }
+func validProducer(s string) bool { return layout.Producer(s) }
 
 // pathParam returns a route parameter, unescaped. chi matches on the raw
 // path when the request has one, so its parameters may still be escaped.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )

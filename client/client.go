@@ -5,7 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -482,6 +482,6 @@ func (c *Client) fenceLocked(why string) {
 	c.releaseLocked(bytes)
 }
 
-func validStream(s string) bool { return names.Stream(s) }
+func validStream(s string) bool { return layout.Stream(s) }
 
-func validProducer(s string) bool { return names.Producer(s) }
+func validProducer(s string) bool { return layout.Producer(s) }

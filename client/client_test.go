@@ -16,7 +16,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )

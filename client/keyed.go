@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // headerIdempotencyKey keys a write without producer headers.
@@ -57,7 +57,7 @@ func (c *Client) sendKeyed(ctx context.Context, name, key string, records [][]by
 	if !validStream(name) {
 		return Result{}, fmt.Errorf("send to %q: %w: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", name, ErrInvalidStream)
 	}
-	if !names.IdempotencyKey(key) {
+	if !layout.IdempotencyKey(key) {
 		return Result{}, fmt.Errorf("send to %s: %w: idempotency key %q: want 1 to 255 printable ASCII", name, ErrBadRequest, key)
 	}
 	body, err := encode(records)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/spf13/afero"
 )
 

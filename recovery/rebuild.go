@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Rebuilt is what the destination says about a node whose state store was
@@ -38,7 +38,7 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dir := path.Dir(names.ManifestName(node, 0)) + "/"
+	dir := path.Dir(layout.ManifestName(node, 0)) + "/"
 	entries, err := r.List(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild from destination: list manifests: %w", err)
@@ -46,7 +46,7 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, log *slog.Log
 	out := &Rebuilt{Producers: map[string]map[string]StreamSeq{}}
 	var todo []string
 	for _, en := range entries {
-		if n, _, ok := names.ParseManifestName(en.Path); ok && n == node {
+		if n, _, ok := layout.ParseManifestName(en.Path); ok && n == node {
 			todo = append(todo, en.Path)
 		}
 	}

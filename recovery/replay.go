@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
@@ -37,7 +37,7 @@ type ManifestFile struct {
 }
 
 // ManifestPath returns the destination-relative manifest name.
-func ManifestPath(node string, id uint64) string { return names.ManifestName(node, id) }
+func ManifestPath(node string, id uint64) string { return layout.ManifestName(node, id) }
 
 // BuildManifest renders c's manifest. The time is the prepare time, so a
 // re-commit after a crash writes the same bytes.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the MinIO server that the S3 tests run against (committer/s3,
-# internal/testsrv, tests/) into $(go env GOPATH)/bin, unless the pinned
+# internal/testing/testsrv, tests/) into $(go env GOPATH)/bin, unless the pinned
 # version is there already. Safe to run again.
 #
 # The tests find the binary at $EOSINK_MINIO_BIN, else $(go env GOPATH)/bin/minio,

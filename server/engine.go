@@ -14,7 +14,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -499,7 +499,7 @@ func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
 	}
 	var top uint64
 	for _, en := range entries {
-		if node, id, ok := names.ParseManifestName(en.Path); ok && node == e.cfg.Node {
+		if node, id, ok := layout.ParseManifestName(en.Path); ok && node == e.cfg.Node {
 			top = max(top, id)
 		}
 	}
@@ -768,7 +768,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 		e.earlyLocked()
 		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
 	}
-	base := names.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
+	base := layout.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
 	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		// Out of file descriptors (the process's or the system's): a

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )

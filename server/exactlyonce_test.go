@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/faultfs"
-	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // errRemoteDown is what fakeRemote answers while it is down.
@@ -144,9 +144,9 @@ func (f *fakeRemote) Leftovers(ctx context.Context) ([]committer.Leftover, error
 	}
 	var out []committer.Leftover
 	for id, u := range f.uploads {
-		node, _, _, _, ok := names.ParsePartName(path.Base(u.name))
+		node, _, _, _, ok := layout.ParsePartName(path.Base(u.name))
 		if !ok {
-			node, _, ok = names.ParseManifestName(u.name)
+			node, _, ok = layout.ParseManifestName(u.name)
 		}
 		if !ok || node != f.node {
 			continue

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Lease errors.
@@ -90,7 +90,7 @@ func newLease(cfg *Config) *lease {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	return &lease{
-		leaser: cfg.Leaser, name: names.LeaseName(cfg.Node), timeout: t, margin: t / 4,
+		leaser: cfg.Leaser, name: layout.LeaseName(cfg.Node), timeout: t, margin: t / 4,
 		doc:  Lease{Node: cfg.Node, Incarnation: hex.EncodeToString(rnd[:]), Listen: cfg.Listen},
 		memo: filepath.Join(filepath.Dir(cfg.StorePath), "lease-incarnation"),
 	}

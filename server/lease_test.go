@@ -14,8 +14,8 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/invariant"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -51,7 +51,7 @@ func leaseRig(t *testing.T, fs afero.Fs, timeout time.Duration, leaser func(comm
 
 func readLease(t *testing.T, fs afero.Fs) Lease {
 	t.Helper()
-	data, err := afero.ReadFile(fs, rigDest+"/"+names.LeaseName(rigNode))
+	data, err := afero.ReadFile(fs, rigDest+"/"+layout.LeaseName(rigNode))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestLeaseLostStopsEngine(t *testing.T) {
 	thief := readLease(t, r.fs)
 	thief.Incarnation, thief.ExpiresAt = "thief", time.Now().Add(time.Hour)
 	data, _ := json.Marshal(thief)
-	if err := afero.WriteFile(r.fs, rigDest+"/"+names.LeaseName(rigNode), data, 0o644); err != nil {
+	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.LeaseName(rigNode), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	select {

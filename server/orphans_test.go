@@ -11,8 +11,8 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/invariant"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -171,7 +171,7 @@ func TestSweepAfterFailedAbortHeals(t *testing.T) {
 		t.Errorf("intents after the sweep: %d, want 0", n)
 	}
 	// A leftover no record names is removed too, and counted by kind.
-	fake.startUpload("a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 900, 0, "ndjson"))
+	fake.startUpload("a/dt=2026-11-29/hour=09/" + layout.PartName(rigNode, 900, 0, "ndjson"))
 	res2, err := e.Sweep(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestPeriodicSweep(t *testing.T) {
 	tweak := r.tweak
 	r.tweak = func(c *Config) { tweak(c); c.SweepInterval = 10 * time.Millisecond }
 	r.start(nil)
-	fake.startUpload("a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 3, 0, "ndjson"))
+	fake.startUpload("a/dt=2026-11-29/hour=09/" + layout.PartName(rigNode, 3, 0, "ndjson"))
 	deadline := time.Now().Add(10 * time.Second)
 	for len(fake.Uploads()) > 0 {
 		if time.Now().After(deadline) {
@@ -212,9 +212,9 @@ func TestPeriodicSweep(t *testing.T) {
 func TestSweepSparesInflightAndOtherNodes(t *testing.T) {
 	r, fake := newRemoteRig(t)
 	e := r.start(nil)
-	other := "a/dt=2026-11-29/hour=09/" + names.PartName("n2", 1, 0, "ndjson")
+	other := "a/dt=2026-11-29/hour=09/" + layout.PartName("n2", 1, 0, "ndjson")
 	otherManifest := recovery.ManifestPath("n2", 1)
-	orphan := "a/dt=2026-11-29/hour=09/" + names.PartName(rigNode, 900, 0, "ndjson")
+	orphan := "a/dt=2026-11-29/hour=09/" + layout.PartName(rigNode, 900, 0, "ndjson")
 	for _, n := range []string{other, otherManifest, orphan} {
 		fake.startUpload(n)
 	}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/spf13/afero"
 )
 

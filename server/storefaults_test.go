@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
-	"github.com/eosink/eosink/internal/faultfs"
-	"github.com/eosink/eosink/internal/invariant"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
 

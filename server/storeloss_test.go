@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/invariant"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -132,7 +132,7 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, ge
 	var withData uint64
 	entries, _ := afero.ReadDir(r.fs, rigDest+"/_manifests/"+rigNode)
 	for _, en := range entries {
-		if _, id, ok := names.ParseManifestName("_manifests/" + rigNode + "/" + en.Name()); ok {
+		if _, id, ok := layout.ParseManifestName("_manifests/" + rigNode + "/" + en.Name()); ok {
 			withData = max(withData, id)
 		}
 	}

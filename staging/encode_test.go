@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
-	"github.com/eosink/eosink/internal/faultfs"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/parquet-go/parquet-go"
 	"github.com/spf13/afero"
 )

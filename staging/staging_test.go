@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/eosink/eosink/internal/durable"
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/spf13/afero"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
 // Knobs (see doc.go).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/minio/minio-go/v7"
 )
 

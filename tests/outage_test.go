@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
 // outageRig is one eosink over its own bucket of a MinIO server that the

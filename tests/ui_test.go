@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/eosink/eosink/internal/testbrowser"
+	"github.com/eosink/eosink/internal/testing/testbrowser"
 	"io"
 	"net/http"
 	"net/url"

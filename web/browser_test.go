@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/testbrowser"
+	"github.com/eosink/eosink/internal/testing/testbrowser"
 	"net/http"
 	"net/http/httptest"
 	"os"

@@ -21,7 +21,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/committer/s3"
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"

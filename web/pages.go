@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
@@ -812,7 +812,7 @@ const producersPage = 200
 
 func (u *ui) producers(w http.ResponseWriter, r *http.Request, s *session) {
 	after := r.URL.Query().Get("after")
-	if after != "" && !names.Producer(after) {
+	if after != "" && !layout.Producer(after) {
 		u.fail(w, r, http.StatusBadRequest, "Bad cursor", "after is not a producer id.")
 		return
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/spf13/afero"
 )
 

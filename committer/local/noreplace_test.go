@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/faultfs"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/spf13/afero"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/committertest"
 	s3 "github.com/eosink/eosink/committer/s3"
-	"github.com/eosink/eosink/internal/testsrv"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/afero"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/names"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -107,13 +107,13 @@ func (s *S3) owner(key string) (node, name string, ok bool) {
 	if !validName(rel) {
 		return "", "", false
 	}
-	if node, _, ok := names.ParseManifestName(rel); ok {
+	if node, _, ok := layout.ParseManifestName(rel); ok {
 		return node, rel, true
 	}
 	if !strings.Contains(rel, "/") {
 		return "", "", false // part files live under <stream>/<partition>/
 	}
-	if node, _, _, _, ok := names.ParsePartName(path.Base(rel)); ok {
+	if node, _, _, _, ok := layout.ParsePartName(path.Base(rel)); ok {
 		return node, rel, true
 	}
 	return "", "", false

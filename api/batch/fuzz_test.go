@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/eosink/eosink/batch"
+	"github.com/eosink/eosink/api/batch"
 )
 
 // fuzzTypes are the Content-Types FuzzParse picks from by index.

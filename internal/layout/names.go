@@ -1,8 +1,9 @@
-// Package names checks the names DESIGN.md's vocabulary defines: streams,
-// producers and nodes. The API, the client and the command share these.
-// It also owns the destination's file names that carry a node id, each
-// formatter beside its parser: part files and manifests.
-package names
+package layout
+
+// This file checks the names the vocabulary defines (streams, producers,
+// nodes, idempotency keys) and owns the destination's file names that
+// carry a node id, each formatter beside its parser: part files,
+// manifests and leases.
 
 import (
 	"fmt"

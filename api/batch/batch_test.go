@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eosink/eosink/batch"
+	"github.com/eosink/eosink/api/batch"
 )
 
 const (

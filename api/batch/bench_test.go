@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eosink/eosink/batch"
+	"github.com/eosink/eosink/api/batch"
 )
 
 // benchRecords returns n JSON records of exactly size bytes each, without
