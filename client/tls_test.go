@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/testcert"
+	"github.com/eosink/eosink/internal/testing/testcert"
 )
 
 // TestTLSConfig: a service behind HTTPS with a private CA is reached with

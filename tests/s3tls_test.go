@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eosink/eosink/internal/testcert"
+	"github.com/eosink/eosink/internal/testing/testcert"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/minio/minio-go/v7"
 )

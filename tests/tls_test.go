@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/testcert"
+	"github.com/eosink/eosink/internal/testing/testcert"
 )
 
 // TestTLS runs the binary with --tls-cert and --tls-key: curl and the Go

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testcert"
+	"github.com/eosink/eosink/internal/testing/testcert"
 )
 
 // syncBuffer is a log sink read while the reloader writes.

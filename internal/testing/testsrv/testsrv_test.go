@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/eosink/eosink/internal/testcert"
+	"github.com/eosink/eosink/internal/testing/testcert"
 	"github.com/minio/minio-go/v7"
 )
 
