@@ -2,11 +2,13 @@
 # Runs every test of eosink, after installing what the tests need: a MinIO
 # server (scripts/minio.sh), Chromium (scripts/chromium.sh), axe-core for the
 # accessibility checks (scripts/axe.sh) and promtool for the metrics check
-# (scripts/promtool.sh). Safe to run again; installs are skipped when already
+# (scripts/promtool.sh) and nginx for the load-balancer tests
+# (scripts/nginx.sh). Safe to run again; installs are skipped when already
 # done.
 #
 # Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
-# EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop).
+# EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop), EOSINK_LB_KILLS
+# (SIGKILLs in the load-balancer crash loop, default 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,7 @@ bash scripts/minio.sh
 bash scripts/chromium.sh
 bash scripts/axe.sh
 bash scripts/promtool.sh
+bash scripts/nginx.sh >/dev/null
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))

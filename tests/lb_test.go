@@ -1,0 +1,571 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/client"
+)
+
+// envLBKills sets the SIGKILLs of TestLBCrashLoop (default 4).
+const envLBKills = "EOSINK_LB_KILLS"
+
+// lbCluster is three eosink nodes on one MinIO bucket and prefix, and
+// nginx in front of them with deploy/nginx.conf.
+type lbCluster struct {
+	nodes  []*proc
+	ids    []string
+	nginx  *nginxProc
+	dest   s3Dest
+	flags  []string // --dest and the S3 flags, for `eosink verify`
+	env    []string
+	prefix string
+}
+
+// newLBCluster starts the nodes n0, n1, n2 (each with its own data dir)
+// and nginx; edit changes nginx's configuration (nil: deploy/nginx.conf as
+// it is). nodeArgs are added to every node's flags; perStart, if set, is
+// called for each start of each node.
+func newLBCluster(t *testing.T, dir string, edit func(string) string, nodeArgs []string, perStart func() []string) *lbCluster {
+	t.Helper()
+	nginxBinary(t) // skip or fail before starting anything
+	srv := sharedMinIO(t)
+	bucket, err := srv.NewBucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "lb"
+	url := "s3://" + bucket + "/" + prefix
+	cl := &lbCluster{
+		dest:   s3Dest{c: c, bucket: bucket, prefix: prefix},
+		flags:  []string{"--dest", url, "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
+		env:    s3Env(srv.AccessKey, srv.SecretKey),
+		prefix: prefix,
+	}
+	var addrs []string
+	for i := range 3 {
+		id := fmt.Sprintf("n%d", i)
+		p := newProc(t, dir, procConfig{Name: id, Env: cl.env, PerStart: perStart,
+			Args: append(append([]string{"--node", id}, cl.flags...), nodeArgs...)})
+		cl.nodes, cl.ids = append(cl.nodes, p), append(cl.ids, id)
+		addrs = append(addrs, p.Addr)
+	}
+	var wg sync.WaitGroup
+	for _, p := range cl.nodes {
+		p.Start()
+		wg.Go(func() { _, _ = p.waitReady(p.cfg.ReadyTimeout) })
+	}
+	wg.Wait()
+	for _, p := range cl.nodes {
+		if ok, why := p.Ready(t.Context()); !ok {
+			t.Fatalf("%s not ready: %s; log:\n%s", p.cfg.Name, why, p.logTail(20))
+		}
+	}
+	listen := freeAddr(t)
+	cl.nginx = startNginx(t, dir, listen, deployNginxConf(t, addrs, listen, edit))
+	return cl
+}
+
+// home returns the index of the one node that knows producer id (asked
+// directly, not through nginx), failing the test unless exactly one does.
+func (cl *lbCluster) home(t *testing.T, id string) int {
+	t.Helper()
+	home := -1
+	for i, p := range cl.nodes {
+		if !p.Running() {
+			continue
+		}
+		_, err := p.Producer(t.Context(), id)
+		var he *httpError
+		switch {
+		case err == nil && home >= 0:
+			t.Fatalf("producer %s known to nodes %s and %s", id, cl.ids[home], cl.ids[i])
+		case err == nil:
+			home = i
+		case errors.As(err, &he) && he.Status == http.StatusNotFound:
+		default:
+			t.Fatalf("GET /v1/producers/%s on %s: %v", id, cl.ids[i], err)
+		}
+	}
+	if home < 0 {
+		t.Fatalf("producer %s known to no running node", id)
+	}
+	return home
+}
+
+// term stops every running node with SIGTERM and fails the test unless
+// each exits 0.
+func (cl *lbCluster) term(t *testing.T) {
+	t.Helper()
+	for i, p := range cl.nodes {
+		if p.Running() {
+			if code := p.Term(); code != 0 {
+				t.Errorf("node %s: SIGTERM: exit %d; log %s", cl.ids[i], code, p.LogPath)
+			}
+		}
+	}
+}
+
+// producerNodes reads every data file of the destination and returns, per
+// producer (records with a "p" that is not a shipper's), the nodes whose
+// files hold its records.
+func producerNodes(t *testing.T, d destReader) map[string][]string {
+	t.Helper()
+	objs, err := d.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, o := range objs {
+		m := dataFileRE.FindStringSubmatch(o.Path)
+		if m == nil {
+			continue
+		}
+		data, err := d.Read(t.Context(), o.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+			p := recordProducer(line)
+			if p == "" || strings.HasPrefix(p, anonSender) || slices.Contains(out[p], m[2]) {
+				continue
+			}
+			out[p] = append(out[p], m[2])
+		}
+	}
+	for _, ns := range out {
+		sort.Strings(ns)
+	}
+	return out
+}
+
+// recordProducer returns the "p" of a test record, "" if it has none.
+func recordProducer(line string) string {
+	const key = `"p":"`
+	i := strings.Index(line, key)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(key):]
+	j := strings.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return rest[:j]
+}
+
+// TestNginxConfigInDocs: docs/nodes.md quotes deploy/nginx.conf, the
+// configuration the load-balancer tests run, word for word.
+func TestNginxConfigInDocs(t *testing.T) {
+	root := repoRoot(t)
+	conf, err := os.ReadFile(filepath.Join(root, "deploy", "nginx.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "nodes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```nginx\n"+string(conf)+"```\n") {
+		t.Errorf("docs/nodes.md does not quote deploy/nginx.conf in a ```nginx block word for word: copy the file into the doc")
+	}
+}
+
+// TestLBRouting: through nginx with deploy/nginx.conf in front of three
+// nodes, (1) each producer's init (a path with the producer, no
+// Producer-Id header) and its writes (Producer-Id, no producer in the
+// path) reach the same node, and (2) a shipper's retries of one
+// Idempotency-Key all reach one node, so the batch is written once.
+func TestLBRouting(t *testing.T) {
+	dir := workDir(t)
+	cl := newLBCluster(t, dir, nil, []string{"--checkpoint-interval", "0"}, nil)
+	ctx := t.Context()
+	rng, _ := testRand(t)
+	want := map[batchKey]int{}
+
+	// (1) 12 producers: with init and writes routed by different keys,
+	// each would have a 2 in 3 chance to write where it is unknown.
+	used := map[int]int{}
+	for i := range 12 {
+		id := fmt.Sprintf("route-%d", i)
+		c, err := client.New(cl.nginx.URL, client.WithProducer(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Init(ctx); err != nil {
+			t.Fatalf("init %s through nginx: %v", id, err)
+		}
+		k := batchKey{P: id, S: "events", Q: 0}
+		recs := makeRecords(rng, k, 3, 16)
+		if _, err := c.Send(ctx, "events", recs); err != nil {
+			t.Fatalf("producer %s: write through nginx after its init: %v", id, err)
+		}
+		want[k] = len(recs)
+		used[cl.home(t, id)]++
+	}
+
+	// (2) One batch under one key, sent again and again as a shipper
+	// retries it: one write, the others duplicates.
+	k := batchKey{P: anonSender + "route", S: "logs", Q: 0}
+	recs := makeRecords(rng, k, 5, 16)
+	want[k] = len(recs)
+	hc := &http.Client{}
+	dups := 0
+	for i := range 9 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.nginx.URL+"/v1/streams/logs/records", strings.NewReader(string(ndjson(recs))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set("Idempotency-Key", "route-key-1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("keyed write %d: %d %s", i, resp.StatusCode, body)
+		}
+		if strings.Contains(string(body), `"duplicate":true`) {
+			dups++
+		}
+	}
+	if dups != 8 {
+		t.Errorf("one Idempotency-Key sent 9 times through nginx: %d answered as duplicates, want 8", dups)
+	}
+	for _, p := range cl.nodes {
+		mustCommit(t, p)
+	}
+	cl.term(t)
+	requireDest(t, cl.dest, want, true)
+	for p, ns := range producerNodes(t, cl.dest) {
+		if len(ns) != 1 {
+			t.Errorf("producer %s has records on nodes %v, want one", p, ns)
+		}
+	}
+	requireVerify(t, cl.env, cl.flags...)
+	report(t, "12 producers through nginx, each on one node (n0: %d, n1: %d, n2: %d); one Idempotency-Key sent 9 times: written once", used[0], used[1], used[2])
+}
+
+// withFailover turns deploy/nginx.conf back into nginx's defaults for
+// failures: a node that refuses a connection is marked failed (max_fails
+// 1, fail_timeout 10s) and the request passed to the next node of the ring
+// (proxy_next_upstream error timeout, which passes even a POST on when
+// the connect failed).
+func withFailover(conf string) string {
+	conf = strings.ReplaceAll(conf, " max_fails=0", "")
+	return strings.ReplaceAll(conf, "proxy_next_upstream off;", "")
+}
+
+// TestLBProducerNodeDown: a producer writes through nginx; its node
+// commits five batches (the client has not seen them committed yet) and is
+// SIGKILLed; the producer sends a sixth batch.
+//
+//   - With deploy/nginx.conf (no failover) the producer gets 502s and
+//     retries until its node is back; every batch is there exactly once,
+//     all on its node.
+//   - With nginx's default failover the sixth batch reaches another node,
+//     which does not know the producer (409 unknown_producer); after an
+//     init there (what a client must do), the client resends the five
+//     batches it had not seen committed, and that node writes them again:
+//     duplicates. This is why deploy/nginx.conf turns failover off: the
+//     epoch and sequence numbers of a producer live in one node. Both
+//     halves of the rule are needed: either alone fails the same way.
+func TestLBProducerNodeDown(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		edit     func(string) string
+		failover bool
+	}{
+		{"deploy-nginx.conf", nil, false},
+		{"nginx-default-failover", withFailover, true},
+		// Each half of the rule alone is not enough: a failed connect
+		// marks the node failed (max_fails 1) and the client's retry
+		// hashes past it; or the request itself is passed on.
+		{"proxy_next_upstream-off-only", func(c string) string { return strings.ReplaceAll(c, " max_fails=0", "") }, true},
+		{"max_fails=0-only", func(c string) string { return strings.ReplaceAll(c, "proxy_next_upstream off;", "") }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := workDir(t)
+			cl := newLBCluster(t, dir, tc.edit, []string{"--checkpoint-interval", "200ms"}, nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			rng, _ := testRand(t)
+			const id, stream = "mover", "events"
+			c, err := client.New(cl.nginx.URL, client.WithProducer(id),
+				client.WithRetry(client.Retry{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxElapsed: -1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Init(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h := cl.home(t, id)
+			home := cl.nodes[h]
+			want := map[batchKey]int{}
+			batch := func(q int64) [][]byte {
+				k := batchKey{P: id, S: stream, Q: q}
+				recs := makeRecords(rng, k, 4, 16)
+				want[k] = len(recs)
+				return recs
+			}
+			for q := range int64(5) {
+				if _, err := c.Send(ctx, stream, batch(q)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Wait until the node committed them, asking it directly: the
+			// client learns nothing of it.
+			for {
+				st, err := home.Producer(ctx, id)
+				if err == nil && st.Streams[stream].CommittedSeq == 4 {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("batches 0-4 not committed on %s: %+v %v", cl.ids[h], st, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if s := c.Stats(); s.Batches != 5 {
+				t.Fatalf("client stats %+v: want the 5 batches still kept (not seen committed)", s)
+			}
+			home.Kill()
+			sixth := batch(5)
+
+			if !tc.failover {
+				sent := make(chan error, 1)
+				go func() {
+					_, err := c.Send(ctx, stream, sixth)
+					sent <- err
+				}()
+				select {
+				case err := <-sent:
+					t.Fatalf("send while the producer's node is down returned (%v) before the node came back", err)
+				case <-time.After(time.Second):
+				}
+				home.Restart()
+				if err := <-sent; err != nil {
+					t.Fatalf("send after the node came back: %v", err)
+				}
+				if err := c.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				cl.term(t)
+				requireDest(t, cl.dest, want, true)
+				if ns := producerNodes(t, cl.dest)[id]; !slices.Equal(ns, []string{cl.ids[h]}) {
+					t.Errorf("producer %s on nodes %v, want only its node %s", id, ns, cl.ids[h])
+				}
+				bad := 0
+				for _, e := range cl.nginx.Access() {
+					if e.Status == http.StatusBadGateway {
+						bad++
+					}
+				}
+				if bad == 0 {
+					t.Errorf("no 502 in nginx's access log while the producer's node was down")
+				}
+				requireVerify(t, cl.env, cl.flags...)
+				report(t, "node %s SIGKILLed under its producer: %d 502s through nginx, the client retried until the node was back; 6 batches exactly once, on %s only", cl.ids[h], bad, cl.ids[h])
+				return
+			}
+
+			_, err = c.Send(ctx, stream, sixth)
+			if !errors.Is(err, client.ErrUnknownProducer) {
+				t.Fatalf("send with failover while the producer's node is down: %v, want unknown_producer from another node", err)
+			}
+			kept := errors.Is(err, client.ErrKept)
+			if _, err := c.Init(ctx); err != nil {
+				t.Fatal(err)
+			}
+			other := cl.home(t, id) // the node it was moved to
+			// A 502 before the 409 leaves the batch with the client (it
+			// may have reached the node): then it is delivered, not sent
+			// again.
+			if !kept {
+				if _, err := c.Send(ctx, stream, sixth); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl.term(t)
+			rep := checkDest(ctx, cl.dest, want, true)
+			dupLine := ""
+			for _, p := range rep.Problems {
+				if strings.Contains(p, "committed more than once") {
+					dupLine = p
+				} else if !strings.Contains(p, "later checkpoint") {
+					// A later checkpoint of the same node can't go back in
+					// sequence; across nodes the checker does not compare.
+					t.Errorf("%s", p)
+				}
+			}
+			if rep.Batches != len(want)+5 || dupLine == "" {
+				t.Fatalf("with failover: %d batches in the destination (want %d: the 5 committed on %s written again by %s); problems: %v",
+					rep.Batches, len(want)+5, cl.ids[h], cl.ids[other], rep.Problems)
+			}
+			if ns := producerNodes(t, cl.dest)[id]; len(ns) != 2 {
+				t.Errorf("producer %s on nodes %v, want two", id, ns)
+			}
+			report(t, "%s: node %s down: the producer's write went to %s (unknown_producer), and after an init there the client resent what %s had committed: %s", tc.name,
+				cl.ids[h], cl.ids[other], cl.ids[h], dupLine)
+		})
+	}
+}
+
+// TestLBCrashLoop: producers (the Go client) and shippers (Idempotency-Key,
+// no Producer-Id, ?wait=commit) write through nginx with deploy/nginx.conf
+// to three nodes on one MinIO bucket while nodes are SIGKILLed and
+// restarted (same node id and data dir). At the end the checker finds
+// every acknowledged batch exactly once across all nodes' files and
+// manifests, each producer on one node only, `eosink verify` passes, and
+// nginx answered 502 while nodes were down.
+func TestLBCrashLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load-balancer crash loop: not in -short mode")
+	}
+	dir := workDir(t)
+	rng, _ := testRand(t)
+	var rngMu sync.Mutex
+	cl := newLBCluster(t, dir, nil, nil, func() []string {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return []string{"--checkpoint-interval", fmt.Sprintf("%dms", 100+rng.IntN(201))}
+	})
+	kills := envInt(t, envLBKills, 4)
+	nprod := envInt(t, envProducers, 6)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute+time.Duration(kills)*3*time.Second)
+	defer cancel()
+
+	led := newLedger()
+	var stop atomic.Bool
+	var errs errorLog
+	var wg sync.WaitGroup
+	senders := make([]sender, nprod)
+	for i := range senders {
+		senders[i] = newSender(ctx, t, cl.nginx.URL, fmt.Sprintf("lb-p%d", i))
+		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		wg.Go(func() { producerLoop(ctx, senders[i], crashStreams, prng, led, &stop, &errs) })
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	shippers := make([]*shipper, 2)
+	var shipped atomic.Int64
+	for i := range shippers {
+		s := &shipper{id: fmt.Sprintf("%sship-%d", anonSender, i), byContent: i%2 == 1,
+			rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: cl.nginx.URL}
+		shippers[i] = s
+		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		wg.Go(func() {
+			streams := []string{"logs", "events"}
+			for q := int64(0); !stop.Load() && ctx.Err() == nil; q++ {
+				stream := streams[prng.IntN(len(streams))]
+				k := batchKey{P: s.id, S: stream, Q: q}
+				recs := makeRecords(prng, k, 1+prng.IntN(30), 64)
+				if err := s.sendOne(ctx, stream, q, recs); err != nil {
+					errs.add(err)
+					return
+				}
+				led.add(k, len(recs))
+				shipped.Add(1)
+			}
+		})
+	}
+
+	killed := map[string]int{}
+	var down time.Duration
+	for range kills {
+		if err := sleepCtx(ctx, time.Duration(300+rng.IntN(900))*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		i := rng.IntN(len(cl.nodes))
+		cl.nodes[i].Kill()
+		killedAt := time.Now()
+		killed[cl.ids[i]]++
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // down: nginx answers 502
+		cl.nodes[i].Restart()
+		down += time.Since(killedAt)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	if !waitGroup(&wg, ctx) {
+		t.Fatalf("producers did not stop: %v", ctx.Err())
+	}
+	var fwg sync.WaitGroup
+	for _, s := range senders {
+		fwg.Go(func() {
+			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+			defer fcancel()
+			if err := s.Flush(fctx); err != nil {
+				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
+			}
+		})
+	}
+	fwg.Wait()
+	for i, err := range errs.all() {
+		if i == 10 {
+			t.Errorf("... %d errors in all", len(errs.all()))
+			break
+		}
+		t.Errorf("producer error: %v", err)
+	}
+	cl.term(t)
+
+	want := led.snapshot()
+	batches, records := led.records()
+	rep := requireDest(t, cl.dest, want, true)
+	if rep.Records != records {
+		t.Errorf("destination holds %d records, producers and shippers had %d acknowledged", rep.Records, records)
+	}
+	if len(rep.Staging) > 0 {
+		t.Errorf("staging objects left after clean stops: %s", firstN(rep.Staging, 10))
+	}
+	requireNoUploads(t, cl.dest.c, cl.dest.bucket, cl.prefix, rep)
+	perNode := map[string]int{}
+	for p, ns := range producerNodes(t, cl.dest) {
+		if len(ns) != 1 {
+			t.Errorf("producer %s has records on nodes %v: it moved", p, ns)
+			continue
+		}
+		perNode[ns[0]]++
+	}
+	requireVerify(t, cl.env, cl.flags...)
+	status := map[int]int{}
+	for _, e := range cl.nginx.Access() {
+		status[e.Status]++
+	}
+	if kills > 0 && status[http.StatusBadGateway] == 0 {
+		t.Errorf("%d kills, yet nginx never answered 502: no request met a node that was down", kills)
+	}
+	resends := 0
+	for _, s := range senders {
+		resends += s.Resends()
+	}
+	var retries int64
+	for _, s := range shippers {
+		retries += s.retries.Load()
+	}
+	report(t, "3 nodes behind nginx, %d SIGKILLs %v (down %s in all); %d producers (per node %v), %d shipper batches; %d batches, %d records exactly once in %d files (per node %v), %d manifests; nginx answers %v; %d producer resends, %d shipper retries",
+		kills, killed, down.Round(time.Millisecond), nprod, perNode, shipped.Load(), batches, records, rep.Files, rep.Nodes, rep.Manifests, status, resends, retries)
+}
