@@ -110,6 +110,36 @@ func (cl *lbCluster) home(t *testing.T, id string) int {
 	return home
 }
 
+// spreadProducers returns n producer ids (prefix and a number) chosen so
+// that nginx's hash ring puts them on the nodes as evenly as it can: ids
+// are tried (an init through nginx, then asking the nodes which one knows
+// it) and kept while their node has fewer than its share. A small ring
+// is uneven: without this, one node may get none.
+func (cl *lbCluster) spreadProducers(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	share := (n + len(cl.nodes) - 1) / len(cl.nodes)
+	per := make([]int, len(cl.nodes))
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		if i > 20*n {
+			t.Fatalf("no spread of %d producers over %d nodes after %d tries: %v", n, len(cl.nodes), i, per)
+		}
+		id := fmt.Sprintf("%s%d", prefix, i)
+		c, err := client.New(cl.nginx.URL, client.WithProducer(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Init(t.Context()); err != nil {
+			t.Fatalf("init %s: %v", id, err)
+		}
+		if h := cl.home(t, id); per[h] < share {
+			per[h]++
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // term stops every running node with SIGTERM and fails the test unless
 // each exits 0.
 func (cl *lbCluster) term(t *testing.T) {
@@ -463,9 +493,10 @@ func TestLBCrashLoop(t *testing.T) {
 	var stop atomic.Bool
 	var errs errorLog
 	var wg sync.WaitGroup
+	ids := cl.spreadProducers(t, "lb-p", nprod)
 	senders := make([]sender, nprod)
 	for i := range senders {
-		senders[i] = newSender(ctx, t, cl.nginx.URL, fmt.Sprintf("lb-p%d", i))
+		senders[i] = newSender(ctx, t, cl.nginx.URL, ids[i])
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		wg.Go(func() { producerLoop(ctx, senders[i], crashStreams, prng, led, &stop, &errs) })
 	}
@@ -495,11 +526,12 @@ func TestLBCrashLoop(t *testing.T) {
 
 	killed := map[string]int{}
 	var down time.Duration
-	for range kills {
+	first := rng.IntN(len(cl.nodes))
+	for k := range kills {
 		if err := sleepCtx(ctx, time.Duration(300+rng.IntN(900))*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		i := rng.IntN(len(cl.nodes))
+		i := (first + k) % len(cl.nodes) // each node in turn
 		cl.nodes[i].Kill()
 		killedAt := time.Now()
 		killed[cl.ids[i]]++
