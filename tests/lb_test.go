@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
 // envLBKills sets the SIGKILLs of TestLBCrashLoop (default 4).
@@ -33,13 +34,14 @@ type lbCluster struct {
 	flags  []string // --dest and the S3 flags, for `eosink verify`
 	env    []string
 	prefix string
+	minio  *testsrv.MinIO
 }
 
 // newLBCluster starts the nodes n0, n1, n2 (each with its own data dir)
 // and nginx; edit changes nginx's configuration (nil: deploy/nginx.conf as
 // it is). nodeArgs are added to every node's flags; perStart, if set, is
 // called for each start of each node.
-func newLBCluster(t *testing.T, dir string, edit func(string) string, nodeArgs []string, perStart func() []string) *lbCluster {
+func newLBCluster(t testing.TB, dir string, edit func(string) string, nodeArgs []string, perStart func() []string) *lbCluster {
 	t.Helper()
 	nginxBinary(t) // skip or fail before starting anything
 	srv := sharedMinIO(t)
@@ -58,6 +60,7 @@ func newLBCluster(t *testing.T, dir string, edit func(string) string, nodeArgs [
 		flags:  []string{"--dest", url, "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
 		env:    s3Env(srv.AccessKey, srv.SecretKey),
 		prefix: prefix,
+		minio:  srv,
 	}
 	var addrs []string
 	for i := range 3 {
@@ -85,7 +88,7 @@ func newLBCluster(t *testing.T, dir string, edit func(string) string, nodeArgs [
 
 // home returns the index of the one node that knows producer id (asked
 // directly, not through nginx), failing the test unless exactly one does.
-func (cl *lbCluster) home(t *testing.T, id string) int {
+func (cl *lbCluster) home(t testing.TB, id string) int {
 	t.Helper()
 	home := -1
 	for i, p := range cl.nodes {
@@ -115,7 +118,7 @@ func (cl *lbCluster) home(t *testing.T, id string) int {
 // are tried (an init through nginx, then asking the nodes which one knows
 // it) and kept while their node has fewer than its share. A small ring
 // is uneven: without this, one node may get none.
-func (cl *lbCluster) spreadProducers(t *testing.T, prefix string, n int) []string {
+func (cl *lbCluster) spreadProducers(t testing.TB, prefix string, n int) []string {
 	t.Helper()
 	share := (n + len(cl.nodes) - 1) / len(cl.nodes)
 	per := make([]int, len(cl.nodes))
@@ -142,7 +145,7 @@ func (cl *lbCluster) spreadProducers(t *testing.T, prefix string, n int) []strin
 
 // term stops every running node with SIGTERM and fails the test unless
 // each exits 0.
-func (cl *lbCluster) term(t *testing.T) {
+func (cl *lbCluster) term(t testing.TB) {
 	t.Helper()
 	for i, p := range cl.nodes {
 		if p.Running() {
