@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of eosink, after installing what the tests need: a MinIO
 # server (scripts/minio.sh), Chromium (scripts/chromium.sh), axe-core for the
-# accessibility checks (scripts/axe.sh) and promtool for the metrics check
-# (scripts/promtool.sh) and nginx for the load-balancer tests
-# (scripts/nginx.sh). Safe to run again; installs are skipped when already
-# done.
+# accessibility checks (scripts/axe.sh), promtool for the metrics check
+# (scripts/promtool.sh), and nginx and HAProxy for the load-balancer tests
+# (scripts/nginx.sh, scripts/haproxy.sh). Safe to run again; installs are
+# skipped when already done.
 #
 # Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
 # EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop), EOSINK_LB_KILLS
@@ -18,6 +18,7 @@ bash scripts/chromium.sh
 bash scripts/axe.sh
 bash scripts/promtool.sh
 bash scripts/nginx.sh >/dev/null
+bash scripts/haproxy.sh >/dev/null
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))

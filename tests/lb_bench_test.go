@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -50,7 +51,7 @@ func BenchmarkLBThroughput(b *testing.B) {
 
 func benchLB(b *testing.B, rounds, nprod int, phase time.Duration) {
 	dir := workDir(b)
-	cl := newLBCluster(b, dir, nil, []string{"--checkpoint-interval", "1s"}, nil)
+	cl := newLBCluster(b, dir, lbFront{}, []string{"--checkpoint-interval", "1s"}, nil)
 	ctx := b.Context()
 
 	var recs [][]byte
@@ -61,7 +62,10 @@ func benchLB(b *testing.B, rounds, nprod int, phase time.Duration) {
 	newClients := func(url string, ids []string) []*client.Client {
 		cs := make([]*client.Client, len(ids))
 		for i, id := range ids {
-			c, err := client.New(url, client.WithProducer(id))
+			// A transport of its own, as a producer in its own process
+			// has: the default one keeps 2 idle connections per host for
+			// all 12, and the others would reconnect for every batch.
+			c, err := client.New(url, client.WithProducer(id), client.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
 			if err != nil {
 				b.Fatal(err)
 			}

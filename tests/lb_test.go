@@ -29,7 +29,8 @@ const envLBKills = "EOSINK_LB_KILLS"
 type lbCluster struct {
 	nodes  []*proc
 	ids    []string
-	nginx  *nginxProc
+	URL    string     // the load balancer's
+	nginx  *nginxProc // nil behind HAProxy
 	dest   s3Dest
 	flags  []string // --dest and the S3 flags, for `eosink verify`
 	env    []string
@@ -37,13 +38,25 @@ type lbCluster struct {
 	minio  *testsrv.MinIO
 }
 
+// lbFront is the load balancer of an lbCluster: nginx with
+// deploy/nginx.conf, or HAProxy with deploy/haproxy.cfg (HAProxy true);
+// Edit, if set, changes the configuration.
+type lbFront struct {
+	HAProxy bool
+	Edit    func(string) string
+}
+
 // newLBCluster starts the nodes n0, n1, n2 (each with its own data dir)
-// and nginx; edit changes nginx's configuration (nil: deploy/nginx.conf as
-// it is). nodeArgs are added to every node's flags; perStart, if set, is
-// called for each start of each node.
-func newLBCluster(t testing.TB, dir string, edit func(string) string, nodeArgs []string, perStart func() []string) *lbCluster {
+// and the load balancer. nodeArgs are added to every node's flags;
+// perStart, if set, is called for each start of each node.
+func newLBCluster(t testing.TB, dir string, front lbFront, nodeArgs []string, perStart func() []string) *lbCluster {
 	t.Helper()
-	nginxBinary(t) // skip or fail before starting anything
+	// Skip or fail before starting anything.
+	if front.HAProxy {
+		haproxyBinary(t)
+	} else {
+		nginxBinary(t)
+	}
 	srv := sharedMinIO(t)
 	bucket, err := srv.NewBucket(t.Context())
 	if err != nil {
@@ -82,7 +95,12 @@ func newLBCluster(t testing.TB, dir string, edit func(string) string, nodeArgs [
 		}
 	}
 	listen := freeAddr(t)
-	cl.nginx = startNginx(t, dir, listen, deployNginxConf(t, addrs, listen, edit))
+	if front.HAProxy {
+		startHAProxy(t, dir, listen, deployHAProxyConf(t, addrs, listen, front.Edit))
+	} else {
+		cl.nginx = startNginx(t, dir, listen, deployNginxConf(t, addrs, listen, front.Edit))
+	}
+	cl.URL = "http://" + listen
 	return cl
 }
 
@@ -128,7 +146,7 @@ func (cl *lbCluster) spreadProducers(t testing.TB, prefix string, n int) []strin
 			t.Fatalf("no spread of %d producers over %d nodes after %d tries: %v", n, len(cl.nodes), i, per)
 		}
 		id := fmt.Sprintf("%s%d", prefix, i)
-		c, err := client.New(cl.nginx.URL, client.WithProducer(id))
+		c, err := client.New(cl.URL, client.WithProducer(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,31 +222,43 @@ func recordProducer(line string) string {
 	return rest[:j]
 }
 
-// TestNginxConfigInDocs: docs/nodes.md quotes deploy/nginx.conf, the
-// configuration the load-balancer tests run, word for word.
-func TestNginxConfigInDocs(t *testing.T) {
+// TestDeployConfigsInDocs: docs/nodes.md quotes deploy/nginx.conf and
+// deploy/haproxy.cfg, the configurations the load-balancer tests run, word
+// for word.
+func TestDeployConfigsInDocs(t *testing.T) {
 	root := repoRoot(t)
-	conf, err := os.ReadFile(filepath.Join(root, "deploy", "nginx.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "nodes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(doc), "```nginx\n"+string(conf)+"```\n") {
-		t.Errorf("docs/nodes.md does not quote deploy/nginx.conf in a ```nginx block word for word: copy the file into the doc")
+	for _, f := range []struct{ file, lang string }{{"nginx.conf", "nginx"}, {"haproxy.cfg", "haproxy"}} {
+		conf, err := os.ReadFile(filepath.Join(root, "deploy", f.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "```"+f.lang+"\n"+string(conf)+"```\n") {
+			t.Errorf("docs/nodes.md does not quote deploy/%s in a ```%s block word for word: copy the file into the doc", f.file, f.lang)
+		}
 	}
 }
 
-// TestLBRouting: through nginx with deploy/nginx.conf in front of three
-// nodes, (1) each producer's init (a path with the producer, no
+// TestLBRouting: through nginx with deploy/nginx.conf, and HAProxy with
+// deploy/haproxy.cfg, in front of three nodes, (1) each producer's init (a path with the producer, no
 // Producer-Id header) and its writes (Producer-Id, no producer in the
 // path) reach the same node, and (2) a shipper's retries of one
 // Idempotency-Key all reach one node, so the batch is written once.
 func TestLBRouting(t *testing.T) {
+	for _, front := range []struct {
+		name string
+		lbFront
+	}{{"nginx", lbFront{}}, {"haproxy", lbFront{HAProxy: true}}} {
+		t.Run(front.name, func(t *testing.T) { testLBRouting(t, front.lbFront) })
+	}
+}
+
+func testLBRouting(t *testing.T, front lbFront) {
 	dir := workDir(t)
-	cl := newLBCluster(t, dir, nil, []string{"--checkpoint-interval", "0"}, nil)
+	cl := newLBCluster(t, dir, front, []string{"--checkpoint-interval", "0"}, nil)
 	ctx := t.Context()
 	rng, _ := testRand(t)
 	want := map[batchKey]int{}
@@ -238,17 +268,17 @@ func TestLBRouting(t *testing.T) {
 	used := map[int]int{}
 	for i := range 12 {
 		id := fmt.Sprintf("route-%d", i)
-		c, err := client.New(cl.nginx.URL, client.WithProducer(id))
+		c, err := client.New(cl.URL, client.WithProducer(id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Init(ctx); err != nil {
-			t.Fatalf("init %s through nginx: %v", id, err)
+			t.Fatalf("init %s through the load balancer: %v", id, err)
 		}
 		k := batchKey{P: id, S: "events", Q: 0}
 		recs := makeRecords(rng, k, 3, 16)
 		if _, err := c.Send(ctx, "events", recs); err != nil {
-			t.Fatalf("producer %s: write through nginx after its init: %v", id, err)
+			t.Fatalf("producer %s: write through the load balancer after its init: %v", id, err)
 		}
 		want[k] = len(recs)
 		used[cl.home(t, id)]++
@@ -262,7 +292,7 @@ func TestLBRouting(t *testing.T) {
 	hc := &http.Client{}
 	dups := 0
 	for i := range 9 {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.nginx.URL+"/v1/streams/logs/records", strings.NewReader(string(ndjson(recs))))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.URL+"/v1/streams/logs/records", strings.NewReader(string(ndjson(recs))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +315,7 @@ func TestLBRouting(t *testing.T) {
 		}
 	}
 	if dups != 8 {
-		t.Errorf("one Idempotency-Key sent 9 times through nginx: %d answered as duplicates, want 8", dups)
+		t.Errorf("one Idempotency-Key sent 9 times through the load balancer: %d answered as duplicates, want 8", dups)
 	}
 	for _, p := range cl.nodes {
 		mustCommit(t, p)
@@ -298,7 +328,7 @@ func TestLBRouting(t *testing.T) {
 		}
 	}
 	requireVerify(t, cl.env, cl.flags...)
-	report(t, "12 producers through nginx, each on one node (n0: %d, n1: %d, n2: %d); one Idempotency-Key sent 9 times: written once", used[0], used[1], used[2])
+	report(t, "12 producers through the load balancer, each on one node (n0: %d, n1: %d, n2: %d); one Idempotency-Key sent 9 times: written once", used[0], used[1], used[2])
 }
 
 // withFailover turns deploy/nginx.conf back into nginx's defaults for
@@ -328,25 +358,26 @@ func withFailover(conf string) string {
 func TestLBProducerNodeDown(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		edit     func(string) string
+		front    lbFront
 		failover bool
 	}{
-		{"deploy-nginx.conf", nil, false},
-		{"nginx-default-failover", withFailover, true},
+		{"deploy-nginx.conf", lbFront{}, false},
+		{"deploy-haproxy.cfg", lbFront{HAProxy: true}, false},
+		{"nginx-default-failover", lbFront{Edit: withFailover}, true},
 		// Each half of the rule alone is not enough: a failed connect
 		// marks the node failed (max_fails 1) and the client's retry
 		// hashes past it; or the request itself is passed on.
-		{"proxy_next_upstream-off-only", func(c string) string { return strings.ReplaceAll(c, " max_fails=0", "") }, true},
-		{"max_fails=0-only", func(c string) string { return strings.ReplaceAll(c, "proxy_next_upstream off;", "") }, true},
+		{"proxy_next_upstream-off-only", lbFront{Edit: func(c string) string { return strings.ReplaceAll(c, " max_fails=0", "") }}, true},
+		{"max_fails=0-only", lbFront{Edit: func(c string) string { return strings.ReplaceAll(c, "proxy_next_upstream off;", "") }}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := workDir(t)
-			cl := newLBCluster(t, dir, tc.edit, []string{"--checkpoint-interval", "200ms"}, nil)
+			cl := newLBCluster(t, dir, tc.front, []string{"--checkpoint-interval", "200ms"}, nil)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			rng, _ := testRand(t)
 			const id, stream = "mover", "events"
-			c, err := client.New(cl.nginx.URL, client.WithProducer(id),
+			c, err := client.New(cl.URL, client.WithProducer(id),
 				client.WithRetry(client.Retry{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxElapsed: -1}))
 			if err != nil {
 				t.Fatal(err)
@@ -409,17 +440,21 @@ func TestLBProducerNodeDown(t *testing.T) {
 				if ns := producerNodes(t, cl.dest)[id]; !slices.Equal(ns, []string{cl.ids[h]}) {
 					t.Errorf("producer %s on nodes %v, want only its node %s", id, ns, cl.ids[h])
 				}
-				bad := 0
-				for _, e := range cl.nginx.Access() {
-					if e.Status == http.StatusBadGateway {
-						bad++
+				failed := "through HAProxy"
+				if cl.nginx != nil {
+					bad := 0
+					for _, e := range cl.nginx.Access() {
+						if e.Status == http.StatusBadGateway {
+							bad++
+						}
 					}
-				}
-				if bad == 0 {
-					t.Errorf("no 502 in nginx's access log while the producer's node was down")
+					if bad == 0 {
+						t.Errorf("no 502 in nginx's access log while the producer's node was down")
+					}
+					failed = fmt.Sprintf("nginx answered %d 502s", bad)
 				}
 				requireVerify(t, cl.env, cl.flags...)
-				report(t, "node %s SIGKILLed under its producer: %d 502s through nginx, the client retried until the node was back; 6 batches exactly once, on %s only", cl.ids[h], bad, cl.ids[h])
+				report(t, "node %s SIGKILLed under its producer: %s, the client retried until the node was back; 6 batches exactly once, on %s only", cl.ids[h], failed, cl.ids[h])
 				return
 			}
 
@@ -482,7 +517,7 @@ func TestLBCrashLoop(t *testing.T) {
 	dir := workDir(t)
 	rng, _ := testRand(t)
 	var rngMu sync.Mutex
-	cl := newLBCluster(t, dir, nil, nil, func() []string {
+	cl := newLBCluster(t, dir, lbFront{}, nil, func() []string {
 		rngMu.Lock()
 		defer rngMu.Unlock()
 		return []string{"--checkpoint-interval", fmt.Sprintf("%dms", 100+rng.IntN(201))}
@@ -499,7 +534,7 @@ func TestLBCrashLoop(t *testing.T) {
 	ids := cl.spreadProducers(t, "lb-p", nprod)
 	senders := make([]sender, nprod)
 	for i := range senders {
-		senders[i] = newSender(ctx, t, cl.nginx.URL, ids[i])
+		senders[i] = newSender(ctx, t, cl.URL, ids[i])
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		wg.Go(func() { producerLoop(ctx, senders[i], crashStreams, prng, led, &stop, &errs) })
 	}
@@ -508,7 +543,7 @@ func TestLBCrashLoop(t *testing.T) {
 	var shipped atomic.Int64
 	for i := range shippers {
 		s := &shipper{id: fmt.Sprintf("%sship-%d", anonSender, i), byContent: i%2 == 1,
-			rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: cl.nginx.URL}
+			rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: cl.URL}
 		shippers[i] = s
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		wg.Go(func() {

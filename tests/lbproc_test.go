@@ -16,23 +16,41 @@ import (
 	"time"
 )
 
-// envNginx names the nginx binary for the load-balancer tests; default
-// /usr/sbin/nginx (scripts/nginx.sh installs it), else nginx on PATH.
-const envNginx = "EOSINK_NGINX"
+// The load balancers of the load-balancer tests (lb_test.go), run as the
+// test's children: nginx and HAProxy.
+
+// envNginx and envHAProxy name the load balancers' binaries; default
+// /usr/sbin/nginx and /usr/sbin/haproxy (scripts/nginx.sh and
+// scripts/haproxy.sh install them), else on PATH.
+const (
+	envNginx   = "EOSINK_NGINX"
+	envHAProxy = "EOSINK_HAPROXY"
+)
 
 // nginxBinary finds nginx, or ends the test: skip, or fail with CI=true.
 func nginxBinary(t testing.TB) string {
 	t.Helper()
-	if v := os.Getenv(envNginx); v != "" {
+	return findBinary(t, envNginx, "nginx", "scripts/nginx.sh")
+}
+
+// haproxyBinary finds haproxy, or ends the test: skip, or fail with CI=true.
+func haproxyBinary(t testing.TB) string {
+	t.Helper()
+	return findBinary(t, envHAProxy, "haproxy", "scripts/haproxy.sh")
+}
+
+func findBinary(t testing.TB, env, name, script string) string {
+	t.Helper()
+	if v := os.Getenv(env); v != "" {
 		return v
 	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-		return "/usr/sbin/nginx"
+	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+		return "/usr/sbin/" + name
 	}
-	if p, err := exec.LookPath("nginx"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	msg := "nginx not found ($" + envNginx + ", /usr/sbin/nginx, PATH): run scripts/nginx.sh (as root) to install it"
+	msg := fmt.Sprintf("%s not found ($%s, /usr/sbin/%s, PATH): run %s (as root) to install it", name, env, name, script)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
@@ -40,37 +58,50 @@ func nginxBinary(t testing.TB) string {
 	return ""
 }
 
-// deployNginxConf reads deploy/nginx.conf, the configuration the docs
-// quote, and puts the test's nodes and listen address in it: the three
-// `server eosink-<i>.eosink:8080` lines become nodes[i], `listen 80;`
-// becomes listen. edit, if set, changes the result further (a variant
-// that shows what goes wrong without a rule). A file that no longer has
-// these lines fails the test: tests and docs run one configuration.
-func deployNginxConf(t testing.TB, nodes []string, listen string, edit func(string) string) string {
+// deployConf reads deploy/<name> and puts the test's nodes and listen
+// address in it: each of the three node addresses (eosink-<i>.eosink:8080)
+// must occur exactly once and becomes nodes[i], and bind (such as
+// "listen 80;") must occur exactly once and becomes bindTo. edit, if
+// set, changes the result further (a variant that shows what goes wrong
+// without a rule). A file that no longer has these fails the test: tests
+// and docs run one configuration.
+func deployConf(t testing.TB, name string, nodes []string, bind, bindTo string, edit func(string) string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nginx.conf"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := string(raw)
 	if len(nodes) != 3 {
-		t.Fatalf("deploy/nginx.conf has 3 nodes; the test gave %d", len(nodes))
+		t.Fatalf("deploy/%s has 3 nodes; the test gave %d", name, len(nodes))
 	}
 	for i, addr := range nodes {
-		old := fmt.Sprintf("server eosink-%d.eosink:8080", i)
+		old := fmt.Sprintf(" eosink-%d.eosink:8080", i)
 		if n := strings.Count(conf, old); n != 1 {
-			t.Fatalf("deploy/nginx.conf: %q occurs %d times, want once", old, n)
+			t.Fatalf("deploy/%s: %q occurs %d times, want once", name, old, n)
 		}
-		conf = strings.Replace(conf, old, "server "+addr, 1)
+		conf = strings.Replace(conf, old, " "+addr, 1)
 	}
-	if n := strings.Count(conf, "listen 80;"); n != 1 {
-		t.Fatalf("deploy/nginx.conf: %q occurs %d times, want once", "listen 80;", n)
+	if n := strings.Count(conf, bind); n != 1 {
+		t.Fatalf("deploy/%s: %q occurs %d times, want once", name, bind, n)
 	}
-	conf = strings.Replace(conf, "listen 80;", "listen "+listen+";", 1)
+	conf = strings.Replace(conf, bind, bindTo, 1)
 	if edit != nil {
 		conf = edit(conf)
 	}
 	return conf
+}
+
+// deployNginxConf is deploy/nginx.conf for the test's nodes.
+func deployNginxConf(t testing.TB, nodes []string, listen string, edit func(string) string) string {
+	t.Helper()
+	return deployConf(t, "nginx.conf", nodes, "listen 80;", "listen "+listen+";", edit)
+}
+
+// deployHAProxyConf is deploy/haproxy.cfg for the test's nodes.
+func deployHAProxyConf(t testing.TB, nodes []string, listen string, edit func(string) string) string {
+	t.Helper()
+	return deployConf(t, "haproxy.cfg", nodes, "bind :80\n", "bind "+listen+"\n", edit)
 }
 
 // nginxProc is nginx run as the test's child: its own prefix, logs, pid
@@ -222,4 +253,72 @@ func (n *nginxProc) Access() []accessEntry {
 		n.t.Fatal(err)
 	}
 	return out
+}
+
+// startHAProxy runs haproxy in the foreground (-db) in dir with cfg, such
+// as deployHAProxyConf's, and waits until it accepts connections on addr.
+// It stops at the test's end.
+func startHAProxy(t testing.TB, dir, addr, cfg string) {
+	t.Helper()
+	bin := haproxyBinary(t)
+	dir = filepath.Join(dir, "haproxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s\nconfiguration:\n%s", err, out, cfg)
+	}
+	logPath := filepath.Join(dir, "haproxy.log")
+	out, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", path)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = out.Close()
+		t.Fatalf("start haproxy: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = out.Close()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		// os.Process signals through a pidfd: never a reused PID.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("haproxy did not stop within 10s of SIGTERM; killed")
+		}
+		if t.Failed() {
+			t.Logf("haproxy log: %s", logPath)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("haproxy exited at start (%s); log:\n%s", cmd.ProcessState, b)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy does not accept connections on %s after 10s", addr)
+		}
+	}
 }
