@@ -9,8 +9,10 @@
 // is tested.
 //
 // The S3 tests need a MinIO server binary (scripts/minio.sh installs it),
-// and the UI test Chromium (scripts/chromium.sh); without them they skip,
-// or fail when CI=true.
+// the UI test Chromium (scripts/chromium.sh), and the load-balancer tests
+// (lb_test.go: three nodes behind deploy/nginx.conf or deploy/haproxy.cfg)
+// nginx and HAProxy (scripts/nginx.sh, scripts/haproxy.sh); without them
+// they skip, or fail when CI=true.
 //
 // Knobs, all optional:
 //
@@ -23,6 +25,9 @@
 //	EOSINK_E2E_RACE=1        build the service with -race; a data race fails the test
 //	EOSINK_E2E_KEEP=1        keep the logs and data of passing tests too (a failing
 //	                         test always keeps them and prints where)
+//	EOSINK_LB_KILLS=n        SIGKILLs in TestLBCrashLoop (default 4, one node after another)
+//	EOSINK_NGINX=path        nginx for the load-balancer tests (default /usr/sbin/nginx)
+//	EOSINK_HAPROXY=path      haproxy for them (default /usr/sbin/haproxy)
 //	EOSINK_CHROMIUM=path     the browser for TestUIOnBinary (default /usr/bin/chromium,
 //	                         installed by scripts/chromium.sh)
 //	EOSINK_SCREENSHOTS=dir   keep the UI test's full-page screenshots there
