@@ -24,8 +24,9 @@ import (
 // envLBKills sets the SIGKILLs of TestLBCrashLoop (default 4).
 const envLBKills = "EOSINK_LB_KILLS"
 
-// lbCluster is three eosink nodes on one MinIO bucket and prefix, and
-// nginx in front of them with deploy/nginx.conf.
+// lbCluster is three eosink nodes on one MinIO bucket and prefix, and a
+// load balancer in front of them: nginx with deploy/nginx.conf or HAProxy
+// with deploy/haproxy.cfg.
 type lbCluster struct {
 	nodes  []*proc
 	ids    []string
@@ -132,9 +133,9 @@ func (cl *lbCluster) home(t testing.TB, id string) int {
 }
 
 // spreadProducers returns n producer ids (prefix and a number) chosen so
-// that nginx's hash ring puts them on the nodes as evenly as it can: ids
-// are tried (an init through nginx, then asking the nodes which one knows
-// it) and kept while their node has fewer than its share. A small ring
+// that the load balancer's hash ring puts them on the nodes evenly: ids
+// are tried (an init through the load balancer, then asking the nodes
+// which one knows it) and kept while their node has fewer than its share. A small ring
 // is uneven: without this, one node may get none.
 func (cl *lbCluster) spreadProducers(t testing.TB, prefix string, n int) []string {
 	t.Helper()
