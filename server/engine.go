@@ -168,15 +168,15 @@ type WriteResult struct {
 
 // CheckpointResult is the end of one checkpoint.
 type CheckpointResult struct {
-	ID         uint64           `json:"id"`
-	State      recovery.State   `json:"state"`
-	Files      []committer.File `json:"files"`
-	Records    int64            `json:"records"`
-	Bytes      int64            `json:"bytes"`
-	DurationMS int64            `json:"duration_ms"`
-	Error      string           `json:"error,omitempty"`
+	ID         uint64
+	State      recovery.State
+	Files      []committer.File
+	Records    int64
+	Bytes      int64
+	DurationMS int64
+	Error      string
 	// Seconds is the duration, unrounded, for metrics.
-	Seconds float64 `json:"-"`
+	Seconds float64
 }
 
 type openTxn struct {
@@ -223,10 +223,8 @@ type Engine struct {
 	nextIndex   int
 	openBytes   int64
 	openRecords int64
-	held        int64 // uncommitted bytes: open and in-flight checkpoints
-	producers   map[string]*producer
-	durable     map[string]recovery.Producer // as of the last prepared checkpoint
-	dirty       map[string]map[string]bool
+	held        int64          // uncommitted bytes: open and in-flight checkpoints
+	prods       *producerTable // producers.go
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
 	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
@@ -238,11 +236,10 @@ type Engine struct {
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
 
-	status        atomic.Pointer[Status] // published under mu, read by Status without it
-	producerCount atomic.Int64           // len(producers), read without mu
-	keys          keyTable               // idempotency keys (idempotency.go)
-	commitWant    uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
-	commitWaits   int                    // the Waits that asked for it
+	status      atomic.Pointer[Status] // published under mu, read by Status without it
+	keys        keyTable               // idempotency keys (idempotency.go)
+	commitWant  uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
+	commitWaits int                    // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -277,8 +274,7 @@ func Open(cfg Config) (*Engine, error) {
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
 		ctx: ctx, cancel: cancel,
 		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
-		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
-		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
+		cur: map[staging.Key]*openTxn{}, prods: newProducerTable(st), outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
 	e.publishLocked()
@@ -351,7 +347,7 @@ func (e *Engine) recover() bool {
 			inDest, err = e.highestManifestID(e.ctx)
 		}
 		if err == nil && inDest > 0 && inDest+2 > res.LastID {
-			err = e.rebuildProducers(res) // recovery step 5; see below
+			err = e.rebuildProducers() // recovery step 5; see below
 		}
 		if err == nil {
 			break
@@ -395,7 +391,7 @@ func (e *Engine) recover() bool {
 		// unless more than a block of them passed without data.
 		open = max(open, inDest+e.cfg.idBlock+2)
 		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
-			"store", e.store.Path(), "store_last_checkpoint", res.LastID, "manifest_checkpoint", inDest, "checkpoint", open)
+			"store", e.cfg.StorePath, "store_last_checkpoint", res.LastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
 	reserved := open + e.cfg.idBlock - 1
 	for attempt := 0; ; attempt++ {
@@ -460,11 +456,7 @@ func (e *Engine) recover() bool {
 	e.mu.Lock()
 	e.reserved = reserved
 	e.keyLoadLocked(keys)
-	for _, p := range res.Producers {
-		e.durable[p.ID] = p
-		e.producers[p.ID] = producerFrom(p, newest)
-	}
-	e.producerCount.Store(int64(len(e.producers)))
+	e.prods.legacyIn = newest
 	e.openID = open
 	e.lastDone = newest // ids between it and firstID the store lacks were never used
 	e.firstID = open
@@ -473,9 +465,10 @@ func (e *Engine) recover() bool {
 	e.recovering, e.diskFull = "", nil
 	e.publishLocked()
 	e.mu.Unlock()
+	e.recount()
 	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
-		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", len(res.Producers),
+		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", e.ProducerCount(),
 		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
 	close(e.ready)
 	return true
@@ -607,58 +600,15 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	}
 	var ss *seqState
 	if w.Producer != nil {
-		p := e.producers[w.Producer.ID]
-		if p == nil {
-			e.reject("unknown_producer")
-			return res, fmt.Errorf("producer %s: %w", w.Producer.ID, ErrUnknownProducer)
-		}
-		switch {
-		case w.Producer.Epoch < p.epoch:
-			p.fenced++
-			e.reject("producer_fenced")
-			return res, fmt.Errorf("producer %s epoch %d < %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrFenced)
-		case w.Producer.Epoch > p.epoch:
-			e.reject("invalid_epoch")
-			return res, fmt.Errorf("producer %s epoch %d > %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrInvalidEpoch)
-		}
-		ss = p.streams[w.Stream]
-		if ss == nil {
-			ss = &seqState{committed: -1}
-			p.streams[w.Stream] = ss
-		}
-		seq := w.Producer.Seq
-		switch {
-		case seq < ss.next:
-			res.Duplicate, res.NextSeq, res.Records, res.Bytes = true, ss.next, 0, 0
-			res.Committed = seq <= ss.committed
-			if res.Committed {
-				// The committed checkpoint that committed this producer's
-				// newest batch on the stream: the one holding seq for a
-				// retry of the latest batches, else a later one. Never an
-				// open, aborted or merely reserved id.
-				res.Checkpoint = ss.committedIn
-			} else {
-				for _, r := range ss.pending {
-					if seq <= r.last {
-						res.Checkpoint = r.ckpt
-						break
-					}
-				}
-			}
-			if h := e.cfg.Hooks.Duplicate; h != nil {
-				h(w.Stream)
-			}
-			return res, nil
-		case seq > ss.next:
-			e.reject("out_of_order_sequence")
-			return res, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
+		var err error
+		if ss, err = e.sequenceLocked(w, &res); err != nil || ss == nil {
+			return res, err // refused, or a duplicate
 		}
 	}
 	if w.Records == 0 {
 		// An empty batch still takes its sequence number, but opens no file.
 		if ss != nil {
-			e.advanceLocked(ss, w.Producer.ID, w.Stream, w.Producer.Seq)
-			res.NextSeq = ss.next
+			e.acceptLocked(w, ss, &res)
 		}
 		return res, nil
 	}
@@ -695,8 +645,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.kickLocked()
 	}
 	if ss != nil {
-		e.advanceLocked(ss, pid, w.Stream, seq)
-		res.NextSeq = ss.next
+		e.acceptLocked(w, ss, &res)
 	}
 	if w.Key != nil {
 		e.keyAcceptLocked(w.Stream, w.Key)
@@ -719,22 +668,6 @@ func (e *Engine) kickLocked() {
 func (e *Engine) earlyLocked() {
 	e.early = true
 	e.kickLocked()
-}
-
-// advanceLocked accepts seq for (producer, stream) into the open checkpoint.
-func (e *Engine) advanceLocked(ss *seqState, pid, stream string, seq int64) {
-	ss.next++
-	if n := len(ss.pending); n > 0 && ss.pending[n-1].ckpt == e.openID {
-		ss.pending[n-1].last = seq
-	} else {
-		ss.pending = append(ss.pending, pendingRange{ckpt: e.openID, last: seq})
-	}
-	d := e.dirty[pid]
-	if d == nil {
-		d = map[string]bool{}
-		e.dirty[pid] = d
-	}
-	d[stream] = true
 }
 
 func (e *Engine) reject(reason string) {
@@ -813,23 +746,17 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		return ProducerState{}, err
 	}
 	e.diskOK()
+	e.recount()
 	// From here on the older epochs are fenced: nothing more of theirs is
 	// accepted, so one barrier after this point covers all of it.
 	e.mu.Lock()
-	p := e.producers[id]
+	p := e.prods.m[id]
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
-		e.producers[id] = p
-		e.producerCount.Add(1)
+		e.prods.m[id] = p
 	}
 	p.epoch = rec.Epoch
-	d := e.durable[id]
-	d.ID, d.Epoch = id, rec.Epoch
-	if d.Streams == nil {
-		d.Streams = rec.Streams
-	}
-	e.durable[id] = d
-	pending := e.unpreparedLocked(p)
+	pending := e.prods.unprepared(p)
 	e.mu.Unlock()
 	e.initMu.Unlock()
 
@@ -840,14 +767,14 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
-	for s, ss := range e.durable[id].Streams {
-		out.Streams[s] = ss
+	// The store's streams as of the init, with the ones in use since the
+	// start, durable after the barrier, over them.
+	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: rec.Streams}
+	if out.Streams == nil {
+		out.Streams = map[string]recovery.StreamSeq{}
 	}
-	for s := range p.streams {
-		if _, ok := out.Streams[s]; !ok {
-			out.Streams[s] = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
-		}
+	for s, ss := range p.streams {
+		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.durable.NextSeq, CommittedSeq: ss.durable.CommittedSeq}
 	}
 	return out, nil
 }
@@ -1004,7 +931,7 @@ func (e *Engine) run() {
 func (e *Engine) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.openTxns) == 0 && len(e.dirty) == 0
+	return len(e.openTxns) == 0 && len(e.prods.dirty) == 0
 }
 
 // Shutdown stops accepting writes, runs a final checkpoint (bounded by

@@ -51,7 +51,7 @@ func main() {
 	s3 := committer.File{Stream: "views", Temp: "/data/staging/part-n1-00000000000000000003-0000.txt.inprogress",
 		Final: "views/dt=2026-11-30/hour=12/part-n1-00000000000000000003-0000.txt", Bytes: 7 << 20, Records: 1000, CRC32C: "deadbeef",
 		Producers: map[string]committer.SeqRanges{"bob": {{0, 3}, {5, 9}}},
-		UploadID: "upload-xyz", Parts: []committer.Part{{Number: 1, ETag: "\"e1\"", Size: 5 << 20}, {Number: 2, ETag: "\"e2\"", Size: 2 << 20}},
+		UploadID:  "upload-xyz", Parts: []committer.Part{{Number: 1, ETag: "\"e1\"", Size: 5 << 20}, {Number: 2, ETag: "\"e2\"", Size: 2 << 20}},
 		StagingKey: "_staging/n1/x", ETag: "\"whole\""}
 	must(s.PutIntents(3, []committer.File{s3}))
 	c3 := &recovery.Checkpoint{ID: 3, StartedAt: at.Add(2 * time.Second), PreparedAt: at.Add(2*time.Second + time.Millisecond),
