@@ -112,4 +112,3 @@ func (f *Finisher) sameManifest(ctx context.Context, name string, body []byte) e
 	}
 	return nil
 }
-
