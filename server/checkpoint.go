@@ -108,7 +108,7 @@ func (e *Engine) endInflight() {
 func (e *Engine) recordPrepared(c *cut) error {
 	if err := e.store.Prepare(c.ck); err != nil {
 		err = fmt.Errorf("record prepared checkpoint %d: %w", c.ck.ID, err)
-		if errors.Is(err, durable.ErrDiskFull) {
+		if errors.Is(err, ErrDiskFull) {
 			e.noteDiskFull(err)
 			return err
 		}

@@ -548,7 +548,7 @@ func (e *Engine) storeFailed(err error) bool {
 // noteDiskFull remembers err if it is a write refused for space, for
 // Status and /readyz.
 func (e *Engine) noteDiskFull(err error) {
-	if !errors.Is(err, durable.ErrDiskFull) {
+	if !errors.Is(err, ErrDiskFull) {
 		return
 	}
 	e.mu.Lock()
@@ -558,7 +558,7 @@ func (e *Engine) noteDiskFull(err error) {
 }
 
 func (e *Engine) noteDiskFullLocked(err error) {
-	if errors.Is(err, durable.ErrDiskFull) {
+	if errors.Is(err, ErrDiskFull) {
 		e.diskFull, e.diskFullAt = err, time.Now()
 	}
 }
@@ -737,7 +737,7 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
 		e.initMu.Unlock()
-		if errors.Is(err, durable.ErrDiskFull) {
+		if errors.Is(err, ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
 			e.noteDiskFull(err)
 			return ProducerState{}, err
