@@ -463,3 +463,63 @@ func (e *Engine) expireLoop() {
 		}
 	}
 }
+
+// InitProducer gives the producer a new epoch, durably, fencing older
+// ones, and is a barrier (I12): before it answers, every batch accepted
+// under an older epoch is prepared or aborted, so the next_seq and
+// committed_seq it returns — the producer's durable state — survive any
+// crash or abort that follows. When the producer has batches not yet
+// prepared it runs a checkpoint and waits for its end (bounded by ctx).
+func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, error) {
+	e.initMu.Lock()
+	e.mu.Lock()
+	err := e.writableLocked()
+	e.mu.Unlock()
+	if err != nil {
+		e.initMu.Unlock()
+		return ProducerState{}, err
+	}
+	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
+	if err != nil {
+		e.initMu.Unlock()
+		if errors.Is(err, ErrDiskFull) {
+			// Refused for space with nothing recorded: an answer.
+			e.noteDiskFull(err)
+			return ProducerState{}, err
+		}
+		e.fail(err)
+		return ProducerState{}, err
+	}
+	e.diskOK()
+	e.recount()
+	// From here on the older epochs are fenced: nothing more of theirs is
+	// accepted, so one barrier after this point covers all of it.
+	e.mu.Lock()
+	p := e.prods.m[id]
+	if p == nil {
+		p = &producer{id: id, streams: map[string]*seqState{}}
+		e.prods.m[id] = p
+	}
+	p.epoch = rec.Epoch
+	pending := e.prods.unprepared(p)
+	e.mu.Unlock()
+	e.initMu.Unlock()
+
+	if pending {
+		if _, err := e.Checkpoint(ctx); err != nil {
+			return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// The store's streams as of the init, with the ones in use since the
+	// start, durable after the barrier, over them.
+	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: rec.Streams}
+	if out.Streams == nil {
+		out.Streams = map[string]recovery.StreamSeq{}
+	}
+	for s, ss := range p.streams {
+		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.durable.NextSeq, CommittedSeq: ss.durable.CommittedSeq}
+	}
+	return out, nil
+}
