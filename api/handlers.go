@@ -184,18 +184,16 @@ const indexPage = `<!doctype html>
 </ul></body></html>
 `
 
+// index is the root page without a UI; with one, the router sends "/" to it.
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	if s.ui != nil {
-		s.ui.ServeHTTP(w, r)
-		return
-	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write([]byte(indexPage))
 }
 
-// readyOr503 answers 503 not_ready while recovery runs: producers are not
-// loaded yet, and a 404 then would tell a client its producer is unknown.
+// readyOr503 answers 503 not_ready while recovery runs: it may still
+// restore producers (from the destination, when the store was lost), and a
+// 404 then would tell a client its producer is unknown.
 func (s *Server) readyOr503(w http.ResponseWriter) bool {
 	if s.eng.Status().Ready {
 		return true

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api/batch"
-	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 )
@@ -444,7 +443,7 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 		w.Header().Set("Retry-After", s.retryAfter)
 	case errors.Is(err, server.ErrClosed):
 		status, e.Error = http.StatusServiceUnavailable, "shutting_down"
-	case errors.Is(err, durable.ErrDiskFull):
+	case errors.Is(err, server.ErrDiskFull):
 		status, e.Error = http.StatusInsufficientStorage, "insufficient_storage"
 	default:
 		if write {

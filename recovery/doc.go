@@ -1,30 +1,38 @@
 // Package recovery owns eosink's durable state and the replay on start.
 //
-// The state store is one bbolt file (<data>/state.db), format version 2,
-// with these buckets:
+// The state store is one bbolt file (<data>/state.db), format version 2.
+// Every value is JSON of the store's own record types (records.go:
+// checkpointRecord, fileRecord, partRecord, seqRecord, producerRecord,
+// keyRecord), converted at the boundary from the types the rest of eosink
+// uses, so renaming a field of committer.File or Checkpoint changes nothing
+// on disk; testdata/v2-state.db, written before those types, must open and
+// be written byte for byte the same (TestV2Fixture). The buckets:
 //
 //	meta         "version" -> 2; "last_id" -> the highest checkpoint id ever
 //	             recorded or reserved (8 bytes big-endian), so ids are never
 //	             reused: the engine reserves ids in blocks before it names
 //	             them in answers, and a start continues beyond last_id;
 //	             "last_committed" -> the newest committed id (outlives its
-//	             row); "pruned_below" -> where the next prune goes on from
-//	checkpoints  id (8 bytes big-endian) -> Checkpoint as JSON: the newest
+//	             row); "pruned_below" -> where the next prune goes on from;
+//	             "epoch_floor" -> above every forgotten producer's epoch;
+//	             "producer_count" -> the producers bucket's rows (counted
+//	             once at open in a store written before it was kept)
+//	checkpoints  id (8 bytes big-endian) -> checkpointRecord: the newest
 //	             --checkpoint-retention rows, and every prepared one
 //	pending      id (8 bytes big-endian) -> empty: the prepared, not yet
 //	             committed checkpoints, so a start reads only those rows
-//	producers    producer id -> {"producer","epoch","active"}: the epoch and
+//	producers    producer id -> producerRecord {"producer","epoch","active"}: the epoch and
 //	             the last activity (its init, or the barrier of the newest
 //	             checkpoint that prepared its batches)
-//	seqs         producer id, NUL, stream -> StreamSeq as JSON: the next and
+//	seqs         producer id, NUL, stream -> seqRecord: the next and
 //	             committed sequence numbers as of the last prepared
 //	             checkpoint; a checkpoint rewrites only the entries it changed
 //	active       last activity (Unix ns, 8 bytes big-endian), producer id ->
 //	             empty: the index the producer expiry walks, oldest first
-//	intents      key -> committer.File as JSON: uploads started before the
+//	intents      "<id:020d>/<final>" -> fileRecord: uploads started before the
 //	             "prepared" record, so recovery can abort them; kept until
 //	             an abort of them succeeded (or the checkpoint is prepared)
-//	idem_keys    stream 0x00 Idempotency-Key -> Key as JSON: the SHA-256 of
+//	idem_keys    stream 0x00 Idempotency-Key -> keyRecord: the SHA-256 of
 //	             the batch's decoded body, the checkpoint that prepared it,
 //	             when (keys.go); written in that checkpoint's "prepared"
 //	             transaction, so a key is never durable before its batch
@@ -39,10 +47,15 @@
 // (I11); an answer may name a checkpoint whose row is gone since (GET 404).
 //
 // Open checks what a start reads: the meta keys, every pending checkpoint,
-// and the newest rows (a bounded sample); producers are checked as recovery
-// loads them. A damaged file is an error wrapping ErrCorrupt that names it.
-// Start time depends on pending work and the producers kept (bounded by
-// --producer-expiry), not on history.
+// and the newest rows (a bounded sample); a producer's rows are checked when
+// the engine loads it, on its first use after a start. A damaged file is an
+// error wrapping ErrCorrupt that names it. Start time depends on pending
+// work, not on history nor on the producers kept.
+//
+// The sequence rule (seq.go) is applied here (Prepare, Commit,
+// RestoreProducers) and by the engine's in-memory mirror through the same
+// functions. The commit step shared by the live checkpoint and the replay
+// is Finisher (commit.go).
 //
 // Version 1 kept every stream of a producer in its one row and had no
 // pending, seqs or active buckets. Open migrates it once, in one
@@ -86,7 +99,7 @@
 // (idempotently), delete the staging files, abort the intents that no
 // prepared checkpoint names and remove the committer's leftovers of this
 // node that nothing claims (Sweep, which the engine also runs
-// periodically), and hand back the producers' state.
+// periodically). Producers are not read: the engine loads each on first use.
 //
 // Finish publishes a checkpoint's manifest create-only; one already there
 // counts as published only when it holds the same bytes (BuildManifest is

@@ -54,12 +54,12 @@ func TestStoreWriteFaults(t *testing.T) {
 			if got := errors.Is(err, ErrWriteFailed); got != !tc.diskFull {
 				t.Errorf("write failed %t, want %t: %v", got, !tc.diskFull, err)
 			}
-			ps, err := s.Producers()
+			a, err := s.Producer("a")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := len(ps) == 1; got != tc.visible {
-				t.Errorf("change visible %t, want %t: %+v", got, tc.visible, ps)
+			if got := a != nil; got != tc.visible {
+				t.Errorf("change visible %t, want %t: %+v", got, tc.visible, a)
 			}
 			// A full disk leaves the store usable; any other failure
 			// leaves it in an unknown state: every later write is refused

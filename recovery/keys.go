@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,13 +30,13 @@ var (
 
 // Key is one idempotency key as recorded.
 type Key struct {
-	Stream string `json:"stream"`
-	Key    string `json:"key"`
+	Stream string
+	Key    string
 	// Hash is the SHA-256 of the decoded request body.
-	Hash [32]byte `json:"hash"`
+	Hash [32]byte
 	// Checkpoint is the checkpoint that prepared the key's batch.
-	Checkpoint uint64    `json:"checkpoint"`
-	At         time.Time `json:"at"`
+	Checkpoint uint64
+	At         time.Time
 }
 
 // KeyPolicy bounds the recorded keys (I11): keys prepared before
@@ -84,15 +83,14 @@ func putKeys(tx *bolt.Tx, keys []Key, pol KeyPolicy) error {
 		k := &keys[i]
 		id := keyID(k.Stream, k.Key)
 		if old := kb.Get(id); old != nil {
-			var o Key
-			if err := json.Unmarshal(old, &o); err == nil {
+			if o, err := decodeKey(old); err == nil {
 				if err := ob.Delete(orderKey(o.At, id)); err != nil {
 					return err
 				}
 			}
 			count--
 		}
-		v, err := json.Marshal(k)
+		v, err := encodeKey(k)
 		if err != nil {
 			return fmt.Errorf("encode idempotency key: %w", err)
 		}
@@ -149,8 +147,8 @@ func (s *Store) Keys(since time.Time) ([]Key, error) {
 			if v == nil {
 				return s.corrupt("idempotency key %q: ordered but missing", k[8:])
 			}
-			var key Key
-			if err := json.Unmarshal(v, &key); err != nil || string(keyID(key.Stream, key.Key)) != string(k[8:]) {
+			key, err := decodeKey(v)
+			if err != nil || string(keyID(key.Stream, key.Key)) != string(k[8:]) {
 				return s.corrupt("idempotency key %q: undecodable record", k[8:])
 			}
 			out = append(out, key)

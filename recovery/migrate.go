@@ -17,9 +17,9 @@ import (
 // checked, as version 1's open did.
 func (s *Store) migrate1(tx *bolt.Tx) error {
 	now := time.Now()
-	var old []Producer
+	var old []producerV1Record
 	if err := tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
-		var p Producer
+		var p producerV1Record
 		if err := json.Unmarshal(v, &p); err != nil || p.ID != string(k) {
 			return s.corrupt("producer %q: undecodable record", k)
 		}
@@ -30,11 +30,11 @@ func (s *Store) migrate1(tx *bolt.Tx) error {
 	}
 	for i := range old {
 		p := &old[i]
-		if err := putHead(tx, &producerHead{ID: p.ID, Epoch: p.Epoch}, now); err != nil {
+		if err := putHead(tx, &producerRecord{ID: p.ID, Epoch: p.Epoch}, now); err != nil {
 			return err
 		}
 		for stream, ss := range p.Streams {
-			if err := putSeq(tx, p.ID, stream, ss); err != nil {
+			if err := putSeq(tx, p.ID, stream, StreamSeq{NextSeq: ss.NextSeq, CommittedSeq: ss.CommittedSeq, CommittedIn: ss.CommittedIn}); err != nil {
 				return err
 			}
 		}

@@ -55,11 +55,17 @@ func TestStoreMigratesVersion1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ps, err := s.Producers()
-		if err != nil || len(ps) != 2 || ps[0].ID != "a" || ps[0].Epoch != 2 || ps[1].ID != "b" || len(ps[1].Streams) != 0 {
-			t.Fatalf("producers %+v %v", ps, err)
+		a, err := s.Producer("a")
+		if err != nil || a == nil || a.ID != "a" || a.Epoch != 2 {
+			t.Fatalf("producer a %+v %v", a, err)
 		}
-		if got := ps[0].Streams; got["s"] != (StreamSeq{NextSeq: 5, CommittedSeq: 3, CommittedIn: 1}) || got["t"] != (StreamSeq{NextSeq: 1, CommittedSeq: -1}) || len(got) != 2 {
+		if b, err := s.Producer("b"); err != nil || b == nil || len(b.Streams) != 0 {
+			t.Fatalf("producer b %+v %v", b, err)
+		}
+		if n, err := s.ProducerCount(); err != nil || n != 2 {
+			t.Fatalf("producer count %d %v, want 2", n, err)
+		}
+		if got := a.Streams; got["s"] != (StreamSeq{NextSeq: 5, CommittedSeq: 3, CommittedIn: 1}) || got["t"] != (StreamSeq{NextSeq: 1, CommittedSeq: -1}) || len(got) != 2 {
 			t.Fatalf("producer a's streams %+v", got)
 		}
 		if pend, err := s.Pending(); err != nil || len(pend) != 1 || pend[0].ID != 2 || len(pend[0].Files) != 1 {
@@ -83,8 +89,8 @@ func TestStoreMigratesVersion1(t *testing.T) {
 		if err := s.Commit(2, time.Now(), 1, 10); err != nil {
 			t.Fatal(err)
 		}
-		ps, _ = s.Producers()
-		if got := ps[0].Streams["s"]; got.CommittedSeq != 4 || got.CommittedIn != 2 {
+		a, _ = s.Producer("a")
+		if got := a.Streams["s"]; got.CommittedSeq != 4 || got.CommittedIn != 2 {
 			t.Fatalf("after commit: %+v", got)
 		}
 		if err := s.Close(); err != nil {

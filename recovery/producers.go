@@ -16,13 +16,6 @@ import (
 // checkpoint rewrites only the entries it changed, so a producer that wrote
 // to many streams costs no more per checkpoint than its changes.
 
-// producerHead is a producer's row in the producers bucket.
-type producerHead struct {
-	ID     string    `json:"producer"`
-	Epoch  int64     `json:"epoch"`
-	Active time.Time `json:"active,omitzero"`
-}
-
 // seqKey is the seqs-bucket key of (producer, stream). Neither name can
 // hold a NUL, and NUL sorts first, so a producer's entries are contiguous
 // and in the producers' order.
@@ -43,20 +36,39 @@ func activeKey(at time.Time, pid string) []byte {
 	return append(k, pid...)
 }
 
-func getHead(tx *bolt.Tx, id string) (*producerHead, error) {
+func getHead(tx *bolt.Tx, id string) (*producerRecord, error) {
 	v := tx.Bucket(bucketProducers).Get([]byte(id))
 	if v == nil {
 		return nil, nil
 	}
-	var h producerHead
+	var h producerRecord
 	if err := json.Unmarshal(v, &h); err != nil || h.ID != id {
 		return nil, fmt.Errorf("decode producer %s: %w: undecodable record", id, ErrCorrupt)
 	}
 	return &h, nil
 }
 
+// addProducers adds n (negative: removes) to the producer count.
+func addProducers(tx *bolt.Tx, n int64) error {
+	meta := tx.Bucket(bucketMeta)
+	cur := int64(0)
+	if v := meta.Get(keyProducerCount); len(v) == 8 {
+		cur = int64(binary.BigEndian.Uint64(v))
+	}
+	return meta.Put(keyProducerCount, u64(uint64(max(cur+n, 0))))
+}
+
+// newHead returns the head of a producer the store does not know, at
+// epoch, counted.
+func newHead(tx *bolt.Tx, id string, epoch int64) (*producerRecord, error) {
+	if err := addProducers(tx, 1); err != nil {
+		return nil, err
+	}
+	return &producerRecord{ID: id, Epoch: epoch}, nil
+}
+
 // putHead writes h with its last activity at, moving its index entry.
-func putHead(tx *bolt.Tx, h *producerHead, at time.Time) error {
+func putHead(tx *bolt.Tx, h *producerRecord, at time.Time) error {
 	idx := tx.Bucket(bucketActive)
 	if !h.Active.IsZero() {
 		if err := idx.Delete(activeKey(h.Active, h.ID)); err != nil {
@@ -79,15 +91,15 @@ func getSeq(tx *bolt.Tx, pid, stream string) (StreamSeq, bool, error) {
 	if v == nil {
 		return StreamSeq{}, false, nil
 	}
-	var ss StreamSeq
-	if err := json.Unmarshal(v, &ss); err != nil {
+	ss, err := decodeSeq(v)
+	if err != nil {
 		return ss, false, fmt.Errorf("decode producer %s stream %s: %w: undecodable record", pid, stream, ErrCorrupt)
 	}
 	return ss, true, nil
 }
 
 func putSeq(tx *bolt.Tx, pid, stream string, ss StreamSeq) error {
-	v, err := json.Marshal(ss)
+	v, err := encodeSeq(ss)
 	if err != nil {
 		return fmt.Errorf("encode producer %s stream %s: %w", pid, stream, err)
 	}
@@ -100,8 +112,8 @@ func streamsOf(tx *bolt.Tx, pid string) (map[string]StreamSeq, error) {
 	pre := seqPrefix(pid)
 	c := tx.Bucket(bucketSeqs).Cursor()
 	for k, v := c.Seek(pre); k != nil && bytes.HasPrefix(k, pre); k, v = c.Next() {
-		var ss StreamSeq
-		if err := json.Unmarshal(v, &ss); err != nil {
+		ss, err := decodeSeq(v)
+		if err != nil {
 			return nil, fmt.Errorf("decode producer %s stream %s: %w: undecodable record", pid, k[len(pre):], ErrCorrupt)
 		}
 		out[string(k[len(pre):])] = ss
@@ -135,7 +147,9 @@ func (s *Store) InitProducerAt(id string, at time.Time) (*Producer, error) {
 			return err
 		}
 		if h == nil {
-			h = &producerHead{ID: id, Epoch: epochFloor(tx)}
+			if h, err = newHead(tx, id, epochFloor(tx)); err != nil {
+				return err
+			}
 		} else {
 			h.Epoch++
 		}
@@ -183,6 +197,9 @@ func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 			}
 		}
 		if err := tx.Bucket(bucketProducers).Delete([]byte(id)); err != nil {
+			return err
+		}
+		if err := addProducers(tx, -1); err != nil {
 			return err
 		}
 		pre := seqPrefix(id)
@@ -253,7 +270,7 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 				next = out[len(out)-1].ID
 				return nil
 			}
-			var h producerHead
+			var h producerRecord
 			if err := json.Unmarshal(v, &h); err != nil || h.ID != string(k) {
 				return fmt.Errorf("read state store %s: %w: producer %q: undecodable record", s.path, ErrCorrupt, k)
 			}
@@ -268,48 +285,62 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 	return out, next, err
 }
 
-// Producers returns every producer's durable state, sorted by id. Recovery
-// reads it once at start; an undecodable row is an error wrapping
-// ErrCorrupt that names the file.
-func (s *Store) Producers() ([]Producer, error) {
-	var out []Producer
+// Producer returns one producer's durable state with every stream, nil
+// when the store does not know it.
+func (s *Store) Producer(id string) (*Producer, error) {
+	var out *Producer
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketProducers).ForEach(func(k, v []byte) error {
-			var h producerHead
-			if err := json.Unmarshal(v, &h); err != nil || h.ID != string(k) {
-				return fmt.Errorf("producer %q: undecodable record", k)
-			}
-			out = append(out, Producer{ID: h.ID, Epoch: h.Epoch, Active: h.Active, Streams: map[string]StreamSeq{}})
-			return nil
-		}); err != nil {
-			return err
-		}
-		// Heads and stream entries are in the same order: one pass each.
-		i := 0
-		return tx.Bucket(bucketSeqs).ForEach(func(k, v []byte) error {
-			n := bytes.IndexByte(k, 0)
-			if n < 0 {
-				return fmt.Errorf("stream entry %q: bad key", k)
-			}
-			pid := string(k[:n])
-			for i < len(out) && out[i].ID < pid {
-				i++
-			}
-			if i == len(out) || out[i].ID != pid {
-				return fmt.Errorf("stream entry %q: no such producer", k)
-			}
-			var ss StreamSeq
-			if err := json.Unmarshal(v, &ss); err != nil {
-				return fmt.Errorf("producer %s stream %s: undecodable record", pid, k[n+1:])
-			}
-			out[i].Streams[string(k[n+1:])] = ss
-			return nil
-		})
+		var err error
+		out, err = getProducer(tx, id)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read state store %s: %w: %w", s.path, ErrCorrupt, err)
+		return nil, fmt.Errorf("read state store %s: %w", s.path, err)
 	}
 	return out, nil
+}
+
+// ProducerEpoch returns a producer's epoch; ok is false when the store
+// does not know it. It reads one row: the engine loads a producer on its
+// first write after a start, not all of them at the start.
+func (s *Store) ProducerEpoch(id string) (epoch int64, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		h, err := getHead(tx, id)
+		if h != nil {
+			epoch, ok = h.Epoch, true
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("read state store %s: %w", s.path, err)
+	}
+	return epoch, ok, nil
+}
+
+// StreamSeq returns producer pid's durable state on stream; ok is false
+// when it has none there.
+func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		ss, ok, err = getSeq(tx, pid, stream)
+		return err
+	})
+	if err != nil {
+		return StreamSeq{}, false, fmt.Errorf("read state store %s: %w", s.path, err)
+	}
+	return ss, ok, nil
+}
+
+// ProducerCount returns how many producers the store holds, from a counter:
+// it reads no producer.
+func (s *Store) ProducerCount() (int, error) {
+	n := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyProducerCount); len(v) == 8 {
+			n = int(binary.BigEndian.Uint64(v))
+		}
+		return nil
+	})
+	return n, err
 }
 
 // epochFloor is the epoch a producer the store does not know starts at:

@@ -38,3 +38,46 @@ func TestForgottenProducerStartsAboveItsOldEpochs(t *testing.T) {
 		t.Fatalf("a new producer after forgetting others: epoch %d, want 3 (above every forgotten epoch)", r.Epoch)
 	}
 }
+
+// TestProducerCount: the count kept in meta follows every way a producer
+// is created or forgotten, and a reopened store keeps it.
+func TestProducerCount(t *testing.T) {
+	s, p := openTemp(t)
+	count := func(want int) {
+		t.Helper()
+		if n, err := s.ProducerCount(); err != nil || n != want {
+			t.Fatalf("count %d %v, want %d", n, err, want)
+		}
+	}
+	count(0)
+	for _, id := range []string{"a", "a", "b"} {
+		if _, err := s.InitProducer(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count(2)
+	if err := s.Prepare(&Checkpoint{ID: 1, Seqs: map[string]map[string]int64{"a": {"s": 1}, "ghost": {"s": 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	count(3)
+	if err := s.RestoreProducers(map[string]map[string]StreamSeq{"b": {"s": {CommittedSeq: 2}}, "c": {"s": {CommittedSeq: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	count(4)
+	if err := s.DeleteProducer("ghost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteProducer("ghost"); err == nil {
+		t.Fatal("deleted twice")
+	}
+	count(3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s, err = Open(p); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	count(3)
+}

@@ -1,12 +1,9 @@
 package recovery
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -53,104 +50,6 @@ func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
 	return json.MarshalIndent(&m, "", "  ")
 }
 
-// Finisher completes prepared checkpoints: commit every file, publish the
-// manifest, record "committed". Each step is idempotent, so Finish can run
-// again after any failure or crash.
-type Finisher struct {
-	Store     *Store
-	Committer committer.Committer
-	Publisher committer.Publisher
-	Node      string
-	Retain    int
-	// Parallel bounds concurrent file commits; <= 0 means 8.
-	Parallel int
-	// Fence, when set, is asked before the files are committed and before
-	// the manifest is published: an error (the node's lease is not held)
-	// stops Finish before it writes to the destination.
-	Fence func() error
-}
-
-// Finish commits checkpoint c, which must be recorded prepared.
-func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
-	par := f.Parallel
-	if par <= 0 {
-		par = 8
-	}
-	if err := f.fence(); err != nil {
-		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
-	}
-	sem := make(chan struct{}, par)
-	errs := make(chan error, len(c.Files))
-	for _, file := range c.Files {
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			errs <- f.Committer.Commit(ctx, file)
-		}()
-	}
-	var all []error
-	for range c.Files {
-		if err := <-errs; err != nil {
-			all = append(all, err)
-		}
-	}
-	if err := errors.Join(all...); err != nil {
-		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
-	}
-	body, err := BuildManifest(f.Node, c)
-	if err != nil {
-		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
-	}
-	name := ManifestPath(f.Node, c.ID)
-	if err := f.fence(); err != nil {
-		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
-	}
-	if err := f.Publisher.Publish(ctx, name, body); errors.Is(err, committer.ErrExists) {
-		// Published by an earlier try — if it holds these bytes (they are
-		// deterministic). Other bytes mean the id was used before, by a
-		// state store since lost: never call that published.
-		if err := f.sameManifest(ctx, name, body); err != nil {
-			return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
-	}
-	dur := time.Since(c.StartedAt).Milliseconds()
-	if err := f.Store.Commit(c.ID, time.Now(), dur, f.Retain); err != nil {
-		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
-	}
-	return nil
-}
-
-func (f *Finisher) fence() error {
-	if f.Fence == nil {
-		return nil
-	}
-	return f.Fence()
-}
-
-// sameManifest checks that the manifest published at name holds body. A
-// Publisher that cannot be read (not a committer.Reader) is trusted.
-func (f *Finisher) sameManifest(ctx context.Context, name string, body []byte) error {
-	r, ok := f.Publisher.(committer.Reader)
-	if !ok {
-		return nil
-	}
-	rc, _, err := r.Open(ctx, name)
-	if err != nil {
-		return fmt.Errorf("read existing %s: %w", name, err)
-	}
-	defer rc.Close()
-	have, err := io.ReadAll(io.LimitReader(rc, int64(len(body))+1))
-	if err != nil {
-		return fmt.Errorf("read existing %s: %w", name, err)
-	}
-	if !bytes.Equal(have, body) {
-		return fmt.Errorf("%w: %s exists with other content (a checkpoint id used before, by a lost or older state store?)", committer.ErrConflict, name)
-	}
-	return nil
-}
-
 // Replay is the recovery run on every start.
 type Replay struct {
 	Finisher
@@ -165,14 +64,13 @@ type Result struct {
 	Removed     []string             // staging files deleted
 	Aborted     []string             // intents aborted
 	Orphans     []committer.Leftover // uploads and staging objects no record named, removed
-	Producers   []Producer           // producer state as of the last prepared checkpoint
 	LastID      uint64               // highest checkpoint id recorded
 }
 
 // Run replays: re-commit prepared checkpoints, delete staging files, abort
 // intents and remove the remote leftovers no prepared checkpoint names
-// (Sweep), load producers. It stops at the
-// first error; calling it again is safe.
+// (Sweep). Producers are not read: the engine loads each on first use. It
+// stops at the first error; calling it again is safe.
 func (r *Replay) Run(ctx context.Context) (*Result, error) {
 	log := r.Logger
 	if log == nil {
@@ -224,9 +122,6 @@ func (r *Replay) Run(ctx context.Context) (*Result, error) {
 	}
 	if len(res.Removed) > 0 {
 		log.Info("deleted unprepared staging files", "count", len(res.Removed), "op", "replay")
-	}
-	if res.Producers, err = r.Store.Producers(); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if res.LastID, err = r.Store.LastID(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)

@@ -23,7 +23,10 @@ func (s *Store) RestoreProducers(committed map[string]map[string]StreamSeq) erro
 			}
 			if h == nil {
 				// Active from now, so expiry counts its idle time from the rebuild.
-				if err := putHead(tx, &producerHead{ID: id}, now); err != nil {
+				if h, err = newHead(tx, id, 0); err != nil {
+					return err
+				}
+				if err := putHead(tx, h, now); err != nil {
 					return err
 				}
 			}
@@ -32,15 +35,14 @@ func (s *Store) RestoreProducers(committed map[string]map[string]StreamSeq) erro
 				if err != nil {
 					return err
 				}
-				if ok && cur.CommittedSeq >= c.CommittedSeq {
+				if !ok {
+					cur = NewStreamSeq()
+				}
+				raised := cur.Restored(c)
+				if ok && raised == cur {
 					continue
 				}
-				if !ok {
-					cur.NextSeq = 0
-				}
-				cur.CommittedSeq, cur.CommittedIn = c.CommittedSeq, c.CommittedIn
-				cur.NextSeq = max(cur.NextSeq, c.CommittedSeq+1)
-				if err := putSeq(tx, id, stream, cur); err != nil {
+				if err := putSeq(tx, id, stream, raised); err != nil {
 					return err
 				}
 			}

@@ -3,7 +3,6 @@ package recovery
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -64,6 +63,9 @@ var (
 	// producer created again starts there, so a zombie of its forgotten
 	// incarnation is fenced (I6) rather than taken for the new one.
 	keyEpochFloor = []byte("epoch_floor")
+	// keyProducerCount counts the producers bucket's rows, so a start
+	// knows how many producers there are without reading them.
+	keyProducerCount = []byte("producer_count")
 )
 
 // storeVersion is the state.db format (doc.go); Open migrates version 1.
@@ -75,44 +77,44 @@ const checkOnOpen = 64
 
 // Checkpoint is the durable record of one checkpoint.
 type Checkpoint struct {
-	ID          uint64           `json:"id"`
-	State       State            `json:"state"`
-	Files       []committer.File `json:"files,omitempty"`
-	FileCount   int              `json:"file_count"`
-	Records     int64            `json:"records"`
-	Bytes       int64            `json:"bytes"`
-	StartedAt   time.Time        `json:"started_at"`
-	PreparedAt  time.Time        `json:"prepared_at,omitzero"`
-	CommittedAt time.Time        `json:"committed_at,omitzero"`
-	DurationMS  int64            `json:"duration_ms"`
-	Error       string           `json:"error,omitempty"`
+	ID          uint64
+	State       State
+	Files       []committer.File
+	FileCount   int
+	Records     int64
+	Bytes       int64
+	StartedAt   time.Time
+	PreparedAt  time.Time
+	CommittedAt time.Time
+	DurationMS  int64
+	Error       string
 	// Seqs holds, for every (producer, stream) whose state changed in this
 	// checkpoint, the next sequence number as of its barrier.
-	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+	Seqs map[string]map[string]int64
 	// Keys are the idempotency keys of this checkpoint's batches, recorded
 	// by Prepare in their own bucket (keys.go), never in this row;
 	// KeyPolicy bounds them there.
-	Keys      []Key     `json:"-"`
-	KeyPolicy KeyPolicy `json:"-"`
+	Keys      []Key
+	KeyPolicy KeyPolicy
 }
 
 // StreamSeq is a producer's sequence state on one stream.
 type StreamSeq struct {
-	NextSeq      int64 `json:"next_seq"`
-	CommittedSeq int64 `json:"committed_seq"`
+	NextSeq      int64
+	CommittedSeq int64
 	// CommittedIn is the checkpoint that committed CommittedSeq; 0 when
 	// none, or in records written before it was kept.
-	CommittedIn uint64 `json:"committed_in,omitempty"`
+	CommittedIn uint64
 }
 
 // Producer is the durable state of one producer.
 type Producer struct {
-	ID      string               `json:"producer"`
-	Epoch   int64                `json:"epoch"`
-	Streams map[string]StreamSeq `json:"streams"`
+	ID      string
+	Epoch   int64
+	Streams map[string]StreamSeq
 	// Active is the producer's last recorded activity: its init, or the
 	// barrier of the newest checkpoint that prepared its batches.
-	Active time.Time `json:"active,omitzero"`
+	Active time.Time
 }
 
 // Store is the bbolt-backed state store. It is safe for concurrent use.
@@ -187,9 +189,6 @@ func OpenWith(path string, opts Options) (s *Store, err error) {
 	return s, nil
 }
 
-// Path returns the store's file name.
-func (s *Store) Path() string { return s.path }
-
 // Close closes the store.
 func (s *Store) Close() error { return s.db.Close() }
 
@@ -222,9 +221,20 @@ func (s *Store) init() error {
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
 			return s.corrupt("unknown version %x", v)
 		}
-		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor} {
+		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount} {
 			if v := meta.Get(k); v != nil && len(v) != 8 {
 				return s.corrupt("bad %s %x", k, v)
+			}
+		}
+		if meta.Get(keyProducerCount) == nil {
+			// Written before the count was kept: count once, keys only.
+			n := uint64(0)
+			c := tx.Bucket(bucketProducers).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				n++
+			}
+			if err := meta.Put(keyProducerCount, u64(n)); err != nil {
+				return err
 			}
 		}
 		cks := tx.Bucket(bucketCheckpoints)
@@ -268,14 +278,14 @@ func (s *Store) checkRow(k, v []byte) (*Checkpoint, error) {
 	if len(k) != 8 {
 		return nil, s.corrupt("checkpoint key %x", k)
 	}
-	var c Checkpoint
 	if v == nil {
 		return nil, s.corrupt("checkpoint %d: pending but missing", binary.BigEndian.Uint64(k))
 	}
-	if err := json.Unmarshal(v, &c); err != nil || c.ID != binary.BigEndian.Uint64(k) {
+	c, err := decodeCheckpoint(v)
+	if err != nil || c.ID != binary.BigEndian.Uint64(k) {
 		return nil, s.corrupt("checkpoint %d: undecodable record", binary.BigEndian.Uint64(k))
 	}
-	return &c, nil
+	return c, nil
 }
 
 // update runs fn in one write transaction. fn's own error (a refusal) rolls
@@ -384,7 +394,7 @@ func (s *Store) LastID() (uint64, error) {
 
 func putCheckpoint(tx *bolt.Tx, c *Checkpoint) error {
 	c.FileCount = max(c.FileCount, len(c.Files))
-	v, err := json.Marshal(c)
+	v, err := encodeCheckpoint(c)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint %d: %w", c.ID, err)
 	}
@@ -407,11 +417,11 @@ func getCheckpoint(tx *bolt.Tx, id uint64) (*Checkpoint, error) {
 	if v == nil {
 		return nil, fmt.Errorf("checkpoint %d: %w", id, ErrNotFound)
 	}
-	var c Checkpoint
-	if err := json.Unmarshal(v, &c); err != nil {
+	c, err := decodeCheckpoint(v)
+	if err != nil {
 		return nil, fmt.Errorf("decode checkpoint %d: %w", id, err)
 	}
-	return &c, nil
+	return c, nil
 }
 
 // Prepare durably records c as prepared together with the producers'
@@ -444,7 +454,9 @@ func (s *Store) Prepare(c *Checkpoint) error {
 				// A producer is recorded at init; a missing one was
 				// initialised and then lost, which cannot happen, but its
 				// sequence state must still be kept.
-				h = &producerHead{ID: pid}
+				if h, err = newHead(tx, pid, 0); err != nil {
+					return err
+				}
 			}
 			if err := putHead(tx, h, c.StartedAt); err != nil {
 				return err
@@ -455,10 +467,9 @@ func (s *Store) Prepare(c *Checkpoint) error {
 					return err
 				}
 				if !ok {
-					ss.CommittedSeq = -1
+					ss = NewStreamSeq()
 				}
-				ss.NextSeq = next
-				if err := putSeq(tx, pid, stream, ss); err != nil {
+				if err := putSeq(tx, pid, stream, ss.Prepared(next)); err != nil {
 					return err
 				}
 			}
@@ -491,10 +502,7 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 				if !ok {
 					continue // its producer was deleted
 				}
-				if next-1 >= ss.CommittedSeq {
-					ss.CommittedSeq, ss.CommittedIn = next-1, id
-				}
-				if err := putSeq(tx, pid, stream, ss); err != nil {
+				if err := putSeq(tx, pid, stream, ss.Committed(next, id)); err != nil {
 					return err
 				}
 			}
@@ -589,14 +597,14 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketCheckpoints).Cursor()
 		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-			var ck Checkpoint
-			if err := json.Unmarshal(v, &ck); err != nil {
+			ck, err := decodeCheckpoint(v)
+			if err != nil {
 				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
 			}
 			if !withFiles {
 				ck.Files, ck.Seqs = nil, nil
 			}
-			out = append(out, ck)
+			out = append(out, *ck)
 		}
 		return nil
 	})
@@ -621,14 +629,14 @@ func (s *Store) ListBefore(before uint64, limit int, withFiles bool) ([]Checkpoi
 			if binary.BigEndian.Uint64(k) >= before {
 				continue
 			}
-			var ck Checkpoint
-			if err := json.Unmarshal(v, &ck); err != nil {
+			ck, err := decodeCheckpoint(v)
+			if err != nil {
 				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
 			}
 			if !withFiles {
 				ck.Files, ck.Seqs = nil, nil
 			}
-			out = append(out, ck)
+			out = append(out, *ck)
 		}
 		return nil
 	})
@@ -684,7 +692,7 @@ func (s *Store) PutIntents(id uint64, files []committer.File) error {
 	return s.update("put intents", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIntents)
 		for _, f := range files {
-			v, err := json.Marshal(f)
+			v, err := encodeFile(&f)
 			if err != nil {
 				return err
 			}
@@ -694,16 +702,6 @@ func (s *Store) PutIntents(id uint64, files []committer.File) error {
 		}
 		return nil
 	})
-}
-
-// PutIntent records that work (an upload) is about to start for f, before
-// any of it exists remotely.
-func (s *Store) PutIntent(key string, f committer.File) error {
-	v, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return s.update("put intent", func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), v) })
 }
 
 // DeleteIntents removes intents.
@@ -724,8 +722,8 @@ func (s *Store) Intents() (map[string]committer.File, error) {
 	out := map[string]committer.File{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
-			var f committer.File
-			if err := json.Unmarshal(v, &f); err != nil {
+			f, err := decodeFile(v)
+			if err != nil {
 				return fmt.Errorf("decode intent %s: %w", k, err)
 			}
 			out[string(k)] = f
@@ -748,8 +746,8 @@ func (s *Store) Claims() (intents map[string]committer.File, pending []Checkpoin
 	intents = map[string]committer.File{}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
-			var f committer.File
-			if err := json.Unmarshal(v, &f); err != nil {
+			f, err := decodeFile(v)
+			if err != nil {
 				return fmt.Errorf("decode intent %s: %w", k, err)
 			}
 			intents[string(k)] = f

@@ -39,8 +39,8 @@ func TestStoreLifecycle(t *testing.T) {
 	if err != nil || len(pend) != 1 || pend[0].ID != 7 || len(pend[0].Files) != 1 {
 		t.Fatalf("pending: %+v %v", pend, err)
 	}
-	ps, _ := s.Producers()
-	if got := ps[0].Streams["s"]; got.NextSeq != 4 || got.CommittedSeq != -1 {
+	a, _ := s.Producer("a")
+	if got := a.Streams["s"]; got.NextSeq != 4 || got.CommittedSeq != -1 {
 		t.Fatalf("prepared seqs: %+v", got)
 	}
 	if err := s.Commit(7, time.Now(), 5, 10); err != nil {
@@ -52,8 +52,8 @@ func TestStoreLifecycle(t *testing.T) {
 	if err := s.Abort(&Checkpoint{ID: 7}, "late"); err == nil {
 		t.Fatal("aborted a committed checkpoint")
 	}
-	ps, _ = s.Producers()
-	if got := ps[0].Streams["s"]; got.NextSeq != 4 || got.CommittedSeq != 3 {
+	a, _ = s.Producer("a")
+	if got := a.Streams["s"]; got.NextSeq != 4 || got.CommittedSeq != 3 {
 		t.Fatalf("committed seqs: %+v", got)
 	}
 	if err := s.Abort(&Checkpoint{ID: 9}, "disk"); err != nil {

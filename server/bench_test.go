@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -192,5 +194,60 @@ func BenchmarkRecovery10000Prepared(b *testing.B) {
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ready-ms")
 		b.StopTimer()
 		_ = e.Close()
+	}
+}
+
+// BenchmarkStartProducers measures a start (Open to ready) on a state
+// store holding many producers, each with one stream entry, and nothing
+// pending: what a restart after SIGKILL costs with that many live
+// producers (issue 12: target ≤ 2 s at 1M). EOSINK_BENCH_PRODUCERS sets
+// the count (default 100,000); building the store takes longer than the
+// starts.
+func BenchmarkStartProducers(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("EOSINK_BENCH_PRODUCERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dir := b.TempDir()
+	fs := afero.NewOsFs()
+	staging, dest := filepath.Join(dir, "staging"), filepath.Join(dir, "files")
+	st, err := recovery.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const chunk = 50_000
+	for i := 0; i < n; i += chunk {
+		m := map[string]map[string]recovery.StreamSeq{}
+		for j := i; j < min(n, i+chunk); j++ {
+			m[fmt.Sprintf("p%08d", j)] = map[string]recovery.StreamSeq{fmt.Sprintf("s%06d", j%100_000): {NextSeq: 5, CommittedSeq: 4, CommittedIn: 1}}
+		}
+		if err := st.RestoreProducers(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		e, err := Open(Config{Node: "bench", FS: fs, StagingDir: staging, StorePath: filepath.Join(dir, "state.db"),
+			Committer: local.New(fs, dest, staging), Publisher: local.New(fs, dest, staging)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.WaitReady(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ready-ms")
+		b.StopTimer()
+		if got := e.ProducerCount(); got != n {
+			b.Fatalf("ProducerCount = %d, want %d", got, n)
+		}
+		_ = e.Close()
+		b.StartTimer()
 	}
 }

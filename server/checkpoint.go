@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,12 +14,25 @@ import (
 	"github.com/eosink/eosink/staging"
 )
 
-// checkpoint runs one checkpoint: barrier, pre-commit, prepared, commit.
-// Only the run loop (and Shutdown, after it stopped) call it.
-func (e *Engine) checkpoint() (CheckpointResult, error) {
-	start := e.cfg.Now()
-	began := time.Now()
+// cut is one checkpoint past its barrier.
+type cut struct {
+	ck     *recovery.Checkpoint // its record: id, counts, sequence numbers, keys, files
+	txns   []*openTxn
+	out    *outcome
+	began  time.Time
+	log    *slog.Logger
+	failed bool // the engine stopped during it: the result is not final
+}
 
+func (c *cut) result(state recovery.State) CheckpointResult {
+	return CheckpointResult{ID: c.ck.ID, State: state, Records: c.ck.Records, Bytes: c.ck.Bytes, Files: []committer.File{},
+		DurationMS: time.Since(c.began).Milliseconds(), Seconds: time.Since(c.began).Seconds()}
+}
+
+// checkpoint runs one checkpoint: reserve ids, barrier, pre-commit,
+// prepared, commit. Only the run loop calls it.
+func (e *Engine) checkpoint() (CheckpointResult, error) {
+	began := time.Now()
 	// 0. The barrier hands out the next id, an abort the one after it:
 	// both must be reserved before any answer can name them (I8).
 	if err := e.reserveIDs(); err != nil {
@@ -29,94 +43,103 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		e.noteDiskFull(err)
 		return CheckpointResult{}, err
 	}
-
 	// 1. Barrier: swap the open checkpoint under the ingest lock.
+	c, res, err := e.barrier(began)
+	if c == nil {
+		return res, err // nothing to commit, or the engine stopped
+	}
+	defer e.endInflight()
+	// 2. Pre-commit every file in parallel, then make their names durable.
+	files, err := e.preCommit(c.ck.ID, c.txns)
+	if err != nil {
+		e.noteDiskFull(err)
+		return e.abort(c, files, err), nil
+	}
+	c.ck.Files, c.ck.PreparedAt = files, e.cfg.Now().UTC()
+	// 3. Prepared: from here on, the checkpoint commits.
+	if err := e.recordPrepared(c); err != nil {
+		if !c.failed {
+			return e.abort(c, files, err), nil // refused for space: not prepared
+		}
+		return c.result(""), err
+	}
+	// 4. Commit, retried until it succeeds (I4).
+	if err := e.commit(c); err != nil {
+		return c.result(""), err
+	}
+	return e.committed(c), nil
+}
+
+// barrier ends the open checkpoint and opens the next one. It returns nil
+// and the result when there was nothing to commit (or the engine stopped).
+func (e *Engine) barrier(began time.Time) (*cut, CheckpointResult, error) {
+	start := e.cfg.Now().UTC()
 	e.mu.Lock()
 	if e.failErr != nil {
 		e.mu.Unlock()
-		return CheckpointResult{}, e.failErr
+		return nil, CheckpointResult{}, e.failErr
 	}
-	if len(e.openTxns) == 0 && len(e.dirty) == 0 {
-		return e.emptyLocked(began)
+	if len(e.openTxns) == 0 && len(e.prods.dirty) == 0 {
+		res, err := e.emptyLocked(began)
+		return nil, res, err
 	}
-	id, txns, out := e.openID, e.openTxns, e.outcomes[e.openID]
+	id := e.openID
+	c := &cut{txns: e.openTxns, out: e.outcomes[id], began: began, log: e.log.With("checkpoint", id)}
 	e.inflight = id // the orphan sweep leaves its intents alone
-	defer func() {
-		e.mu.Lock()
-		e.inflight = 0
-		e.mu.Unlock()
-	}()
-	records, bytes := e.openRecords, e.openBytes
-	seqs := map[string]map[string]int64{}
-	for pid, streams := range e.dirty {
-		m := map[string]int64{}
-		for s := range streams {
-			m[s] = e.producers[pid].streams[s].next
-		}
-		seqs[pid] = m
-	}
-	keys, keyPol := e.keyBarrierLocked(start.UTC())
+	keys, keyPol := e.keyBarrierLocked(start)
+	c.ck = &recovery.Checkpoint{ID: id, StartedAt: start, Records: e.openRecords, Bytes: e.openBytes,
+		Seqs: e.prods.barrier(), Keys: keys, KeyPolicy: keyPol}
 	e.openNextLocked()
 	e.mu.Unlock()
+	return c, CheckpointResult{}, nil
+}
 
-	ck := &recovery.Checkpoint{ID: id, StartedAt: start.UTC(), Records: records, Bytes: bytes, Seqs: seqs,
-		Keys: keys, KeyPolicy: keyPol}
-	res := CheckpointResult{ID: id, Records: records, Bytes: bytes, Files: []committer.File{}}
-	log := e.log.With("checkpoint", id)
+func (e *Engine) endInflight() {
+	e.mu.Lock()
+	e.inflight = 0
+	e.mu.Unlock()
+}
 
-	// 2. Pre-commit every file in parallel, then make their names durable.
-	files, err := e.preCommit(id, txns)
-	if err != nil {
-		e.noteDiskFull(err)
-		return e.abort(ck, txns, files, err, out, began), nil
-	}
-	ck.Files = files
-	ck.PreparedAt = e.cfg.Now().UTC()
-
-	// 3. Prepared: from here on, the checkpoint commits.
-	if err := e.store.Prepare(ck); err != nil {
-		if errors.Is(err, durable.ErrDiskFull) {
-			// Refused for space with nothing recorded: not prepared.
+// recordPrepared records c prepared, in one store transaction with its
+// producers' sequence numbers and keys. A refusal for space records
+// nothing and is returned, to abort c; any other failure stops the engine
+// (the record may or may not be durable: only recovery can tell) and sets
+// c.failed.
+func (e *Engine) recordPrepared(c *cut) error {
+	if err := e.store.Prepare(c.ck); err != nil {
+		err = fmt.Errorf("record prepared checkpoint %d: %w", c.ck.ID, err)
+		if errors.Is(err, ErrDiskFull) {
 			e.noteDiskFull(err)
-			return e.abort(ck, txns, files, fmt.Errorf("record prepared checkpoint %d: %w", id, err), out, began), nil
+			return err
 		}
-		// The record may or may not be durable; only recovery can tell.
-		e.fail(fmt.Errorf("record prepared checkpoint %d: %w", id, err))
-		return res, e.Err()
+		e.fail(err)
+		c.failed = true
+		return e.Err()
 	}
 	e.diskOK()
 	e.mu.Lock()
-	e.keyPreparedLocked(keys)
-	for pid, streams := range seqs {
-		d := e.durable[pid]
-		if d.Streams == nil {
-			d.ID, d.Streams = pid, map[string]recovery.StreamSeq{}
-		}
-		for s, next := range streams {
-			ss, ok := d.Streams[s]
-			if !ok {
-				ss.CommittedSeq = -1
-			}
-			ss.NextSeq = next
-			d.Streams[s] = ss
-		}
-		e.durable[pid] = d
-	}
+	e.keyPreparedLocked(c.ck.Keys)
+	e.prods.prepared(c.ck.Seqs)
 	e.mu.Unlock()
-	log.Debug("prepared", "files", len(files), "records", records, "bytes", bytes)
+	c.log.Debug("prepared", "files", len(c.ck.Files), "records", c.ck.Records, "bytes", c.ck.Bytes)
+	return nil
+}
 
-	// 4. Commit, retried until it succeeds (I4).
+// commit finishes prepared checkpoint c, retrying until it succeeds (I4),
+// the engine closes (ErrClosed: recovery finishes it), or a failure that
+// must stop the engine.
+func (e *Engine) commit(c *cut) error {
 	for attempt := 0; ; attempt++ {
-		err := e.fin.Finish(e.ctx, ck)
+		err := e.fin.Finish(e.ctx, c.ck)
 		if err == nil {
-			break
+			return nil
 		}
 		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) || errors.Is(err, ErrLeaseLost) {
 			e.fail(err)
-			return res, e.Err()
+			return e.Err()
 		}
 		if e.ctx.Err() != nil {
-			return res, ErrClosed
+			return ErrClosed
 		}
 		e.noteDiskFull(err)
 		e.mu.Lock()
@@ -124,41 +147,27 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 		e.publishLocked()
 		e.mu.Unlock()
 		if h := e.cfg.Hooks.CommitStuck; h != nil {
-			h(id, err)
+			h(c.ck.ID, err)
 		}
-		log.Warn("commit failed, retrying", "err", err, "attempt", attempt)
+		c.log.Warn("commit failed, retrying", "err", err, "attempt", attempt)
 		if !e.sleep(e.backoff(attempt)) {
-			return res, ErrClosed
+			return ErrClosed
 		}
 	}
-	res.State, res.Files = recovery.Committed, files
+}
+
+// committed publishes c's commit to the producer table, its waiters and
+// hooks.
+func (e *Engine) committed(c *cut) CheckpointResult {
 	e.mu.Lock()
 	e.stuck, e.diskFull = nil, nil
-	for pid, streams := range seqs {
-		p := e.producers[pid]
-		for s, next := range streams {
-			ss := p.streams[s]
-			if next-1 >= ss.committed {
-				ss.committed, ss.committedIn = next-1, id
-			}
-			i := 0
-			for i < len(ss.pending) && ss.pending[i].ckpt <= id {
-				i++
-			}
-			ss.pending = ss.pending[i:]
-			d := e.durable[pid]
-			st := d.Streams[s]
-			if next-1 >= st.CommittedSeq {
-				st.CommittedSeq, st.CommittedIn = next-1, id
-			}
-			d.Streams[s] = st
-		}
-	}
+	e.prods.committed(c.ck.ID, c.ck.Seqs)
 	e.mu.Unlock()
-	res.DurationMS, res.Seconds = time.Since(began).Milliseconds(), time.Since(began).Seconds()
-	e.finished(id, out, res, nil, bytes)
-	log.Info("checkpoint committed", "files", len(files), "records", records, "bytes", bytes, "duration_ms", time.Since(began).Milliseconds())
-	return res, nil
+	res := c.result(recovery.Committed)
+	res.Files = c.ck.Files
+	e.finished(c.ck.ID, c.out, res, nil, c.ck.Bytes)
+	c.log.Info("checkpoint committed", "files", len(c.ck.Files), "records", c.ck.Records, "bytes", c.ck.Bytes, "duration_ms", res.DurationMS)
+	return res
 }
 
 // emptyLocked ends the open checkpoint, which holds nothing to commit: it is
@@ -206,7 +215,6 @@ func (e *Engine) openNextLocked() {
 	e.openID++
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
 	e.openBytes, e.openRecords, e.early = 0, 0, false
-	e.dirty = map[string]map[string]bool{}
 	e.outcomes[e.openID] = newOutcome()
 	e.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.
@@ -295,15 +303,39 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 	return prepared, nil
 }
 
-// abort undoes checkpoint ck before its "prepared" record, and with it the
-// open checkpoint after it, whose batches may follow sequence numbers ck
+// abort undoes checkpoint c before its "prepared" record, and with it the
+// open checkpoint after it, whose batches may follow sequence numbers c
 // lost. Producer state returns to the last prepared checkpoint's.
-func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committer.File, cause error, out *outcome, began time.Time) CheckpointResult {
-	log := e.log.With("checkpoint", ck.ID)
-	log.Error("checkpoint aborted", "err", cause)
-	for _, ot := range txns {
+func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointResult {
+	ck := c.ck
+	c.log.Error("checkpoint aborted", "err", cause)
+	e.abortFiles(c, files)
+	ck.Files = files
+	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.storeFailed(err) {
+		// Unrecorded, the checkpoint is simply not prepared: recovery
+		// treats it as aborted. Its id may be reused, which is harmless
+		// since nothing of it was made final.
+		c.log.Warn("record aborted checkpoint", "err", err)
+	}
+	nextID, nextOut, nextBytes := e.abortOpen(c)
+	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
+	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.storeFailed(err) {
+		c.log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
+	}
+	res := c.result(recovery.Aborted)
+	res.Error = cause.Error()
+	e.finished(ck.ID, c.out, res, cause, ck.Bytes)
+	e.finished(nextID, nextOut, CheckpointResult{ID: nextID, State: recovery.Aborted, Error: res.Error}, cause, nextBytes)
+	return res
+}
+
+// abortFiles deletes c's staging files and aborts what the committer
+// prepared of files; the intents of the aborts that failed stay for the
+// orphan sweep and recovery.
+func (e *Engine) abortFiles(c *cut, files []committer.File) {
+	for _, ot := range c.txns {
 		if err := ot.txn.Abort(); err != nil {
-			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
+			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
@@ -314,83 +346,53 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 		}
 		if err := e.cfg.Committer.Abort(ctx, f); err != nil {
 			failed = append(failed, f)
-			log.Warn("abort file; the orphan sweep and recovery retry", "path", f.Final, "err", err)
+			c.log.Warn("abort file; the orphan sweep and recovery retry", "path", f.Final, "err", err)
 			continue
 		}
 		aborted = append(aborted, f)
 	}
 	cancel()
-	if _, ok := e.cfg.Committer.(committer.RemotePreparer); ok {
-		// An intent goes only once its abort succeeded (I10): a failed
-		// one (S3 down, or Close cancelled the aborts of a shutdown cut
-		// short) stays for the orphan sweep and recovery, updated with
-		// what Prepare returned (the upload id) when it got that far.
-		keys := make([]string, 0, len(aborted))
-		for _, f := range aborted {
-			keys = append(keys, recovery.IntentKey(ck.ID, f.Final))
-		}
-		if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
-			log.Warn("delete upload intents; recovery aborts again", "err", err)
-		}
-		if len(failed) > 0 {
-			if err := e.store.PutIntents(ck.ID, failed); err != nil && !e.storeFailed(err) {
-				log.Warn("update upload intents; the recorded ones stay", "err", err)
-			}
+	if _, ok := e.cfg.Committer.(committer.RemotePreparer); !ok {
+		return
+	}
+	// An intent goes only once its abort succeeded (I10): a failed one (S3
+	// down, or Close cancelled the aborts of a shutdown cut short) stays
+	// for the orphan sweep and recovery, updated with what Prepare
+	// returned (the upload id) when it got that far.
+	keys := make([]string, 0, len(aborted))
+	for _, f := range aborted {
+		keys = append(keys, recovery.IntentKey(c.ck.ID, f.Final))
+	}
+	if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
+		c.log.Warn("delete upload intents; recovery aborts again", "err", err)
+	}
+	if len(failed) > 0 {
+		if err := e.store.PutIntents(c.ck.ID, failed); err != nil && !e.storeFailed(err) {
+			c.log.Warn("update upload intents; the recorded ones stay", "err", err)
 		}
 	}
-	ck.Files = files
-	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.storeFailed(err) {
-		// Unrecorded, the checkpoint is simply not prepared: recovery
-		// treats it as aborted. Its id may be reused, which is harmless
-		// since nothing of it was made final.
-		log.Warn("record aborted checkpoint", "err", err)
-	}
+}
 
+// abortOpen aborts the open checkpoint along with c: deletes its staging
+// files, forgets both's keys, resets the producers either touched, and
+// opens the next. It returns the aborted open checkpoint's id, outcome and
+// bytes.
+func (e *Engine) abortOpen(c *cut) (uint64, *outcome, int64) {
 	e.mu.Lock()
-	nextID, nextTxns, nextOut, nextBytes := e.openID, e.openTxns, e.outcomes[e.openID], e.openBytes
+	defer e.mu.Unlock()
+	id, out, bytes := e.openID, e.outcomes[e.openID], e.openBytes
 	// The keys of both are forgotten, so their retries are accepted.
-	e.keyForgetLocked(ck.Keys)
+	e.keyForgetLocked(c.ck.Keys)
 	e.keyForgetLocked(e.keys.open)
 	e.keys.open = nil
-	for _, ot := range nextTxns {
+	for _, ot := range e.openTxns {
 		if err := ot.txn.Abort(); err != nil {
-			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
+			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
 	// Only producers this checkpoint or the next one touched differ from
 	// their durable state: reset those, not the whole table.
-	touched := make(map[string]bool, len(ck.Seqs)+len(e.dirty))
-	for pid := range ck.Seqs {
-		touched[pid] = true
-	}
-	for pid := range e.dirty {
-		touched[pid] = true
-	}
+	e.prods.abort(c.ck.Seqs)
 	e.openNextLocked()
-	for pid := range touched {
-		p := e.producers[pid]
-		if p == nil {
-			continue
-		}
-		d := e.durable[pid]
-		for s, ss := range p.streams {
-			if dss, ok := d.Streams[s]; ok {
-				ss.next, ss.committed = dss.NextSeq, dss.CommittedSeq
-			} else {
-				ss.next, ss.committed = 0, -1
-			}
-			ss.pending = nil
-		}
-	}
-	e.mu.Unlock()
-
-	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
-	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.storeFailed(err) {
-		log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
-	}
-	res := CheckpointResult{ID: ck.ID, State: recovery.Aborted, Files: []committer.File{}, Records: ck.Records, Bytes: ck.Bytes,
-		DurationMS: time.Since(began).Milliseconds(), Seconds: time.Since(began).Seconds(), Error: cause.Error()}
-	e.finished(ck.ID, out, res, cause, ck.Bytes)
-	e.finished(nextID, nextOut, CheckpointResult{ID: nextID, State: recovery.Aborted, Error: res.Error}, cause, nextBytes)
-	return res
+	return id, out, bytes
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+
+	"github.com/eosink/eosink/internal/durable"
 )
 
 // Errors returned by the Engine. The API maps them to HTTP answers.
@@ -19,6 +21,11 @@ var (
 	ErrProducerBusy    = errors.New("producer has uncommitted batches")
 	// ErrKeyReused: an Idempotency-Key already accepted came with another body.
 	ErrKeyReused = errors.New("idempotency key reused with a different body")
+	// ErrDiskFull: a write, init or checkpoint was refused for lack of
+	// space (staging files or the state store) with nothing recorded; it
+	// may succeed once space is freed. It is durable.ErrDiskFull itself, so
+	// every error wrapped below the engine matches it.
+	ErrDiskFull = durable.ErrDiskFull
 )
 
 // SeqError is returned for a sequence gap: the batch is refused and the

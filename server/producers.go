@@ -4,15 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
-	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
 )
 
-// The producer table: epochs, sequence numbers and their expiry. The live
-// state (e.producers) is guarded by the ingest lock; reads for the API and
-// the UI page through the state store instead, and the count is an atomic.
+// The producer table (DESIGN "Producers"): epochs, sequence numbers per
+// (producer, stream), the ranges accepted but not yet committed, and the
+// expiry. Idempotency keys, the other dedup state, are in idempotency.go.
+//
+// The state store holds every producer; the table holds those used since
+// the start. A producer is loaded on its first write or init (its epoch),
+// and each of its streams on its first write there, one store read each:
+// a start reads none of them, so its time does not grow with the producers
+// kept (I11). The sequence rule itself is recovery.CheckSeq and the
+// StreamSeq steps, which the store applies too.
 
 // DefaultProducerExpiry is how long an idle producer with nothing
 // uncommitted is kept when Config.ProducerExpiry is 0.
@@ -25,10 +32,10 @@ const expireBatch = 256
 
 // ProducerState is a producer as the API shows it.
 type ProducerState struct {
-	ID      string                        `json:"producer"`
-	Epoch   int64                         `json:"epoch"`
-	Streams map[string]recovery.StreamSeq `json:"streams"`
-	Fenced  int64                         `json:"fenced"`
+	ID      string
+	Epoch   int64
+	Streams map[string]recovery.StreamSeq
+	Fenced  int64
 }
 
 type pendingRange struct {
@@ -36,50 +43,168 @@ type pendingRange struct {
 	last int64
 }
 
+// seqState is one producer's state on one stream.
 type seqState struct {
-	next        int64
-	committed   int64
-	committedIn uint64         // the committed checkpoint that committed committed
-	pending     []pendingRange // accepted, not yet committed, by checkpoint
+	durable recovery.StreamSeq // as of the last prepared checkpoint; committed as of the last commit
+	next    int64              // the next number expected: durable.NextSeq plus what the open checkpoints accepted
+	pending []pendingRange     // accepted, not yet committed, by checkpoint
 }
 
 type producer struct {
 	id      string
 	epoch   int64
-	streams map[string]*seqState
+	streams map[string]*seqState // the streams loaded
 	fenced  int64
 }
 
-// producerFrom restores a producer's live state; newest is the checkpoint
-// to name for committed batches whose record lacks committed_in.
-func producerFrom(p recovery.Producer, newest uint64) *producer {
-	out := &producer{id: p.ID, epoch: p.Epoch, streams: map[string]*seqState{}}
-	for s, ss := range p.Streams {
-		in := ss.CommittedIn
-		if in == 0 && ss.CommittedSeq >= 0 {
-			in = newest
-		}
-		out.streams[s] = &seqState{next: ss.NextSeq, committed: ss.CommittedSeq, committedIn: in}
-	}
-	return out
+// producerTable is the engine's producer table. Its methods are called
+// with the ingest lock held; count is read without it.
+type producerTable struct {
+	store *recovery.Store
+	// legacyIn names, for stream entries written before committed_in was
+	// kept, the newest committed checkpoint at start.
+	legacyIn   uint64
+	m          map[string]*producer
+	dirty      map[string]map[string]bool // (producer, stream) accepted into the open checkpoint
+	forgetting map[string]bool            // being deleted from the store: unknown meanwhile
+	count      atomic.Int64               // producers in the store
 }
 
-// unpreparedLocked reports whether p has accepted batches that no prepared
+func newProducerTable(st *recovery.Store) *producerTable {
+	return &producerTable{store: st, m: map[string]*producer{}, dirty: map[string]map[string]bool{}, forgetting: map[string]bool{}}
+}
+
+// get returns producer id, loading its epoch from the store on first use;
+// nil when unknown.
+func (t *producerTable) get(id string) (*producer, error) {
+	if p := t.m[id]; p != nil || t.forgetting[id] {
+		return p, nil
+	}
+	epoch, ok, err := t.store.ProducerEpoch(id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	p := &producer{id: id, epoch: epoch, streams: map[string]*seqState{}}
+	t.m[id] = p
+	return p, nil
+}
+
+// stream returns p's state on stream, loading it from the store on first use.
+func (t *producerTable) stream(p *producer, stream string) (*seqState, error) {
+	if ss := p.streams[stream]; ss != nil {
+		return ss, nil
+	}
+	d, ok, err := t.store.StreamSeq(p.id, stream)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		d = recovery.NewStreamSeq()
+	} else if d.CommittedIn == 0 && d.CommittedSeq >= 0 {
+		d.CommittedIn = t.legacyIn
+	}
+	ss := &seqState{durable: d, next: d.NextSeq}
+	p.streams[stream] = ss
+	return ss, nil
+}
+
+// accept takes seq for (p, stream) into the open checkpoint open.
+func (t *producerTable) accept(p *producer, stream string, ss *seqState, seq int64, open uint64) {
+	ss.next++
+	if n := len(ss.pending); n > 0 && ss.pending[n-1].ckpt == open {
+		ss.pending[n-1].last = seq
+	} else {
+		ss.pending = append(ss.pending, pendingRange{ckpt: open, last: seq})
+	}
+	d := t.dirty[p.id]
+	if d == nil {
+		d = map[string]bool{}
+		t.dirty[p.id] = d
+	}
+	d[stream] = true
+}
+
+// barrier returns, for the checkpoint being cut, the next number of every
+// (producer, stream) it accepted into, and starts the next one clean.
+func (t *producerTable) barrier() map[string]map[string]int64 {
+	seqs := make(map[string]map[string]int64, len(t.dirty))
+	for pid, streams := range t.dirty {
+		m := make(map[string]int64, len(streams))
+		for s := range streams {
+			m[s] = t.m[pid].streams[s].next
+		}
+		seqs[pid] = m
+	}
+	t.dirty = map[string]map[string]bool{}
+	return seqs
+}
+
+// prepared applies a checkpoint's "prepared" record to the mirror.
+func (t *producerTable) prepared(seqs map[string]map[string]int64) {
+	t.each(seqs, func(ss *seqState, next int64) { ss.durable = ss.durable.Prepared(next) })
+}
+
+// committed applies checkpoint id's commit: its ranges are no longer pending.
+func (t *producerTable) committed(id uint64, seqs map[string]map[string]int64) {
+	t.each(seqs, func(ss *seqState, next int64) {
+		ss.durable = ss.durable.Committed(next, id)
+		i := 0
+		for i < len(ss.pending) && ss.pending[i].ckpt <= id {
+			i++
+		}
+		ss.pending = ss.pending[i:]
+	})
+}
+
+func (t *producerTable) each(seqs map[string]map[string]int64, fn func(*seqState, int64)) {
+	for pid, streams := range seqs {
+		p := t.m[pid]
+		if p == nil {
+			continue // forgotten meanwhile; cannot be while it has pending ranges
+		}
+		for s, next := range streams {
+			if ss := p.streams[s]; ss != nil {
+				fn(ss, next)
+			}
+		}
+	}
+}
+
+// abort returns every producer that the aborted checkpoint (seqs) or the
+// open one touched to its durable state: the last prepared checkpoint's.
+func (t *producerTable) abort(seqs map[string]map[string]int64) {
+	touched := make(map[string]bool, len(seqs)+len(t.dirty))
+	for pid := range seqs {
+		touched[pid] = true
+	}
+	for pid := range t.dirty {
+		touched[pid] = true
+	}
+	t.dirty = map[string]map[string]bool{}
+	for pid := range touched {
+		if p := t.m[pid]; p != nil {
+			for _, ss := range p.streams {
+				ss.next, ss.pending = ss.durable.NextSeq, nil
+			}
+		}
+	}
+}
+
+// unprepared reports whether p has accepted batches that no prepared
 // checkpoint holds yet.
-func (e *Engine) unpreparedLocked(p *producer) bool {
-	d := e.durable[p.id]
-	for s, ss := range p.streams {
-		if ss.next != d.Streams[s].NextSeq {
+func (t *producerTable) unprepared(p *producer) bool {
+	for _, ss := range p.streams {
+		if ss.next != ss.durable.NextSeq {
 			return true
 		}
 	}
 	return false
 }
 
-// busyLocked reports whether p has anything uncommitted: accepted into the
-// open checkpoint, or in one not yet committed.
-func (e *Engine) busyLocked(p *producer) bool {
-	if e.dirty[p.id] != nil || e.unpreparedLocked(p) {
+// busy reports whether p has anything uncommitted: accepted into the open
+// checkpoint, or in one not yet committed.
+func (t *producerTable) busy(p *producer) bool {
+	if t.dirty[p.id] != nil || t.unprepared(p) {
 		return true
 	}
 	for _, ss := range p.streams {
@@ -90,23 +215,107 @@ func (e *Engine) busyLocked(p *producer) bool {
 	return false
 }
 
-func (p *producer) state() ProducerState {
-	out := ProducerState{ID: p.id, Epoch: p.epoch, Fenced: p.fenced, Streams: map[string]recovery.StreamSeq{}}
-	for s, ss := range p.streams {
-		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.next, CommittedSeq: ss.committed}
+// overlay puts p's loaded streams, live, over streams read from the store.
+func (p *producer) overlay(streams map[string]recovery.StreamSeq) map[string]recovery.StreamSeq {
+	if streams == nil {
+		streams = make(map[string]recovery.StreamSeq, len(p.streams))
 	}
-	return out
+	for s, ss := range p.streams {
+		streams[s] = recovery.StreamSeq{NextSeq: ss.next, CommittedSeq: ss.durable.CommittedSeq}
+	}
+	return streams
 }
 
-// Producer returns one producer's live state.
+// sequenceLocked is Write's producer check: the epoch, then the sequence
+// rule on the batch's stream. A duplicate fills res and returns no state;
+// an accepted batch returns the stream's state, for acceptLocked.
+func (e *Engine) sequenceLocked(w Write, res *WriteResult) (*seqState, error) {
+	p, err := e.prods.get(w.Producer.ID)
+	if err != nil {
+		e.reject("storage")
+		return nil, fmt.Errorf("producer %s: %w", w.Producer.ID, err)
+	}
+	if p == nil {
+		e.reject("unknown_producer")
+		return nil, fmt.Errorf("producer %s: %w", w.Producer.ID, ErrUnknownProducer)
+	}
+	switch {
+	case w.Producer.Epoch < p.epoch:
+		p.fenced++
+		e.reject("producer_fenced")
+		return nil, fmt.Errorf("producer %s epoch %d < %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrFenced)
+	case w.Producer.Epoch > p.epoch:
+		e.reject("invalid_epoch")
+		return nil, fmt.Errorf("producer %s epoch %d > %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrInvalidEpoch)
+	}
+	ss, err := e.prods.stream(p, w.Stream)
+	if err != nil {
+		e.reject("storage")
+		return nil, fmt.Errorf("producer %s stream %s: %w", p.id, w.Stream, err)
+	}
+	seq := w.Producer.Seq
+	switch recovery.CheckSeq(seq, ss.next) {
+	case recovery.SeqDuplicate:
+		res.Duplicate, res.NextSeq, res.Records, res.Bytes = true, ss.next, 0, 0
+		res.Committed = seq <= ss.durable.CommittedSeq
+		if res.Committed {
+			// The committed checkpoint that committed this producer's
+			// newest batch on the stream: the one holding seq for a
+			// retry of the latest batches, else a later one. Never an
+			// open, aborted or merely reserved id.
+			res.Checkpoint = ss.durable.CommittedIn
+		} else {
+			for _, r := range ss.pending {
+				if seq <= r.last {
+					res.Checkpoint = r.ckpt
+					break
+				}
+			}
+		}
+		if h := e.cfg.Hooks.Duplicate; h != nil {
+			h(w.Stream)
+		}
+		return nil, nil
+	case recovery.SeqGap:
+		e.reject("out_of_order_sequence")
+		return nil, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
+	}
+	return ss, nil
+}
+
+// acceptLocked takes an accepted batch's sequence number into the open
+// checkpoint and answers the next one.
+func (e *Engine) acceptLocked(w Write, ss *seqState, res *WriteResult) {
+	e.prods.accept(e.prods.m[w.Producer.ID], w.Stream, ss, w.Producer.Seq, e.openID)
+	res.NextSeq = ss.next
+}
+
+// Producer returns one producer's live state: the store's streams with
+// the ones in use since the start over them.
 func (e *Engine) Producer(id string) (ProducerState, bool) {
+	rec, err := e.store.Producer(id)
+	if err != nil {
+		e.log.Warn("read producer", "producer", id, "err", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.producers[id]
-	if p == nil {
+	p := e.prods.m[id]
+	if e.prods.forgetting[id] || (p == nil && rec == nil) {
 		return ProducerState{}, false
 	}
-	return p.state(), true
+	var streams map[string]recovery.StreamSeq
+	out := ProducerState{ID: id}
+	if rec != nil {
+		out.Epoch, streams = rec.Epoch, rec.Streams
+	}
+	if p != nil {
+		out.Epoch, out.Fenced, streams = p.epoch, p.fenced, p.overlay(streams)
+	}
+	out.Streams = streams
+	if out.Streams == nil {
+		out.Streams = map[string]recovery.StreamSeq{}
+	}
+	return out, true
 }
 
 // ProducersPage returns up to limit producers with ids after after, in id
@@ -127,7 +336,14 @@ func (e *Engine) ProducersPage(after string, limit int) ([]ProducerState, string
 }
 
 // ProducerCount returns how many producers are known, without a lock.
-func (e *Engine) ProducerCount() int { return int(e.producerCount.Load()) }
+func (e *Engine) ProducerCount() int { return int(e.prods.count.Load()) }
+
+// recount reads the producer count from the store after a change to it.
+func (e *Engine) recount() {
+	if n, err := e.store.ProducerCount(); err == nil {
+		e.prods.count.Store(int64(n))
+	}
+}
 
 // DeleteProducer forgets a producer (DELETE /v1/producers/{producer}):
 // ErrUnknownProducer when there is none, ErrProducerBusy while it has
@@ -136,10 +352,10 @@ func (e *Engine) DeleteProducer(ctx context.Context, id string) error {
 	return e.forget(id, time.Time{})
 }
 
-// forget removes producer id from the live table and the store, unless it
-// has uncommitted batches; with a non-zero idleBefore, only if its
-// recorded activity is older than that (the expiry). initMu keeps an init
-// of the same producer out.
+// forget removes producer id from the table and the store, unless it has
+// uncommitted batches; with a non-zero idleBefore, only if its recorded
+// activity is older than that (the expiry). initMu keeps an init of the
+// same producer out.
 func (e *Engine) forget(id string, idleBefore time.Time) error {
 	e.initMu.Lock()
 	defer e.initMu.Unlock()
@@ -148,35 +364,37 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 		e.mu.Unlock()
 		return err
 	}
-	p := e.producers[id]
-	if p == nil {
-		e.mu.Unlock()
-		return fmt.Errorf("producer %s: %w", id, ErrUnknownProducer)
-	}
-	if e.busyLocked(p) {
+	// A producer not loaded has nothing uncommitted: what a former run
+	// accepted was committed or forgotten by the recovery.
+	p := e.prods.m[id]
+	if p != nil && e.prods.busy(p) {
 		e.mu.Unlock()
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
 	}
-	// Gone from the live table first, so no write is accepted for it
-	// while the store forgets it.
-	d := e.durable[id]
-	delete(e.producers, id)
-	delete(e.durable, id)
+	// Unknown to writes first, so none is accepted for it while the store
+	// forgets it.
+	delete(e.prods.m, id)
+	e.prods.forgetting[id] = true
 	e.mu.Unlock()
 	err := e.store.DeleteProducerIdle(id, idleBefore)
-	if err == nil || errors.Is(err, recovery.ErrNotFound) {
-		e.producerCount.Add(-1)
-		return nil
-	}
-	// Not forgotten: put it back as it was (nothing of it was accepted
-	// meanwhile: it was unknown).
 	e.mu.Lock()
-	e.producers[id], e.durable[id] = p, d
+	delete(e.prods.forgetting, id)
+	if err != nil && p != nil {
+		// Not forgotten: put it back as it was (nothing of it was
+		// accepted meanwhile: it was unknown).
+		e.prods.m[id] = p
+	}
 	e.mu.Unlock()
-	if errors.Is(err, recovery.ErrNotIdle) {
+	switch {
+	case err == nil:
+		e.recount()
+		return nil
+	case errors.Is(err, recovery.ErrNotFound):
+		return fmt.Errorf("producer %s: %w", id, ErrUnknownProducer)
+	case errors.Is(err, recovery.ErrNotIdle):
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
 	}
-	if !e.storeFailed(err) && errors.Is(err, durable.ErrDiskFull) {
+	if !e.storeFailed(err) {
 		e.noteDiskFull(err)
 	}
 	return err
@@ -202,11 +420,8 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 				forgot++
 			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer):
 			default:
-				err = fmt.Errorf("expire producers: %w", err)
-			}
-			if err != nil && !errors.Is(err, ErrProducerBusy) && !errors.Is(err, ErrUnknownProducer) {
 				e.expired(forgot)
-				return n + forgot, err
+				return n + forgot, fmt.Errorf("expire producers: %w", err)
 			}
 		}
 		e.expired(forgot)
@@ -247,4 +462,64 @@ func (e *Engine) expireLoop() {
 			}
 		}
 	}
+}
+
+// InitProducer gives the producer a new epoch, durably, fencing older
+// ones, and is a barrier (I12): before it answers, every batch accepted
+// under an older epoch is prepared or aborted, so the next_seq and
+// committed_seq it returns — the producer's durable state — survive any
+// crash or abort that follows. When the producer has batches not yet
+// prepared it runs a checkpoint and waits for its end (bounded by ctx).
+func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, error) {
+	e.initMu.Lock()
+	e.mu.Lock()
+	err := e.writableLocked()
+	e.mu.Unlock()
+	if err != nil {
+		e.initMu.Unlock()
+		return ProducerState{}, err
+	}
+	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
+	if err != nil {
+		e.initMu.Unlock()
+		if errors.Is(err, ErrDiskFull) {
+			// Refused for space with nothing recorded: an answer.
+			e.noteDiskFull(err)
+			return ProducerState{}, err
+		}
+		e.fail(err)
+		return ProducerState{}, err
+	}
+	e.diskOK()
+	e.recount()
+	// From here on the older epochs are fenced: nothing more of theirs is
+	// accepted, so one barrier after this point covers all of it.
+	e.mu.Lock()
+	p := e.prods.m[id]
+	if p == nil {
+		p = &producer{id: id, streams: map[string]*seqState{}}
+		e.prods.m[id] = p
+	}
+	p.epoch = rec.Epoch
+	pending := e.prods.unprepared(p)
+	e.mu.Unlock()
+	e.initMu.Unlock()
+
+	if pending {
+		if _, err := e.Checkpoint(ctx); err != nil {
+			return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// The store's streams as of the init, with the ones in use since the
+	// start, durable after the barrier, over them.
+	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: rec.Streams}
+	if out.Streams == nil {
+		out.Streams = map[string]recovery.StreamSeq{}
+	}
+	for s, ss := range p.streams {
+		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.durable.NextSeq, CommittedSeq: ss.durable.CommittedSeq}
+	}
+	return out, nil
 }

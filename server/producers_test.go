@@ -169,3 +169,74 @@ func TestProducersPagination(t *testing.T) {
 		t.Fatalf("first page: %+v", ps)
 	}
 }
+
+// TestStartLoadsNoProducer: a start reads no producer (its time must not
+// grow with the producers kept, issue 12); each is loaded on first use and
+// then behaves as before the restart: a committed batch resent is a
+// duplicate naming the checkpoint that committed it, the next one is
+// accepted, an older epoch is fenced, and the count covers them all.
+func TestStartLoadsNoProducer(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	var epochs []int64
+	for i := range 3 {
+		id := fmt.Sprintf("p%d", i)
+		if _, err := e.InitProducer(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.InitProducer(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs = append(epochs, st.Epoch)
+		if _, err := send(e, &Producer{ID: id, Epoch: st.Epoch}, "clicks", 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := r.checkpoint()
+	r.stop()
+
+	e = r.start(nil)
+	e.mu.Lock()
+	loaded := len(e.prods.m)
+	e.mu.Unlock()
+	if loaded != 0 {
+		t.Fatalf("%d producers loaded at start, want 0", loaded)
+	}
+	if got := e.ProducerCount(); got != 3 {
+		t.Fatalf("count %d after a start, want 3", got)
+	}
+	res, err := send(e, &Producer{ID: "p0", Epoch: epochs[0]}, "clicks", 0, 1)
+	if err != nil || !res.Duplicate || !res.Committed || res.Checkpoint != done.ID || res.NextSeq != 1 {
+		t.Fatalf("resent committed batch: %+v %v, want a committed duplicate in %d", res, err, done.ID)
+	}
+	if _, err := send(e, &Producer{ID: "p0", Epoch: epochs[0]}, "clicks", 1, 1); err != nil {
+		t.Fatalf("next batch: %v", err)
+	}
+	if _, err := send(e, &Producer{ID: "p1", Epoch: epochs[1] - 1}, "clicks", 1, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("older epoch: %v, want fenced", err)
+	}
+	if _, err := send(e, &Producer{ID: "p1", Epoch: epochs[1]}, "clicks", 2, 1); err == nil {
+		t.Fatal("a gap was accepted")
+	} else if next, ok := isSeqErr(err); !ok || next != 1 {
+		t.Fatalf("gap: %v, want expected 1", err)
+	}
+	if _, err := send(e, &Producer{ID: "nobody"}, "clicks", 0, 1); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("unknown producer: %v", err)
+	}
+	if st, ok := e.Producer("p2"); !ok || st.Streams["clicks"].NextSeq != 1 || st.Streams["clicks"].CommittedSeq != 0 {
+		t.Fatalf("producer p2 (not loaded): %+v %v", st, ok)
+	}
+	if err := e.DeleteProducer(t.Context(), "p2"); err != nil {
+		t.Fatalf("delete a producer not loaded: %v", err)
+	}
+	if got := e.ProducerCount(); got != 2 {
+		t.Fatalf("count %d after a delete, want 2", got)
+	}
+	if err := e.DeleteProducer(t.Context(), "p2"); !errors.Is(err, ErrUnknownProducer) {
+		t.Fatalf("delete again: %v, want unknown producer", err)
+	}
+	if res := r.checkpoint(); res.State != "committed" {
+		t.Fatalf("checkpoint after the start: %+v", res)
+	}
+}

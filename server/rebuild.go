@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -11,10 +10,11 @@ import (
 // rebuildProducers is recovery step 5 for producers: the state store is
 // empty or older than the destination, so each producer's committed
 // sequence numbers are read back from this node's manifests and restored
-// (recovery.Rebuild, Store.RestoreProducers), and res.Producers reloaded.
+// (recovery.Rebuild, Store.RestoreProducers); the engine loads them from
+// the store on first use.
 // A client resending after the loss is then deduplicated against what was
 // committed. Only called when the store is behind: it reads every manifest.
-func (e *Engine) rebuildProducers(res *recovery.Result) error {
+func (e *Engine) rebuildProducers() error {
 	r, ok := e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
@@ -28,9 +28,6 @@ func (e *Engine) rebuildProducers(res *recovery.Result) error {
 	}
 	if err := e.store.RestoreProducers(rb.Producers); err != nil {
 		return err
-	}
-	if res.Producers, err = e.store.Producers(); err != nil {
-		return fmt.Errorf("rebuild from destination: %w", err)
 	}
 	e.log.Warn("rebuilt producers from the destination's manifests: clients must init again (their epochs are not in the destination); batches accepted but not committed before the loss are gone",
 		"op", "rebuild", "manifests", rb.Manifests, "highest_manifest", rb.Highest, "producers", len(rb.Producers),

@@ -1,0 +1,179 @@
+package recovery
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+)
+
+// The store's own record types: what state.db holds, as JSON, with the
+// names fixed here rather than borrowed from the types the rest of eosink
+// uses (committer.File, Checkpoint, StreamSeq, Key). Renaming a field of
+// those changes nothing on disk; a new field reaches the file only when it
+// is added here and to the conversion below. Field order is the order the
+// bytes have always had (encoding/json writes fields in declaration
+// order): TestV2Fixture holds them to a store written before these types.
+
+// checkpointRecord is a checkpoints-bucket row.
+type checkpointRecord struct {
+	ID          uint64       `json:"id"`
+	State       State        `json:"state"`
+	Files       []fileRecord `json:"files,omitempty"`
+	FileCount   int          `json:"file_count"`
+	Records     int64        `json:"records"`
+	Bytes       int64        `json:"bytes"`
+	StartedAt   time.Time    `json:"started_at"`
+	PreparedAt  time.Time    `json:"prepared_at,omitzero"`
+	CommittedAt time.Time    `json:"committed_at,omitzero"`
+	DurationMS  int64        `json:"duration_ms"`
+	Error       string       `json:"error,omitempty"`
+	// Seqs: producer -> stream -> next sequence number as of the barrier.
+	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+}
+
+// fileRecord is a file of a checkpoint row, and an intents-bucket value.
+type fileRecord struct {
+	Stream  string `json:"stream"`
+	Temp    string `json:"temp"`
+	Final   string `json:"final"`
+	Bytes   int64  `json:"bytes"`
+	Records int64  `json:"records"`
+	CRC32C  string `json:"crc32c"`
+	// Producers: [[first, last], ...] per producer; committer.SeqRanges
+	// also decodes the older single [first, last] pair.
+	Producers  map[string]committer.SeqRanges `json:"producers,omitempty"`
+	UploadID   string                         `json:"upload_id,omitempty"`
+	Parts      []partRecord                   `json:"parts,omitempty"`
+	StagingKey string                         `json:"staging_key,omitempty"`
+	ETag       string                         `json:"etag,omitempty"`
+}
+
+// partRecord is one uploaded part of a multipart upload.
+type partRecord struct {
+	Number int    `json:"n"`
+	ETag   string `json:"etag"`
+	Size   int64  `json:"size"`
+}
+
+// seqRecord is a seqs-bucket value: one producer's state on one stream.
+type seqRecord struct {
+	NextSeq      int64  `json:"next_seq"`
+	CommittedSeq int64  `json:"committed_seq"`
+	CommittedIn  uint64 `json:"committed_in,omitempty"`
+}
+
+// producerRecord is a producers-bucket value (the producer's head).
+type producerRecord struct {
+	ID     string    `json:"producer"`
+	Epoch  int64     `json:"epoch"`
+	Active time.Time `json:"active,omitzero"`
+}
+
+// producerV1Record is a producers-bucket value of a version 1 store,
+// every stream in the one row; only migrate1 reads it.
+type producerV1Record struct {
+	ID      string               `json:"producer"`
+	Epoch   int64                `json:"epoch"`
+	Streams map[string]seqRecord `json:"streams"`
+}
+
+// keyRecord is an idem_keys value.
+type keyRecord struct {
+	Stream     string    `json:"stream"`
+	Key        string    `json:"key"`
+	Hash       [32]byte  `json:"hash"`
+	Checkpoint uint64    `json:"checkpoint"`
+	At         time.Time `json:"at"`
+}
+
+func encodeCheckpoint(c *Checkpoint) ([]byte, error) {
+	r := checkpointRecord{ID: c.ID, State: c.State, FileCount: c.FileCount, Records: c.Records, Bytes: c.Bytes,
+		StartedAt: c.StartedAt, PreparedAt: c.PreparedAt, CommittedAt: c.CommittedAt, DurationMS: c.DurationMS,
+		Error: c.Error, Seqs: c.Seqs}
+	if c.Files != nil {
+		r.Files = make([]fileRecord, len(c.Files))
+		for i := range c.Files {
+			r.Files[i] = fileToRecord(&c.Files[i])
+		}
+	}
+	return json.Marshal(&r)
+}
+
+func decodeCheckpoint(v []byte) (*Checkpoint, error) {
+	var r checkpointRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{ID: r.ID, State: r.State, FileCount: r.FileCount, Records: r.Records, Bytes: r.Bytes,
+		StartedAt: r.StartedAt, PreparedAt: r.PreparedAt, CommittedAt: r.CommittedAt, DurationMS: r.DurationMS,
+		Error: r.Error, Seqs: r.Seqs}
+	if r.Files != nil {
+		c.Files = make([]committer.File, len(r.Files))
+		for i := range r.Files {
+			c.Files[i] = r.Files[i].file()
+		}
+	}
+	return c, nil
+}
+
+func fileToRecord(f *committer.File) fileRecord {
+	r := fileRecord{Stream: f.Stream, Temp: f.Temp, Final: f.Final, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C,
+		Producers: f.Producers, UploadID: f.UploadID, StagingKey: f.StagingKey, ETag: f.ETag}
+	if f.Parts != nil {
+		r.Parts = make([]partRecord, len(f.Parts))
+		for i, p := range f.Parts {
+			r.Parts[i] = partRecord{Number: p.Number, ETag: p.ETag, Size: p.Size}
+		}
+	}
+	return r
+}
+
+func (r *fileRecord) file() committer.File {
+	f := committer.File{Stream: r.Stream, Temp: r.Temp, Final: r.Final, Bytes: r.Bytes, Records: r.Records, CRC32C: r.CRC32C,
+		Producers: r.Producers, UploadID: r.UploadID, StagingKey: r.StagingKey, ETag: r.ETag}
+	if r.Parts != nil {
+		f.Parts = make([]committer.Part, len(r.Parts))
+		for i, p := range r.Parts {
+			f.Parts[i] = committer.Part{Number: p.Number, ETag: p.ETag, Size: p.Size}
+		}
+	}
+	return f
+}
+
+func encodeFile(f *committer.File) ([]byte, error) {
+	r := fileToRecord(f)
+	return json.Marshal(&r)
+}
+
+func decodeFile(v []byte) (committer.File, error) {
+	var r fileRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return committer.File{}, err
+	}
+	return r.file(), nil
+}
+
+func encodeSeq(s StreamSeq) ([]byte, error) {
+	return json.Marshal(seqRecord{NextSeq: s.NextSeq, CommittedSeq: s.CommittedSeq, CommittedIn: s.CommittedIn})
+}
+
+func decodeSeq(v []byte) (StreamSeq, error) {
+	var r seqRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return StreamSeq{}, err
+	}
+	return StreamSeq{NextSeq: r.NextSeq, CommittedSeq: r.CommittedSeq, CommittedIn: r.CommittedIn}, nil
+}
+
+func encodeKey(k *Key) ([]byte, error) {
+	return json.Marshal(keyRecord{Stream: k.Stream, Key: k.Key, Hash: k.Hash, Checkpoint: k.Checkpoint, At: k.At})
+}
+
+func decodeKey(v []byte) (Key, error) {
+	var r keyRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return Key{}, err
+	}
+	return Key{Stream: r.Stream, Key: r.Key, Hash: r.Hash, Checkpoint: r.Checkpoint, At: r.At}, nil
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/eosink/eosink/recovery"
+)
+
+// The coordinator loop, waiting on checkpoints, failure and shutdown.
+
+// Checkpoint runs a checkpoint and waits for its end. A request made while
+// one runs is served by the next one. If ctx ends first, the checkpoint
+// still completes in the background.
+func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
+	reply := make(chan ckptReply, 1)
+	select {
+	case <-e.ready:
+	case <-e.failed:
+		return CheckpointResult{}, e.Err()
+	default:
+		return CheckpointResult{}, ErrNotReady
+	}
+	select {
+	case e.reqs <- reply:
+	case <-e.failed:
+		return CheckpointResult{}, e.Err()
+	case <-e.ctx.Done():
+		return CheckpointResult{}, ErrClosed
+	case <-ctx.Done():
+		return CheckpointResult{}, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return CheckpointResult{}, ctx.Err()
+	}
+}
+
+// Wait blocks until checkpoint id has ended: nil if it committed, ErrAborted
+// if it aborted.
+//
+// Waiting on the open checkpoint starts it within Config.CommitLinger
+// (group commit).
+func (e *Engine) Wait(ctx context.Context, id uint64) error {
+	e.mu.Lock()
+	o := e.outcomes[id]
+	if o != nil {
+		e.lingerLocked(id)
+	}
+	e.mu.Unlock()
+	if o == nil {
+		c, err := e.store.Get(id)
+		if err != nil {
+			return err
+		}
+		switch c.State {
+		case recovery.Committed:
+			return nil
+		case recovery.Aborted:
+			return fmt.Errorf("checkpoint %d: %w: %s", id, ErrAborted, c.Error)
+		}
+		// Prepared and finishing in recovery: poll the store.
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.failed:
+				return e.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			if c, err := e.store.Get(id); err == nil && c.State == recovery.Committed {
+				return nil
+			}
+		}
+	}
+	select {
+	case <-o.done:
+		if o.state == recovery.Committed {
+			return nil
+		}
+		return fmt.Errorf("checkpoint %d: %w: %v", id, ErrAborted, o.err)
+	case <-e.failed:
+		return e.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the coordinator loop: checkpoints on request and on the interval.
+func (e *Engine) run() {
+	var tick <-chan time.Time
+	if e.cfg.CheckpointInterval > 0 {
+		t := time.NewTicker(e.cfg.CheckpointInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	var (
+		linger     *time.Timer
+		lingerC    <-chan time.Time
+		lastLinger time.Time
+		lastShared int // waits of the last linger-started checkpoint
+	)
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
+	for {
+		var waiters []chan ckptReply
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.failed:
+			return
+		case <-e.soon:
+			if lingerC == nil {
+				linger = time.NewTimer(e.lingerDelay(lastLinger, lastShared))
+				lingerC = linger.C
+			}
+			continue
+		case <-lingerC:
+			lingerC = nil
+			want, waits := e.wantsCommit()
+			if !want {
+				continue // a checkpoint since took the waiting batches
+			}
+			lastLinger, lastShared = time.Now(), waits
+		case r := <-e.reqs:
+			waiters = append(waiters, r)
+		drain:
+			for {
+				select {
+				case r := <-e.reqs:
+					waiters = append(waiters, r)
+				default:
+					break drain
+				}
+			}
+		case <-tick:
+			if e.idle() {
+				continue // nothing to commit: no barrier, no I/O
+			}
+		case <-e.kick:
+			e.mu.Lock()
+			big := e.openBytes > e.cfg.MaxUncommittedBytes/4 || e.early
+			e.mu.Unlock()
+			if !big {
+				continue // the checkpoint that just ran already took it
+			}
+		}
+		res, err := e.checkpoint()
+		for _, w := range waiters {
+			w <- ckptReply{res, err}
+		}
+	}
+}
+
+// idle reports whether the open checkpoint holds nothing to commit.
+func (e *Engine) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.openTxns) == 0 && len(e.prods.dirty) == 0
+}
+
+// Shutdown stops accepting writes, runs a final checkpoint (bounded by
+// ctx) so accepted batches commit, then closes the engine.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	ready := e.isReady && e.failErr == nil
+	e.publishLocked()
+	e.mu.Unlock()
+	var err error
+	if ready {
+		var res CheckpointResult
+		res, err = e.Checkpoint(ctx)
+		if err == nil && res.State == recovery.Aborted {
+			err = fmt.Errorf("final checkpoint %d: %w: %s", res.ID, ErrAborted, res.Error)
+		}
+		if err != nil {
+			err = fmt.Errorf("final checkpoint: %w", err)
+		} else {
+			// Everything accepted is committed: hand the node id over
+			// now rather than after the timeout.
+			err = e.releaseLease(ctx)
+		}
+	}
+	return errors.Join(err, e.Close())
+}
+
+// Close stops the engine at once, like a crash would but with file handles
+// closed: open transactions stay as temp files and a prepared checkpoint
+// still committing stays prepared; the next Open recovers both.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.publishLocked()
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	e.mu.Lock()
+	for _, ot := range e.openTxns {
+		ot.txn.Release()
+	}
+	e.mu.Unlock()
+	if err := e.store.Close(); err != nil {
+		return fmt.Errorf("close state store: %w", err)
+	}
+	return nil
+}
+
+func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
+
+func (e *Engine) backoff(attempt int) time.Duration {
+	d := e.cfg.RetryMin << min(attempt, 16)
+	if d > e.cfg.RetryMax || d <= 0 {
+		d = e.cfg.RetryMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (e *Engine) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.ctx.Done():
+		return false
+	}
+}
+
+// fail stops the engine after err. Held under no lock.
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	if e.failErr != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	e.publishLocked()
+	e.mu.Unlock()
+	e.log.Error("engine stopped; recovery on restart decides", "err", err)
+	close(e.failed)
+}
+
+// storeFailed stops the engine if err says the state store may be in an
+// unknown state (recovery.ErrWriteFailed): it must be reopened. It reports
+// whether it did.
+func (e *Engine) storeFailed(err error) bool {
+	if !errors.Is(err, recovery.ErrWriteFailed) {
+		return false
+	}
+	e.fail(err)
+	return true
+}
+
+// noteDiskFull remembers err if it is a write refused for space, for
+// Status and /readyz.
+func (e *Engine) noteDiskFull(err error) {
+	if !errors.Is(err, ErrDiskFull) {
+		return
+	}
+	e.mu.Lock()
+	e.diskFull, e.diskFullAt = err, time.Now()
+	e.publishLocked()
+	e.mu.Unlock()
+}
+
+func (e *Engine) noteDiskFullLocked(err error) {
+	if errors.Is(err, ErrDiskFull) {
+		e.diskFull, e.diskFullAt = err, time.Now()
+	}
+}
+
+// diskOK forgets a full disk: a durable write just succeeded.
+func (e *Engine) diskOK() {
+	e.mu.Lock()
+	e.diskFull = nil
+	e.publishLocked()
+	e.mu.Unlock()
+}
