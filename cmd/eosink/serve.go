@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
@@ -72,7 +72,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; empty means AWS S3; credentials from the AWS chain: environment, shared credentials file, IAM role")
 	fs.BoolVar(&f.insecure, "s3-insecure", false, "talk plain HTTP to --s3-endpoint")
 	fs.StringVar(&f.commitMode, "s3-commit", "multipart", "S3 commit mode: multipart (upload at pre-commit, complete at commit) or copy (staging object, server-side copy at commit)")
-	fs.StringVar(&f.node, "node", sanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
+	fs.StringVar(&f.node, "node", layout.SanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
 	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "periodic checkpoints; 0 means only on request")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file of '<role> <token>' lines (roles: ingest, read, admin); without it only loopback addresses may be served")
 	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without tokens (anyone who can connect can write)")
@@ -106,25 +106,6 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]{0,63}$`)
-
-func sanitizeNode(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
-			b[i] = '_'
-		}
-	}
-	out := strings.TrimLeft(string(b), "_.")
-	if len(out) > 64 {
-		out = out[:64]
-	}
-	if out == "" {
-		return "node"
-	}
-	return out
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -184,8 +165,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError(err)
 	}
-	if !nodeRE.MatchString(f.node) {
-		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
+	if !layout.Node(f.node) {
+		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.-], starting with a letter or digit", errUsage, f.node)
 	}
 	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
 		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall,
