@@ -185,10 +185,6 @@ const indexPage = `<!doctype html>
 `
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	if s.ui != nil {
-		s.ui.ServeHTTP(w, r)
-		return
-	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write([]byte(indexPage))
