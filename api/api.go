@@ -103,8 +103,6 @@ type Config struct {
 	// admits every IP literal): without tokens, a request naming another
 	// host may come from a page whose DNS name was rebound to us.
 	Hosts []string
-	// UI serves GET /; nil serves a small page of links.
-	UI http.Handler
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
 
@@ -140,7 +138,6 @@ type Server struct {
 	store      Store
 	files      committer.Reader
 	auth       *Tokens
-	ui         http.Handler
 	metrics    http.Handler
 	httpm      *httpMetrics
 	log        *slog.Logger
@@ -212,7 +209,6 @@ func New(cfg Config) (*Server, error) {
 		store:      cfg.Store,
 		files:      cfg.Files,
 		auth:       cfg.Auth,
-		ui:         cfg.UI,
 		log:        cfg.Logger,
 		metrics:    promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
 		maxBody:    cfg.MaxBody,
@@ -241,10 +237,22 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// routes is the one route table. Every route here is in openapi.yaml, and
-// the test TestOpenAPIMatchesRoutes keeps the two equal.
+// routes is the API served alone (tests, embedding): Mount's routes and,
+// at GET /, a small page of links. eosink serve mounts the API on its own
+// root router instead, beside the web UI (cmd/eosink).
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
+	s.Mount(r)
+	r.With(s.allow(RoleRead)).Get("/", s.index)
+	return r
+}
+
+// Mount registers the API on r, a router with no routes yet: its
+// middleware (request metrics by route, panic recovery, the Host and
+// Origin guard), which then covers every route r gets, its JSON 404 and
+// 405 answers, and its routes. Every route here is in openapi.yaml, and
+// the test TestOpenAPIMatchesRoutes keeps the two equal.
+func (s *Server) Mount(r chi.Router) {
 	r.Use(s.httpm.instrument, s.recoverer, s.guard)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
@@ -276,22 +284,11 @@ func (s *Server) routes() http.Handler {
 	r.With(read).Head("/v1/files/*", s.getFile)
 	r.With(read).Get("/v1/openapi.yaml", s.openapi)
 	r.With(read).Get("/metrics", s.metrics.ServeHTTP)
-	if s.ui != nil {
-		// The UI does its own auth (login form, cookie, CSRF on POST): its
-		// login page must be reachable without a token.
-		r.Get("/", s.ui.ServeHTTP)
-		r.Get("/ui", s.ui.ServeHTTP)
-		r.Get("/ui/*", s.ui.ServeHTTP)
-		r.Post("/ui/*", s.ui.ServeHTTP)
-	} else {
-		r.With(read).Get("/", s.index)
-	}
-	return r
 }
 
 // allowed returns the Allow header of a 405: the methods the router serves
 // on the request's path. (chi hands a custom 405 handler no list.)
-func allowed(mux *chi.Mux, r *http.Request) string {
+func allowed(mux chi.Routes, r *http.Request) string {
 	p := r.URL.RawPath
 	if p == "" {
 		p = r.URL.Path

@@ -194,9 +194,16 @@ func TestParseTokens(t *testing.T) {
 // TestOpenAPIMatchesRoutes checks that openapi.yaml documents exactly the
 // routes the router serves.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	// With a UI, as eosink serve runs.
-	r := newRig(t, rigOpts{api: func(c *Config) { c.UI = http.NotFoundHandler() }})
-	served := routeSet(t, r.srv.Handler())
+	// With the UI's routes beside the API's, as eosink serve's root mux
+	// adds them (cmd/eosink's TestRootRoutes pins that table).
+	r := newRig(t, rigOpts{})
+	root := chi.NewRouter()
+	r.srv.Mount(root)
+	for _, p := range []string{"/", "/ui", "/ui/*"} {
+		root.Get(p, http.NotFound)
+	}
+	root.Post("/ui/*", http.NotFound)
+	served := routeSet(t, root)
 	t.Logf("served %q", served)
 	documented := openAPIOperations(t, string(openAPI))
 	if !slices.Equal(served, documented) {

@@ -1,4 +1,4 @@
-// Package api serves eosink's HTTP API v1 (DESIGN.md, "HTTP API v1
+// Package api serves eosink's HTTP API v1 (docs/design.md, "HTTP API v1
 // (binding)") over an Engine: the route table, the wire types, the mapping
 // of engine errors to statuses and error codes, bearer-token authorization,
 // and the OpenAPI document (openapi.yaml, served at GET /v1/openapi.yaml).

@@ -78,7 +78,7 @@ func TestListFilesAndStreams(t *testing.T) {
 	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
-	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth, ui: r.srv.ui,
+	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth,
 		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
 		retryAfter: r.srv.retryAfter, manifests: newManifestCache(r.srv.files, 10)} // empty cache
 	r2.handler = r2.routes()
@@ -374,21 +374,5 @@ func TestProbesAndMisc(t *testing.T) {
 	expectStatus(t, rec, http.StatusMethodNotAllowed)
 	if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
 		t.Fatalf("%+v", e)
-	}
-
-	ui := newRig(t, rigOpts{api: func(c *Config) {
-		c.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/" {
-				http.Redirect(w, r, "/ui/", http.StatusSeeOther) // as web's
-				return
-			}
-			_, _ = w.Write([]byte("the ui"))
-		})
-	}})
-	if rec := ui.do("GET", "/", ""); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/" {
-		t.Fatalf("ui / %d %v", rec.Code, rec.Header())
-	}
-	if rec := ui.do("GET", "/ui/", ""); rec.Body.String() != "the ui" {
-		t.Fatalf("ui %q", rec.Body.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -46,7 +47,13 @@ func TestHTTPMetrics(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("ui page")) // no WriteHeader: 200
 	})
-	r := newRig(t, rigOpts{api: func(c *Config) { c.Registerer, c.UI = reg, ui }})
+	r := newRig(t, rigOpts{api: func(c *Config) { c.Registerer = reg }})
+	// The UI beside the API, as eosink serve's root mux has it: Mount's
+	// middleware covers it too.
+	root := chi.NewRouter()
+	r.srv.Mount(root)
+	root.Get("/ui/*", ui.ServeHTTP)
+	r.srv.handler = root
 	// A second Server on the same registry shares the metrics.
 	if _, err := New(Config{Engine: r.eng, Store: r.eng.Store(), Files: r.srv.files, Registerer: reg}); err != nil {
 		t.Fatalf("a second server on the registry: %v", err)

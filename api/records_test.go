@@ -76,7 +76,7 @@ func envs(t *testing.T) map[string]*env {
 	return out
 }
 
-// TestWriteErrors runs every row of DESIGN.md's error table through the
+// TestWriteErrors runs every row of docs/design.md's error table through the
 // real handler and checks that no refused batch is stored anywhere.
 func TestWriteErrors(t *testing.T) {
 	type row struct {

@@ -149,7 +149,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.producer != "" && !validProducer(cfg.producer) {
+	if cfg.producer != "" && !layout.Producer(cfg.producer) {
 		return nil, fmt.Errorf("new client: producer id %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", cfg.producer)
 	}
 	switch {
@@ -481,7 +481,3 @@ func (c *Client) fenceLocked(why string) {
 	c.log.Warn("producer fenced: dropping kept batches", "why", why, "batches", batches, "bytes", bytes)
 	c.releaseLocked(bytes)
 }
-
-func validStream(s string) bool { return layout.Stream(s) }
-
-func validProducer(s string) bool { return layout.Producer(s) }

@@ -566,6 +566,7 @@ func TestRefusals(t *testing.T) {
 		line    int
 	}{
 		{"bad stream", "Bad", one, client.ErrInvalidStream, 0},
+		{"stream with ..", "a..b", one, client.ErrInvalidStream, 0},
 		{"empty", "s", nil, client.ErrEmptyBatch, 0},
 		{"newline", "s", [][]byte{[]byte("{\n}")}, client.ErrInvalidRecord, 0},
 		{"blank", "s", [][]byte{[]byte(" ")}, client.ErrInvalidRecord, 0},

@@ -1,5 +1,5 @@
 // Package client is the Go producer client of eosink's HTTP API v1
-// (DESIGN.md, "HTTP API v1 (binding)"). It owns the producer's side of
+// (docs/design.md, "HTTP API v1 (binding)"). It owns the producer's side of
 // exactly-once delivery: the epoch, a sequence number per stream, and the
 // batches sent but not yet committed, which it keeps in memory to resend
 // when the service loses them. It uses only the standard library.
@@ -25,7 +25,7 @@
 //
 // Every batch sent is kept until the client learns it is committed. The
 // service may forget batches it accepted (202) but had not prepared in a
-// checkpoint when it crashed, or whose checkpoint aborted (DESIGN.md, I5).
+// checkpoint when it crashed, or whose checkpoint aborted (docs/design.md, I5).
 // It then answers a later batch 409 out_of_order_sequence with
 // expected_seq E (503 aborted with E under ?wait=commit), and the client
 // resends its kept batches E, E+1, ... in order, each with its original

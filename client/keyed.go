@@ -54,7 +54,7 @@ func ContentKey(records [][]byte) (string, error) {
 }
 
 func (c *Client) sendKeyed(ctx context.Context, name, key string, records [][]byte, wait bool) (Result, error) {
-	if !validStream(name) {
+	if !layout.Stream(name) {
 		return Result{}, fmt.Errorf("send to %q: %w: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", name, ErrInvalidStream)
 	}
 	if !layout.IdempotencyKey(key) {

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Result is the answer to one Send.
@@ -88,7 +90,7 @@ func (c *Client) waitSeq(ctx context.Context, name string, seq int64) error {
 }
 
 func (c *Client) send(ctx context.Context, name string, records [][]byte, wait bool) (Result, error) {
-	if !validStream(name) {
+	if !layout.Stream(name) {
 		return Result{}, fmt.Errorf("send to %q: %w: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", name, ErrInvalidStream)
 	}
 	body, err := encode(records)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"io"
 	"time"
 
@@ -24,7 +25,7 @@ type Finisher struct {
 	Publisher committer.Publisher
 	Node      string
 	Retain    int
-	// Parallel bounds concurrent file commits; <= 0 means 8.
+	// Parallel bounds concurrent file commits; <= 0 means DefaultParallel.
 	Parallel int
 	// Fence, when set, is asked before the files are committed and before
 	// the manifest is published: an error (the node's lease is not held)
@@ -32,31 +33,29 @@ type Finisher struct {
 	Fence func() error
 }
 
+// DefaultParallel is how many files eosink pre-commits or commits at once
+// unless configured otherwise (server.Config.Parallel, Finisher.Parallel).
+const DefaultParallel = 8
+
 // Finish commits checkpoint c, which must be recorded prepared.
 func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	par := f.Parallel
 	if par <= 0 {
-		par = 8
+		par = DefaultParallel
 	}
 	if err := f.fence(); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	sem := make(chan struct{}, par)
-	errs := make(chan error, len(c.Files))
-	for _, file := range c.Files {
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			errs <- f.Committer.Commit(ctx, file)
-		}()
+	// Every file is tried, whatever the others do: errors are kept, not
+	// used to cancel.
+	errs := make([]error, len(c.Files))
+	var g errgroup.Group
+	g.SetLimit(par)
+	for i, file := range c.Files {
+		g.Go(func() error { errs[i] = f.Committer.Commit(ctx, file); return nil })
 	}
-	var all []error
-	for range c.Files {
-		if err := <-errs; err != nil {
-			all = append(all, err)
-		}
-	}
-	if err := errors.Join(all...); err != nil {
+	_ = g.Wait() // the goroutines return nil; errs has their errors
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
 	body, err := BuildManifest(f.Node, c)

@@ -2,10 +2,8 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
@@ -13,25 +11,14 @@ import (
 	"github.com/spf13/afero"
 )
 
-// Manifest is the JSON document written for every committed checkpoint at
-// _manifests/<node>/<checkpoint:020d>.json.
-type Manifest struct {
-	Checkpoint  uint64         `json:"checkpoint"`
-	Node        string         `json:"node"`
-	CommittedAt time.Time      `json:"committed_at"`
-	Files       []ManifestFile `json:"files"`
-}
-
-// ManifestFile is one file of a manifest.
-type ManifestFile struct {
-	Path    string `json:"path"`
-	Stream  string `json:"stream"`
-	Bytes   int64  `json:"bytes"`
-	Records int64  `json:"records"`
-	CRC32C  string `json:"crc32c"`
-	// Producers holds each producer's exact sequence numbers in the file.
-	Producers map[string]committer.SeqRanges `json:"producers"`
-}
+// The manifest document lives in internal/layout; these aliases keep
+// recovery's callers as they were.
+type (
+	// Manifest is layout.Manifest.
+	Manifest = layout.Manifest
+	// ManifestFile is layout.ManifestFile.
+	ManifestFile = layout.ManifestFile
+)
 
 // ManifestPath returns the destination-relative manifest name.
 func ManifestPath(node string, id uint64) string { return layout.ManifestName(node, id) }
@@ -39,15 +26,7 @@ func ManifestPath(node string, id uint64) string { return layout.ManifestName(no
 // BuildManifest renders c's manifest. The time is the prepare time, so a
 // re-commit after a crash writes the same bytes.
 func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
-	m := Manifest{Checkpoint: c.ID, Node: node, CommittedAt: c.PreparedAt.UTC(), Files: make([]ManifestFile, 0, len(c.Files))}
-	for _, f := range c.Files {
-		p := f.Producers
-		if p == nil {
-			p = map[string]committer.SeqRanges{}
-		}
-		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
-	}
-	return json.MarshalIndent(&m, "", "  ")
+	return layout.EncodeManifest(layout.NewManifest(node, c.ID, c.PreparedAt, c.Files))
 }
 
 // Replay is the recovery run on every start.

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Problem is one thing Verify found wrong.
@@ -118,24 +118,13 @@ func Verify(ctx context.Context, r committer.Reader, progress func(done, total i
 }
 
 // MaxManifest bounds the bytes of one manifest a reader accepts.
-const MaxManifest = 1 << 30
+const MaxManifest = layout.MaxManifest
 
-// ReadManifest reads and checks the manifest at name (a destination path).
-// A missing manifest is an error wrapping committer.ErrNotFound.
+// ReadManifest reads and checks the manifest at name (a destination path):
+// layout.ReadManifest. A missing manifest is an error wrapping
+// committer.ErrNotFound.
 func ReadManifest(ctx context.Context, r committer.Reader, name string) (*Manifest, error) {
-	rc, _, err := r.Open(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("open manifest: %w", err)
-	}
-	defer rc.Close()
-	var m Manifest
-	if err := json.NewDecoder(io.LimitReader(rc, MaxManifest)).Decode(&m); err != nil {
-		return nil, fmt.Errorf("manifest is not valid JSON: %w", err)
-	}
-	if want := ManifestPath(m.Node, m.Checkpoint); want != name {
-		return nil, fmt.Errorf("manifest names checkpoint %d of node %q, which belongs at %s", m.Checkpoint, m.Node, want)
-	}
-	return &m, nil
+	return layout.ReadManifest(ctx, r, name)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

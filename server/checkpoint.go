@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"golang.org/x/sync/errgroup"
 )
 
 // cut is one checkpoint past its barrier.
@@ -247,17 +247,16 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error) {
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, e.cfg.Parallel)
+	// Every file is tried, whatever the others do: errors are kept in
+	// errs, not used to cancel.
+	var g errgroup.Group
+	g.SetLimit(e.cfg.Parallel)
 	for i, ot := range txns {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			sum, err := ot.txn.PreCommit()
 			if err != nil {
 				errs[i] = err
-				return
+				return nil
 			}
 			prod := make(map[string]committer.SeqRanges, len(sum.Producers))
 			for p, rs := range sum.Producers {
@@ -265,9 +264,10 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 			}
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
 				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("pre-commit: %w", err)
 	}
@@ -283,15 +283,15 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 		}
 	}
 	prepared := make([]committer.File, len(files))
+	g = errgroup.Group{}
+	g.SetLimit(e.cfg.Parallel)
 	for i := range files {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			prepared[i], errs[i] = e.cfg.Committer.Prepare(e.ctx, files[i])
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if err := errors.Join(errs...); err != nil {
 		for i := range prepared {
 			if errs[i] != nil {

@@ -26,7 +26,7 @@ type Config struct {
 	MaxUncommittedBytes int64         // backpressure threshold; default 1 GiB
 	BufferSize          int           // staging buffer per file; default 256 KiB
 	Retain              int           // committed checkpoints that keep details; default 1000
-	Parallel            int           // concurrent pre-commits and commits; default 8
+	Parallel            int           // concurrent pre-commits and commits; default recovery.DefaultParallel
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	MaxOpenFiles        int           // transactions (open staging files) per checkpoint; 0: no limit
 	ProducerExpiry      time.Duration // forget producers idle this long with nothing uncommitted; 0: DefaultProducerExpiry, negative: never
@@ -103,7 +103,7 @@ func (c *Config) defaults() {
 		c.Retain = recovery.DefaultRetain
 	}
 	if c.Parallel <= 0 {
-		c.Parallel = 8
+		c.Parallel = recovery.DefaultParallel
 	}
 	if c.RetryMin <= 0 {
 		c.RetryMin = 50 * time.Millisecond

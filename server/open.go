@@ -24,6 +24,9 @@ func Open(cfg Config) (*Engine, error) {
 	if cfg.Node == "" || cfg.FS == nil || cfg.StagingDir == "" || cfg.StorePath == "" || cfg.Committer == nil || cfg.Publisher == nil {
 		return nil, errors.New("open engine: node, fs, staging dir, store path, committer and publisher are required")
 	}
+	if !layout.Node(cfg.Node) {
+		return nil, fmt.Errorf("open engine: node id %q: want ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", cfg.Node)
+	}
 	if err := durable.MkdirAll(cfg.FS, cfg.StagingDir); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}

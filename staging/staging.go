@@ -9,14 +9,14 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
 
-// Suffix ends the name of every temp file.
-const Suffix = ".inprogress"
+// Suffix ends the name of every temp file: layout.TempSuffix.
+const Suffix = layout.TempSuffix
 
 // DefaultBufferSize is how much a Txn buffers before writing to its file.
 const DefaultBufferSize = 256 << 10
@@ -59,12 +59,10 @@ type Txn struct {
 }
 
 // TempName returns the temp file name for a final base name, in dir.
-func TempName(dir, finalBase string) string {
-	return path.Join(dir, finalBase+Suffix)
-}
+func TempName(dir, finalBase string) string { return layout.TempName(dir, finalBase) }
 
 // IsTemp reports whether name is a staging temp file name.
-func IsTemp(name string) bool { return strings.HasSuffix(name, Suffix) }
+func IsTemp(name string) bool { return layout.IsTempName(name) }
 
 // Create opens a new, empty temp file at name. It fails if the file exists.
 // bufSize <= 0 means DefaultBufferSize.

@@ -9,12 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -108,11 +107,6 @@ func (d s3Dest) Read(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(o)
 }
 
-var (
-	dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.]+)-(\d{20})-(\d{4})\.ndjson$`)
-	manifestRE = regexp.MustCompile(`^_manifests/([A-Za-z0-9_.]+)/(\d{20})\.json$`)
-)
-
 // destReport is what checkDest found.
 type destReport struct {
 	Files     int
@@ -193,20 +187,18 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 		case strings.HasPrefix(o.Path, "_nodes/"):
 			continue // node leases
 		case strings.HasPrefix(o.Path, "_manifests/"):
-			if !manifestRE.MatchString(o.Path) {
+			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
 				continue
 			}
 			manifests = append(manifests, o)
 			continue
 		}
-		m := dataFileRE.FindStringSubmatch(o.Path)
-		if m == nil {
+		stream, node, ckpt, ok := dataFile(o.Path)
+		if !ok {
 			r.bad("unexpected object in the destination: %s (%d bytes)", o.Path, o.Size)
 			continue
 		}
-		stream, node := m[1], m[2]
-		ckpt, _ := strconv.ParseUint(m[3], 10, 64)
 		data, err := d.Read(ctx, o.Path)
 		if err != nil {
 			r.bad("read %s: %v", o.Path, err)
@@ -297,7 +289,7 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 	// Manifests name every data file once, with its size, records and ranges.
 	for _, mo := range manifests {
 		r.Manifests++
-		mm := manifestRE.FindStringSubmatch(mo.Path)
+		mNode, mID, _ := layout.ParseManifestName(mo.Path)
 		data, err := d.Read(ctx, mo.Path)
 		if err != nil {
 			r.bad("read manifest %s: %v", mo.Path, err)
@@ -308,7 +300,7 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 			r.bad("manifest %s: %v", mo.Path, err)
 			continue
 		}
-		if id, _ := strconv.ParseUint(mm[2], 10, 64); m.Checkpoint != id || m.Node != mm[1] {
+		if m.Checkpoint != mID || m.Node != mNode {
 			r.bad("manifest %s says checkpoint %d of node %q", mo.Path, m.Checkpoint, m.Node)
 		}
 		for _, mf := range m.Files {

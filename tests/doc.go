@@ -2,7 +2,7 @@
 // cmd/eosink once, run it as a child process on loopback ports, talk to it
 // over HTTP only (raw requests and the Go client in client/), kill it with
 // SIGKILL and SIGTERM at random moments, stop the S3 server under it, and
-// check the promises of DESIGN.md from the destination alone: the files on
+// check the promises of docs/design.md from the destination alone: the files on
 // disk, or the objects in the bucket, read directly, plus `eosink verify`.
 //
 // Nothing here imports the engine (server/, api/): what a user runs is what

@@ -138,7 +138,7 @@ func countBenchFiles(b *testing.B, dest string) int {
 	}
 	n := 0
 	for _, o := range objs {
-		if dataFileRE.MatchString(o.Path) {
+		if isDataFile(o.Path) {
 			n++
 		}
 	}

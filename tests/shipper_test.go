@@ -267,7 +267,7 @@ func countFiles(t *testing.T, dest string) int {
 	}
 	n := 0
 	for _, o := range objs {
-		if dataFileRE.MatchString(o.Path) {
+		if isDataFile(o.Path) {
 			n++
 		}
 	}

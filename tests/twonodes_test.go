@@ -140,11 +140,10 @@ func requireOwnFiles(t testing.TB, ctx context.Context, d destReader) {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		m := dataFileRE.FindStringSubmatch(o.Path)
-		if m == nil {
+		_, node, _, ok := dataFile(o.Path)
+		if !ok {
 			continue
 		}
-		node := m[2]
 		data, err := d.Read(ctx, o.Path)
 		if err != nil {
 			t.Fatal(err)

@@ -56,7 +56,7 @@
 //
 // # Listings
 //
-// No page grows with the destination or the state store (DESIGN.md: no
+// No page grows with the destination or the state store (docs/design.md: no
 // answer grows without bound), and no page load lists the whole
 // destination. A folder page lists PageSize rows (default 500) by name
 // after the cursor ?after= (the last row of the previous page; a folder's

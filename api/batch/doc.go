@@ -1,7 +1,7 @@
 // Package batch turns the body of one write request into the bytes that are
 // appended to a stream's file.
 //
-// It owns the write request rules of the HTTP API (DESIGN.md, "HTTP API v1"):
+// It owns the write request rules of the HTTP API (docs/design.md, "HTTP API v1"):
 // which Content-Types are accepted, what counts as a record, which records
 // are refused and with which error. It does no I/O and keeps no state; the
 // api package maps its errors to statuses and staging appends [Batch.Data].

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -37,7 +36,8 @@ type destFlags struct {
 }
 
 // openDest parses --dest and builds its committer. staging is the local
-// staging directory (for file:// it must be on the same filesystem).
+// staging directory (for file:// it must be on the same filesystem); ""
+// opens the destination for reading only.
 func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node string, log *slog.Logger) (destination, string, error) {
 	u, err := url.Parse(df.dest)
 	if err != nil {
@@ -45,76 +45,86 @@ func openDest(ctx context.Context, df destFlags, fsys afero.Fs, staging, node st
 	}
 	switch u.Scheme {
 	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, "", fmt.Errorf("%w: --dest %q: want file:///absolute/path", errUsage, df.dest)
-		}
-		dir := filepath.Clean(u.Path)
-		if !filepath.IsAbs(dir) {
-			return nil, "", fmt.Errorf("%w: --dest %q: path must be absolute", errUsage, df.dest)
-		}
-		if staging == "" { // reading only: a missing destination is not an empty one
-			if _, err := os.Stat(dir); err != nil {
-				return nil, "", fmt.Errorf("%w: %w", errNoDest, err)
-			}
-		}
-		if staging != "" {
-			if within(dir, staging) {
-				return nil, "", fmt.Errorf("%w: --dest %s: the staging directory %s must not be inside the destination", errUsage, dir, staging)
-			}
-			if within(staging, dir) {
-				return nil, "", fmt.Errorf("%w: --dest %s: the destination must not be inside the staging directory %s", errUsage, dir, staging)
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, "", fmt.Errorf("create destination %s: %w", dir, err)
-			}
-			if err := sameDevice(dir, staging); err != nil {
-				return nil, "", err
-			}
-		}
-		return local.New(fsys, dir, staging), dir, nil
+		return openLocalDest(df, u, fsys, staging)
 	case "s3":
-		bucket := u.Host
-		prefix := strings.Trim(u.Path, "/")
-		if bucket == "" {
-			return nil, "", fmt.Errorf("--dest %q: no bucket", df.dest)
-		}
-		cl, endpoint, err := newS3Client(df, log)
-		if err != nil {
-			return nil, "", err
-		}
-		// A missing bucket is a configuration error; an unreachable server
-		// is an outage, which recovery waits out (not ready meanwhile).
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ok, err := cl.BucketExists(cctx, bucket)
-		cancel()
-		switch {
-		case err == nil && !ok:
-			return nil, "", fmt.Errorf("%w: bucket %s does not exist at %s", errNoDest, bucket, endpoint)
-		case err != nil:
-			if er := minio.ToErrorResponse(err); er.StatusCode == 401 || er.StatusCode == 403 {
-				return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, endpoint, err)
-			}
-			if untrustedCert(err) {
-				return nil, "", fmt.Errorf("check bucket %s at %s: %w (trust its CA with --s3-ca-file)", bucket, endpoint, err)
-			}
-			log.Warn("cannot reach the S3 endpoint yet; recovery retries until it can", "endpoint", endpoint, "err", err)
-		}
-		mode := s3c.Multipart
-		switch df.commitMode {
-		case "", "multipart":
-		case "copy":
-			mode = s3c.Copy
-		default:
-			return nil, "", fmt.Errorf("%w: --s3-commit %q: want multipart or copy", errUsage, df.commitMode)
-		}
-		c, err := s3c.New(s3c.Config{Client: cl, Bucket: bucket, Prefix: prefix, Node: node, Staging: fsys, Mode: mode, Logger: log})
-		if err != nil {
-			return nil, "", err
-		}
-		return c, df.dest, nil
+		return openS3Dest(ctx, df, u, fsys, node, log)
 	default:
 		return nil, "", fmt.Errorf("%w: --dest %q: want file:///path or s3://bucket/prefix", errUsage, df.dest)
 	}
+}
+
+// openLocalDest opens a file:///abs/path destination, creating it unless
+// reading only. It and staging must be apart and on one file system.
+func openLocalDest(df destFlags, u *url.URL, fsys afero.Fs, staging string) (destination, string, error) {
+	if u.Host != "" && u.Host != "localhost" {
+		return nil, "", fmt.Errorf("%w: --dest %q: want file:///absolute/path", errUsage, df.dest)
+	}
+	dir := filepath.Clean(u.Path)
+	if !filepath.IsAbs(dir) {
+		return nil, "", fmt.Errorf("%w: --dest %q: path must be absolute", errUsage, df.dest)
+	}
+	if staging == "" { // reading only: a missing destination is not an empty one
+		if _, err := fsys.Stat(dir); err != nil {
+			return nil, "", fmt.Errorf("%w: %w", errNoDest, err)
+		}
+		return local.New(fsys, dir, staging), dir, nil
+	}
+	if within(dir, staging) {
+		return nil, "", fmt.Errorf("%w: --dest %s: the staging directory %s must not be inside the destination", errUsage, dir, staging)
+	}
+	if within(staging, dir) {
+		return nil, "", fmt.Errorf("%w: --dest %s: the destination must not be inside the staging directory %s", errUsage, dir, staging)
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create destination %s: %w", dir, err)
+	}
+	if err := sameDevice(dir, staging); err != nil {
+		return nil, "", err
+	}
+	return local.New(fsys, dir, staging), dir, nil
+}
+
+// openS3Dest opens an s3://bucket/prefix destination. A missing bucket is
+// a configuration error; an unreachable server is an outage, which
+// recovery waits out (not ready meanwhile).
+func openS3Dest(ctx context.Context, df destFlags, u *url.URL, fsys afero.Fs, node string, log *slog.Logger) (destination, string, error) {
+	bucket := u.Host
+	prefix := strings.Trim(u.Path, "/")
+	if bucket == "" {
+		return nil, "", fmt.Errorf("--dest %q: no bucket", df.dest)
+	}
+	cl, endpoint, err := newS3Client(df, log)
+	if err != nil {
+		return nil, "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ok, err := cl.BucketExists(cctx, bucket)
+	cancel()
+	switch {
+	case err == nil && !ok:
+		return nil, "", fmt.Errorf("%w: bucket %s does not exist at %s", errNoDest, bucket, endpoint)
+	case err != nil:
+		if er := minio.ToErrorResponse(err); er.StatusCode == 401 || er.StatusCode == 403 {
+			return nil, "", fmt.Errorf("check bucket %s at %s: %w", bucket, endpoint, err)
+		}
+		if untrustedCert(err) {
+			return nil, "", fmt.Errorf("check bucket %s at %s: %w (trust its CA with --s3-ca-file)", bucket, endpoint, err)
+		}
+		log.Warn("cannot reach the S3 endpoint yet; recovery retries until it can", "endpoint", endpoint, "err", err)
+	}
+	mode := s3c.Multipart
+	switch df.commitMode {
+	case "", "multipart":
+	case "copy":
+		mode = s3c.Copy
+	default:
+		return nil, "", fmt.Errorf("%w: --s3-commit %q: want multipart or copy", errUsage, df.commitMode)
+	}
+	c, err := s3c.New(s3c.Config{Client: cl, Bucket: bucket, Prefix: prefix, Node: node, Staging: fsys, Mode: mode, Logger: log})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, df.dest, nil
 }
 
 // within reports whether path is dir or lies under it; both are absolute.

@@ -46,7 +46,12 @@ func TestExitCodes(t *testing.T) {
 		{"negative min gap", []string{"serve", "--commit-min-gap", "-1ms"}, "--commit-min-gap"},
 		{"zero idempotency window", []string{"serve", "--idempotency-window", "0"}, "--idempotency-window"},
 		{"no idempotency keys", []string{"serve", "--idempotency-max-keys", "0"}, "--idempotency-max-keys"},
-		{"bad node", []string{"serve", "--node", "a-b"}, "--node"},
+		{"bad node", []string{"serve", "--node", "-a"}, "--node"},
+		{"node with slash", []string{"serve", "--node", "a/b"}, "--node"},
+		{"node too long", []string{"serve", "--node", strings.Repeat("a", 65)}, "--node"},
+		// A host name with '-' (a Kubernetes pod, eosink-0) is a node id:
+		// the next check is the one that fails.
+		{"node with dash", []string{"serve", "--node", "eosink-0", "--checkpoint-interval", "-1s"}, "--checkpoint-interval"},
 		{"bad log level", []string{"serve", "--log-level", "loud"}, "--log-level"},
 		{"bad dest", []string{"serve", "--dest", "ftp://x"}, "--dest"},
 		{"pprof not loopback", []string{"serve", "--pprof-listen", "10.1.2.3:6060"}, "--pprof-listen"},

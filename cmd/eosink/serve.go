@@ -2,30 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/eosink/eosink/api"
-	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
-	"github.com/eosink/eosink/web"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 type serveFlags struct {
@@ -72,7 +63,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.endpoint, "s3-endpoint", "", "host:port of an S3-compatible server; empty means AWS S3; credentials from the AWS chain: environment, shared credentials file, IAM role")
 	fs.BoolVar(&f.insecure, "s3-insecure", false, "talk plain HTTP to --s3-endpoint")
 	fs.StringVar(&f.commitMode, "s3-commit", "multipart", "S3 commit mode: multipart (upload at pre-commit, complete at commit) or copy (staging object, server-side copy at commit)")
-	fs.StringVar(&f.node, "node", sanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
+	fs.StringVar(&f.node, "node", layout.SanitizeNode(host), "node id used in file names; nodes sharing a destination need different ids")
 	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "periodic checkpoints; 0 means only on request")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file of '<role> <token>' lines (roles: ingest, read, admin); without it only loopback addresses may be served")
 	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without tokens (anyone who can connect can write)")
@@ -106,25 +97,6 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]{0,63}$`)
-
-func sanitizeNode(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
-			b[i] = '_'
-		}
-	}
-	out := strings.TrimLeft(string(b), "_.")
-	if len(out) > 64 {
-		out = out[:64]
-	}
-	if out == "" {
-		return "node"
-	}
-	return out
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -184,8 +156,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError(err)
 	}
-	if !nodeRE.MatchString(f.node) {
-		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.], starting with a letter or digit", errUsage, f.node)
+	if err := f.check(); err != nil {
+		return err
+	}
+	p, err := startProcess(ctx, &f, log, stdout)
+	if err != nil {
+		return err
+	}
+	return p.Wait(ctx)
+}
+
+// check checks what the flags' own parsers can't: ranges, and values that
+// depend on each other.
+func (f *serveFlags) check() error {
+	if !layout.Node(f.node) {
+		return fmt.Errorf("%w: --node %q: want 1-64 of [A-Za-z0-9_.-], starting with a letter or digit", errUsage, f.node)
 	}
 	for name, d := range map[string]time.Duration{"--checkpoint-interval": f.interval, "--wait-timeout": f.waitTimeout,
 		"--shutdown-timeout": f.shutdownTimeout, "--body-timeout": f.bodyTimeout, "--download-stall": f.downloadStall,
@@ -206,149 +191,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
 		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
 	}
-	var tokens *api.Tokens
-	if f.tokenFile != "" {
-		if tokens, err = api.LoadTokens(f.tokenFile); err != nil {
-			return err
-		}
-		if msg := tokenFileWarning(f.tokenFile); msg != "" {
-			log.Warn(msg, "path", f.tokenFile)
-		}
-	} else if !isLoopback(f.listen) && !f.insecureNoAuth {
-		return fmt.Errorf("%w: --listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", errUsage, f.listen)
-	}
-	stls, err := startTLS(ctx, f.tlsFlags, f.listen, log)
-	if err != nil {
-		return err
-	}
-	defer stls.Close()
-	dataDir, err := filepath.Abs(f.dataDir)
-	if err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
-	}
-	if f.dest == "" {
-		f.dest = "file://" + filepath.Join(dataDir, "files")
-	}
-	staging := filepath.Join(dataDir, "staging")
-	if err := os.MkdirAll(staging, 0o755); err != nil {
-		return fmt.Errorf("create staging dir: %w", err)
-	}
-	osfs := durable.NewOsFs() // renames that never replace (renameat2)
-	dest, destName, err := openDest(ctx, f.destFlags, osfs, staging, f.node, log)
-	if err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var eng *server.Engine
-	metrics := server.NewMetrics(reg, func() server.Status {
-		if eng == nil {
-			return server.Status{}
-		}
-		return eng.Status()
-	})
-	eng, err = server.Open(server.Config{
-		Node: f.node, FS: osfs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
-		Committer: dest, Publisher: dest, Logger: log,
-		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
-		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: sweepInterval(f.producerExpiry),
-		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: f.idemMaxKeys,
-		Hooks: metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
-		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
-	})
-	if err != nil {
-		return err
-	}
-	var auth web.Authenticator
-	if tokens != nil {
-		auth = tokens
-	}
-	ui, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Files: dest, Auth: auth,
-		Logger: log.With("component", "web"), Node: f.node})
-	if err != nil {
-		_ = eng.Close()
-		return err
-	}
-	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
-		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
-		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
-	})
-	if err != nil {
-		_ = eng.Close()
-		return err
-	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		_ = eng.Close()
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
-	}
-	hs := &http.Server{
-		Handler:           stls.handler(apiSrv),
-		ReadHeaderTimeout: 10 * time.Second,
-		WriteTimeout:      f.waitTimeout + time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	log.Info("eosink serving", "listen", ln.Addr().String(), "dest", destName, "data_dir", dataDir, "node", f.node,
-		"checkpoint_interval", f.interval.String(), "auth", tokens != nil, "tls", stls.config != nil, "version", version())
-	fmt.Fprintf(stdout, "eosink listening on %s://%s\n", stls.scheme(), ln.Addr())
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- stls.serve(hs, ln) }()
-	if f.pprofListen != "" { // checked to be loopback before anything started
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		go func() {
-			err := http.ListenAndServe(f.pprofListen, mux)
-			log.Error("pprof server stopped", "err", err)
-		}()
-	}
-
-	go func() {
-		select {
-		case <-eng.Ready():
-			log.Info("ready: recovery finished, accepting writes")
-		case <-ctx.Done():
-		case <-eng.Failed():
-		}
-	}()
-
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: final checkpoint", "timeout", f.shutdownTimeout.String())
-		sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
-		defer cancel()
-		engErr := make(chan error, 1)
-		go func() { engErr <- eng.Shutdown(sctx) }()
-		herr := hs.Shutdown(sctx)
-		err := errors.Join(<-engErr, herr)
-		if err != nil {
-			log.Error("shutdown", "err", err)
-			return exitError(1)
-		}
-		log.Info("stopped cleanly")
-		return nil
-	case <-eng.Failed():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		_ = eng.Close()
-		if err := eng.Err(); errors.Is(err, server.ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
-			return fmt.Errorf("refusing to start: %w", err) // said once, on stderr
-		}
-		log.Error("engine stopped; exiting so that recovery runs on the next start", "err", eng.Err())
-		return exitError(1)
-	case err := <-httpErr:
-		_ = eng.Close()
-		return fmt.Errorf("serve http: %w", err)
-	}
+	return nil
 }
 
 // sweepInterval maps a period flag (0 is off) to server.Config's (negative

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 var _ committer.Leaser = (*Local)(nil)
@@ -80,7 +81,7 @@ func (l *Local) WriteLease(_ context.Context, name string, data []byte, version 
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+"."+hex.EncodeToString(rnd[:])+".lease.inprogress")
+	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+"."+hex.EncodeToString(rnd[:])+".lease"+layout.TempSuffix)
 	if version == "" {
 		err := durable.WriteFile(l.FS, &l.dirs, tmp, final, data)
 		if errors.Is(err, fs.ErrExist) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
 
@@ -151,7 +152,7 @@ func (l *Local) Publish(_ context.Context, name string, data []byte) error {
 		}
 		return fmt.Errorf("publish %s: %w", name, committer.ErrExists)
 	}
-	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+".inprogress")
+	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+layout.TempSuffix)
 	if err := l.dirs.MkdirAll(l.FS, l.Staging); err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}

@@ -7,12 +7,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/afero"
 )
@@ -65,7 +65,7 @@ const (
 	maxParts        = 10000    // S3's largest part number
 	maxCopyPart     = 5 << 30  // S3's largest UploadPartCopy range
 	metaCRC         = "crc32c" // user metadata key: x-amz-meta-crc32c
-	stagingDir      = "_staging"
+	stagingDir      = layout.StagingDir
 	cleanupTimeout  = 30 * time.Second
 )
 
@@ -121,7 +121,7 @@ func New(cfg Config) (*S3, error) {
 		return nil, errors.New("new s3 committer: bucket required")
 	case cfg.Staging == nil:
 		return nil, errors.New("new s3 committer: staging filesystem required")
-	case cfg.Node == "" || strings.Contains(cfg.Node, "/") || cfg.Node == "." || cfg.Node == "..":
+	case !layout.Node(cfg.Node):
 		return nil, fmt.Errorf("new s3 committer: bad node id %q", cfg.Node)
 	case cfg.Mode != Multipart && cfg.Mode != Copy:
 		return nil, fmt.Errorf("new s3 committer: unknown mode %v", cfg.Mode)
@@ -170,7 +170,7 @@ func (s *S3) Key(name string) string {
 
 // StagingKey returns the key Copy mode stages final at.
 func (s *S3) StagingKey(final string) string {
-	return s.Key(path.Join(stagingDir, s.node, final))
+	return s.Key(layout.StagingName(s.node, final))
 }
 
 // validName reports whether name can be a destination file: a clean

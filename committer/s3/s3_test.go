@@ -120,7 +120,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := s3.Config{Client: client, Bucket: "b", Node: "n1", Staging: afero.NewMemMapFs()}
+	good := s3.Config{Client: client, Bucket: "b", Node: "eosink-0", Staging: afero.NewMemMapFs()}
 	if _, err := s3.New(good); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -130,6 +130,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no staging fs":   func(c *s3.Config) { c.Staging = nil },
 		"no node":         func(c *s3.Config) { c.Node = "" },
 		"node with slash": func(c *s3.Config) { c.Node = "a/b" },
+		"node not a node": func(c *s3.Config) { c.Node = "-a" },
+		"node dot":        func(c *s3.Config) { c.Node = "." },
 		"small parts":     func(c *s3.Config) { c.PartSize = 5<<20 - 1 },
 		"bad mode":        func(c *s3.Config) { c.Mode = 7 },
 		"bad prefix":      func(c *s3.Config) { c.Prefix = "a/../b" },

@@ -100,9 +100,9 @@ func (s *S3) owner(key string) (node, name string, ok bool) {
 			return "", "", false
 		}
 	}
-	if rest, staged := strings.CutPrefix(rel, stagingDir+"/"); staged {
-		node, name, ok = strings.Cut(rest, "/")
-		return node, name, ok && node != "" && validName(name)
+	if strings.HasPrefix(rel, stagingDir+"/") {
+		node, name, ok = layout.ParseStagingName(rel)
+		return node, name, ok && validName(name)
 	}
 	if !validName(rel) {
 		return "", "", false

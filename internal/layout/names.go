@@ -3,10 +3,11 @@ package layout
 // This file checks the names the vocabulary defines (streams, producers,
 // nodes, idempotency keys) and owns the destination's file names that
 // carry a node id, each formatter beside its parser: part files,
-// manifests and leases.
+// manifests, S3 staging objects and leases; and the suffix of temp files.
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,6 +49,90 @@ func Producer(s string) bool {
 	return true
 }
 
+// MaxNode is the longest node id, in bytes.
+const MaxNode = 64
+
+// Node reports whether s is a node id: ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$.
+// A node id is one path segment of the destination (_manifests/<node>/,
+// _staging/<node>/, _nodes/<node>.json) and part of every part name; it
+// starts with a letter or digit, so it is never "." or "..", and may hold
+// '-' (host names such as eosink-0): ParsePartName still reads it back,
+// since the checkpoint and index after it have fixed forms.
+func Node(s string) bool {
+	if len(s) == 0 || len(s) > MaxNode {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// SanitizeNode maps a host name to a node id: every byte outside
+// [A-Za-z0-9_.-] becomes '_', leading '_', '.' and '-' are dropped, and
+// the result is cut to MaxNode bytes; "node" if nothing is left.
+func SanitizeNode(host string) string {
+	b := []byte(host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	out := strings.TrimLeft(string(b), "_.-")
+	if len(out) > MaxNode {
+		out = out[:MaxNode]
+	}
+	if out == "" {
+		return "node"
+	}
+	return out
+}
+
+// Top-level folders of the destination that are eosink's own (streams
+// can't start with '_').
+const (
+	ManifestDir = "_manifests" // ManifestName
+	StagingDir  = "_staging"   // StagingName: S3 copy mode's staged objects
+	LeaseDir    = "_nodes"     // LeaseName
+)
+
+// TempSuffix ends the name of every temp file eosink writes (staging
+// files in the data dir, a local destination's publish and lease temps).
+// A name in the destination ending in it is never committed data.
+const TempSuffix = ".inprogress"
+
+// TempName returns the staging temp file name of the part file finalBase,
+// in dir: <dir>/<finalBase>.inprogress. IsTempName reads it.
+func TempName(dir, finalBase string) string { return path.Join(dir, finalBase+TempSuffix) }
+
+// IsTempName reports whether name is a temp file name (ends in TempSuffix).
+func IsTempName(name string) bool { return strings.HasSuffix(name, TempSuffix) }
+
+// StagingName returns the destination-relative name under which S3 copy
+// mode stages the file final (destination-relative) of node:
+// _staging/<node>/<final>. ParseStagingName reads it.
+func StagingName(node, final string) string { return StagingDir + "/" + node + "/" + final }
+
+// ParseStagingName parses a name made by StagingName. It checks only the
+// form: a non-empty node and a non-empty final name.
+func ParseStagingName(name string) (node, final string, ok bool) {
+	rest, found := strings.CutPrefix(name, StagingDir+"/")
+	if !found {
+		return "", "", false
+	}
+	node, final, found = strings.Cut(rest, "/")
+	if !found || node == "" || final == "" {
+		return "", "", false
+	}
+	return node, final, true
+}
+
 // PartName returns the base name of a committed part file:
 // part-<node>-<checkpoint:020d>-<index:04d>.<ext>. ParsePartName reads it.
 func PartName(node string, checkpoint uint64, index int, ext string) string {
@@ -75,18 +160,28 @@ func ParsePartName(base string) (node string, checkpoint uint64, index int, ext 
 
 // LeaseName returns the destination-relative name of a node's lease:
 // _nodes/<node>.json.
-func LeaseName(node string) string { return "_nodes/" + node + ".json" }
+func LeaseName(node string) string { return LeaseDir + "/" + node + ".json" }
+
+// ParseLeaseName parses a name made by LeaseName.
+func ParseLeaseName(name string) (node string, ok bool) {
+	rest, found := strings.CutPrefix(name, LeaseDir+"/")
+	node, isJSON := strings.CutSuffix(rest, ".json")
+	if !found || !isJSON || node == "" || strings.Contains(node, "/") {
+		return "", false
+	}
+	return node, true
+}
 
 // ManifestName returns the destination-relative name of a node's manifest
 // of a checkpoint: _manifests/<node>/<checkpoint:020d>.json.
 // ParseManifestName reads it.
 func ManifestName(node string, checkpoint uint64) string {
-	return fmt.Sprintf("_manifests/%s/%020d.json", node, checkpoint)
+	return fmt.Sprintf("%s/%s/%020d.json", ManifestDir, node, checkpoint)
 }
 
 // ParseManifestName parses a name made by ManifestName.
 func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
-	rest, found := strings.CutPrefix(name, "_manifests/")
+	rest, found := strings.CutPrefix(name, ManifestDir+"/")
 	if !found {
 		return "", 0, false
 	}

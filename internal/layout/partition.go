@@ -1,6 +1,6 @@
 // Package layout holds the destination layout in code. This file owns
 // partition templates: how a stream's configured template is compiled
-// and checked, and how it places a record (see DESIGN.md "Streams" and
+// and checked, and how it places a record (see docs/design.md "Streams" and
 // "Destination layout").
 package layout
 

@@ -1,4 +1,4 @@
-// Package streamconf owns a stream's configuration (DESIGN.md "Streams"):
+// Package streamconf owns a stream's configuration (docs/design.md "Streams"):
 // the Config document that PUT /v1/streams/{stream} takes and answers, its
 // defaults and validation, the record schema with its fast per-record
 // checker, and the file extension a configuration gives.
@@ -45,7 +45,7 @@ const (
 	CompressionSnappy = "snappy" // Parquet only
 )
 
-// Dedup modes (DESIGN.md "Idempotency keys").
+// Dedup modes (docs/design.md "Idempotency keys").
 const (
 	DedupNone = "none"
 	DedupBody = "body"

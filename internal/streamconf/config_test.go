@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// designExample is DESIGN.md's example body of PUT /v1/streams/orders.
+// designExample is docs/design.md's example body of PUT /v1/streams/orders.
 const designExample = `{"format": "parquet",
  "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
  "schema": {"fields": [

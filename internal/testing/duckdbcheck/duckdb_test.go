@@ -22,7 +22,7 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2"
 )
 
-// ordersConfig is DESIGN.md's example configuration of PUT /v1/streams/orders.
+// ordersConfig is docs/design.md's example configuration of PUT /v1/streams/orders.
 const ordersConfig = `{"format": "parquet",
  "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
  "schema": {"fields": [
