@@ -186,8 +186,8 @@ func producerNodes(t *testing.T, d destReader) map[string][]string {
 	}
 	out := map[string][]string{}
 	for _, o := range objs {
-		m := dataFileRE.FindStringSubmatch(o.Path)
-		if m == nil {
+		_, node, _, ok := dataFile(o.Path)
+		if !ok {
 			continue
 		}
 		data, err := d.Read(t.Context(), o.Path)
@@ -196,10 +196,10 @@ func producerNodes(t *testing.T, d destReader) map[string][]string {
 		}
 		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 			p := recordProducer(line)
-			if p == "" || strings.HasPrefix(p, anonSender) || slices.Contains(out[p], m[2]) {
+			if p == "" || strings.HasPrefix(p, anonSender) || slices.Contains(out[p], node) {
 				continue
 			}
-			out[p] = append(out[p], m[2])
+			out[p] = append(out[p], node)
 		}
 	}
 	for _, ns := range out {
