@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -48,7 +51,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		if *f.Records != want || f.Bytes != want*8 {
 			t.Errorf("%s: records %d bytes %d, want %d", f.Path, *f.Records, f.Bytes, want)
 		}
-		if _, id, ok := parsePart(f.Path); !ok || id != *f.Checkpoint {
+		if _, id, _, _, ok := layout.ParsePartName(path.Base(f.Path)); !ok || id != *f.Checkpoint || f.Node != tNode {
 			t.Errorf("%s: checkpoint %d", f.Path, *f.Checkpoint)
 		}
 	}
@@ -78,9 +81,13 @@ func TestListFilesAndStreams(t *testing.T) {
 	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
-	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth, ui: r.srv.ui,
+	cat, err := catalog.New(catalog.Config{Files: r.srv.files, State: r.srv.eng}) // empty cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := &Server{eng: r.srv.eng, cat: cat, files: r.srv.files, auth: r.srv.auth, ui: r.srv.ui,
 		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
-		retryAfter: r.srv.retryAfter, manifests: newManifestCache(r.srv.files, 10)} // empty cache
+		retryAfter: r.srv.retryAfter}
 	r2.handler = r2.routes()
 	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
 	fl = decode[FileList](t, rec)

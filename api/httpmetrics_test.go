@@ -48,7 +48,7 @@ func TestHTTPMetrics(t *testing.T) {
 	})
 	r := newRig(t, rigOpts{api: func(c *Config) { c.Registerer, c.UI = reg, ui }})
 	// A second Server on the same registry shares the metrics.
-	if _, err := New(Config{Engine: r.eng, Store: r.eng.Store(), Files: r.srv.files, Registerer: reg}); err != nil {
+	if _, err := New(Config{Engine: r.eng, Files: r.srv.files, Registerer: reg}); err != nil {
 		t.Fatalf("a second server on the registry: %v", err)
 	}
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -267,14 +268,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if tokens != nil {
 		auth = tokens
 	}
-	ui, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Files: dest, Auth: auth,
+	// One read model, one manifest cache, for the API and the UI.
+	cat, err := catalog.New(catalog.Config{Files: dest, State: eng, Node: f.node, Logger: log.With("component", "catalog")})
+	if err != nil {
+		_ = eng.Close()
+		return err
+	}
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
 		Logger: log.With("component", "web"), Node: f.node})
 	if err != nil {
 		_ = eng.Close()
 		return err
 	}
 	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
+		Engine: eng, Files: dest, Catalog: cat, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: log, UI: ui, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
 		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
 	})

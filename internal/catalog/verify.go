@@ -1,0 +1,154 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+)
+
+// Problem is one thing Verify found wrong.
+type Problem struct {
+	Path string `json:"path"`
+	What string `json:"what"`
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	Manifests int       `json:"manifests"`
+	Files     int       `json:"files"`
+	Bytes     int64     `json:"bytes"`
+	Records   int64     `json:"records"`
+	Problems  []Problem `json:"problems"`
+}
+
+// Verify reads the whole destination and reports every file no manifest
+// names, every manifest entry whose file is missing or whose size, record
+// count or CRC-32C differs, files named by two manifests, and manifests
+// that cannot be read. It covers every node's manifests. progress, if not
+// nil, is called after each file checked. Manifests are read once, past
+// the cache: a full scan would only evict what pages use.
+func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*VerifyReport, error) {
+	all, err := c.files.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	rep := &VerifyReport{}
+	files := map[string]committer.Entry{}
+	var manifests []string
+	for _, e := range all {
+		switch {
+		case strings.HasPrefix(e.Path, ManifestDir):
+			manifests = append(manifests, e.Path)
+		case strings.HasPrefix(e.Path, StagingDir), strings.HasPrefix(e.Path, NodesDir):
+			// S3 copy mode's staging objects and node leases are not
+			// committed data.
+		default:
+			files[e.Path] = e
+		}
+	}
+	rep.Manifests = len(manifests)
+	named := map[string]bool{}
+	type entry struct {
+		manifest string
+		path     string
+		bytes    int64
+		records  int64
+		crc      string
+	}
+	var entries []entry
+	for _, mp := range manifests {
+		m, err := recovery.ReadManifest(ctx, c.files, mp)
+		if err != nil {
+			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
+			continue
+		}
+		for _, f := range m.Files {
+			if named[f.Path] {
+				rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "named by more than one manifest"})
+				continue
+			}
+			named[f.Path] = true
+			entries = append(entries, entry{mp, f.Path, f.Bytes, f.Records, f.CRC32C})
+		}
+	}
+	for i, en := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if _, ok := files[en.path]; !ok {
+			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: "missing (named by " + en.manifest + ")"})
+			continue
+		}
+		size, lines, sum, err := scanFile(ctx, c.files, en.path)
+		switch {
+		case err != nil:
+			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: err.Error()})
+		case size != en.bytes:
+			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("%d bytes, manifest says %d", size, en.bytes)})
+		case sum != en.crc:
+			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, en.crc)})
+		case lines != en.records:
+			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("%d records, manifest says %d", lines, en.records)})
+		default:
+			rep.Files++
+			rep.Bytes += size
+			rep.Records += lines
+		}
+		if progress != nil {
+			progress(i+1, len(entries))
+		}
+	}
+	var stray []string
+	for p := range files {
+		if !named[p] {
+			stray = append(stray, p)
+		}
+	}
+	sort.Strings(stray)
+	for _, p := range stray {
+		what := "in no manifest"
+		if strings.HasSuffix(p, ".inprogress") {
+			what = "temp file in the destination"
+		}
+		rep.Problems = append(rep.Problems, Problem{Path: p, What: what})
+	}
+	return rep, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// scanFile returns a file's size, line count and CRC-32C (hex).
+func scanFile(ctx context.Context, r Reader, name string) (size, lines int64, sum string, err error) {
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("open: %w", err)
+	}
+	defer rc.Close()
+	h := crc32.New(castagnoli)
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := rc.Read(buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			size += int64(n)
+			for _, b := range buf[:n] {
+				if b == '\n' {
+					lines++
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return 0, 0, "", fmt.Errorf("read: %w", rerr)
+		}
+	}
+	return size, lines, fmt.Sprintf("%08x", h.Sum32()), nil
+}
