@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
@@ -398,4 +399,49 @@ func TestProbesAndMisc(t *testing.T) {
 	if rec := ui.do("GET", "/ui/", ""); rec.Body.String() != "the ui" {
 		t.Fatalf("ui %q", rec.Body.String())
 	}
+}
+
+// TestListFilesTwoNodes: /v1/files covers every node's files, with each
+// one's records from its own node's manifest, and ?node= keeps one node's.
+func TestListFilesTwoNodes(t *testing.T) {
+	r := filled(t, rigOpts{})
+	other := "clicks/dt=2026-11-29/hour=09/" + layout.PartName("n2", 7, 0, "ndjson")
+	data := []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n")
+	m, err := recovery.BuildManifest("n2", &recovery.Checkpoint{ID: 7, Files: []committer.File{
+		{Stream: "clicks", Final: other, Bytes: int64(len(data)), Records: 4, CRC32C: "00000000"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{other: data, recovery.ManifestPath("n2", 7): m} {
+		if err := r.base.MkdirAll(path.Dir(tDest+"/"+name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := afero.WriteFile(r.base, tDest+"/"+name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := decode[FileList](t, r.do("GET", "/v1/files?prefix=clicks/", ""))
+	nodes := map[string]int{}
+	for _, f := range all.Files {
+		nodes[f.Node]++
+		if f.Path == other && (f.Records == nil || *f.Records != 4 || *f.Checkpoint != 7) {
+			t.Errorf("n2's file: %+v", f)
+		}
+	}
+	if len(all.Files) != 3 || nodes[tNode] != 2 || nodes["n2"] != 1 {
+		t.Fatalf("files of every node: %+v", all.Files)
+	}
+	only := decode[FileList](t, r.do("GET", "/v1/files?node=n2", ""))
+	if len(only.Files) != 1 || only.Files[0].Path != other {
+		t.Fatalf("n2's files: %+v", only.Files)
+	}
+	man := decode[FileList](t, r.do("GET", "/v1/files?prefix=_manifests/&node=n2", ""))
+	if len(man.Files) != 1 || man.Files[0].Node != "n2" || *man.Files[0].Checkpoint != 7 {
+		t.Fatalf("n2's manifests: %+v", man.Files)
+	}
+	st := decode[StreamList](t, r.do("GET", "/v1/streams", ""))
+	if st.Streams[0].Name != "clicks" || st.Streams[0].Files != 3 || st.Streams[0].Records != 5+4 {
+		t.Fatalf("streams: %+v", st.Streams)
+	}
+	expectStatus(t, r.do("GET", "/v1/files?node=a/b", ""), http.StatusBadRequest)
 }
