@@ -64,8 +64,37 @@ func (c *Catalog) Nodes(ctx context.Context) ([]NodeStatus, bool, error) {
 		by[id] = n
 		return n
 	}
+	if err := c.leases(ctx, get); err != nil {
+		return nil, false, err
+	}
+	err := c.Walk(ctx, ManifestDir, "", 1, func(e committer.Entry) (string, bool) {
+		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, ManifestDir), "/")
+		if !ok {
+			return "", false
+		}
+		n := get(id)
+		if n == nil {
+			return "", true
+		}
+		n.HasManifests = true
+		return AfterPast(ManifestDir + id + "/"), false // one call per node
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]NodeStatus, 0, len(by))
+	for _, n := range by {
+		out = append(out, *n)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out, more, nil
+}
+
+// leases reads every lease under _nodes/ into the node get returns (nil
+// once there are too many).
+func (c *Catalog) leases(ctx context.Context, get func(id string) *NodeStatus) error {
 	now := c.now()
-	err := c.Walk(ctx, NodesDir, "", ListChunk, func(e committer.Entry) (string, bool) {
+	return c.Walk(ctx, NodesDir, "", ListChunk, func(e committer.Entry) (string, bool) {
 		doc, err := c.readLease(ctx, e.Path)
 		id := doc.Node
 		if err != nil || layout.LeaseName(id) != e.Path {
@@ -88,30 +117,6 @@ func (c *Catalog) Nodes(ctx context.Context) ([]NodeStatus, bool, error) {
 		n.Live = now.Before(doc.ExpiresAt)
 		return "", false
 	})
-	if err != nil {
-		return nil, false, err
-	}
-	err = c.Walk(ctx, ManifestDir, "", 1, func(e committer.Entry) (string, bool) {
-		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, ManifestDir), "/")
-		if !ok {
-			return "", false
-		}
-		n := get(id)
-		if n == nil {
-			return "", true
-		}
-		n.HasManifests = true
-		return AfterPast(ManifestDir + id + "/"), false // one call per node
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	out := make([]NodeStatus, 0, len(by))
-	for _, n := range by {
-		out = append(out, *n)
-	}
-	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
-	return out, more, nil
 }
 
 func (c *Catalog) readLease(ctx context.Context, name string) (leaseDoc, error) {

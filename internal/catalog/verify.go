@@ -53,53 +53,16 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		}
 	}
 	rep.Manifests = len(manifests)
-	named := map[string]bool{}
-	type entry struct {
-		manifest string
-		path     string
-		bytes    int64
-		records  int64
-		crc      string
-	}
-	var entries []entry
-	for _, mp := range manifests {
-		m, err := recovery.ReadManifest(ctx, c.files, mp)
-		if err != nil {
-			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
-			continue
-		}
-		for _, f := range m.Files {
-			if named[f.Path] {
-				rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "named by more than one manifest"})
-				continue
-			}
-			named[f.Path] = true
-			entries = append(entries, entry{mp, f.Path, f.Bytes, f.Records, f.CRC32C})
-		}
-	}
+	entries, named := c.manifestEntries(ctx, manifests, rep)
 	for i, en := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if _, ok := files[en.path]; !ok {
-			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: "missing (named by " + en.manifest + ")"})
+		if _, ok := files[en.f.Path]; !ok {
+			rep.Problems = append(rep.Problems, Problem{Path: en.f.Path, What: "missing (named by " + en.manifest + ")"})
 			continue
 		}
-		size, lines, sum, err := scanFile(ctx, c.files, en.path)
-		switch {
-		case err != nil:
-			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: err.Error()})
-		case size != en.bytes:
-			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("%d bytes, manifest says %d", size, en.bytes)})
-		case sum != en.crc:
-			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, en.crc)})
-		case lines != en.records:
-			rep.Problems = append(rep.Problems, Problem{Path: en.path, What: fmt.Sprintf("%d records, manifest says %d", lines, en.records)})
-		default:
-			rep.Files++
-			rep.Bytes += size
-			rep.Records += lines
-		}
+		c.check(ctx, en.f, rep)
 		if progress != nil {
 			progress(i+1, len(entries))
 		}
@@ -119,6 +82,55 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		rep.Problems = append(rep.Problems, Problem{Path: p, What: what})
 	}
 	return rep, nil
+}
+
+// manifestEntry is one file a manifest names.
+type manifestEntry struct {
+	manifest string
+	f        recovery.ManifestFile
+}
+
+// manifestEntries reads every manifest, reporting those that cannot be
+// read and files named twice, and returns the files they name, once each.
+func (c *Catalog) manifestEntries(ctx context.Context, manifests []string, rep *VerifyReport) ([]manifestEntry, map[string]bool) {
+	named := map[string]bool{}
+	var entries []manifestEntry
+	for _, mp := range manifests {
+		m, err := recovery.ReadManifest(ctx, c.files, mp)
+		if err != nil {
+			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
+			continue
+		}
+		for _, f := range m.Files {
+			if named[f.Path] {
+				rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "named by more than one manifest"})
+				continue
+			}
+			named[f.Path] = true
+			entries = append(entries, manifestEntry{mp, f})
+		}
+	}
+	return entries, named
+}
+
+// check reads file f and adds it to rep, or a problem if its size, CRC-32C
+// or record count differs from its manifest's.
+func (c *Catalog) check(ctx context.Context, f recovery.ManifestFile, rep *VerifyReport) {
+	size, lines, sum, err := scanFile(ctx, c.files, f.Path)
+	switch {
+	case err != nil:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: err.Error()})
+	case size != f.Bytes:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d bytes, manifest says %d", size, f.Bytes)})
+	case sum != f.CRC32C:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, f.CRC32C)})
+	case lines != f.Records:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d records, manifest says %d", lines, f.Records)})
+	default:
+		rep.Files++
+		rep.Bytes += size
+		rep.Records += lines
+	}
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
