@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,29 +47,19 @@ type Engine interface {
 	Wait(ctx context.Context, id uint64) error
 	// Status returns a snapshot; it must be cheap.
 	Status() server.Status
-}
-
-// Store is the read side of the state store (*recovery.Store).
-type Store interface {
-	// Get returns one checkpoint or an error wrapping recovery.ErrNotFound.
-	Get(id uint64) (*recovery.Checkpoint, error)
-	// List returns up to limit checkpoints, newest first.
-	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
-	// ListBefore returns up to limit checkpoints with ids below before,
-	// newest first.
-	ListBefore(before uint64, limit int, withFiles bool) ([]recovery.Checkpoint, error)
+	// The engine's read-only checkpoint queries (server/query.go), which
+	// the catalog reads this node's checkpoints through.
+	catalog.State
 }
 
 var _ Engine = (*server.Engine)(nil)
-var _ Store = (*recovery.Store)(nil)
 
 // Defaults for Config fields left zero.
 const (
-	DefaultMaxBody       = 64 << 20
-	DefaultMaxRecord     = 1 << 20
-	DefaultWaitTimeout   = 30 * time.Second
-	DefaultRetryAfter    = time.Second
-	DefaultManifestCache = 4096
+	DefaultMaxBody     = 64 << 20
+	DefaultMaxRecord   = 1 << 20
+	DefaultWaitTimeout = 30 * time.Second
+	DefaultRetryAfter  = time.Second
 )
 
 // Defaults of the limits on bodies in flight.
@@ -89,8 +79,11 @@ const (
 // Config holds the Server's dependencies.
 type Config struct {
 	Engine Engine           // required
-	Store  Store            // required: the engine's state store, engine.Store()
 	Files  committer.Reader // required: the destination
+	// Catalog is the read model of committed files, shared with the UI so
+	// a process holds one manifest cache; nil builds one over Files and
+	// Engine.
+	Catalog *catalog.Catalog
 
 	// Gatherer is served at /metrics; nil serves an empty registry.
 	Gatherer prometheus.Gatherer
@@ -106,11 +99,10 @@ type Config struct {
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
 
-	MaxBody       int64         // bytes of one write body; default 64 MiB
-	MaxRecord     int           // bytes of one record; default 1 MiB
-	WaitTimeout   time.Duration // longest ?wait=commit; default 30s
-	RetryAfter    time.Duration // Retry-After of 429 and 503; default 1s
-	ManifestCache int           // manifests kept in memory; default 4096
+	MaxBody     int64         // bytes of one write body; default 64 MiB
+	MaxRecord   int           // bytes of one record; default 1 MiB
+	WaitTimeout time.Duration // longest ?wait=commit; default 30s
+	RetryAfter  time.Duration // Retry-After of 429 and 503; default 1s
 	// BodyTimeout bounds the time a write body may take to arrive, from
 	// the start of its reading; a slow sender cannot extend it. Default 1m.
 	BodyTimeout time.Duration
@@ -135,8 +127,8 @@ type Config struct {
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
 type Server struct {
 	eng        Engine
-	store      Store
 	files      committer.Reader
+	cat        *catalog.Catalog
 	auth       *Tokens
 	metrics    http.Handler
 	httpm      *httpMetrics
@@ -145,7 +137,6 @@ type Server struct {
 	maxRecord  int
 	wait       time.Duration
 	retryAfter string
-	manifests  *manifestCache
 	handler    http.Handler
 	bodies     sync.Pool // *[]byte: the first step of request bodies
 	bodyTime   time.Duration
@@ -159,8 +150,8 @@ type Server struct {
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
-	if cfg.Engine == nil || cfg.Store == nil || cfg.Files == nil {
-		return nil, errors.New("new api server: engine, store and files are required")
+	if cfg.Engine == nil || cfg.Files == nil {
+		return nil, errors.New("new api server: engine and files are required")
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()
@@ -180,8 +171,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	if cfg.ManifestCache <= 0 {
-		cfg.ManifestCache = DefaultManifestCache
+	if cfg.Catalog == nil {
+		var err error
+		if cfg.Catalog, err = catalog.New(catalog.Config{Files: cfg.Files, State: cfg.Engine, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("new api server: %w", err)
+		}
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
@@ -206,8 +200,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		eng:        cfg.Engine,
-		store:      cfg.Store,
 		files:      cfg.Files,
+		cat:        cfg.Catalog,
 		auth:       cfg.Auth,
 		log:        cfg.Logger,
 		metrics:    promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
@@ -215,7 +209,6 @@ func New(cfg Config) (*Server, error) {
 		maxRecord:  cfg.MaxRecord,
 		wait:       cfg.WaitTimeout,
 		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
-		manifests:  newManifestCache(cfg.Files, cfg.ManifestCache),
 		bodyTime:   cfg.BodyTimeout,
 		inflight:   &budget{limit: cfg.MaxInflightBody},
 		origin:     http.NewCrossOriginProtection(),

@@ -3,9 +3,9 @@
 // of engine errors to statuses and error codes, bearer-token authorization,
 // and the OpenAPI document (openapi.yaml, served at GET /v1/openapi.yaml).
 //
-// The package owns no state of its own except a cache of manifests; it
-// reads everything else from the Engine, the state store and the
-// destination's committer.Reader. [Server.Handler] returns the router;
+// The package owns no state of its own; it reads the Engine (writes,
+// producers, status, and its read-only checkpoint queries) and the read
+// model of committed files, internal/catalog (shared with the UI). [Server.Handler] returns the router;
 // [New] checks the Config and fills in defaults.
 //
 // # Writes
@@ -27,15 +27,15 @@
 // # Listings
 //
 // GET /v1/files and GET /v1/streams list the destination (committed files
-// only: eosink never puts temp files there) with one Reader.List, which is
-// O(files). Record counts come from the manifests: a data file's name,
-// part-<node>-<checkpoint>-<index>.<ext>, names its manifest
-// _manifests/<node>/<checkpoint>.json, read once and cached (manifests are
-// immutable; a missing one is not cached, since a file is renamed into place
-// a moment before its manifest is published). A file whose manifest is
-// missing or unreadable has no "records" in /v1/files and adds nothing to
-// its stream's records in /v1/streams. The cache holds at most
-// Config.ManifestCache manifests.
+// only: eosink never puts temp files there), every node's, a page at a
+// time through the catalog. Record counts come from the manifests: a data
+// file's name, part-<node>-<checkpoint>-<index>.<ext>, names its manifest
+// _manifests/<node>/<checkpoint>.json, read once into the catalog's cache
+// (bounded by bytes; a missing manifest is not cached, since a file is
+// renamed into place a moment before its manifest is published). A file
+// whose manifest is missing or unreadable has no "records" in /v1/files
+// and adds nothing to its stream's records in /v1/streams. ?node= keeps
+// one node's files.
 //
 // # Downloads
 //

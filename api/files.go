@@ -1,119 +1,19 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"path"
-	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/go-chi/chi/v5"
 )
-
-// manifestDir is the destination folder of manifests.
-const manifestDir = "_manifests/"
-
-var (
-	// partName matches part-<node>-<checkpoint:020d>-<index:04d>.<ext>; the
-	// node may hold '-', so it is matched greedily up to the last two
-	// numbers.
-	partName = regexp.MustCompile(`^part-(.+)-([0-9]{20})-([0-9]{4,})\.[A-Za-z0-9.]+$`)
-	// manifestName matches _manifests/<node>/<checkpoint:020d>.json.
-	manifestName = regexp.MustCompile(`^_manifests/[^/]+/([0-9]{20})\.json$`)
-)
-
-// parsePart returns the node and checkpoint in a data file's name.
-func parsePart(p string) (node string, ckpt uint64, ok bool) {
-	m := partName.FindStringSubmatch(path.Base(p))
-	if m == nil {
-		return "", 0, false
-	}
-	id, err := strconv.ParseUint(m[2], 10, 64)
-	return m[1], id, err == nil
-}
-
-// manifestCheckpoint returns the checkpoint of a manifest's name.
-func manifestCheckpoint(p string) (uint64, bool) {
-	m := manifestName.FindStringSubmatch(p)
-	if m == nil {
-		return 0, false
-	}
-	id, err := strconv.ParseUint(m[1], 10, 64)
-	return id, err == nil
-}
-
-// manifestCache holds, per manifest, the record count of each file it
-// names. Manifests are immutable, so entries never go stale; absent
-// manifests are not cached. When full, an arbitrary entry is evicted.
-type manifestCache struct {
-	files committer.Reader
-	max   int
-
-	mu sync.Mutex
-	m  map[string]map[string]int64 // manifest path -> file path -> records
-}
-
-func newManifestCache(files committer.Reader, max int) *manifestCache {
-	return &manifestCache{files: files, max: max, m: map[string]map[string]int64{}}
-}
-
-// records returns the record counts of manifest name, nil if it does not
-// exist (yet).
-func (c *manifestCache) records(ctx context.Context, name string) (map[string]int64, error) {
-	c.mu.Lock()
-	m, ok := c.m[name]
-	c.mu.Unlock()
-	if ok {
-		return m, nil
-	}
-	doc, err := recovery.ReadManifest(ctx, c.files, name)
-	if errors.Is(err, committer.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read manifest %s: %w", name, err)
-	}
-	m = make(map[string]int64, len(doc.Files))
-	for _, f := range doc.Files {
-		m[f.Path] = f.Records
-	}
-	c.mu.Lock()
-	if len(c.m) >= c.max {
-		for k := range c.m {
-			delete(c.m, k)
-			break
-		}
-	}
-	c.m[name] = m
-	c.mu.Unlock()
-	return m, nil
-}
-
-// fileRecords returns a data file's record count from its manifest.
-func (s *Server) fileRecords(ctx context.Context, p string) (int64, bool) {
-	node, ckpt, ok := parsePart(p)
-	if !ok {
-		return 0, false
-	}
-	name := recovery.ManifestPath(node, ckpt)
-	m, err := s.manifests.records(ctx, name)
-	if err != nil {
-		// A listing still answers; the count is absent.
-		s.log.Warn("records unknown", "path", p, "op", "read manifest", "err", err)
-		return 0, false
-	}
-	n, ok := m[p]
-	return n, ok
-}
 
 // validPrefix reports whether a listing prefix is a relative path that
 // cannot leave the destination. Its last segment may be partial or empty.
@@ -279,45 +179,34 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "after: want the next cursor of the previous page"})
 		return
 	}
+	node := q.Get("node")
+	// Any id is looked for (one of no node matches nothing); the node-name
+	// rule is internal/layout's, applied where nodes start.
+	if len(node) > 255 || !cleanChars(node) || strings.Contains(node, "/") {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_node", Message: fmt.Sprintf("node %q: want a node id", node)})
+		return
+	}
 	limit, ok := listLimit(w, r)
 	if !ok {
 		return
 	}
-	// Manifests are listed only when asked for: no stream starts with '_'.
-	manifests := strings.HasPrefix(prefix, "_")
-	out := FileList{Files: []File{}}
-	more := false
-	err := s.walkFiles(r.Context(), prefix, after, limit+1, func(e committer.Entry) (string, bool) {
-		if !manifests && strings.HasPrefix(e.Path, manifestDir) {
-			return afterPast(manifestDir), false
-		}
-		if !manifests && strings.HasPrefix(e.Path, "_nodes/") {
-			return afterPast("_nodes/"), false // node leases, like manifests, only when asked for
-		}
-		if len(out.Files) == limit {
-			more = true
-			return "", true
-		}
-		f := File{Path: e.Path, Bytes: e.Bytes, Modified: e.Modified}
-		if strings.HasPrefix(e.Path, manifestDir) {
-			if id, ok := manifestCheckpoint(e.Path); ok {
-				f.Checkpoint = &id
-			}
-		} else if _, id, ok := parsePart(e.Path); ok {
-			f.Checkpoint = &id
-			if n, ok := s.fileRecords(r.Context(), e.Path); ok {
-				f.Records = &n
-			}
-		}
-		out.Files = append(out.Files, f)
-		return "", false
-	})
+	files, next, err := s.cat.Files(r.Context(), catalog.FileQuery{Prefix: prefix, After: after, Limit: limit, Node: node})
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	if more {
-		out.Next = out.Files[len(out.Files)-1].Path
+	out := FileList{Files: make([]File, 0, len(files)), Next: next}
+	for _, f := range files {
+		wf := File{Path: f.Path, Bytes: f.Bytes, Modified: f.Modified, Node: f.Name.Node}
+		if f.Name.Kind != catalog.Other {
+			id := f.Name.Checkpoint
+			wf.Checkpoint = &id
+		}
+		if f.HasRecords {
+			n := f.Records
+			wf.Records = &n
+		}
+		out.Files = append(out.Files, wf)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -336,40 +225,14 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	start := ""
-	if after != "" {
-		start = afterPast(after + "/")
-	}
-	out := StreamList{Streams: []Stream{}}
-	more := false
-	err := s.walkFiles(r.Context(), "", start, listChunk, func(e committer.Entry) (string, bool) {
-		name, _, ok := strings.Cut(e.Path, "/")
-		if !ok {
-			return "", false // nothing eosink wrote
-		}
-		if !validStream(name) {
-			return afterPast(name + "/"), false // manifests, leases, strays
-		}
-		n := len(out.Streams)
-		if n == 0 || out.Streams[n-1].Name != name {
-			if n == limit {
-				more = true
-				return "", true
-			}
-			out.Streams = append(out.Streams, Stream{Name: name})
-			n++
-		}
-		st := &out.Streams[n-1]
-		st.Files++
-		st.Bytes += e.Bytes
-		if rec, ok := s.fileRecords(r.Context(), e.Path); ok {
-			st.Records += rec
-		}
-		return "", false
-	})
+	stats, more, err := s.cat.Streams(r.Context(), after, limit, 0)
 	if err != nil {
 		s.internal(w, r, err)
 		return
+	}
+	out := StreamList{Streams: make([]Stream, 0, len(stats))}
+	for _, st := range stats {
+		out.Streams = append(out.Streams, Stream{Name: st.Name, Files: st.Files, Bytes: st.Bytes, Records: st.Records})
 	}
 	if more {
 		out.Next = out.Streams[len(out.Streams)-1].Name

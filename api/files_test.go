@@ -8,10 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -48,7 +52,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		if *f.Records != want || f.Bytes != want*8 {
 			t.Errorf("%s: records %d bytes %d, want %d", f.Path, *f.Records, f.Bytes, want)
 		}
-		if _, id, ok := parsePart(f.Path); !ok || id != *f.Checkpoint {
+		if _, id, _, _, ok := layout.ParsePartName(path.Base(f.Path)); !ok || id != *f.Checkpoint || f.Node != tNode {
 			t.Errorf("%s: checkpoint %d", f.Path, *f.Checkpoint)
 		}
 	}
@@ -78,9 +82,13 @@ func TestListFilesAndStreams(t *testing.T) {
 	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
-	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth,
+	cat, err := catalog.New(catalog.Config{Files: r.srv.files, State: r.srv.eng}) // empty cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := &Server{eng: r.srv.eng, cat: cat, files: r.srv.files, auth: r.srv.auth,
 		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
-		retryAfter: r.srv.retryAfter, manifests: newManifestCache(r.srv.files, 10)} // empty cache
+		retryAfter: r.srv.retryAfter}
 	r2.handler = r2.routes()
 	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
 	fl = decode[FileList](t, rec)
@@ -375,4 +383,49 @@ func TestProbesAndMisc(t *testing.T) {
 	if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
 		t.Fatalf("%+v", e)
 	}
+}
+
+// TestListFilesTwoNodes: /v1/files covers every node's files, with each
+// one's records from its own node's manifest, and ?node= keeps one node's.
+func TestListFilesTwoNodes(t *testing.T) {
+	r := filled(t, rigOpts{})
+	other := "clicks/dt=2026-11-29/hour=09/" + layout.PartName("n2", 7, 0, "ndjson")
+	data := []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n")
+	m, err := recovery.BuildManifest("n2", &recovery.Checkpoint{ID: 7, Files: []committer.File{
+		{Stream: "clicks", Final: other, Bytes: int64(len(data)), Records: 4, CRC32C: "00000000"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{other: data, recovery.ManifestPath("n2", 7): m} {
+		if err := r.base.MkdirAll(path.Dir(tDest+"/"+name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := afero.WriteFile(r.base, tDest+"/"+name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := decode[FileList](t, r.do("GET", "/v1/files?prefix=clicks/", ""))
+	nodes := map[string]int{}
+	for _, f := range all.Files {
+		nodes[f.Node]++
+		if f.Path == other && (f.Records == nil || *f.Records != 4 || *f.Checkpoint != 7) {
+			t.Errorf("n2's file: %+v", f)
+		}
+	}
+	if len(all.Files) != 3 || nodes[tNode] != 2 || nodes["n2"] != 1 {
+		t.Fatalf("files of every node: %+v", all.Files)
+	}
+	only := decode[FileList](t, r.do("GET", "/v1/files?node=n2", ""))
+	if len(only.Files) != 1 || only.Files[0].Path != other {
+		t.Fatalf("n2's files: %+v", only.Files)
+	}
+	man := decode[FileList](t, r.do("GET", "/v1/files?prefix=_manifests/&node=n2", ""))
+	if len(man.Files) != 1 || man.Files[0].Node != "n2" || *man.Files[0].Checkpoint != 7 {
+		t.Fatalf("n2's manifests: %+v", man.Files)
+	}
+	st := decode[StreamList](t, r.do("GET", "/v1/streams", ""))
+	if st.Streams[0].Name != "clicks" || st.Streams[0].Files != 3 || st.Streams[0].Records != 5+4 {
+		t.Fatalf("streams: %+v", st.Streams)
+	}
+	expectStatus(t, r.do("GET", "/v1/files?node=a/b", ""), http.StatusBadRequest)
 }

@@ -74,7 +74,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("checkpoint id %q: want an unsigned integer", raw)})
 		return
 	}
-	c, err := s.store.Get(id)
+	c, err := s.cat.Checkpoint(id)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, checkpointFromStore(c, true))
@@ -112,10 +112,8 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 	}
 	var cs []recovery.Checkpoint
 	var err error
-	if before == 0 && r.URL.Query().Get("after") == "" {
-		cs, err = s.store.List(limit+1, false)
-	} else {
-		cs, err = s.store.ListBefore(before, limit+1, false)
+	if before > 0 || r.URL.Query().Get("after") == "" {
+		cs, err = s.cat.Checkpoints(before, limit+1) // no checkpoint is below after=0
 	}
 	if err != nil {
 		s.internal(w, r, err)

@@ -86,7 +86,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if !o.noReady {
 		r.waitReady()
 	}
-	acfg := Config{Engine: eng, Store: eng.Store(), Files: local.New(base, tDest, tStaging)}
+	acfg := Config{Engine: eng, Files: local.New(base, tDest, tStaging)}
 	if o.api != nil {
 		o.api(&acfg)
 	}

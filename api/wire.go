@@ -98,6 +98,7 @@ type File struct {
 	Bytes      int64     `json:"bytes"`
 	Records    *int64    `json:"records,omitempty"`    // absent if its manifest is not readable
 	Checkpoint *uint64   `json:"checkpoint,omitempty"` // absent if the name holds none
+	Node       string    `json:"node,omitempty"`       // the node that wrote it, from its name; absent if none
 	Modified   time.Time `json:"modified"`
 }
 

@@ -73,7 +73,7 @@ func startService() (url string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := api.New(api.Config{Engine: eng, Store: eng.Store(), Files: dest})
+	srv, err := api.New(api.Config{Engine: eng, Files: dest})
 	if err != nil {
 		log.Fatal(err)
 	}

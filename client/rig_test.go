@@ -139,7 +139,7 @@ func (r *rig) open() {
 	if err != nil {
 		r.t.Fatalf("open engine: %v", err)
 	}
-	acfg := api.Config{Engine: eng, Store: eng.Store(), Files: local.New(r.fs, rigDest, rigStaging)}
+	acfg := api.Config{Engine: eng, Files: local.New(r.fs, rigDest, rigStaging)}
 	if r.api != nil {
 		r.api(&acfg)
 	}

@@ -70,11 +70,15 @@
 // (at most 50 checkpoints and about 20,000 files read, 20 streams shown,
 // most recent first); without any, the first streams by name from one
 // page of the destination. /ui/streams pages every stream by name, counting
-// at most 1,000 files of each. Checkpoints page by ?before= (the state
-// store's ListBefore), a checkpoint's files by ?from= over its stored file
-// list (or its manifest once the store dropped the list). Record counts
-// come from the manifests, immutable and cached (Config.ManifestCache
-// entries at most).
+// at most 1,000 files of each. Checkpoints page by ?before= (the engine's
+// CheckpointRecords), a checkpoint's files by ?from= over its stored file
+// list (or its manifest once the store dropped the list). Another node's
+// checkpoints (?node=) come from its manifests, oldest first, by ?after=.
+// Folder pages take ?node= to show one node's files. /ui/nodes shows every
+// node of the destination with its lease (holder, address, expiry, live
+// or expired). Everything the UI knows of committed files comes from
+// internal/catalog; record counts from its manifest cache, bounded by
+// bytes and shared with the API.
 //
 // File previews read at most 64 KiB and 50 lines (gzip decompressed); a
 // line that is valid JSON is pretty-printed and highlighted, others show

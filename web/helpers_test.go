@@ -132,8 +132,8 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	}
 	r := &rig{t: t, base: base, eng: eng, auth: o.auth, clock: &clock{}, files: dest}
 	files := committer.Reader(dest)
-	acfg := api.Config{Engine: eng, Store: eng.Store(), Files: files}
-	ucfg := Config{Engine: eng, Store: eng.Store(), Files: files, Node: tNode, Now: r.clock.now, Logger: testLogger(t)}
+	acfg := api.Config{Engine: eng, Files: files}
+	ucfg := Config{Engine: eng, Files: files, Node: tNode, Now: r.clock.now, Logger: testLogger(t)}
 	if o.engine != nil {
 		ucfg.Engine = o.engine(eng)
 	}
@@ -371,7 +371,8 @@ func (m *memReader) Open(_ context.Context, name string) (io.ReadSeekCloser, com
 	return nopSeekCloser{bytes.NewReader(b)}, m.entries[i], nil
 }
 
-// fakeEngine is an Engine with a fixed status and producers.
+// fakeEngine is an Engine with a fixed status and producers; newFakeUI
+// adds its stored checkpoints.
 type fakeEngine struct {
 	status    server.Status
 	producers []server.ProducerState
@@ -400,10 +401,10 @@ func (f *fakeEngine) Checkpoint(ctx context.Context) (server.CheckpointResult, e
 	return server.CheckpointResult{}, server.ErrNotReady
 }
 
-// fakeStore is a Store over a slice, newest last.
+// fakeStore is the engine's stored checkpoints over a slice, newest last.
 type fakeStore struct{ cs []recovery.Checkpoint }
 
-func (f *fakeStore) Get(id uint64) (*recovery.Checkpoint, error) {
+func (f *fakeStore) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 	for i := range f.cs {
 		if f.cs[i].ID == id {
 			c := f.cs[i]
@@ -413,18 +414,10 @@ func (f *fakeStore) Get(id uint64) (*recovery.Checkpoint, error) {
 	return nil, fmt.Errorf("checkpoint %d: %w", id, recovery.ErrNotFound)
 }
 
-func (f *fakeStore) List(limit int, _ bool) ([]recovery.Checkpoint, error) {
+func (f *fakeStore) CheckpointRecords(before uint64, limit int) ([]recovery.Checkpoint, error) {
 	var out []recovery.Checkpoint
 	for i := len(f.cs) - 1; i >= 0 && len(out) < limit; i-- {
-		out = append(out, f.cs[i])
-	}
-	return out, nil
-}
-
-func (f *fakeStore) ListBefore(before uint64, limit int, _ bool) ([]recovery.Checkpoint, error) {
-	var out []recovery.Checkpoint
-	for i := len(f.cs) - 1; i >= 0 && len(out) < limit; i-- {
-		if f.cs[i].ID < before {
+		if before == 0 || f.cs[i].ID < before {
 			out = append(out, f.cs[i])
 		}
 	}
@@ -440,7 +433,10 @@ func newFakeUI(t testing.TB, files committer.Reader, eng *fakeEngine, store *fak
 	if store == nil {
 		store = &fakeStore{}
 	}
-	cfg := Config{Engine: eng, Store: store, Files: files, Logger: testLogger(t)}
+	cfg := Config{Engine: struct {
+		*fakeEngine
+		*fakeStore
+	}{eng, store}, Files: files, Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -8,7 +8,6 @@ import (
 	"html"
 	"io"
 	"net/http"
-	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -57,41 +56,6 @@ func bigDir(n int) (*memReader, string) {
 		}
 	}
 	return m, dir
-}
-
-// partName is the data file name of DESIGN.md; parsePart must agree.
-var partName = regexp.MustCompile(`^part-(.+)-([0-9]{20})-([0-9]{4,})\.[A-Za-z0-9.]+$`)
-
-func FuzzParsePart(f *testing.F) {
-	for _, s := range []string{
-		"clicks/dt=1/part-n1-00000000000000000001-0000.ndjson",
-		"part-n-1.x-00000000000000000007-0012.txt.gz",
-		"part-a-00000000000000000001-0001.b-00000000000000000002-0003.ndjson",
-		"part--00000000000000000001-0000.ndjson",
-		"part-n-00000000000000000001-000.ndjson",
-		"part-n-00000000000000000001-0000.",
-		"part-n-00000000000000000001-0000.nd json",
-		"part-n-99999999999999999999-0000.x",
-		"x/part-n.1-00000000000000000001-00001.ndjson.zst",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, p string) {
-		node, id, ok := parsePart(p)
-		m := partName.FindStringSubmatch(path.Base(p))
-		if strings.HasSuffix(p, "/") {
-			m = nil // path.Base drops a trailing slash; a listing never has one
-		}
-		var want uint64
-		var err error
-		if m != nil {
-			want, err = strconv.ParseUint(m[2], 10, 64)
-		}
-		wantOK := m != nil && err == nil
-		if ok != wantOK || ok && (node != m[1] || id != want) {
-			t.Fatalf("parsePart(%q) = %q %d %v, regexp %q", p, node, id, ok, m)
-		}
-	})
 }
 
 var rowName = regexp.MustCompile(`<tr data-name="([^"]+)"`)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/server"
 )
 
@@ -32,17 +32,9 @@ type Engine interface {
 	// Checkpoint runs a checkpoint and waits for its end; an aborted
 	// checkpoint is a result, not an error.
 	Checkpoint(ctx context.Context) (server.CheckpointResult, error)
-}
-
-// Store is the read side of the state store (*recovery.Store).
-type Store interface {
-	// Get returns one checkpoint or an error wrapping recovery.ErrNotFound.
-	Get(id uint64) (*recovery.Checkpoint, error)
-	// List returns up to limit checkpoints, newest first.
-	List(limit int, withFiles bool) ([]recovery.Checkpoint, error)
-	// ListBefore returns up to limit checkpoints with ids below before,
-	// newest first: the page after the one that ended at before.
-	ListBefore(before uint64, limit int, withFiles bool) ([]recovery.Checkpoint, error)
+	// The engine's read-only checkpoint queries (server/query.go), which
+	// the catalog reads this node's checkpoints through.
+	catalog.State
 }
 
 // Authenticator tells a token's role. It must be safe for concurrent use
@@ -51,15 +43,11 @@ type Authenticator interface {
 	Lookup(token string) (api.Role, bool)
 }
 
-var (
-	_ Engine = (*server.Engine)(nil)
-	_ Store  = (*recovery.Store)(nil)
-)
+var _ Engine = (*server.Engine)(nil)
 
 // Defaults for Config fields left zero.
 const (
 	DefaultPageSize          = 500
-	DefaultManifestCache     = 4096
 	DefaultCheckpointTimeout = time.Minute
 	DefaultDownloadPrefix    = "/v1/files/"
 )
@@ -71,8 +59,11 @@ const Prefix = "/ui/"
 // Config holds the UI's dependencies.
 type Config struct {
 	Engine Engine           // required
-	Store  Store            // required: the engine's state store
 	Files  committer.Reader // required: the destination
+	// Catalog is the read model of committed files, shared with the API so
+	// a process holds one manifest cache; nil builds one over Files and
+	// Engine.
+	Catalog *catalog.Catalog
 
 	// Auth checks tokens; nil turns the login off and every visitor is
 	// admin (the command serves only loopback addresses then).
@@ -87,15 +78,13 @@ type Config struct {
 
 	DownloadPrefix    string        // where files download from; default "/v1/files/" (the API)
 	PageSize          int           // rows per page of a folder; default 500
-	ManifestCache     int           // manifests kept in memory; default 4096
 	CheckpointTimeout time.Duration // longest "Checkpoint now" waits; default 1m
 }
 
 // ui serves the web UI. Its handlers are safe for concurrent use.
 type ui struct {
 	eng      Engine
-	store    Store
-	files    committer.Reader
+	cat      *catalog.Catalog
 	auth     Authenticator
 	log      *slog.Logger
 	now      func() time.Time
@@ -104,18 +93,17 @@ type ui struct {
 	pageSize int
 	ckptWait time.Duration
 
-	csrfKey   []byte
-	origin    *http.CrossOriginProtection
-	pages     map[string]*template.Template
-	static    map[string]asset
-	manifests *manifestCache
+	csrfKey []byte
+	origin  *http.CrossOriginProtection
+	pages   map[string]*template.Template
+	static  map[string]asset
 }
 
 // New checks cfg and returns the UI's handler. It serves GET / (a redirect
 // to /ui/) and everything under /ui/.
 func New(cfg Config) (http.Handler, error) {
-	if cfg.Engine == nil || cfg.Store == nil || cfg.Files == nil {
-		return nil, errors.New("new web ui: engine, store and files are required")
+	if cfg.Engine == nil || cfg.Files == nil {
+		return nil, errors.New("new web ui: engine and files are required")
 	}
 	if v := reflect.ValueOf(cfg.Auth); cfg.Auth != nil && v.Kind() == reflect.Pointer && v.IsNil() {
 		cfg.Auth = nil // a nil *api.Tokens means no auth, as in api.Config
@@ -135,8 +123,12 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
 	}
-	if cfg.ManifestCache <= 0 {
-		cfg.ManifestCache = DefaultManifestCache
+	if cfg.Catalog == nil {
+		var err error
+		cfg.Catalog, err = catalog.New(catalog.Config{Files: cfg.Files, State: cfg.Engine, Node: cfg.Node, Logger: cfg.Logger, Now: cfg.Now})
+		if err != nil {
+			return nil, fmt.Errorf("new web ui: %w", err)
+		}
 	}
 	if cfg.CheckpointTimeout <= 0 {
 		cfg.CheckpointTimeout = DefaultCheckpointTimeout
@@ -154,21 +146,19 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("new web ui: %w", err)
 	}
 	u := &ui{
-		eng:       cfg.Engine,
-		store:     cfg.Store,
-		files:     cfg.Files,
-		auth:      cfg.Auth,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		node:      cfg.Node,
-		download:  cfg.DownloadPrefix,
-		pageSize:  cfg.PageSize,
-		ckptWait:  cfg.CheckpointTimeout,
-		csrfKey:   key,
-		origin:    http.NewCrossOriginProtection(),
-		pages:     pages,
-		static:    static,
-		manifests: newManifestCache(cfg.Files, cfg.ManifestCache),
+		eng:      cfg.Engine,
+		cat:      cfg.Catalog,
+		auth:     cfg.Auth,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		node:     cfg.Node,
+		download: cfg.DownloadPrefix,
+		pageSize: cfg.PageSize,
+		ckptWait: cfg.CheckpointTimeout,
+		csrfKey:  key,
+		origin:   http.NewCrossOriginProtection(),
+		pages:    pages,
+		static:   static,
 	}
 	return u.routes(), nil
 }
@@ -185,6 +175,7 @@ func (u *ui) routes() http.Handler {
 	mux.HandleFunc("GET /ui/checkpoints", u.page(u.checkpoints))
 	mux.HandleFunc("GET /ui/checkpoints/{id}", u.page(u.checkpointPage))
 	mux.HandleFunc("GET /ui/producers", u.page(u.producers))
+	mux.HandleFunc("GET /ui/nodes", u.page(u.nodes))
 	mux.HandleFunc("GET /ui/login", u.loginPage)
 	mux.HandleFunc("POST /ui/login", u.post(u.login))
 	mux.HandleFunc("POST /ui/logout", u.post(u.logout))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
@@ -158,13 +159,18 @@ func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometh
 	if tokens != nil {
 		auth = tokens
 	}
-	ui, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Files: dest, Auth: auth,
+	// One read model, one manifest cache, for the API and the UI.
+	cat, err := catalog.New(catalog.Config{Files: dest, State: eng, Node: f.node, Logger: p.log.With("component", "catalog")})
+	if err != nil {
+		return nil, err
+	}
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
 		Logger: p.log.With("component", "web"), Node: f.node})
 	if err != nil {
 		return nil, err
 	}
 	apiSrv, err := api.New(api.Config{
-		Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: p.log, Hosts: []string{f.listen},
+		Engine: eng, Files: dest, Catalog: cat, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: p.log, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
 		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
 	})

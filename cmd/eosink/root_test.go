@@ -36,12 +36,12 @@ func testRoot(t *testing.T) http.Handler {
 	if err := eng.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ui, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Files: dest, Node: "eosink-0"})
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Node: "eosink-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	a, err := api.New(api.Config{Engine: eng, Store: eng.Store(), Files: dest, Gatherer: reg, Registerer: reg})
+	a, err := api.New(api.Config{Engine: eng, Files: dest, Gatherer: reg, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

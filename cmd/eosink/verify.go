@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/spf13/afero"
 )
 
@@ -43,8 +43,12 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	cat, err := catalog.New(catalog.Config{Files: dest})
+	if err != nil {
+		return err
+	}
 	last := -1
-	rep, err := recovery.Verify(ctx, dest, func(done, total int) {
+	rep, err := cat.Verify(ctx, func(done, total int) {
 		if pct := done * 10 / max(total, 1); pct != last && total >= 1000 {
 			last = pct
 			fmt.Fprintf(stderr, "verify: %d/%d files\n", done, total)
@@ -65,7 +69,7 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		var doc any = rep
 		if dryRun {
 			doc = struct {
-				*recovery.VerifyReport
+				*catalog.VerifyReport
 				Orphans map[string][]committer.Leftover `json:"orphans"`
 			}{rep, orphans}
 		}

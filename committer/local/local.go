@@ -35,11 +35,12 @@ type Local struct {
 	Dest    string
 	Staging string
 	dirs    durable.Dirs // directories made durable by this process
+	names   *nameCache   // sorted directory listings for ListPage
 }
 
 // New returns a local committer.
 func New(fsys afero.Fs, dest, staging string) *Local {
-	return &Local{FS: fsys, Dest: path.Clean(dest), Staging: path.Clean(staging)}
+	return &Local{FS: fsys, Dest: path.Clean(dest), Staging: path.Clean(staging), names: newNameCache(defaultCachedNames)}
 }
 
 func (l *Local) abs(name string) string { return path.Join(l.Dest, name) }
@@ -211,79 +212,6 @@ func (l *Local) List(ctx context.Context, prefix string) ([]committer.Entry, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
-}
-
-// ListPage walks the destination in path order, entering only the
-// directories that can hold a path under prefix and after after, and stops
-// at limit files. Each directory is read whole (names and types), so a page
-// costs the size of the directories on its way, not the whole tree.
-func (l *Local) ListPage(ctx context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
-	prefix = strings.TrimPrefix(prefix, "/")
-	if limit <= 0 {
-		return nil, nil
-	}
-	var out []committer.Entry
-	if err := l.walkPage(ctx, "", prefix, after, limit, &out); err != nil && !errors.Is(err, errPageFull) {
-		return nil, fmt.Errorf("list page %s after %s: %w", prefix, after, err)
-	}
-	return out, nil
-}
-
-// errPageFull stops walkPage once the page holds limit files.
-var errPageFull = errors.New("page full")
-
-// walkPage appends to out the files under dir (relative, "" or ending in
-// "/") in path order. A directory d's paths all start with "d/", so its
-// entries are visited in the order of name+"/" for directories and name for
-// files: that is the byte order of the full paths.
-func (l *Local) walkPage(ctx context.Context, dir, prefix, after string, limit int, out *[]committer.Entry) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	infos, err := afero.ReadDir(l.FS, path.Join(l.Dest, dir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	type ent struct {
-		key  string // the entry's path, with "/" after a directory
-		info fs.FileInfo
-	}
-	ents := make([]ent, 0, len(infos))
-	for _, fi := range infos {
-		key := dir + fi.Name()
-		if fi.IsDir() {
-			key += "/"
-		}
-		ents = append(ents, ent{key, fi})
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
-	for _, e := range ents {
-		if e.info.IsDir() {
-			// Enter only a directory that can hold a path under prefix
-			// and past after.
-			if !strings.HasPrefix(e.key, prefix) && !strings.HasPrefix(prefix, e.key) {
-				continue
-			}
-			if e.key < after && !strings.HasPrefix(after, e.key) {
-				continue
-			}
-			if err := l.walkPage(ctx, e.key, prefix, after, limit, out); err != nil {
-				return err
-			}
-			continue
-		}
-		if !e.info.Mode().IsRegular() || !strings.HasPrefix(e.key, prefix) || e.key <= after {
-			continue
-		}
-		*out = append(*out, committer.Entry{Path: e.key, Bytes: e.info.Size(), Modified: e.info.ModTime().UTC()})
-		if len(*out) >= limit {
-			return errPageFull
-		}
-	}
-	return nil
 }
 
 // Open opens a committed file. name must be a clean relative path.

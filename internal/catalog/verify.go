@@ -1,0 +1,166 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/recovery"
+)
+
+// Problem is one thing Verify found wrong.
+type Problem struct {
+	Path string `json:"path"`
+	What string `json:"what"`
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	Manifests int       `json:"manifests"`
+	Files     int       `json:"files"`
+	Bytes     int64     `json:"bytes"`
+	Records   int64     `json:"records"`
+	Problems  []Problem `json:"problems"`
+}
+
+// Verify reads the whole destination and reports every file no manifest
+// names, every manifest entry whose file is missing or whose size, record
+// count or CRC-32C differs, files named by two manifests, and manifests
+// that cannot be read. It covers every node's manifests. progress, if not
+// nil, is called after each file checked. Manifests are read once, past
+// the cache: a full scan would only evict what pages use.
+func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*VerifyReport, error) {
+	all, err := c.files.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	rep := &VerifyReport{}
+	files := map[string]committer.Entry{}
+	var manifests []string
+	for _, e := range all {
+		switch {
+		case strings.HasPrefix(e.Path, ManifestDir):
+			manifests = append(manifests, e.Path)
+		case strings.HasPrefix(e.Path, StagingDir), strings.HasPrefix(e.Path, NodesDir):
+			// S3 copy mode's staging objects and node leases are not
+			// committed data.
+		default:
+			files[e.Path] = e
+		}
+	}
+	rep.Manifests = len(manifests)
+	entries, named := c.manifestEntries(ctx, manifests, rep)
+	for i, en := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if _, ok := files[en.f.Path]; !ok {
+			rep.Problems = append(rep.Problems, Problem{Path: en.f.Path, What: "missing (named by " + en.manifest + ")"})
+			continue
+		}
+		c.check(ctx, en.f, rep)
+		if progress != nil {
+			progress(i+1, len(entries))
+		}
+	}
+	var stray []string
+	for p := range files {
+		if !named[p] {
+			stray = append(stray, p)
+		}
+	}
+	sort.Strings(stray)
+	for _, p := range stray {
+		what := "in no manifest"
+		if strings.HasSuffix(p, ".inprogress") {
+			what = "temp file in the destination"
+		}
+		rep.Problems = append(rep.Problems, Problem{Path: p, What: what})
+	}
+	return rep, nil
+}
+
+// manifestEntry is one file a manifest names.
+type manifestEntry struct {
+	manifest string
+	f        recovery.ManifestFile
+}
+
+// manifestEntries reads every manifest, reporting those that cannot be
+// read and files named twice, and returns the files they name, once each.
+func (c *Catalog) manifestEntries(ctx context.Context, manifests []string, rep *VerifyReport) ([]manifestEntry, map[string]bool) {
+	named := map[string]bool{}
+	var entries []manifestEntry
+	for _, mp := range manifests {
+		m, err := recovery.ReadManifest(ctx, c.files, mp)
+		if err != nil {
+			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
+			continue
+		}
+		for _, f := range m.Files {
+			if named[f.Path] {
+				rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "named by more than one manifest"})
+				continue
+			}
+			named[f.Path] = true
+			entries = append(entries, manifestEntry{mp, f})
+		}
+	}
+	return entries, named
+}
+
+// check reads file f and adds it to rep, or a problem if its size, CRC-32C
+// or record count differs from its manifest's.
+func (c *Catalog) check(ctx context.Context, f recovery.ManifestFile, rep *VerifyReport) {
+	size, lines, sum, err := scanFile(ctx, c.files, f.Path)
+	switch {
+	case err != nil:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: err.Error()})
+	case size != f.Bytes:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d bytes, manifest says %d", size, f.Bytes)})
+	case sum != f.CRC32C:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, f.CRC32C)})
+	case lines != f.Records:
+		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d records, manifest says %d", lines, f.Records)})
+	default:
+		rep.Files++
+		rep.Bytes += size
+		rep.Records += lines
+	}
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// scanFile returns a file's size, line count and CRC-32C (hex).
+func scanFile(ctx context.Context, r Reader, name string) (size, lines int64, sum string, err error) {
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("open: %w", err)
+	}
+	defer rc.Close()
+	h := crc32.New(castagnoli)
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := rc.Read(buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			size += int64(n)
+			for _, b := range buf[:n] {
+				if b == '\n' {
+					lines++
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return 0, 0, "", fmt.Errorf("read: %w", rerr)
+		}
+	}
+	return size, lines, fmt.Sprintf("%08x", h.Sum32()), nil
+}
