@@ -304,7 +304,7 @@ func TestWaitCommit(t *testing.T) {
 	if w == nil || !w.Committed || w.Duplicate || w.Records != 1 || w.NextSeq != 1 {
 		t.Fatalf("wait=commit: %+v", w)
 	}
-	if c, err := r.eng.Store().Get(w.Checkpoint); err != nil || c.State != "committed" {
+	if c, err := r.eng.CheckpointRecord(w.Checkpoint); err != nil || c.State != "committed" {
 		t.Fatalf("checkpoint %d: %+v %v", w.Checkpoint, c, err)
 	}
 	// A duplicate of a committed batch answers at once.

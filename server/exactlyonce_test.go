@@ -159,7 +159,7 @@ func TestCheckpointIDsNeverReused(t *testing.T) {
 			// An id answered before the crash that reads "committed" now
 			// must hold what it was answered for.
 			for id, bs := range beforeCrash {
-				c, err := e.Store().Get(id)
+				c, err := e.store.Get(id)
 				if err != nil || c.State != recovery.Committed {
 					continue
 				}
@@ -326,7 +326,7 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 		if err != nil || !res.Duplicate || !res.Committed {
 			t.Fatalf("%s: duplicate %+v %v", when, res, err)
 		}
-		c, err := e.Store().Get(res.Checkpoint)
+		c, err := e.store.Get(res.Checkpoint)
 		if err != nil || c.State != recovery.Committed {
 			t.Fatalf("%s: duplicate names checkpoint %d: %+v %v", when, res.Checkpoint, c, err)
 		}

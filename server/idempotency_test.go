@@ -144,7 +144,7 @@ func TestIdempotencyKeyBounds(t *testing.T) {
 	if n := e.KeyCount(); n != 3 {
 		t.Fatalf("keys in memory: %d, want the cap 3", n)
 	}
-	if n, err := e.Store().KeyCount(); err != nil || n != 3 {
+	if n, err := e.store.KeyCount(); err != nil || n != 3 {
 		t.Fatalf("keys in the store: %d (%v), want the cap 3", n, err)
 	}
 	// The oldest (a, b) were dropped: a retry is written again. The newest is kept.
@@ -157,7 +157,7 @@ func TestIdempotencyKeyBounds(t *testing.T) {
 	res, err = keyed(e, "e", "s", 4, 1) // past the window
 	wantNew(t, res, err)
 	r.checkpoint()
-	if n, err := e.Store().KeyCount(); err != nil || n != 2 {
+	if n, err := e.store.KeyCount(); err != nil || n != 2 {
 		t.Fatalf("keys in the store after the window: %d (%v), want 2 (a and e, written since)", n, err)
 	}
 	r.stop()

@@ -60,7 +60,7 @@ func (km *keyModel) remembered(t *testing.T, e *Engine, kb *keyedBatch) bool {
 	if kb.last >= e.Status().OpenID {
 		return true
 	}
-	c, err := e.Store().Get(kb.last)
+	c, err := e.store.Get(kb.last)
 	switch {
 	case errors.Is(err, recovery.ErrNotFound):
 		return false // ended without a record: never prepared
@@ -164,7 +164,7 @@ func (km *keyModel) step(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans 
 		}
 		if res.Committed {
 			km.st.dupsCommitted++
-			if c, err := e.Store().Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
+			if c, err := e.store.Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
 				fail("I9: keyed duplicate %s answered committed in %d: %+v %v", kb.key, res.Checkpoint, c, err)
 			}
 		}

@@ -189,7 +189,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		e = r.start(nil)
 		note("restart power=%v", powerCut)
 		if pendingID != 0 {
-			c, err := e.Store().Get(pendingID)
+			c, err := e.store.Get(pendingID)
 			if err == nil && c.State != recovery.Aborted {
 				for k, v := range pendingSnap {
 					m.prepared[k] = v
@@ -233,7 +233,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			if id >= open || verified[id] {
 				continue // a committed id, once checked, cannot change (I7 holds its files)
 			}
-			c, err := e.Store().Get(id)
+			c, err := e.store.Get(id)
 			if err != nil || c.State != recovery.Committed {
 				continue
 			}
@@ -339,7 +339,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			b := invariant.BatchID{Producer: p, Stream: s, Seq: seq}
 			if res.Committed {
 				st.dupsCommitted++
-				if c, err := e.Store().Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
+				if c, err := e.store.Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
 					fail("I9/8a: committed duplicate %s names checkpoint %d: %+v %v", b, res.Checkpoint, c, err)
 				}
 				committedDups = append(committedDups, dupClaim{b, res.Checkpoint})

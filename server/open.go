@@ -79,9 +79,6 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Store returns the state store, for read-only queries.
-func (e *Engine) Store() *recovery.Store { return e.store }
-
 func (e *Engine) start() {
 	defer e.wg.Done()
 	if !e.takeLease() || !e.recover() {

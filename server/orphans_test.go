@@ -43,7 +43,7 @@ func failOn(stream string) func(context.Context, committer.File) error {
 
 func intentCount(t *testing.T, e *Engine) int {
 	t.Helper()
-	in, err := e.Store().Intents()
+	in, err := e.store.Intents()
 	if err != nil {
 		t.Fatal(err)
 	}

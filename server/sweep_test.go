@@ -117,7 +117,7 @@ func (m *model) resolveAnon(t testing.TB, e *Engine) {
 		if id >= open {
 			continue
 		}
-		c, err := e.Store().Get(id)
+		c, err := e.store.Get(id)
 		var state recovery.State
 		switch {
 		case errors.Is(err, recovery.ErrNotFound):
@@ -366,7 +366,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	}
 	e = r.start(r.fs)
 	if unknownID != 0 {
-		c, err := e.Store().Get(unknownID)
+		c, err := e.store.Get(unknownID)
 		m.checkpointed(unknownSnap, err == nil && c.State != recovery.Aborted)
 	}
 	m.resolveAnon(t, e)
@@ -374,7 +374,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	exp := m.expect()
 	exp.Exact = false // accepted batches of an unknown fate may be there; checked below
 	if rep := r.checker0(exp); rep.Err() != nil {
-		list, _ := e.Store().List(10, false)
+		list, _ := e.store.List(10, false)
 		t.Fatalf("op %d %s, after recovery: %v\nstore: %+v\nunknown %d\n%s\nclone:\n%s", n, mode, rep.Err(), list, unknownID, base, r.fs)
 	}
 
