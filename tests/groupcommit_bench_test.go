@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // Group commit benchmarks against the built binary (DESIGN
@@ -132,7 +134,7 @@ func benchConcurrent(b *testing.B, linger, gap, query string, want int) {
 }
 
 func countBenchFiles(b *testing.B, dest string) int {
-	objs, err := localDest{dir: dest}.List(b.Context())
+	objs, err := invariant.LocalDest(dest).List(b.Context())
 	if err != nil {
 		return 0
 	}
