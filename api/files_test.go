@@ -75,6 +75,7 @@ func TestListFilesAndStreams(t *testing.T) {
 	}
 
 	// A file whose manifest is not there (yet) has no record count.
+	r.Broken("removes a manifest")
 	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}

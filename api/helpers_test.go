@@ -1,28 +1,26 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )
 
 const (
-	tStaging = "/data/staging"
-	tDest    = "/data/files"
-	tNode    = "n1"
+	tStaging = enginetest.Staging
+	tDest    = enginetest.Dest
+	tNode    = enginetest.Node
 	// tSecret is the content of files outside the destination; no answer
 	// of the API may ever hold it.
 	tSecret = "TOP-SECRET-OUTSIDE-DEST"
@@ -35,9 +33,11 @@ const (
 	tokAdmin  = "admin-token-0123456789"
 )
 
-// rig is a real engine over a MemMapFs with the local committer, its state
-// store in a temp dir, served by a Server.
+// rig is an engine rig (internal/testing/enginetest: the destination is
+// checked when the test ends) over a disk with secrets outside the
+// destination, served by a Server.
 type rig struct {
+	*enginetest.Rig
 	t    *testing.T
 	base afero.Fs // the whole disk, secrets included
 	fs   afero.Fs // what the engine sees (base, or an InjectFS over it)
@@ -60,52 +60,28 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			t.Fatal(err)
 		}
 	}
-	for _, d := range []string{tDest, tStaging} {
-		if err := base.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := &rig{t: t, base: base, fs: base}
-	if o.inject != nil {
-		r.fs = faultfs.NewInjectFS(base, o.inject)
-	}
-	loc := local.New(r.fs, tDest, tStaging)
-	ecfg := server.Config{
-		Node: tNode, FS: r.fs, StagingDir: tStaging, StorePath: filepath.Join(t.TempDir(), "state.db"),
-		Committer: loc, Publisher: loc, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
-	}
-	if o.engine != nil {
-		o.engine(&ecfg)
-	}
-	eng, err := server.Open(ecfg)
-	if err != nil {
-		t.Fatalf("open engine: %v", err)
-	}
-	r.eng = eng
-	t.Cleanup(func() { _ = eng.Close() })
-	if !o.noReady {
-		r.waitReady()
-	}
-	acfg := Config{Engine: eng, Store: eng.Store(), Files: local.New(base, tDest, tStaging)}
-	if o.api != nil {
-		o.api(&acfg)
-	}
-	srv, err := New(acfg)
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	r.srv = srv
+	er := enginetest.New(t, enginetest.Options{FS: base, Inject: o.inject, Config: o.engine, NoReady: o.noReady})
+	r := &rig{Rig: er, t: t, base: er.Base, fs: er.FS, eng: er.Engine()}
+	r.srv = newServer(t, r.eng, local.New(base, tDest, tStaging), o.api)
 	return r
 }
 
-func (r *rig) waitReady() {
-	r.t.Helper()
-	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
-	defer cancel()
-	if err := r.eng.WaitReady(ctx); err != nil {
-		r.t.Fatalf("wait ready: %v", err)
+// newServer serves eng and the committed files: the one place the tests
+// build a Server.
+func newServer(t *testing.T, eng *server.Engine, files committer.Reader, mod func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{Engine: eng, Store: eng.Store(), Files: files}
+	if mod != nil {
+		mod(&cfg)
 	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatalf("new server: %v", err)
+	}
+	return srv
 }
+
+func (r *rig) waitReady() { r.t.Helper(); r.WaitReady() }
 
 func withAuth(c *Config) {
 	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
@@ -242,18 +218,4 @@ func destFiles(t *testing.T, fsys afero.Fs) map[string]string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// switchInjector fails the operations match selects while it is on.
-type switchInjector struct {
-	on    atomic.Bool
-	match func(op faultfs.Op) bool
-	err   error
-}
-
-func (s *switchInjector) MaybeError(op faultfs.Op) error {
-	if s.on.Load() && s.match(op) {
-		return s.err
-	}
-	return nil
 }

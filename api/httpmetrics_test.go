@@ -48,9 +48,7 @@ func TestHTTPMetrics(t *testing.T) {
 	})
 	r := newRig(t, rigOpts{api: func(c *Config) { c.Registerer, c.UI = reg, ui }})
 	// A second Server on the same registry shares the metrics.
-	if _, err := New(Config{Engine: r.eng, Store: r.eng.Store(), Files: r.srv.files, Registerer: reg}); err != nil {
-		t.Fatalf("a second server on the registry: %v", err)
-	}
+	newServer(t, r.eng, r.srv.files, func(c *Config) { c.Registerer = reg })
 
 	requests := []struct {
 		method, target, body string

@@ -254,6 +254,7 @@ func writeStreams(t *testing.T, fsys afero.Fs, n int) {
 func TestListAnswersBounded(t *testing.T) {
 	const n = 20000
 	r := newRig(t, rigOpts{})
+	r.Broken("plants files with manifests but no checksums")
 	writeStreams(t, r.base, n)
 	for _, tc := range []struct {
 		target string

@@ -95,8 +95,8 @@ type Checker struct {
 	// the producer "".
 	Anonymous func(producer string) bool
 	// Foreign allows lines that are not test records (tests that write
-	// records of their own): their files are checked against their
-	// manifest entry only.
+	// records of their own): the files that hold any are checked against
+	// their manifest entry but not its ranges.
 	Foreign bool
 	// Paths, when set, must match every data file's path.
 	Paths *regexp.Regexp
@@ -276,11 +276,13 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			found := c.scan(r, f.Path, f.Stream, df.data)
+			found, foreign := c.scan(r, f.Path, f.Stream, df.data)
 			for _, b := range found {
 				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
 			}
-			c.checkRanges(r, f.Path, f.Producers, found)
+			if !foreign {
+				c.checkRanges(r, f.Path, f.Producers, found)
+			}
 			for p, rs := range f.Producers {
 				k := [2]string{p, f.Stream}
 				for _, rg := range rs {
@@ -384,23 +386,24 @@ type line struct {
 
 // scan counts the batches in one file of stream: a batch's records must be
 // whole and in order (i = 0..n-1, contiguous), and a producer's batches in
-// increasing order. It returns the batches in file order.
-func (c *Checker) scan(r *Report, name, stream string, data []byte) []BatchID {
+// increasing order. It returns the batches in file order, and whether the
+// file holds lines that are not test records (with Foreign).
+func (c *Checker) scan(r *Report, name, stream string, data []byte) (found []BatchID, foreign bool) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var cur *line
-	var found []BatchID
 	last := map[string]int64{} // producer -> its last seq in this file
 	lineNo := 0
 	for sc.Scan() {
 		lineNo++
 		r.Records++
 		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.N <= 0 {
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.N <= 0 || l.S == "" {
 			if !c.Foreign {
 				r.bad("%s:%d: not a test record: %.120q", name, lineNo, sc.Bytes())
-				return found
+				return found, false
 			}
+			foreign = true
 			if cur != nil && cur.I != cur.N-1 {
 				r.bad("I1: %s:%d: batch %s/%s/%d cut after record %d of %d", name, lineNo, cur.P, cur.S, cur.Q, cur.I, cur.N)
 			}
@@ -435,7 +438,7 @@ func (c *Checker) scan(r *Report, name, stream string, data []byte) []BatchID {
 	if cur != nil && cur.I != cur.N-1 {
 		r.bad("I1: %s: batch %s/%s/%d cut after record %d of %d", name, cur.P, cur.S, cur.Q, cur.I, cur.N)
 	}
-	return found
+	return found, foreign
 }
 
 // Inherit takes over what an earlier checker saw committed, for a test that
