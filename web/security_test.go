@@ -39,6 +39,7 @@ func TestHostileNamesAreEscaped(t *testing.T) {
 	evilDir := `"><svg onload=alert(4)>`
 	evilPart := evilDir + `/part-n1-00000000000000000077-0000.ndjson`
 	jsDir := `javascript:alert(8)`
+	r.Broken("plants files and a manifest with hostile names")
 	put := func(p, content string) {
 		t.Helper()
 		if err := afero.WriteFile(r.base, path.Join(tDest, p), []byte(content), 0o644); err != nil {
