@@ -392,18 +392,6 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	return ops, storeTxns
 }
 
-// checker0 checks the destination without failing the test.
-func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
-	if r.checker == nil || r.checker.FS != r.fs {
-		old := r.checker
-		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
-		if old != nil {
-			r.checker.Inherit(old)
-		}
-	}
-	return r.checker.Check(exp)
-}
-
 // TestFaultSweep fails, crashes after, and power-cuts after every
 // filesystem operation of a workload in turn, fails every write transaction
 // of the state store in turn (before it writes, with ENOSPC and EIO; after

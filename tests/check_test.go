@@ -20,7 +20,7 @@ var dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2
 
 // checkDest reads the whole destination and checks it with the invariant
 // checker against want, the batches that must each be there exactly once;
-// with exact, nothing else may be. Writes without producer headers (their
+// with exact, nothing else may be, nor an empty file. Writes without producer headers (their
 // producer starts with anonSender) carry no ranges in the manifests.
 func checkDest(t testing.TB, d destReader, want map[batchKey]int, exact bool) *invariant.Report {
 	must := make(map[invariant.BatchID]bool, len(want))
@@ -31,6 +31,7 @@ func checkDest(t testing.TB, d destReader, want map[batchKey]int, exact bool) *i
 		Source:    d,
 		Anonymous: func(p string) bool { return strings.HasPrefix(p, anonSender) },
 		Paths:     dataFileRE,
+		NoEmpty:   true,
 	}
 	return c.CheckContext(t.Context(), invariant.Expect{Must: must, Exact: exact})
 }

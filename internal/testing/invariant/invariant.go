@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"path"
 	"regexp"
 	"sort"
@@ -42,6 +43,8 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -100,6 +103,10 @@ type Checker struct {
 	Foreign bool
 	// Paths, when set, must match every data file's path.
 	Paths *regexp.Regexp
+	// NoEmpty: an empty data file is a problem. The engine commits one
+	// when every append to a staging file failed (the model test's short
+	// writes); runs without disk faults have none.
+	NoEmpty bool
 
 	seen map[string]uint32 // committed file -> crc, from earlier checks
 }
@@ -114,13 +121,16 @@ type Expect struct {
 
 // Report is what Check found.
 type Report struct {
-	Files     int             // data files
-	Manifests int             // manifests
-	Records   int             // lines of data files
-	Bytes     int64           // bytes of data files
-	Nodes     map[string]int  // data files per node
-	Staging   []string        // objects under _staging/ (S3 uploads in flight)
-	Batches   map[BatchID]int // occurrences
+	Files     int            // data files
+	Manifests int            // manifests
+	Records   int            // lines of data files
+	Bytes     int64          // bytes of data files
+	Nodes     map[string]int // data files per node
+	Staging   []string       // objects under _staging/ (S3 uploads in flight)
+	// Encoded counts the compressed and Parquet files read back through
+	// staging's decoders, by extension ("ndjson.zst", "parquet", ...).
+	Encoded map[string]int
+	Batches map[BatchID]int // occurrences
 	// Checkpoints lists, for every batch, the checkpoints whose manifests
 	// name a file holding it (I8: an id names the data answered with it).
 	Checkpoints map[BatchID][]uint64
@@ -149,7 +159,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // dataFile is a data file as the destination holds it.
 type dataFile struct {
 	size  int64
-	data  []byte
+	raw   []byte // as stored
+	lines []byte // its records as NDJSON lines (decoded)
 	node  string // from its name
 	ckpt  uint64
 	named int // manifests naming it
@@ -203,7 +214,7 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 		}
 		f := &dataFile{size: o.Size}
 		files[o.Path] = f
-		node, ckpt, _, _, ok := layout.ParsePartName(path.Base(o.Path))
+		node, ckpt, _, ext, ok := layout.ParsePartName(path.Base(o.Path))
 		if !ok || (c.Paths != nil && !c.Paths.MatchString(o.Path)) {
 			r.bad("unexpected object in the destination: %s (%d bytes)", o.Path, o.Size)
 			continue
@@ -214,7 +225,7 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			r.bad("read %s: %v", o.Path, err)
 			continue
 		}
-		f.data = data
+		f.raw = data
 		r.Files++
 		r.Bytes += int64(len(data))
 		r.Nodes[node]++
@@ -222,10 +233,28 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			r.bad("I1: %s: listed with %d bytes, read %d", o.Path, o.Size, len(data))
 		}
 		if len(data) == 0 {
-			r.bad("empty data file %s", o.Path)
-		} else if data[len(data)-1] != '\n' {
+			if c.NoEmpty {
+				r.bad("empty data file %s", o.Path)
+			}
+			continue
+		}
+		// Compressed and Parquet files are read back through staging's
+		// decoders (a complete file decodes, a partial one does not).
+		lines, encoded, err := decodeLines(o.Path, data)
+		if err != nil {
+			r.bad("I1: %s does not decode: %v", o.Path, err)
+			continue
+		}
+		if encoded {
+			if r.Encoded == nil {
+				r.Encoded = map[string]int{}
+			}
+			r.Encoded[ext]++
+		}
+		if len(lines) == 0 || lines[len(lines)-1] != '\n' {
 			r.bad("I1: %s does not end with a newline (partial?)", o.Path)
 		}
+		f.lines = lines
 	}
 	claims := map[[2]string][]claim{}
 	spans := map[[2]string][]span{} // (producer, stream) -> one span per file
@@ -253,7 +282,7 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			if df.named++; df.named > 1 {
 				r.bad("I2: %s named by %d manifests", f.Path, df.named)
 			}
-			if df.data == nil {
+			if df.raw == nil {
 				continue // reported above
 			}
 			if df.ckpt != mf.Checkpoint || df.node != mf.Node {
@@ -265,18 +294,21 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			if df.size != f.Bytes {
 				r.bad("I1: %s has %d bytes, manifest says %d", f.Path, df.size, f.Bytes)
 			}
-			sum := crc32.Checksum(df.data, castagnoli)
+			sum := crc32.Checksum(df.raw, castagnoli)
 			if got := fmt.Sprintf("%08x", sum); got != f.CRC32C {
 				r.bad("I1: %s crc32c %s, manifest says %s", f.Path, got, f.CRC32C)
 			}
-			if n := int64(bytes.Count(df.data, []byte{'\n'})); n != f.Records {
+			if df.lines == nil {
+				continue // does not decode: reported above
+			}
+			if n := int64(bytes.Count(df.lines, []byte{'\n'})); n != f.Records {
 				r.bad("I1: %s has %d records, manifest says %d", f.Path, n, f.Records)
 			}
 			if old, ok := c.seen[f.Path]; ok && old != sum {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			found, foreign := c.scan(r, f.Path, f.Stream, df.data)
+			found, foreign := c.scan(r, f.Path, f.Stream, df.lines)
 			for _, b := range found {
 				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
 			}
@@ -485,5 +517,31 @@ func (c *Checker) checkRanges(r *Report, name string, manifest map[string]commit
 		if fmt.Sprint(manifest[p]) != fmt.Sprint(want) {
 			r.bad("manifest ranges: %s: producer %s has seqs %v, manifest says %v", name, p, want, manifest[p])
 		}
+	}
+}
+
+// decodeLines returns a data file's records as NDJSON lines: a plain
+// file's bytes as they are, a compressed or Parquet one's decoded by
+// staging's readers (encoded true).
+func decodeLines(name string, data []byte) (lines []byte, encoded bool, err error) {
+	format, compression, _, ok := streamconf.ParseExt(name)
+	if !ok || format != streamconf.FormatParquet && compression == streamconf.CompressionNone {
+		return data, false, nil
+	}
+	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		return nil, true, err
+	}
+	defer recs.Close()
+	var out []byte
+	for {
+		rec, err := recs.Next()
+		if errors.Is(err, io.EOF) {
+			return out, true, nil
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		out = append(append(out, rec...), '\n')
 	}
 }

@@ -1,6 +1,8 @@
 package invariant
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
@@ -37,8 +39,9 @@ func valid() (files []file, manifests map[uint64][]int, ranges map[string]commit
 
 // write lays files and their manifests out under /dest; manifests maps a
 // checkpoint to indexes into files; ranges are the manifests' ranges. A
-// file with nil data is only in its manifest.
-func write(t *testing.T, files []file, manifests map[uint64][]int, ranges map[string]committer.SeqRanges) afero.Fs {
+// file with nil data is only in its manifest; records, when given,
+// overrides a file's record count (compressed files).
+func write(t *testing.T, files []file, manifests map[uint64][]int, ranges map[string]committer.SeqRanges, records ...map[string]int) afero.Fs {
 	t.Helper()
 	fs := afero.NewMemMapFs()
 	for _, f := range files {
@@ -65,6 +68,11 @@ func write(t *testing.T, files []file, manifests map[uint64][]int, ranges map[st
 			e := &m.Files[i]
 			e.Path, e.Stream, e.Bytes = f.path, "clicks", int64(len(f.data))
 			e.Records = int64(strings.Count(string(f.data), "\n"))
+			if len(records) > 0 {
+				if n, ok := records[0][f.path]; ok {
+					e.Records = int64(n) // of the decoded file
+				}
+			}
 			e.CRC32C = fmt.Sprintf("%08x", crc32.Checksum(f.data, castagnoli))
 			if rg, ok := ranges[f.path]; ok {
 				e.Producers = map[string]committer.SeqRanges{"p": rg}
@@ -118,6 +126,7 @@ func TestCheckCatches(t *testing.T) {
 		{"duplicate batch", func(d *dest) {
 			d.files[1].data = append(Batch(BatchID{"p", "clicks", 1}, 2), d.files[1].data...)
 		}, "p/clicks/1 appears 2 times"},
+		{"empty file", func(d *dest) { d.files[1].data = []byte{} }, "empty data file"},
 		{"partial file", func(d *dest) {
 			d.files[0].data = d.files[0].data[:len(d.files[0].data)-10]
 		}, "does not end with a newline"},
@@ -161,7 +170,7 @@ func TestCheckCatches(t *testing.T) {
 			files, manifests, ranges, must := valid()
 			d := &dest{files, manifests, ranges, Expect{Must: must, Exact: true}}
 			tc.mutate(d)
-			c := &Checker{FS: write(t, d.files, d.manifests, d.ranges), Dest: "/dest"}
+			c := &Checker{FS: write(t, d.files, d.manifests, d.ranges), Dest: "/dest", NoEmpty: true}
 			r := c.Check(d.exp)
 			for _, p := range r.Problems {
 				if strings.Contains(p, tc.expect) {
@@ -205,5 +214,34 @@ func TestCheckForeign(t *testing.T) {
 	c = &Checker{FS: write(t, files, manifests, ranges), Dest: "/dest", Foreign: true, Anonymous: func(p string) bool { return p == "p" }}
 	if r := c.Check(Expect{}); !strings.Contains(fmt.Sprint(r.Problems), "producer p has seqs [], manifest says [[0 1]]") {
 		t.Fatalf("ranges of an anonymous producer not reported: %q", r.Problems)
+	}
+}
+
+// TestCheckEncoded: a compressed file is checked by its decoded records;
+// a cut one does not decode.
+func TestCheckEncoded(t *testing.T) {
+	files, manifests, ranges, must := valid()
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	if _, err := w.Write(files[1].data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	name := dir1 + "/" + layout.PartName("n", 2, 0, "ndjson.gz")
+	delete(ranges, files[1].path)
+	ranges[name] = committer.SeqRanges{{2, 2}}
+	lines := strings.Count(string(files[1].data), "\n")
+	files[1] = file{name, gz.Bytes()}
+	c := &Checker{FS: write(t, files, manifests, ranges, map[string]int{name: lines}), Dest: "/dest"}
+	r := c.Check(Expect{Must: must, Exact: true})
+	if err := r.Err(); err != nil || r.Encoded["ndjson.gz"] != 1 {
+		t.Fatalf("encoded %v: %v", r.Encoded, err)
+	}
+	files[1].data = files[1].data[:len(files[1].data)-8]
+	c = &Checker{FS: write(t, files, manifests, ranges, map[string]int{name: lines}), Dest: "/dest"}
+	if r := c.Check(Expect{}); !strings.Contains(fmt.Sprint(r.Problems), "does not decode") {
+		t.Fatalf("cut gzip file not reported: %q", r.Problems)
 	}
 }
