@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -76,7 +77,7 @@ func TestListFilesAndStreams(t *testing.T) {
 
 	// A file whose manifest is not there (yet) has no record count.
 	r.Broken("removes a manifest")
-	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
+	if err := r.base.Remove(enginetest.Dest + "/" + recovery.ManifestPath(enginetest.Node, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
 	r2 := &Server{eng: r.srv.eng, store: r.srv.store, files: r.srv.files, auth: r.srv.auth, ui: r.srv.ui,
@@ -92,7 +93,7 @@ func TestListFilesAndStreams(t *testing.T) {
 	for _, bad := range []string{"../", "..", "/data", "clicks/../..", "a//b", `a\b`, "a/./b", "a\x00b", "a\x01"} {
 		rec := r.do("GET", "/v1/files?prefix="+url.QueryEscape(bad), "")
 		expectStatus(t, rec, http.StatusBadRequest)
-		if strings.Contains(rec.Body.String(), tSecret) {
+		if strings.Contains(rec.Body.String(), enginetest.Secret) {
 			t.Fatalf("prefix %q: %s", bad, rec.Body.String())
 		}
 	}
@@ -112,7 +113,7 @@ func TestDownload(t *testing.T) {
 	for _, f := range fl.Files {
 		rec := r.do("GET", "/v1/files/"+f.Path, "")
 		expectStatus(t, rec, http.StatusOK)
-		want, err := afero.ReadFile(r.base, tDest+"/"+f.Path)
+		want, err := afero.ReadFile(r.base, enginetest.Dest+"/"+f.Path)
 		if err != nil || rec.Body.String() != string(want) {
 			t.Fatalf("%s: %q, want %q (%v)", f.Path, rec.Body.String(), want, err)
 		}
@@ -203,7 +204,7 @@ func TestDownloadTraversal(t *testing.T) {
 		if notFound[target] {
 			want = http.StatusNotFound
 		}
-		if code != want || strings.Contains(body, tSecret) {
+		if code != want || strings.Contains(body, enginetest.Secret) {
 			t.Errorf("%s: %d %q, want %d", target, code, body, want)
 		}
 	}

@@ -17,15 +17,6 @@ import (
 	"github.com/spf13/afero"
 )
 
-const (
-	tStaging = enginetest.Staging
-	tDest    = enginetest.Dest
-	tNode    = enginetest.Node
-	// tSecret is the content of files outside the destination; no answer
-	// of the API may ever hold it.
-	tSecret = "TOP-SECRET-OUTSIDE-DEST"
-)
-
 // Tokens of the test rigs with authorization.
 const (
 	tokIngest = "ingest-token-0123456789"
@@ -35,7 +26,8 @@ const (
 
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
-// destination, served by a Server.
+// destination (no answer may ever hold enginetest.Secret), served by a
+// Server.
 type rig struct {
 	*enginetest.Rig
 	t    *testing.T
@@ -54,15 +46,9 @@ type rigOpts struct {
 
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
-	base := afero.NewMemMapFs()
-	for _, p := range []string{"/data/secret.txt", "/secret.txt", "/data/staging-secret.txt", "/data/files-secret.txt"} {
-		if err := afero.WriteFile(base, p, []byte(tSecret+" "+p+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	er := enginetest.New(t, enginetest.Options{FS: base, Inject: o.inject, Config: o.engine, NoReady: o.noReady})
+	er := enginetest.New(t, enginetest.Options{Secrets: true, Inject: o.inject, Config: o.engine, NoReady: o.noReady})
 	r := &rig{Rig: er, t: t, base: er.Base, fs: er.FS, eng: er.Engine()}
-	r.srv = newServer(t, r.eng, local.New(base, tDest, tStaging), o.api)
+	r.srv = newServer(t, r.eng, local.New(r.base, enginetest.Dest, enginetest.Staging), o.api)
 	return r
 }
 
@@ -206,12 +192,12 @@ func grep(t *testing.T, fsys afero.Fs, s string) []string {
 func destFiles(t *testing.T, fsys afero.Fs) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := afero.Walk(fsys, tDest, func(p string, info fs.FileInfo, err error) error {
+	err := afero.Walk(fsys, enginetest.Dest, func(p string, info fs.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return err
 		}
 		b, err := afero.ReadFile(fsys, p)
-		out[strings.TrimPrefix(p, tDest+"/")] = string(b)
+		out[strings.TrimPrefix(p, enginetest.Dest+"/")] = string(b)
 		return err
 	})
 	if err != nil {

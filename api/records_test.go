@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -65,7 +66,7 @@ func envs(t *testing.T) map[string]*env {
 	// notready: recovery cannot list the staging directory, and retries.
 	stuck := &faultfs.SwapInjector{}
 	stuck.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if op.Kind == faultfs.OpRead && op.Path == tStaging {
+		if op.Kind == faultfs.OpRead && op.Path == enginetest.Staging {
 			return syscall.EIO
 		}
 		return nil
@@ -343,7 +344,7 @@ func TestWaitCommitTimeout(t *testing.T) {
 	}
 	// Still accepted: the next checkpoint commits it.
 	r.checkpoint()
-	if hits := grep(t, r.base, `{"a":1}`); len(hits) != 1 || !strings.HasPrefix(hits[0], tDest) {
+	if hits := grep(t, r.base, `{"a":1}`); len(hits) != 1 || !strings.HasPrefix(hits[0], enginetest.Dest) {
 		t.Fatalf("batch in %v", hits)
 	}
 }
@@ -409,7 +410,7 @@ func TestEngineErrorsElsewhere(t *testing.T) {
 	// Checkpoints and inits on an engine that is not ready.
 	stuck := &faultfs.SwapInjector{}
 	stuckFault := faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if op.Kind == faultfs.OpRead && op.Path == tStaging {
+		if op.Kind == faultfs.OpRead && op.Path == enginetest.Staging {
 			return syscall.EIO
 		}
 		return nil

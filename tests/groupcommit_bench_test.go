@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // Group commit benchmarks against the built binary (DESIGN
@@ -86,7 +84,7 @@ func BenchmarkWaitCommitSequential(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			reportLatency(b, lat, elapsed, countBenchFiles(b, dest))
+			reportLatency(b, lat, elapsed, countFiles(b, dest))
 		})
 	}
 }
@@ -130,19 +128,5 @@ func benchConcurrent(b *testing.B, linger, gap, query string, want int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	reportLatency(b, lat, elapsed, countBenchFiles(b, dest))
-}
-
-func countBenchFiles(b *testing.B, dest string) int {
-	objs, err := invariant.LocalDest(dest).List(b.Context())
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, o := range objs {
-		if dataFileRE.MatchString(o.Path) {
-			n++
-		}
-	}
-	return n
+	reportLatency(b, lat, elapsed, countFiles(b, dest))
 }

@@ -261,7 +261,7 @@ func TestShippers(t *testing.T) {
 }
 
 // countFiles counts the committed data files under dest.
-func countFiles(t *testing.T, dest string) int {
+func countFiles(t testing.TB, dest string) int {
 	t.Helper()
 	objs, err := invariant.LocalDest(dest).List(t.Context())
 	if err != nil {

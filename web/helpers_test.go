@@ -25,15 +25,6 @@ import (
 	"github.com/spf13/afero"
 )
 
-const (
-	tStaging = enginetest.Staging
-	tDest    = enginetest.Dest
-	tNode    = enginetest.Node
-	// tSecret is the content of files outside the destination; no page of
-	// the UI may ever hold it.
-	tSecret = "TOP-SECRET-OUTSIDE-DEST"
-)
-
 // Tokens of the rigs with authorization.
 const (
 	tokIngest = "ingest-token-0123456789"
@@ -54,7 +45,8 @@ var testTokens = map[string]api.Role{tokIngest: api.RoleIngest, tokRead: api.Rol
 
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
-// destination, served by the API and the UI.
+// destination (no page may ever hold enginetest.Secret), served by the API
+// and the UI.
 type rig struct {
 	*enginetest.Rig
 	t     *testing.T
@@ -87,21 +79,15 @@ func (c *clock) now() time.Time {
 
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
-	base := afero.NewMemMapFs()
-	for _, p := range []string{"/data/secret.txt", "/secret.txt", "/data/files-secret.txt", "/etc/passwd"} {
-		if err := afero.WriteFile(base, p, []byte(tSecret+" "+p+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	er := enginetest.New(t, enginetest.Options{FS: base, S3: o.s3})
-	r := &rig{Rig: er, t: t, base: base, eng: er.Engine(), auth: o.auth, clock: &clock{}, files: er.Dest}
+	er := enginetest.New(t, enginetest.Options{Secrets: true, S3: o.s3})
+	r := &rig{Rig: er, t: t, base: er.Base, eng: er.Engine(), auth: o.auth, clock: &clock{}, files: er.Dest}
 	r.api = newAPI(t, r.eng, r.files, o.auth)
 	var eng Engine = r.eng
 	if o.engine != nil {
 		eng = o.engine(r.eng)
 	}
 	r.ui = newUI(t, eng, r.eng.Store(), r.files, func(c *Config) {
-		c.Node, c.Now = tNode, r.clock.now
+		c.Node, c.Now = enginetest.Node, r.clock.now
 		if o.auth {
 			c.Auth = tokenAuth(testTokens)
 		}

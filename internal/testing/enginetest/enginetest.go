@@ -13,7 +13,6 @@ package enginetest
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,7 +34,13 @@ const (
 	Staging = "/data/staging"
 	Dest    = "/data/files"
 	Node    = "n1"
+	// Secret is the content of the files Options.Secrets plants outside
+	// the destination: no answer or page may ever hold it.
+	Secret = "TOP-SECRET-OUTSIDE-DEST"
 )
+
+// secrets are next to, above and around the destination and staging.
+var secrets = []string{"/secret.txt", "/etc/passwd", "/data/secret.txt", "/data/staging-secret.txt", "/data/files-secret.txt"}
 
 // Destination is what a rig commits to and reads back.
 type Destination interface {
@@ -58,6 +63,8 @@ type Options struct {
 	Config func(*server.Config)
 	// NoReady: New does not wait for recovery (see WaitReady).
 	NoReady bool
+	// Secrets plants files holding Secret outside the destination.
+	Secrets bool
 	// Records: the test writes only invariant records (invariant.Batch),
 	// so the check at cleanup also counts batches. Else it checks files
 	// against manifests and leaves the records alone.
@@ -90,13 +97,20 @@ func New(t testing.TB, o Options) *Rig {
 	if o.Node == "" {
 		o.Node = Node
 	}
-	r := &Rig{T: t, Base: o.FS, FS: o.FS, StorePath: filepath.Join(TempDir(t), "state.db"), opts: o, must: map[invariant.BatchID]bool{}}
+	r := &Rig{T: t, Base: o.FS, FS: o.FS, StorePath: filepath.Join(t.TempDir(), "state.db"), opts: o, must: map[invariant.BatchID]bool{}}
 	if o.Inject != nil {
 		r.FS = faultfs.NewInjectFS(o.FS, o.Inject)
 	}
 	for _, d := range []string{Dest, Staging} {
 		if err := r.Base.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if o.Secrets {
+		for _, p := range secrets {
+			if err := afero.WriteFile(r.Base, p, []byte(Secret+" "+p+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	r.Checker = &invariant.Checker{Source: invariant.FSDest{FS: r.Base, Dir: Dest}, Foreign: !o.Records}
@@ -240,18 +254,4 @@ func (r *Rig) cleanup() {
 		return
 	}
 	r.Check()
-}
-
-// TempDir returns a temp dir on tmpfs when there is one: the state store
-// fsyncs on every transaction, and some tests open thousands of them.
-// Durability against power cuts is simulated by faultfs, not the disk.
-func TempDir(t testing.TB) string {
-	t.Helper()
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		if d, err := os.MkdirTemp("/dev/shm", "eosink-test-"); err == nil {
-			t.Cleanup(func() { _ = os.RemoveAll(d) })
-			return d
-		}
-	}
-	return t.TempDir()
 }

@@ -72,17 +72,20 @@ func Batch(b BatchID, n int) []byte {
 	return out
 }
 
+// manifest is a checkpoint's manifest as the checker reads it.
 type manifest struct {
-	Checkpoint uint64 `json:"checkpoint"`
-	Node       string `json:"node"`
-	Files      []struct {
-		Path      string                         `json:"path"`
-		Stream    string                         `json:"stream"`
-		Bytes     int64                          `json:"bytes"`
-		Records   int64                          `json:"records"`
-		CRC32C    string                         `json:"crc32c"`
-		Producers map[string]committer.SeqRanges `json:"producers"`
-	} `json:"files"`
+	Checkpoint uint64          `json:"checkpoint"`
+	Node       string          `json:"node"`
+	Files      []manifestEntry `json:"files"`
+}
+
+type manifestEntry struct {
+	Path      string                         `json:"path"`
+	Stream    string                         `json:"stream"`
+	Bytes     int64                          `json:"bytes"`
+	Records   int64                          `json:"records"`
+	CRC32C    string                         `json:"crc32c"`
+	Producers map[string]committer.SeqRanges `json:"producers"`
 }
 
 // Checker checks a destination. Keep one per destination across a test so

@@ -55,14 +55,7 @@ func write(t *testing.T, files []file, manifests map[uint64][]int, ranges map[st
 	for id, idx := range manifests {
 		var m manifest
 		m.Checkpoint, m.Node = id, "n"
-		m.Files = make([]struct {
-			Path      string                         `json:"path"`
-			Stream    string                         `json:"stream"`
-			Bytes     int64                          `json:"bytes"`
-			Records   int64                          `json:"records"`
-			CRC32C    string                         `json:"crc32c"`
-			Producers map[string]committer.SeqRanges `json:"producers"`
-		}, len(idx))
+		m.Files = make([]manifestEntry, len(idx))
 		for i, j := range idx {
 			f := files[j]
 			e := &m.Files[i]
