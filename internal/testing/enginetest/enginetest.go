@@ -59,8 +59,11 @@ type Options struct {
 	// S3, when set, is the destination: a prefix of this server's bucket
 	// named for the test, staging on FS.
 	S3 *testsrv.MinIO
-	// Config changes the engine's configuration before it opens.
+	// Config changes the engine's configuration before each open.
 	Config func(*server.Config)
+	// Opened is called after each open with the rig, whose Engine is the
+	// new one (tests serve it).
+	Opened func(*Rig)
 	// NoReady: New does not wait for recovery (see WaitReady).
 	NoReady bool
 	// Secrets plants files holding Secret outside the destination.
@@ -71,7 +74,8 @@ type Options struct {
 	Records bool
 }
 
-// Rig is one engine under test. Its fields are for reading.
+// Rig is one engine under test. Its fields are for reading, but for
+// StorePath: a test may point it elsewhere before Crash to lose the store.
 type Rig struct {
 	T         testing.TB
 	Base      afero.Fs // the whole disk
@@ -157,6 +161,9 @@ func (r *Rig) open() {
 	r.mu.Lock()
 	r.engine = e
 	r.mu.Unlock()
+	if r.opts.Opened != nil {
+		r.opts.Opened(r)
+	}
 }
 
 // Engine returns the engine running now.
@@ -176,19 +183,29 @@ func (r *Rig) WaitReady() {
 	}
 }
 
-// Restart closes the engine without a final checkpoint, as a crash of the
+// Crash closes the engine without a final checkpoint, as a crash of the
 // process would leave it, and opens a new one over the same disk and state
-// store, as a restarted process would; it waits for recovery.
-func (r *Rig) Restart() *server.Engine {
+// store (StorePath), as a restarted process would, without waiting for
+// recovery. It returns the old engine's Close error.
+func (r *Rig) Crash() error {
 	r.T.Helper()
 	r.mu.Lock()
 	old := r.engine
 	r.engine = nil
 	r.mu.Unlock()
+	var err error
 	if old != nil {
-		_ = old.Close() // a crash may leave it failing; recovery decides
+		err = old.Close()
 	}
 	r.open()
+	return err
+}
+
+// Restart is Crash, whatever the old engine's Close said (faults may leave
+// it failing; recovery decides), then WaitReady.
+func (r *Rig) Restart() *server.Engine {
+	r.T.Helper()
+	_ = r.Crash()
 	r.WaitReady()
 	return r.Engine()
 }
