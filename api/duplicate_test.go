@@ -15,9 +15,13 @@ import (
 // may still abort, and the batch with it — and only a duplicate of a
 // committed batch is 200.
 func TestDuplicateAnswers(t *testing.T) {
-	failing := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress")
-	}}
+	failing := &faultfs.SwapInjector{}
+	syncFails := faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+			return syscall.EIO
+		}
+		return nil
+	})
 	r := newRig(t, rigOpts{inject: failing})
 	epoch := strconv.FormatInt(r.initProducer("d"), 10)
 	post := func(seq string) (*WriteResponse, int, string) {
@@ -36,9 +40,9 @@ func TestDuplicateAnswers(t *testing.T) {
 		t.Fatalf("duplicate of an uncommitted batch: %d %+v (header %s), want 202 duplicate in checkpoint %d", status, dup, hdr, first.Checkpoint)
 	}
 	// Its checkpoint aborts: the batch is gone, as a 202 allowed.
-	failing.on.Store(true)
+	failing.Set(syncFails)
 	rec := r.admin("POST", "/v1/checkpoints", "")
-	failing.on.Store(false)
+	failing.Set(nil)
 	expectStatus(t, rec, http.StatusOK)
 	if c := decode[Checkpoint](t, rec); c.State != "aborted" {
 		t.Fatalf("checkpoint %+v, want aborted", c)

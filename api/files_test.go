@@ -16,6 +16,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -52,7 +53,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		if *f.Records != want || f.Bytes != want*8 {
 			t.Errorf("%s: records %d bytes %d, want %d", f.Path, *f.Records, f.Bytes, want)
 		}
-		if _, id, _, _, ok := layout.ParsePartName(path.Base(f.Path)); !ok || id != *f.Checkpoint || f.Node != tNode {
+		if _, id, _, _, ok := layout.ParsePartName(path.Base(f.Path)); !ok || id != *f.Checkpoint || f.Node != enginetest.Node {
 			t.Errorf("%s: checkpoint %d", f.Path, *f.Checkpoint)
 		}
 	}
@@ -79,7 +80,8 @@ func TestListFilesAndStreams(t *testing.T) {
 	}
 
 	// A file whose manifest is not there (yet) has no record count.
-	if err := r.base.Remove(tDest + "/" + recovery.ManifestPath(tNode, *fl.Files[1].Checkpoint)); err != nil {
+	r.Broken("removes a manifest")
+	if err := r.base.Remove(enginetest.Dest + "/" + recovery.ManifestPath(enginetest.Node, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
 	cat, err := catalog.New(catalog.Config{Files: r.srv.files, State: r.srv.eng}) // empty cache
@@ -99,7 +101,7 @@ func TestListFilesAndStreams(t *testing.T) {
 	for _, bad := range []string{"../", "..", "/data", "clicks/../..", "a//b", `a\b`, "a/./b", "a\x00b", "a\x01"} {
 		rec := r.do("GET", "/v1/files?prefix="+url.QueryEscape(bad), "")
 		expectStatus(t, rec, http.StatusBadRequest)
-		if strings.Contains(rec.Body.String(), tSecret) {
+		if strings.Contains(rec.Body.String(), enginetest.Secret) {
 			t.Fatalf("prefix %q: %s", bad, rec.Body.String())
 		}
 	}
@@ -119,7 +121,7 @@ func TestDownload(t *testing.T) {
 	for _, f := range fl.Files {
 		rec := r.do("GET", "/v1/files/"+f.Path, "")
 		expectStatus(t, rec, http.StatusOK)
-		want, err := afero.ReadFile(r.base, tDest+"/"+f.Path)
+		want, err := afero.ReadFile(r.base, enginetest.Dest+"/"+f.Path)
 		if err != nil || rec.Body.String() != string(want) {
 			t.Fatalf("%s: %q, want %q (%v)", f.Path, rec.Body.String(), want, err)
 		}
@@ -210,7 +212,7 @@ func TestDownloadTraversal(t *testing.T) {
 		if notFound[target] {
 			want = http.StatusNotFound
 		}
-		if code != want || strings.Contains(body, tSecret) {
+		if code != want || strings.Contains(body, enginetest.Secret) {
 			t.Errorf("%s: %d %q, want %d", target, code, body, want)
 		}
 	}
@@ -397,10 +399,10 @@ func TestListFilesTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, b := range map[string][]byte{other: data, recovery.ManifestPath("n2", 7): m} {
-		if err := r.base.MkdirAll(path.Dir(tDest+"/"+name), 0o755); err != nil {
+		if err := r.base.MkdirAll(path.Dir(enginetest.Dest+"/"+name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := afero.WriteFile(r.base, tDest+"/"+name, b, 0o644); err != nil {
+		if err := afero.WriteFile(r.base, enginetest.Dest+"/"+name, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -412,7 +414,7 @@ func TestListFilesTwoNodes(t *testing.T) {
 			t.Errorf("n2's file: %+v", f)
 		}
 	}
-	if len(all.Files) != 3 || nodes[tNode] != 2 || nodes["n2"] != 1 {
+	if len(all.Files) != 3 || nodes[enginetest.Node] != 2 || nodes["n2"] != 1 {
 		t.Fatalf("files of every node: %+v", all.Files)
 	}
 	only := decode[FileList](t, r.do("GET", "/v1/files?node=n2", ""))

@@ -1,31 +1,20 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
-)
-
-const (
-	tStaging = "/data/staging"
-	tDest    = "/data/files"
-	tNode    = "n1"
-	// tSecret is the content of files outside the destination; no answer
-	// of the API may ever hold it.
-	tSecret = "TOP-SECRET-OUTSIDE-DEST"
 )
 
 // Tokens of the test rigs with authorization.
@@ -35,9 +24,12 @@ const (
 	tokAdmin  = "admin-token-0123456789"
 )
 
-// rig is a real engine over a MemMapFs with the local committer, its state
-// store in a temp dir, served by a Server.
+// rig is an engine rig (internal/testing/enginetest: the destination is
+// checked when the test ends) over a disk with secrets outside the
+// destination (no answer may ever hold enginetest.Secret), served by a
+// Server.
 type rig struct {
+	*enginetest.Rig
 	t    *testing.T
 	base afero.Fs // the whole disk, secrets included
 	fs   afero.Fs // what the engine sees (base, or an InjectFS over it)
@@ -54,58 +46,28 @@ type rigOpts struct {
 
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
-	base := afero.NewMemMapFs()
-	for _, p := range []string{"/data/secret.txt", "/secret.txt", "/data/staging-secret.txt", "/data/files-secret.txt"} {
-		if err := afero.WriteFile(base, p, []byte(tSecret+" "+p+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{tDest, tStaging} {
-		if err := base.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := &rig{t: t, base: base, fs: base}
-	if o.inject != nil {
-		r.fs = faultfs.NewInjectFS(base, o.inject)
-	}
-	loc := local.New(r.fs, tDest, tStaging)
-	ecfg := server.Config{
-		Node: tNode, FS: r.fs, StagingDir: tStaging, StorePath: filepath.Join(t.TempDir(), "state.db"),
-		Committer: loc, Publisher: loc, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
-	}
-	if o.engine != nil {
-		o.engine(&ecfg)
-	}
-	eng, err := server.Open(ecfg)
-	if err != nil {
-		t.Fatalf("open engine: %v", err)
-	}
-	r.eng = eng
-	t.Cleanup(func() { _ = eng.Close() })
-	if !o.noReady {
-		r.waitReady()
-	}
-	acfg := Config{Engine: eng, Files: local.New(base, tDest, tStaging)}
-	if o.api != nil {
-		o.api(&acfg)
-	}
-	srv, err := New(acfg)
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	r.srv = srv
+	er := enginetest.New(t, enginetest.Options{Secrets: true, Inject: o.inject, Config: o.engine, NoReady: o.noReady})
+	r := &rig{Rig: er, t: t, base: er.Base, fs: er.FS, eng: er.Engine()}
+	r.srv = newServer(t, r.eng, local.New(r.base, enginetest.Dest, enginetest.Staging), o.api)
 	return r
 }
 
-func (r *rig) waitReady() {
-	r.t.Helper()
-	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
-	defer cancel()
-	if err := r.eng.WaitReady(ctx); err != nil {
-		r.t.Fatalf("wait ready: %v", err)
+// newServer serves eng and the committed files: the one place the tests
+// build a Server.
+func newServer(t *testing.T, eng *server.Engine, files committer.Reader, mod func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{Engine: eng, Files: files}
+	if mod != nil {
+		mod(&cfg)
 	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatalf("new server: %v", err)
+	}
+	return srv
 }
+
+func (r *rig) waitReady() { r.t.Helper(); r.WaitReady() }
 
 func withAuth(c *Config) {
 	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
@@ -230,30 +192,16 @@ func grep(t *testing.T, fsys afero.Fs, s string) []string {
 func destFiles(t *testing.T, fsys afero.Fs) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := afero.Walk(fsys, tDest, func(p string, info fs.FileInfo, err error) error {
+	err := afero.Walk(fsys, enginetest.Dest, func(p string, info fs.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return err
 		}
 		b, err := afero.ReadFile(fsys, p)
-		out[strings.TrimPrefix(p, tDest+"/")] = string(b)
+		out[strings.TrimPrefix(p, enginetest.Dest+"/")] = string(b)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// switchInjector fails the operations match selects while it is on.
-type switchInjector struct {
-	on    atomic.Bool
-	match func(op faultfs.Op) bool
-	err   error
-}
-
-func (s *switchInjector) MaybeError(op faultfs.Op) error {
-	if s.on.Load() && s.match(op) {
-		return s.err
-	}
-	return nil
 }

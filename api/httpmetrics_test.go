@@ -55,9 +55,7 @@ func TestHTTPMetrics(t *testing.T) {
 	root.Get("/ui/*", ui.ServeHTTP)
 	r.srv.handler = root
 	// A second Server on the same registry shares the metrics.
-	if _, err := New(Config{Engine: r.eng, Files: r.srv.files, Registerer: reg}); err != nil {
-		t.Fatalf("a second server on the registry: %v", err)
-	}
+	newServer(t, r.eng, r.srv.files, func(c *Config) { c.Registerer = reg })
 
 	requests := []struct {
 		method, target, body string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -231,10 +232,10 @@ func TestPaginationWhileWriting(t *testing.T) {
 // and its manifest, straight into the destination of fsys.
 func writeStreams(t *testing.T, fsys afero.Fs, n int) {
 	t.Helper()
-	m := recovery.Manifest{Checkpoint: 1, Node: tNode, CommittedAt: time.Now().UTC()}
+	m := recovery.Manifest{Checkpoint: 1, Node: enginetest.Node, CommittedAt: time.Now().UTC()}
 	for i := range n {
-		p := fmt.Sprintf("stream-%05d/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", i, tNode, 1, i)
-		if err := afero.WriteFile(fsys, path.Join(tDest, p), []byte("{\"n\":1}\n"), 0o644); err != nil {
+		p := fmt.Sprintf("stream-%05d/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", i, enginetest.Node, 1, i)
+		if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, p), []byte("{\"n\":1}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		m.Files = append(m.Files, recovery.ManifestFile{Path: p, Stream: fmt.Sprintf("stream-%05d", i), Bytes: 8, Records: 1,
@@ -244,7 +245,7 @@ func writeStreams(t *testing.T, fsys afero.Fs, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := afero.WriteFile(fsys, path.Join(tDest, recovery.ManifestPath(tNode, 1)), b, 0o644); err != nil {
+	if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, recovery.ManifestPath(enginetest.Node, 1)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -254,6 +255,7 @@ func writeStreams(t *testing.T, fsys afero.Fs, n int) {
 func TestListAnswersBounded(t *testing.T) {
 	const n = 20000
 	r := newRig(t, rigOpts{})
+	r.Broken("plants files with manifests but no checksums")
 	writeStreams(t, r.base, n)
 	for _, tc := range []struct {
 		target string

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -52,20 +53,26 @@ func envs(t *testing.T) map[string]*env {
 	out["backpressure"] = &env{r: bp, finish: func() {}}
 
 	// diskfull: creating a staging file fails with ENOSPC.
-	full := &switchInjector{err: syscall.ENOSPC, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpOpen && strings.HasSuffix(op.Path, ".inprogress")
-	}}
+	full := &faultfs.SwapInjector{}
 	df := newRig(t, rigOpts{inject: full})
-	full.on.Store(true)
-	out["diskfull"] = &env{r: df, finish: func() { full.on.Store(false) }}
+	full.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpOpen && strings.HasSuffix(op.Path, ".inprogress") {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	out["diskfull"] = &env{r: df, finish: func() { full.Set(nil) }}
 
 	// notready: recovery cannot list the staging directory, and retries.
-	stuck := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpRead && op.Path == tStaging
-	}}
-	stuck.on.Store(true)
+	stuck := &faultfs.SwapInjector{}
+	stuck.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpRead && op.Path == enginetest.Staging {
+			return syscall.EIO
+		}
+		return nil
+	}))
 	nr := newRig(t, rigOpts{inject: stuck, noReady: true})
-	out["notready"] = &env{r: nr, finish: func() { stuck.on.Store(false); nr.waitReady() }}
+	out["notready"] = &env{r: nr, finish: func() { stuck.Set(nil); nr.waitReady() }}
 
 	// closed: the engine was closed.
 	cl := newRig(t, rigOpts{})
@@ -337,7 +344,7 @@ func TestWaitCommitTimeout(t *testing.T) {
 	}
 	// Still accepted: the next checkpoint commits it.
 	r.checkpoint()
-	if hits := grep(t, r.base, `{"a":1}`); len(hits) != 1 || !strings.HasPrefix(hits[0], tDest) {
+	if hits := grep(t, r.base, `{"a":1}`); len(hits) != 1 || !strings.HasPrefix(hits[0], enginetest.Dest) {
 		t.Fatalf("batch in %v", hits)
 	}
 }
@@ -345,9 +352,13 @@ func TestWaitCommitTimeout(t *testing.T) {
 // TestWaitCommitAborted: the checkpoint fails before "prepared"; the
 // waiting client is told to resend from expected_seq.
 func TestWaitCommitAborted(t *testing.T) {
-	inj := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress")
-	}}
+	inj := &faultfs.SwapInjector{}
+	injFault := faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+			return syscall.EIO
+		}
+		return nil
+	})
 	r := newRig(t, rigOpts{inject: inj})
 	epoch := strconv.FormatInt(r.initProducer("a"), 10)
 	hdr := func(seq string) []string {
@@ -355,7 +366,7 @@ func TestWaitCommitAborted(t *testing.T) {
 	}
 	expectStatus(t, r.do("POST", "/v1/streams/s/records", `{"q":0}`, hdr("0")...), http.StatusAccepted)
 	r.checkpoint()
-	inj.on.Store(true)
+	inj.Set(injFault)
 
 	var wg sync.WaitGroup
 	var rec *httptest.ResponseRecorder
@@ -386,7 +397,7 @@ func TestWaitCommitAborted(t *testing.T) {
 	if h := rec.Header().Get(CheckpointHeader); h != strconv.FormatUint(c.ID, 10) {
 		t.Fatalf("header %q", h)
 	}
-	inj.on.Store(false)
+	inj.Set(nil)
 	// Resending from expected_seq works and commits once.
 	expectStatus(t, r.do("POST", "/v1/streams/s/records", `{"q":1}`, hdr("1")...), http.StatusAccepted)
 	r.checkpoint()
@@ -397,10 +408,14 @@ func TestWaitCommitAborted(t *testing.T) {
 
 func TestEngineErrorsElsewhere(t *testing.T) {
 	// Checkpoints and inits on an engine that is not ready.
-	stuck := &switchInjector{err: syscall.EIO, match: func(op faultfs.Op) bool {
-		return op.Kind == faultfs.OpRead && op.Path == tStaging
-	}}
-	stuck.on.Store(true)
+	stuck := &faultfs.SwapInjector{}
+	stuckFault := faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpRead && op.Path == enginetest.Staging {
+			return syscall.EIO
+		}
+		return nil
+	})
+	stuck.Set(stuckFault)
 	r := newRig(t, rigOpts{inject: stuck, noReady: true})
 	for _, tc := range []struct{ method, target string }{
 		{"POST", "/v1/checkpoints"},
@@ -414,7 +429,7 @@ func TestEngineErrorsElsewhere(t *testing.T) {
 		}
 	}
 	expectStatus(t, r.do("GET", "/healthz", ""), http.StatusOK)
-	stuck.on.Store(false)
+	stuck.Set(nil)
 	r.waitReady()
 	expectStatus(t, r.do("GET", "/readyz", ""), http.StatusOK)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -18,7 +18,6 @@ import (
 	"github.com/eosink/eosink/client"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
-	"github.com/spf13/afero"
 )
 
 func TestSendFlush(t *testing.T) {
@@ -413,12 +412,12 @@ func TestAbortedCheckpointResent(t *testing.T) {
 	var failing atomic.Bool
 	aborted := make(chan struct{}, 1)
 	r := newRig(t, 20*time.Millisecond)
-	r.fs = faultfs.NewInjectFS(afero.NewMemMapFs(), injectFunc(func(op faultfs.Op) error {
+	r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
 			return syscall.EIO
 		}
 		return nil
-	}))
+	})
 	r.engine = func(c *server.Config) {
 		c.Hooks.Checkpoint = func(res server.CheckpointResult) {
 			if res.State == "aborted" && failing.CompareAndSwap(true, false) {
@@ -452,10 +451,6 @@ func TestAbortedCheckpointResent(t *testing.T) {
 	}
 	r.expectOnce("s", keys)
 }
-
-type injectFunc func(op faultfs.Op) error
-
-func (f injectFunc) MaybeError(op faultfs.Op) error { return f(op) }
 
 func TestFencing(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
@@ -599,7 +594,7 @@ func TestRefusals(t *testing.T) {
 	// The state store is replaced by an empty one: the service rebuilds
 	// the producer from the destination's manifests (committed seq 0, epoch
 	// 0), so the client goes on at seq 1 without an init.
-	r.storePath = r.storePath + ".new"
+	r.er.StorePath += ".new"
 	r.crash()
 	res, err = c.Send(ctx(t), "s", recs)
 	if err != nil || res.Seq != 1 {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/eosink/eosink/client"
 	"github.com/eosink/eosink/internal/testing/faultfs"
-	"github.com/spf13/afero"
 )
 
 // TestRestartedProducerGoesOn (I12): a producer process dies with batches
@@ -26,12 +25,12 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 		t.Run(then, func(t *testing.T) {
 			var failing atomic.Bool
 			r := newRig(t, 0)
-			r.fs = faultfs.NewInjectFS(afero.NewMemMapFs(), injectFunc(func(op faultfs.Op) error {
+			r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
 				if failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
 					return syscall.EIO
 				}
 				return nil
-			}))
+			})
 			r.start()
 			var keys []string
 			send := func(c *client.Client, tag string) client.Result {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,39 +17,32 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
-	"github.com/spf13/afero"
-)
-
-const (
-	rigStaging = "/data/staging"
-	rigDest    = "/data/files"
-	rigNode    = "n1"
 )
 
 // interceptor may answer a request itself (true) instead of the service.
 type interceptor func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
 
-// rig is a real engine over a MemMapFs with the local committer, its
-// state store in a temp dir, served by api.Server behind an httptest
-// server whose handler can be swapped atomically: crash() closes the
-// engine without a checkpoint and opens a new one over the same disk and
-// store, as a restarted process would.
+// rig is an engine rig (internal/testing/enginetest: the destination is
+// checked when the test ends), opened by start, served by api.Server
+// behind an httptest server whose handler can be swapped atomically:
+// crash() closes the engine without a checkpoint and opens a new one over
+// the same disk and store, as a restarted process would.
 type rig struct {
-	t         *testing.T
-	fs        afero.Fs
-	storePath string
-	ts        *httptest.Server
+	t  *testing.T
+	ts *httptest.Server
+	er *enginetest.Rig // from start on
 
+	// Set before start.
+	inject faultfs.Injector // faults on the engine's disk
 	// Set before start or crash.
 	interval time.Duration // checkpoint interval of the next engine
 	engine   func(*server.Config)
 	api      func(*api.Config)
 
 	crashMu sync.Mutex // one crash at a time
-	mu      sync.Mutex
-	eng     *server.Engine
 	handler atomic.Pointer[http.Handler]
 	icpt    atomic.Pointer[interceptor]
 
@@ -60,16 +52,9 @@ type rig struct {
 
 func newRig(t *testing.T, interval time.Duration) *rig {
 	t.Helper()
-	r := &rig{t: t, fs: afero.NewMemMapFs(), storePath: filepath.Join(t.TempDir(), "state.db"), interval: interval}
+	r := &rig{t: t, interval: interval}
 	r.ts = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(func() {
-		r.ts.Close()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.eng != nil {
-			_ = r.eng.Close()
-		}
-	})
+	t.Cleanup(r.ts.Close)
 	return r
 }
 
@@ -107,39 +92,27 @@ func (r *rig) intercept(f interceptor) {
 // start opens an engine and waits for it to be ready.
 func (r *rig) start() *rig {
 	r.t.Helper()
-	r.open()
-	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
-	defer cancel()
-	if err := r.engine0().WaitReady(ctx); err != nil {
-		r.t.Fatalf("wait ready: %v", err)
-	}
+	r.er = enginetest.New(r.t, enginetest.Options{
+		Inject: r.inject,
+		Config: func(c *server.Config) {
+			c.CheckpointInterval = r.interval
+			if r.engine != nil {
+				r.engine(c)
+			}
+		},
+		Opened: r.serveEngine,
+	})
 	return r
 }
 
-func (r *rig) engine0() *server.Engine {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.eng
-}
+func (r *rig) engine0() *server.Engine { return r.er.Engine() }
 
-// open opens an engine over r.fs and swaps the service to it; it does not
-// wait for recovery, so clients may see 503 not_ready meanwhile.
-func (r *rig) open() {
-	r.t.Helper()
-	loc := local.New(r.fs, rigDest, rigStaging)
-	cfg := server.Config{
-		Node: rigNode, FS: r.fs, StagingDir: rigStaging, StorePath: r.storePath,
-		Committer: loc, Publisher: loc, CheckpointInterval: r.interval,
-		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
-	}
-	if r.engine != nil {
-		r.engine(&cfg)
-	}
-	eng, err := server.Open(cfg)
-	if err != nil {
-		r.t.Fatalf("open engine: %v", err)
-	}
-	acfg := api.Config{Engine: eng, Files: local.New(r.fs, rigDest, rigStaging)}
+// serveEngine swaps the service to the rig's new engine; it does not wait
+// for recovery, so clients may see 503 not_ready meanwhile. It is the one
+// place the tests build an api.Server.
+func (r *rig) serveEngine(er *enginetest.Rig) {
+	eng := er.Engine()
+	acfg := api.Config{Engine: eng, Files: er.Dest}
 	if r.api != nil {
 		r.api(&acfg)
 	}
@@ -147,9 +120,6 @@ func (r *rig) open() {
 	if err != nil {
 		r.t.Fatalf("new api server: %v", err)
 	}
-	r.mu.Lock()
-	r.eng = eng
-	r.mu.Unlock()
 	var h http.Handler = srv
 	r.handler.Store(&h)
 }
@@ -161,10 +131,9 @@ func (r *rig) crash() {
 	r.t.Helper()
 	r.crashMu.Lock()
 	defer r.crashMu.Unlock()
-	if err := r.engine0().Close(); err != nil {
+	if err := r.er.Crash(); err != nil {
 		r.t.Fatalf("close engine: %v", err)
 	}
-	r.open()
 }
 
 // checkpoint runs a checkpoint and expects it committed.

@@ -87,16 +87,6 @@ func (r *SeqRanges) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Contains reports whether seq is in one of the ranges.
-func (r SeqRanges) Contains(seq int64) bool {
-	for _, rg := range r {
-		if rg[0] <= seq && seq <= rg[1] {
-			return true
-		}
-	}
-	return false
-}
-
 // Committer moves one file through the two-phase commit.
 type Committer interface {
 	// Prepare is called once f's staging file is synced and closed, before

@@ -8,15 +8,14 @@ import (
 
 func TestSeqRangesJSON(t *testing.T) {
 	tests := []struct {
-		in      string
-		want    string // fmt of the ranges; "" means an error
-		has, no int64
+		in   string
+		want string // fmt of the ranges; "" means an error
 	}{
-		{`[[0,2],[5,5]]`, "[[0 2] [5 5]]", 5, 3},
-		{`[[7,9]]`, "[[7 9]]", 8, 10},
-		{`[]`, "[]", -1, 0},
-		{`[3,5]`, "[[3 5]]", 4, 6}, // the older single pair
-		{`"x"`, "", 0, 0},
+		{`[[0,2],[5,5]]`, "[[0 2] [5 5]]"},
+		{`[[7,9]]`, "[[7 9]]"},
+		{`[]`, "[]"},
+		{`[3,5]`, "[[3 5]]"}, // the older single pair
+		{`"x"`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -30,12 +29,6 @@ func TestSeqRangesJSON(t *testing.T) {
 			}
 			if err != nil || fmt.Sprint(r) != tc.want {
 				t.Fatalf("got %v %v, want %s", r, err, tc.want)
-			}
-			if tc.has >= 0 && !r.Contains(tc.has) {
-				t.Errorf("%v does not contain %d", r, tc.has)
-			}
-			if r.Contains(tc.no) {
-				t.Errorf("%v contains %d", r, tc.no)
 			}
 			out, err := json.Marshal(r)
 			if err != nil || (len(r) > 0 && out[1] != '[') {

@@ -53,6 +53,7 @@ func TestWriteCheckpointCommit(t *testing.T) {
 	if err != nil || string(data) != "plain\n" {
 		t.Fatalf("txt file %s: %q %v", txt, data, err)
 	}
+	r.broken = "removes a committed file"
 	if err := r.fs.Remove(rigDest + "/" + txt); err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func (l *checkpointLog) state(id uint64) (recovery.State, bool) {
 func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	base := faultfs.NewCrashFS()
-	sw := &swapInjector{}
+	sw := &faultfs.SwapInjector{}
 	inj := faultfs.NewInjectFS(base, sw)
 	r := newRig(t, inj)
 	hour := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
@@ -169,7 +169,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	var cutStore string
 	restart := func(powerCut bool) {
 		r.stop()
-		sw.set(nil)
+		sw.Set(nil)
 		crash = nil
 		if cutFS != nil {
 			if filepath.Base(r.storePath) != "state.db" {
@@ -417,7 +417,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 				cutErr = err
 				return faultfs.ErrCrashed
 			}}
-			sw.set(stall)
+			sw.Set(stall)
 			res, err := checkpointUntil(e, stall.crashed.Load)
 			note("checkpoint %d with writes during pre-commit (cut %v): %s %v %v", id, cut, res.State, res.Error, err)
 			if cutErr != nil {
@@ -444,7 +444,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 				break
 			}
 			cutFS = nil
-			sw.set(nil)
+			sw.Set(nil)
 			for _, w := range during {
 				if w.err == nil && w.b.Producer != "" {
 					m.next[k2] = w.b.Seq + 1
@@ -494,11 +494,11 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			}
 			if rng.IntN(4) == 0 {
 				n := rng.Int64N(8)
-				sw.set(faultfs.ShortWriteNth(n, errno))
+				sw.Set(faultfs.ShortWriteNth(n, errno))
 				note("short write %d", n)
 			} else {
 				n := rng.Int64N(20)
-				sw.set(faultfs.FailNth(n, kinds, errno))
+				sw.Set(faultfs.FailNth(n, kinds, errno))
 				note("fail %d of %s", n, kinds)
 			}
 		case x < 94: // a crash a few operations ahead
@@ -506,11 +506,11 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 				continue
 			}
 			crash = faultfs.CrashAfter(rng.Int64N(40), sweepKinds)
-			sw.set(crash)
+			sw.Set(crash)
 			note("crash armed")
 		case x < 96:
 			if crash == nil && cutFS == nil && e.Err() == nil && rng.IntN(10) == 0 {
-				sw.set(nil) // the loss is the fault of this step
+				sw.Set(nil) // the loss is the fault of this step
 				st.storeLosses++
 				e = loseStore(t, r, e, m, producers, st.storeLosses, fail)
 				km.storeLost()
@@ -546,7 +546,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		}
 		if step%500 == 499 && crash == nil && e.Err() == nil {
 			// Quiesce: a committed checkpoint, then everything must match.
-			sw.set(nil)
+			sw.Set(nil)
 			res, err := checkpointUntil(e, func() bool { return false })
 			if err == nil && res.State == recovery.Committed {
 				m.checkpointed(m.snapshot(), true)
@@ -556,7 +556,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	}
 	// The end: no faults, one last checkpoint, exact check, staging empty.
 	restart(false)
-	sw.set(nil)
+	sw.Set(nil)
 	res := r.checkpoint()
 	if res.State != recovery.Committed {
 		fail("final checkpoint: %+v", res)

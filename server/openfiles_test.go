@@ -60,15 +60,15 @@ func TestMaxOpenFiles(t *testing.T) {
 func TestTooManyOpenFiles(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE} {
 		base := afero.NewMemMapFs()
-		var sw swapInjector
+		var sw faultfs.SwapInjector
 		fs := faultfs.NewInjectFS(base, &sw)
 		r := newRig(t, fs)
 		e := r.start(nil)
-		sw.set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpOpen), errno))
+		sw.Set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpOpen), errno))
 		if _, err := send(e, nil, "s", 1, 2); !errors.Is(err, ErrBackpressure) {
 			t.Fatalf("%v: write: %v, want backpressure", errno, err)
 		}
-		sw.set(nil)
+		sw.Set(nil)
 		if _, err := send(e, nil, "s", 2, 2); err != nil {
 			t.Fatalf("%v: write after: %v", errno, err)
 		}

@@ -20,13 +20,18 @@ const (
 )
 
 // rig runs an Engine over a swappable filesystem and a state store in a
-// temp dir, so a test can crash it, power-cut it and start it again.
+// temp dir, so a test can crash it, power-cut it and start it again. When
+// the test ends, it closes the engine and checks the destination as the
+// test last expected it (internal/testing/invariant; the rigs outside
+// server/ are internal/testing/enginetest, which cannot be imported here).
 type rig struct {
 	t         testing.TB
 	fs        afero.Fs // the disk as the next engine sees it
 	storePath string
 	e         *Engine
 	checker   *invariant.Checker
+	last      invariant.Expect // of the last check
+	broken    string           // why the destination is not checked at the end
 	tweak     func(*Config)
 }
 
@@ -39,6 +44,16 @@ func newRig(t testing.TB, fs afero.Fs) *rig {
 	t.Cleanup(func() {
 		if r.e != nil {
 			_ = r.e.Close()
+		}
+		switch {
+		case t.Failed():
+			// Said already; faults may still be on in r.fs.
+		case r.broken != "":
+			t.Logf("destination not checked at the end: %s", r.broken)
+		default:
+			if err := r.checker0(r.last).Err(); err != nil {
+				t.Errorf("at the end of the test: %v", err)
+			}
 		}
 	})
 	return r
@@ -87,21 +102,29 @@ func (r *rig) stop() {
 	r.e = nil
 }
 
-// check runs the invariant checker on r.fs.
+// check runs the invariant checker on r.fs and fails the test on a
+// violation.
 func (r *rig) check(exp invariant.Expect) *invariant.Report {
 	r.t.Helper()
-	if r.checker == nil || r.checker.FS != r.fs {
-		seen := r.checker
-		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
-		if seen != nil {
-			r.checker.Inherit(seen)
-		}
-	}
-	rep := r.checker.Check(exp)
+	rep := r.checker0(exp)
 	if err := rep.Err(); err != nil {
 		r.t.Fatal(err)
 	}
 	return rep
+}
+
+// checker0 checks the destination on r.fs without failing the test; the
+// check at the test's end expects what this one did.
+func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
+	if r.checker == nil || r.checker.FS != r.fs {
+		old := r.checker
+		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
+		if old != nil {
+			r.checker.Inherit(old)
+		}
+	}
+	r.last = exp
+	return r.checker.Check(exp)
 }
 
 func (r *rig) checkpoint() CheckpointResult {

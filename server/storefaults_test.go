@@ -120,7 +120,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 			r, f := storeRig(t)
 			f.set(failOp(tc.op, tc.phase, tc.err, 1))
 			base := faultfs.NewCrashFS()
-			var sw swapInjector
+			var sw faultfs.SwapInjector
 			fs := faultfs.NewInjectFS(base, &sw)
 			r.fs = fs
 			e, err := Open(r.config(fs))
@@ -148,7 +148,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 						t.Fatal(err)
 					}
 					if tc.op == "abort" {
-						sw.set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpSync), syscall.EIO))
+						sw.Set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpSync), syscall.EIO))
 					}
 					_, _ = e.Checkpoint(ctx)
 				}
@@ -159,7 +159,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 			if !errors.Is(e.Err(), recovery.ErrWriteFailed) {
 				t.Fatalf("engine error %v, want ErrWriteFailed", e.Err())
 			}
-			sw.set(nil)
+			sw.Set(nil)
 			f.set(nil)
 			r.stop()
 			e = r.start(base)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,26 +13,6 @@ import (
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
-
-// swapInjector lets a test change the injector of a live InjectFS.
-type swapInjector struct {
-	cur atomic.Pointer[faultfs.Injector]
-}
-
-func (s *swapInjector) set(inj faultfs.Injector) {
-	if inj == nil {
-		s.cur.Store(nil)
-		return
-	}
-	s.cur.Store(&inj)
-}
-
-func (s *swapInjector) MaybeError(op faultfs.Op) error {
-	if p := s.cur.Load(); p != nil {
-		return (*p).MaybeError(op)
-	}
-	return nil
-}
 
 // sweepKinds are the operations the sweep fails or crashes after.
 var sweepKinds = faultfs.AllKinds &^ faultfs.Kinds(faultfs.OpSetAttr)
@@ -244,7 +223,7 @@ func (m sweepMode) storeFault() (recovery.Phase, error) {
 // write transactions.
 func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	base := faultfs.NewCrashFS()
-	sw := &swapInjector{}
+	sw := &faultfs.SwapInjector{}
 	inj := faultfs.NewInjectFS(base, sw)
 	r := newRig(t, inj)
 	fixed := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
@@ -275,14 +254,14 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 			errno = syscall.ENOSPC
 		}
 		if n%4 == 1 {
-			sw.set(faultfs.ShortWriteNth(n, errno)) // only fires if op n is... counted over writes
-			sw.set(faultfs.FailNth(n, sweepKinds, errno))
+			sw.Set(faultfs.ShortWriteNth(n, errno)) // only fires if op n is... counted over writes
+			sw.Set(faultfs.FailNth(n, sweepKinds, errno))
 		} else {
-			sw.set(faultfs.FailNth(n, sweepKinds, errno))
+			sw.Set(faultfs.FailNth(n, sweepKinds, errno))
 		}
 	default:
 		crash = faultfs.CrashAfter(n, sweepKinds)
-		sw.set(crash)
+		sw.Set(crash)
 	}
 	crashed := func() bool { return crash != nil && crash.Crashed() }
 
@@ -346,7 +325,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	}
 	ops, storeTxns = inj.Count(sweepKinds), int64(sf.count())
 	r.stop() // with the fault still armed: a crashed process does nothing more
-	sw.set(nil)
+	sw.Set(nil)
 	sf.set(nil)
 	if n < 0 {
 		return ops, storeTxns
@@ -411,18 +390,6 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		t.Fatalf("op %d %s: %d staging files left", n, mode, len(left))
 	}
 	return ops, storeTxns
-}
-
-// checker0 checks the destination without failing the test.
-func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
-	if r.checker == nil || r.checker.FS != r.fs {
-		old := r.checker
-		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
-		if old != nil {
-			r.checker.Inherit(old)
-		}
-	}
-	return r.checker.Check(exp)
 }
 
 // TestFaultSweep fails, crashes after, and power-cuts after every

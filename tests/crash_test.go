@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // crashLoop is one crash-loop run: producers write while the service is
@@ -44,7 +46,7 @@ type crashStats struct {
 	records       int
 	resends       int   // times producers were told to resend accepted batches
 	checkpoints   int64 // POST /v1/checkpoints answered by the test's trigger
-	report        *destReport
+	report        *invariant.Report
 	elapsed       time.Duration
 }
 
@@ -361,7 +363,7 @@ func TestCrashLoopLocal(t *testing.T) {
 		streams:   crashStreams,
 		args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
 		aim:       30,
-		dest:      localDest{dir: dest},
+		dest:      invariant.LocalDest(dest),
 		verify:    []string{"--dest", "file://" + dest},
 		dir:       dir,
 	}.run(t)
@@ -395,7 +397,7 @@ func TestCrashLoopS3(t *testing.T) {
 				streams:   crashStreams,
 				args:      append([]string{"--dest", url, "--s3-commit", tc.mode, "--node", "e2e"}, s3flags...),
 				env:       s3Env(srv.AccessKey, srv.SecretKey),
-				dest:      s3Dest{c: c, bucket: bucket, prefix: prefix},
+				dest:      invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix},
 				aim:       100,
 				verify:    append([]string{"--dest", url}, s3flags...),
 			}.run(t)
@@ -412,7 +414,7 @@ func s3Env(access, secret string) []string {
 // requireNoUploads fails the test if an incomplete multipart upload is
 // left in the bucket after a clean stop: every upload of an aborted or
 // crashed checkpoint must have been aborted by recovery.
-func requireNoUploads(t testing.TB, c *minio.Client, bucket, prefix string, _ *destReport) {
+func requireNoUploads(t testing.TB, c *minio.Client, bucket, prefix string, _ *invariant.Report) {
 	t.Helper()
 	var left []string
 	for u := range c.ListIncompleteUploads(t.Context(), bucket, "", true) {

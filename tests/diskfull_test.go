@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // mountTmpfs mounts a tmpfs of size at a new directory and unmounts it at
@@ -186,5 +188,5 @@ func TestDiskFull(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	requireDest(t, localDest{dir: filepath.Join(data, "files")}, want, true)
+	requireDest(t, invariant.LocalDest(filepath.Join(data, "files")), want, true)
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"testing"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestFencingSurvivesCrash: an init is durable before it answers, so a
@@ -61,5 +63,5 @@ func TestFencingSurvivesCrash(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM: exit %d", code)
 	}
-	requireDest(t, localDest{dest}, map[batchKey]int{k0: 3}, true)
+	requireDest(t, invariant.LocalDest(dest), map[batchKey]int{k0: 3}, true)
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestGracefulStop stops the service with SIGTERM at random moments while
@@ -149,7 +151,7 @@ func TestGracefulStop(t *testing.T) {
 			want[k] = v
 		}
 		ackMu.Unlock()
-		r := requireDest(t, localDest{dest}, want, false)
+		r := requireDest(t, invariant.LocalDest(dest), want, false)
 		t.Logf("round %d: stopped in %s; %d acknowledged batches all committed (%d files)", round, stopped.Round(time.Millisecond), len(want), r.Files)
 
 		if !waitTimeout(&wwg, 10*time.Second) {
@@ -204,7 +206,7 @@ func TestGracefulStop(t *testing.T) {
 	}
 	want := led.snapshot()
 	batches, records := led.records()
-	rep := requireDest(t, localDest{dest}, want, true)
+	rep := requireDest(t, invariant.LocalDest(dest), want, true)
 	requireVerify(t, nil, "--dest", "file://"+dest)
 	report(t, "%d SIGTERM rounds, all exit 0; %d ?wait=commit requests in flight at a SIGTERM, all answered 200 committed; %d batches, %d records verified exactly once in %d files; longest stop %s, longest start to ready %s",
 		rounds, inFlight, batches, records, rep.Files, maxStop.Round(time.Millisecond), maxStart.Round(time.Millisecond))

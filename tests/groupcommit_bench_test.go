@@ -84,7 +84,7 @@ func BenchmarkWaitCommitSequential(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			reportLatency(b, lat, elapsed, countBenchFiles(b, dest))
+			reportLatency(b, lat, elapsed, countFiles(b, dest))
 		})
 	}
 }
@@ -128,19 +128,5 @@ func benchConcurrent(b *testing.B, linger, gap, query string, want int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	reportLatency(b, lat, elapsed, countBenchFiles(b, dest))
-}
-
-func countBenchFiles(b *testing.B, dest string) int {
-	objs, err := localDest{dir: dest}.List(b.Context())
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, o := range objs {
-		if isDataFile(o.Path) {
-			n++
-		}
-	}
-	return n
+	reportLatency(b, lat, elapsed, countFiles(b, dest))
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
@@ -32,7 +33,7 @@ type lbCluster struct {
 	ids    []string
 	URL    string     // the load balancer's
 	nginx  *nginxProc // nil behind HAProxy
-	dest   s3Dest
+	dest   invariant.S3Dest
 	flags  []string // --dest and the S3 flags, for `eosink verify`
 	env    []string
 	prefix string
@@ -70,7 +71,7 @@ func newLBCluster(t testing.TB, dir string, front lbFront, nodeArgs []string, pe
 	const prefix = "lb"
 	url := "s3://" + bucket + "/" + prefix
 	cl := &lbCluster{
-		dest:   s3Dest{c: c, bucket: bucket, prefix: prefix},
+		dest:   invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix},
 		flags:  []string{"--dest", url, "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
 		env:    s3Env(srv.AccessKey, srv.SecretKey),
 		prefix: prefix,
@@ -480,7 +481,7 @@ func TestLBProducerNodeDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			cl.term(t)
-			rep := checkDest(ctx, cl.dest, want, true)
+			rep := checkDest(t, cl.dest, want, true)
 			dupLine := ""
 			for _, p := range rep.Problems {
 				if strings.Contains(p, "committed more than once") {
@@ -491,9 +492,13 @@ func TestLBProducerNodeDown(t *testing.T) {
 					t.Errorf("%s", p)
 				}
 			}
-			if rep.Batches != len(want)+5 || dupLine == "" {
+			found := 0
+			for _, n := range rep.Batches {
+				found += n
+			}
+			if found != len(want)+5 || dupLine == "" {
 				t.Fatalf("with failover: %d batches in the destination (want %d: the 5 committed on %s written again by %s); problems: %v",
-					rep.Batches, len(want)+5, cl.ids[h], cl.ids[other], rep.Problems)
+					found, len(want)+5, cl.ids[h], cl.ids[other], rep.Problems)
 			}
 			if ns := producerNodes(t, cl.dest)[id]; len(ns) != 2 {
 				t.Errorf("producer %s on nodes %v, want two", id, ns)
@@ -612,7 +617,7 @@ func TestLBCrashLoop(t *testing.T) {
 	if len(rep.Staging) > 0 {
 		t.Errorf("staging objects left after clean stops: %s", firstN(rep.Staging, 10))
 	}
-	requireNoUploads(t, cl.dest.c, cl.dest.bucket, cl.prefix, rep)
+	requireNoUploads(t, cl.dest.Client, cl.dest.Bucket, cl.prefix, rep)
 	perNode := map[string]int{}
 	for p, ns := range producerNodes(t, cl.dest) {
 		if len(ns) != 1 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestLargeTransactionMultipart commits one transaction of more than 64 MiB
@@ -95,7 +97,7 @@ func TestLargeTransactionMultipart(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM: exit %d", code)
 	}
-	rep := requireDest(t, s3Dest{c: c, bucket: bucket, prefix: prefix}, want, true)
+	rep := requireDest(t, invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}, want, true)
 	requireVerify(t, env, append([]string{"--dest", url}, s3flags...)...)
 	report(t, "one transaction of %d bytes (%d records) sent in %s, committed in checkpoint %d as %s: ETag %s, %d parts; %d records verified exactly once",
 		f.Bytes, f.Records, sent.Round(time.Millisecond), ck.ID, f.Path, info.ETag, parts, rep.Records)

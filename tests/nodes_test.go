@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // nodeDest is one destination, local or on the shared MinIO, for the node
@@ -24,7 +26,7 @@ func newNodeDest(t *testing.T, kind, dir string) nodeDest {
 	switch kind {
 	case "local":
 		dest := filepath.Join(dir, "dest")
-		return nodeDest{d: localDest{dest}, args: []string{"--dest", "file://" + dest}, describe: "local"}
+		return nodeDest{d: invariant.LocalDest(dest), args: []string{"--dest", "file://" + dest}, describe: "local"}
 	default:
 		srv := sharedMinIO(t)
 		bucket, err := srv.NewBucket(t.Context())
@@ -35,7 +37,7 @@ func newNodeDest(t *testing.T, kind, dir string) nodeDest {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return nodeDest{d: s3Dest{c: c, bucket: bucket, prefix: "nodes"},
+		return nodeDest{d: invariant.S3Dest{Client: c, Bucket: bucket, Prefix: "nodes"},
 			args: []string{"--dest", "s3://" + bucket + "/nodes", "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
 			env:  s3Env(srv.AccessKey, srv.SecretKey), describe: "s3 (MinIO)"}
 	}

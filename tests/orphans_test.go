@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/minio/minio-go/v7"
 )
@@ -134,7 +135,7 @@ func (r *orphanRig) finish() {
 	if code := r.p.Term(); code != 0 {
 		r.t.Errorf("SIGTERM: exit %d, want 0", code)
 	}
-	rep := requireDest(r.t, s3Dest{c: r.c, bucket: r.bucket, prefix: r.prefix}, r.want, true)
+	rep := requireDest(r.t, invariant.S3Dest{Client: r.c, Bucket: r.bucket, Prefix: r.prefix}, r.want, true)
 	if len(rep.Staging) > 0 {
 		r.t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 	}
@@ -257,7 +258,7 @@ func TestStoreLoss(t *testing.T) {
 			switch kind {
 			case "local":
 				dest := filepath.Join(dir, "dest")
-				d, destArgs = localDest{dest}, []string{"--dest", "file://" + dest}
+				d, destArgs = invariant.LocalDest(dest), []string{"--dest", "file://" + dest}
 				verifyArgs = destArgs
 			case "s3":
 				srv := sharedMinIO(t)
@@ -269,7 +270,7 @@ func TestStoreLoss(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d = s3Dest{c: c, bucket: bucket, prefix: "loss"}
+				d = invariant.S3Dest{Client: c, Bucket: bucket, Prefix: "loss"}
 				destArgs = []string{"--dest", "s3://" + bucket + "/loss", "--s3-endpoint", srv.Endpoint, "--s3-insecure"}
 				env, verifyArgs = s3Env(srv.AccessKey, srv.SecretKey), destArgs
 			}

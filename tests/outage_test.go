@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
@@ -137,14 +138,14 @@ func (r *outageRig) finish() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	rep := requireDest(r.t, s3Dest{c: c, bucket: r.bucket, prefix: r.prefix}, r.want, true)
+	rep := requireDest(r.t, invariant.S3Dest{Client: c, Bucket: r.bucket, Prefix: r.prefix}, r.want, true)
 	if len(rep.Staging) > 0 {
 		r.t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 	}
 	requireNoUploads(r.t, c, r.bucket, r.prefix, rep)
 	requireVerify(r.t, s3Env(r.srv.AccessKey, r.srv.SecretKey), "--dest", "s3://"+r.bucket+"/"+r.prefix,
 		"--s3-endpoint", r.srv.Endpoint, "--s3-insecure")
-	r.t.Logf("%d batches, %d records exactly once in %d files", rep.Batches, rep.Records, rep.Files)
+	r.t.Logf("%d batches, %d records exactly once in %d files", len(rep.Batches), rep.Records, rep.Files)
 }
 
 // TestS3Outage stops MinIO under eosink at two steps of a checkpoint:

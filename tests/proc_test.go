@@ -330,13 +330,6 @@ func (p *proc) Running() bool {
 	}
 }
 
-// Recoveries returns the start-to-ready times seen so far.
-func (p *proc) Recoveries() []time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]time.Duration(nil), p.recovery...)
-}
-
 // SlowestStart returns the log of the start that took longest to get
 // ready, and how long it took.
 func (p *proc) SlowestStart() (time.Duration, string) {

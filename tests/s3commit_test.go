@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestS3CommitInterrupted kills eosink while MinIO is in the middle of its
@@ -149,7 +151,7 @@ func TestS3CommitInterrupted(t *testing.T) {
 			if code := p.Term(); code != 0 {
 				t.Errorf("SIGTERM: exit %d", code)
 			}
-			rep := requireDest(t, s3Dest{c: c, bucket: bucket, prefix: prefix}, want, true)
+			rep := requireDest(t, invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}, want, true)
 			if len(rep.Staging) > 0 {
 				t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 			}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // anonSender prefixes the "p" of records written without producer headers
@@ -246,7 +248,7 @@ func TestShippers(t *testing.T) {
 	}
 	want := led.snapshot()
 	batches, records := led.records()
-	rep := requireDest(t, localDest{dir: dest}, want, true)
+	rep := requireDest(t, invariant.LocalDest(dest), want, true)
 	if rep.Records != records {
 		t.Errorf("destination holds %d records, senders saw %d committed", rep.Records, records)
 	}
@@ -259,9 +261,9 @@ func TestShippers(t *testing.T) {
 }
 
 // countFiles counts the committed data files under dest.
-func countFiles(t *testing.T, dest string) int {
+func countFiles(t testing.TB, dest string) int {
 	t.Helper()
-	objs, err := localDest{dir: dest}.List(t.Context())
+	objs, err := invariant.LocalDest(dest).List(t.Context())
 	if err != nil {
 		return 0
 	}

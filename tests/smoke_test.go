@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestSmoke is the short path through the binary: a producer's batches, a
@@ -55,7 +57,7 @@ func TestSmoke(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
-	requireDest(t, localDest{dest}, want, true)
+	requireDest(t, invariant.LocalDest(dest), want, true)
 	requireVerify(t, nil, "--dest", "file://"+dest)
 
 	// Tamper with the committed file: verify must exit 1.

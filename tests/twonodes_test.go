@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestTwoNodesOneBucket runs two eosink nodes, writing the same streams into
@@ -108,7 +110,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	for _, err := range errs.all() {
 		t.Errorf("producer error: %v", err)
 	}
-	d := s3Dest{c: c, bucket: bucket, prefix: prefix}
+	d := invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}
 	want := led.snapshot()
 	batches, records := led.records()
 	rep := requireDest(t, d, want, true)

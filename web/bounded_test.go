@@ -11,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
@@ -35,12 +36,12 @@ func bigDest(t *testing.T) (committer.Reader, *fakeStore) {
 	fsys := afero.NewMemMapFs()
 	at := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
 	write := func(p string, b []byte) {
-		if err := afero.WriteFile(fsys, path.Join(tDest, p), b, 0o644); err != nil {
+		if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, p), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	manifest := func(id uint64, files []committer.File) {
-		m := recovery.Manifest{Checkpoint: id, Node: tNode, CommittedAt: at}
+		m := recovery.Manifest{Checkpoint: id, Node: enginetest.Node, CommittedAt: at}
 		for _, f := range files {
 			m.Files = append(m.Files, recovery.ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records,
 				CRC32C: f.CRC32C, Producers: map[string]committer.SeqRanges{}})
@@ -49,19 +50,19 @@ func bigDest(t *testing.T) (committer.Reader, *fakeStore) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(recovery.ManifestPath(tNode, id), b)
+		write(recovery.ManifestPath(enginetest.Node, id), b)
 	}
 	var one, big []committer.File
 	seqs := map[string]map[string]int64{}
 	for i := range bStreams {
 		stream := fmt.Sprintf("stream-%05d", i)
-		p := fmt.Sprintf("%s/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", stream, tNode, bIDStreams, i)
+		p := fmt.Sprintf("%s/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", stream, enginetest.Node, bIDStreams, i)
 		write(p, []byte("{\"n\":1}\n"))
 		one = append(one, committer.File{Stream: stream, Final: p, Bytes: 8, Records: 1, CRC32C: "00000000"})
 		seqs[fmt.Sprintf("producer-%05d", i)] = map[string]int64{stream: 1}
 	}
 	for i := range bBigFiles {
-		p := fmt.Sprintf("%s/part-%s-%020d-%04d.ndjson", bBigDir, tNode, bIDBig, i)
+		p := fmt.Sprintf("%s/part-%s-%020d-%04d.ndjson", bBigDir, enginetest.Node, bIDBig, i)
 		write(p, []byte("{\"b\":1}\n"))
 		big = append(big, committer.File{Stream: "big", Final: p, Bytes: 8, Records: 1, CRC32C: "00000000"})
 	}
@@ -79,7 +80,7 @@ func bigDest(t *testing.T) (committer.Reader, *fakeStore) {
 		}
 		store.cs = append(store.cs, c)
 	}
-	return local.New(fsys, tDest, tStaging), store
+	return local.New(fsys, enginetest.Dest, enginetest.Staging), store
 }
 
 var (
@@ -97,7 +98,7 @@ func TestPagesBounded(t *testing.T) {
 	files, store := bigDest(t)
 	cr := &countingReader{Reader: files}
 	eng := &fakeEngine{status: server.Status{Ready: true, OpenID: bCheckpoints + 1, LastDone: bCheckpoints}}
-	h := newFakeUI(t, cr, eng, store, func(c *Config) { c.Node = tNode })
+	h := newFakeUI(t, cr, eng, store, func(c *Config) { c.Node = enginetest.Node })
 	get := func(target string) string {
 		t.Helper()
 		rec := serveH(h, req("GET", target, ""))
@@ -113,7 +114,7 @@ func TestPagesBounded(t *testing.T) {
 		{"/ui/streams", 96 << 10, []string{`href="/ui/files/big/"`, `href="/ui/files/stream-00098/"`, `rel="next"`}},
 		{"/ui/files/", 384 << 10, []string{`href="/ui/files/stream-00497/"`, `rel="next"`}},
 		{"/ui/files/" + bBigDir + "/", 640 << 10, []string{`rel="next"`}},
-		{"/ui/files/" + bBigDir + "/" + fmt.Sprintf("part-%s-%020d-%04d.ndjson", tNode, bIDBig, 7), 32 << 10, []string{"Manifest entry"}},
+		{"/ui/files/" + bBigDir + "/" + fmt.Sprintf("part-%s-%020d-%04d.ndjson", enginetest.Node, bIDBig, 7), 32 << 10, []string{"Manifest entry"}},
 		{"/ui/checkpoints", 160 << 10, []string{`rel="next"`}},
 		{fmt.Sprintf("/ui/checkpoints/%d", bIDStreams), 256 << 10, []string{"1–200 of 20,000", `rel="next"`, "the first 200 of 20,000"}},
 		{fmt.Sprintf("/ui/checkpoints/%d", bIDBig), 160 << 10, []string{"1–200 of 1,200"}},
@@ -171,7 +172,7 @@ func TestPagesBounded(t *testing.T) {
 		return streamName(i - 2)
 	}, bStreams+2)
 	wantEach("big folder", pageAll("/ui/files/"+bBigDir+"/", rowName), func(i int) string {
-		return fmt.Sprintf("part-%s-%020d-%04d.ndjson", tNode, bIDBig, i)
+		return fmt.Sprintf("part-%s-%020d-%04d.ndjson", enginetest.Node, bIDBig, i)
 	}, bBigFiles)
 	streams := pageAll("/ui/streams", streamRE)
 	wantEach("streams", streams, func(i int) string {
@@ -182,7 +183,7 @@ func TestPagesBounded(t *testing.T) {
 	}, bStreams+1)
 	wantEach("checkpoints", pageAll("/ui/checkpoints", ckptRowRE), func(i int) string { return fmt.Sprint(bCheckpoints - i) }, bCheckpoints)
 	wantEach("checkpoint files", pageAll(fmt.Sprintf("/ui/checkpoints/%d", bIDStreams), fileRowRE), func(i int) string {
-		return fmt.Sprintf("%s/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", streamName(i), tNode, bIDStreams, i)
+		return fmt.Sprintf("%s/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", streamName(i), enginetest.Node, bIDStreams, i)
 	}, bStreams)
 	if n := cr.lists.Load(); n != 0 {
 		t.Errorf("the destination was listed whole %d times", n)

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
@@ -278,7 +279,7 @@ func TestAccessibility(t *testing.T) {
 		{"partition", "/ui/files/" + path.Dir(path.Dir(file)) + "/"},
 		{"hour", "/ui/files/" + path.Dir(file) + "/"},
 		{"file", "/ui/files/" + file},
-		{"manifest", fmt.Sprintf("/ui/files/_manifests/%s/%020d.json", tNode, 1)},
+		{"manifest", fmt.Sprintf("/ui/files/_manifests/%s/%020d.json", enginetest.Node, 1)},
 		{"checkpoints", "/ui/checkpoints"},
 		{"checkpoints-ran", fmt.Sprintf("/ui/checkpoints?ran=%d", last)},
 		{"checkpoint", fmt.Sprintf("/ui/checkpoints/%d", last)},
@@ -379,7 +380,8 @@ func TestBrowser(t *testing.T) {
 	}
 	// Hostile names and content, as a destination could hold them.
 	const hostile = `clicks/dt=x/"><img src=x onerror=window.__xss=1>.ndjson`
-	if err := afero.WriteFile(r.base, path.Join(tDest, hostile), []byte("<script>window.__xss=2</script>\n{\"h\":\"<img src=x onerror=window.__xss=3>\"}\n"), 0o644); err != nil {
+	r.Broken("plants a file with a hostile name")
+	if err := afero.WriteFile(r.base, path.Join(enginetest.Dest, hostile), []byte("<script>window.__xss=2</script>\n{\"h\":\"<img src=x onerror=window.__xss=3>\"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(r.h)
@@ -441,7 +443,7 @@ func TestBrowser(t *testing.T) {
 	b.shot("file")
 
 	// Download: the link serves the committed bytes.
-	want, err := afero.ReadFile(r.base, path.Join(tDest, file))
+	want, err := afero.ReadFile(r.base, path.Join(enginetest.Dest, file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -19,21 +18,11 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/committer/s3"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
-)
-
-const (
-	tStaging = "/data/staging"
-	tDest    = "/data/files"
-	tNode    = "n1"
-	// tSecret is the content of files outside the destination; no page of
-	// the UI may ever hold it.
-	tSecret = "TOP-SECRET-OUTSIDE-DEST"
 )
 
 // Tokens of the rigs with authorization.
@@ -54,9 +43,12 @@ func (m tokenAuth) Lookup(token string) (api.Role, bool) {
 
 var testTokens = map[string]api.Role{tokIngest: api.RoleIngest, tokRead: api.RoleRead, tokAdmin: api.RoleAdmin}
 
-// rig is a real engine over a MemMapFs with the local committer and its
-// state store in a temp dir, served by the API and the UI.
+// rig is an engine rig (internal/testing/enginetest: the destination is
+// checked when the test ends) over a disk with secrets outside the
+// destination (no page may ever hold enginetest.Secret), served by the API
+// and the UI.
 type rig struct {
+	*enginetest.Rig
 	t     *testing.T
 	base  afero.Fs
 	eng   *server.Engine
@@ -75,13 +67,6 @@ type rigOpts struct {
 	s3     *testsrv.MinIO      // the destination is this server's bucket, else the MemMapFs
 }
 
-// destination is where a rig commits to, and how to read it back.
-type destination interface {
-	committer.Committer
-	committer.Publisher
-	committer.Reader
-}
-
 // clock is a settable time source; zero means the real time.
 type clock struct{ t time.Time }
 
@@ -94,68 +79,58 @@ func (c *clock) now() time.Time {
 
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
-	base := afero.NewMemMapFs()
-	for _, p := range []string{"/data/secret.txt", "/secret.txt", "/data/files-secret.txt", "/etc/passwd"} {
-		if err := afero.WriteFile(base, p, []byte(tSecret+" "+p+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{tDest, tStaging} {
-		if err := base.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var dest destination = local.New(base, tDest, tStaging)
-	if o.s3 != nil {
-		client, err := o.s3.Client()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A prefix of its own per test, so tests can share the server.
-		prefix := "web/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
-		if dest, err = s3.New(s3.Config{Client: client, Bucket: o.s3.Bucket, Prefix: prefix, Node: tNode, Staging: base}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eng, err := server.Open(server.Config{
-		Node: tNode, FS: base, StagingDir: tStaging, StorePath: filepath.Join(t.TempDir(), "state.db"),
-		Committer: dest, Publisher: dest, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatalf("open engine: %v", err)
-	}
-	t.Cleanup(func() { _ = eng.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := eng.WaitReady(ctx); err != nil {
-		t.Fatalf("wait ready: %v", err)
-	}
-	r := &rig{t: t, base: base, eng: eng, auth: o.auth, clock: &clock{}, files: dest}
-	files := committer.Reader(dest)
-	acfg := api.Config{Engine: eng, Files: files}
-	ucfg := Config{Engine: eng, Files: files, Node: tNode, Now: r.clock.now, Logger: testLogger(t)}
+	er := enginetest.New(t, enginetest.Options{Secrets: true, S3: o.s3})
+	r := &rig{Rig: er, t: t, base: er.Base, eng: er.Engine(), auth: o.auth, clock: &clock{}, files: er.Dest}
+	r.api = newAPI(t, r.eng, r.files, o.auth)
+	var eng Engine = r.eng
 	if o.engine != nil {
-		ucfg.Engine = o.engine(eng)
+		eng = o.engine(r.eng)
 	}
-	if o.auth {
+	r.ui = newUI(t, eng, r.files, func(c *Config) {
+		c.Node, c.Now = enginetest.Node, r.clock.now
+		if o.auth {
+			c.Auth = tokenAuth(testTokens)
+		}
+		if o.ui != nil {
+			o.ui(c)
+		}
+	})
+	r.h = combine(r.api, r.ui)
+	return r
+}
+
+// newAPI builds the API over eng: the one place the tests build one.
+func newAPI(t testing.TB, eng *server.Engine, files committer.Reader, auth bool) *api.Server {
+	t.Helper()
+	cfg := api.Config{Engine: eng, Files: files}
+	if auth {
 		toks, err := api.NewTokens(testTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
-		acfg.Auth = toks
-		ucfg.Auth = tokenAuth(testTokens)
+		cfg.Auth = toks
 	}
-	if o.ui != nil {
-		o.ui(&ucfg)
-	}
-	if r.api, err = api.New(acfg); err != nil {
+	srv, err := api.New(cfg)
+	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
-	if r.ui, err = New(ucfg); err != nil {
+	return srv
+}
+
+// newUI builds the UI over an engine (its stored checkpoints included) and
+// the committed files, with the test's log; mod changes the rest. The one
+// place the tests build a UI.
+func newUI(t testing.TB, eng Engine, files committer.Reader, mod func(*Config)) http.Handler {
+	t.Helper()
+	cfg := Config{Engine: eng, Files: files, Logger: testLogger(t)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h, err := New(cfg)
+	if err != nil {
 		t.Fatalf("new ui: %v", err)
 	}
-	r.h = combine(r.api, r.ui)
-	return r
+	return h
 }
 
 // combine serves the UI at / and under /ui, and the API elsewhere: what
@@ -433,16 +408,8 @@ func newFakeUI(t testing.TB, files committer.Reader, eng *fakeEngine, store *fak
 	if store == nil {
 		store = &fakeStore{}
 	}
-	cfg := Config{Engine: struct {
+	return newUI(t, struct {
 		*fakeEngine
 		*fakeStore
-	}{eng, store}, Files: files, Logger: testLogger(t)}
-	if mod != nil {
-		mod(&cfg)
-	}
-	h, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
+	}{eng, store}, files, mod)
 }

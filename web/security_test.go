@@ -12,6 +12,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
@@ -39,9 +40,10 @@ func TestHostileNamesAreEscaped(t *testing.T) {
 	evilDir := `"><svg onload=alert(4)>`
 	evilPart := evilDir + `/part-n1-00000000000000000077-0000.ndjson`
 	jsDir := `javascript:alert(8)`
+	r.Broken("plants files and a manifest with hostile names")
 	put := func(p, content string) {
 		t.Helper()
-		if err := afero.WriteFile(r.base, path.Join(tDest, p), []byte(content), 0o644); err != nil {
+		if err := afero.WriteFile(r.base, path.Join(enginetest.Dest, p), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +127,7 @@ func TestTraversalRefused(t *testing.T) {
 		if rec.Code != http.StatusBadRequest && rec.Code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 400 or 404", p, rec.Code)
 		}
-		if strings.Contains(rec.Body.String(), tSecret) {
+		if strings.Contains(rec.Body.String(), enginetest.Secret) {
 			t.Errorf("GET %s served a file outside the destination", p)
 		}
 	}
@@ -149,7 +151,7 @@ func TestSymlinkNotFollowed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(partDir, good), []byte("{\"ok\":1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(outside, "secret.ndjson"), []byte(tSecret+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(outside, "secret.ndjson"), []byte(enginetest.Secret+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for link, target := range map[string]string{
@@ -191,7 +193,7 @@ func TestSymlinkNotFollowed(t *testing.T) {
 		if rec.Code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, rec.Code)
 		}
-		if strings.Contains(rec.Body.String(), tSecret) {
+		if strings.Contains(rec.Body.String(), enginetest.Secret) {
 			t.Errorf("GET %s served a file outside the destination", p)
 		}
 	}

@@ -56,22 +56,17 @@ func (k Kind) Ext() string {
 	return ""
 }
 
-// Default limits; see [DefaultLimits].
+// Default limits.
 const (
 	DefaultMaxBody   = 64 << 20
 	DefaultMaxRecord = 1 << 20
 )
 
 // Limits bounds what Parse accepts. A field that is zero or negative takes
-// its default, so the zero Limits is DefaultLimits().
+// its default (DefaultMaxBody, DefaultMaxRecord).
 type Limits struct {
 	MaxBody   int64 // bytes of the body as sent
 	MaxRecord int   // bytes of one record as stored, without its '\n'
-}
-
-// DefaultLimits returns 64 MiB per body and 1 MiB per record.
-func DefaultLimits() Limits {
-	return Limits{MaxBody: DefaultMaxBody, MaxRecord: DefaultMaxRecord}
 }
 
 func (l Limits) withDefaults() Limits {

@@ -414,3 +414,29 @@ func TestKindSet(t *testing.T) {
 		t.Error("Has is wrong")
 	}
 }
+
+// TestSwapInjector: faults follow the injector set last, and none after
+// Set(nil).
+func TestSwapInjector(t *testing.T) {
+	var sw SwapInjector
+	fs := NewInjectFS(NewCrashFS(), &sw)
+	full := InjectorFunc(func(op Op) error {
+		if op.Kind == OpOpen {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	for i, tc := range []struct {
+		inj  Injector
+		want error
+	}{{nil, nil}, {full, syscall.ENOSPC}, {nil, nil}, {FailNth(0, Kinds(OpOpen), syscall.EIO), syscall.EIO}} {
+		sw.Set(tc.inj)
+		f, err := fs.Create(fmt.Sprintf("/f%d", i))
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("create %d: %v, want %v", i, err, tc.want)
+		}
+		if err == nil {
+			_ = f.Close()
+		}
+	}
+}

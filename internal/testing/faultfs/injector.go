@@ -232,3 +232,37 @@ func (c *CrashAfterInjector) MaybeError(op Op) error {
 // was let through and every later one fails. It is true as soon as that
 // operation is let through, before it completes.
 func (c *CrashAfterInjector) Crashed() bool { return c.crashed.Load() }
+
+// InjectorFunc is an Injector written as a function.
+type InjectorFunc func(op Op) error
+
+var _ Injector = InjectorFunc(nil)
+
+// MaybeError calls f.
+func (f InjectorFunc) MaybeError(op Op) error { return f(op) }
+
+// SwapInjector forwards to an injector a test may change while an InjectFS
+// runs: faults on for a phase of a test, then off. The zero value, and
+// Set(nil), fail nothing. It is safe for concurrent use.
+type SwapInjector struct {
+	cur atomic.Pointer[Injector]
+}
+
+var _ Injector = (*SwapInjector)(nil)
+
+// Set makes inj decide from the next operation on; nil fails nothing.
+func (s *SwapInjector) Set(inj Injector) {
+	if inj == nil {
+		s.cur.Store(nil)
+		return
+	}
+	s.cur.Store(&inj)
+}
+
+// MaybeError asks the current injector.
+func (s *SwapInjector) MaybeError(op Op) error {
+	if p := s.cur.Load(); p != nil {
+		return (*p).MaybeError(op)
+	}
+	return nil
+}

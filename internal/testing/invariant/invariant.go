@@ -1,36 +1,50 @@
 // Package invariant checks eosink's promises from the destination alone:
-// the committed files and the manifests, nothing of the engine's state.
+// the committed files and the manifests, nothing of the engine's state. It
+// reads the destination directly (Dest: a directory, or a bucket), so the
+// unit tests and the end-to-end tests share one checker.
 //
 // Test records are NDJSON lines {"p":producer,"s":stream,"q":seq,"i":index,"n":count}
-// (see Record), so the checker can tell which batch every line came from.
-// Check reports:
+// (see Record; other fields are ignored), so the checker can tell which
+// batch every line came from. Check reports:
 //
-//   - I1: a temp (.inprogress) name in the destination; a file no manifest
-//     names; a manifest entry whose file is missing or whose size, record
-//     count or CRC-32C differs (a partial file).
-//   - I2/I3: a batch that appears more than once, split, or partially; a
-//     batch that must appear but does not; a batch that must not appear (of
-//     an aborted checkpoint) but does.
+//   - I1: a temp (.inprogress) name in the destination; a name that is no
+//     part file, lease or manifest; a file no manifest names; a manifest
+//     entry whose file is missing or whose size, record count or CRC-32C
+//     differs, or that is empty or does not end with a newline (a partial
+//     file); a batch cut, split or out of order within a file.
+//   - I2/I3: a batch that appears more than once; a batch that must appear
+//     but does not; a batch that must not appear (of an aborted checkpoint)
+//     but does; with Exact, a batch that was never expected.
 //   - I7: a file seen committed by an earlier Check that has changed or gone.
 //   - manifest ranges: a file's producer ranges that are not exactly the
-//     sequence numbers of the producer's batches in it, or a (producer,
-//     stream, seq) that two files' ranges claim.
+//     sequence numbers of the producer's batches in it, sorted and merged,
+//     or a (producer, stream, seq) that two files' ranges claim; a manifest
+//     naming a file of another checkpoint, node or stream.
+//   - order: per producer and stream, sequence numbers that do not increase
+//     within a file and from one checkpoint of a node to the next.
+//
+// Objects under _staging/ (S3 uploads in flight) are listed in the report,
+// not judged: whether any may remain depends on how the test stopped.
 package invariant
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
-	"os"
+	"io"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -58,24 +72,45 @@ func Batch(b BatchID, n int) []byte {
 	return out
 }
 
+// manifest is a checkpoint's manifest as the checker reads it.
 type manifest struct {
-	Checkpoint uint64 `json:"checkpoint"`
-	Node       string `json:"node"`
-	Files      []struct {
-		Path      string                         `json:"path"`
-		Stream    string                         `json:"stream"`
-		Bytes     int64                          `json:"bytes"`
-		Records   int64                          `json:"records"`
-		CRC32C    string                         `json:"crc32c"`
-		Producers map[string]committer.SeqRanges `json:"producers"`
-	} `json:"files"`
+	Checkpoint uint64          `json:"checkpoint"`
+	Node       string          `json:"node"`
+	Files      []manifestEntry `json:"files"`
+}
+
+type manifestEntry struct {
+	Path      string                         `json:"path"`
+	Stream    string                         `json:"stream"`
+	Bytes     int64                          `json:"bytes"`
+	Records   int64                          `json:"records"`
+	CRC32C    string                         `json:"crc32c"`
+	Producers map[string]committer.SeqRanges `json:"producers"`
 }
 
 // Checker checks a destination. Keep one per destination across a test so
 // it can check I7 between calls.
 type Checker struct {
-	FS   afero.Fs
-	Dest string
+	// FS and Dest: a destination directory on an afero.Fs. Source, when
+	// set, is read instead (a directory on disk, a bucket).
+	FS     afero.Fs
+	Dest   string
+	Source Dest
+	// Anonymous tells the producers whose batches were written without
+	// producer headers: their manifest entries carry no ranges. Nil means
+	// the producer "".
+	Anonymous func(producer string) bool
+	// Foreign allows lines that are not test records (tests that write
+	// records of their own): the files that hold any are checked against
+	// their manifest entry but not its ranges.
+	Foreign bool
+	// Paths, when set, must match every data file's path.
+	Paths *regexp.Regexp
+	// NoEmpty: an empty data file is a problem. The engine commits one
+	// when every append to a staging file failed (the model test's short
+	// writes); runs without disk faults have none.
+	NoEmpty bool
+
 	seen map[string]uint32 // committed file -> crc, from earlier checks
 }
 
@@ -89,8 +124,15 @@ type Expect struct {
 
 // Report is what Check found.
 type Report struct {
-	Files   int
-	Records int
+	Files     int            // data files
+	Manifests int            // manifests
+	Records   int            // lines of data files
+	Bytes     int64          // bytes of data files
+	Nodes     map[string]int // data files per node
+	Staging   []string       // objects under _staging/ (S3 uploads in flight)
+	// Encoded counts the compressed and Parquet files read back through
+	// staging's decoders, by extension ("ndjson.zst", "parquet", ...).
+	Encoded map[string]int
 	Batches map[BatchID]int // occurrences
 	// Checkpoints lists, for every batch, the checkpoints whose manifests
 	// name a file holding it (I8: an id names the data answered with it).
@@ -117,45 +159,111 @@ func (r *Report) bad(format string, args ...any) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// dataFile is a data file as the destination holds it.
+type dataFile struct {
+	size  int64
+	raw   []byte // as stored
+	lines []byte // its records as NDJSON lines (decoded)
+	node  string // from its name
+	ckpt  uint64
+	named int // manifests naming it
+}
+
+// span is the sequence numbers one file holds of one producer.
+type span struct {
+	node     string
+	ckpt     uint64
+	min, max int64
+}
+
 // Check reads the whole destination and checks it against exp.
-func (c *Checker) Check(exp Expect) *Report {
-	r := &Report{Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}}
+func (c *Checker) Check(exp Expect) *Report { return c.CheckContext(context.Background(), exp) }
+
+// CheckContext is Check with a context for the destination's reads.
+func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
+	r := &Report{Nodes: map[string]int{}, Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}}
 	if c.seen == nil {
 		c.seen = map[string]uint32{}
 	}
-	files := map[string]int64{}
-	var manifests []string
-	err := afero.Walk(c.FS, c.Dest, func(p string, info fs.FileInfo, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if info.IsDir() {
-			return nil
-		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(p, c.Dest), "/")
-		if strings.HasSuffix(rel, ".inprogress") {
-			r.bad("I1: temp file in destination: %s", rel)
-		}
-		if strings.HasPrefix(rel, "_manifests/") {
-			manifests = append(manifests, rel)
-		} else if strings.HasPrefix(rel, "_nodes/") {
-			return nil // node leases: not data
-		} else {
-			files[rel] = info.Size()
-		}
-		return nil
-	})
+	src := c.Source
+	if src == nil {
+		src = FSDest{FS: c.FS, Dir: c.Dest}
+	}
+	objs, err := src.List(ctx)
 	if err != nil {
-		r.bad("walk destination: %v", err)
+		r.bad("list destination: %v", err)
 		return r
 	}
-	named := map[string]bool{}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Path < objs[j].Path })
+	files := map[string]*dataFile{}
+	var manifests []string
+	for _, o := range objs {
+		switch {
+		case strings.HasSuffix(o.Path, ".inprogress"):
+			r.bad("I1: temp file in destination: %s", o.Path)
+			continue
+		case strings.HasPrefix(o.Path, "_staging/"):
+			r.Staging = append(r.Staging, o.Path)
+			continue
+		case strings.HasPrefix(o.Path, "_nodes/"):
+			continue // node leases: not data
+		case strings.HasPrefix(o.Path, "_manifests/"):
+			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
+				r.bad("unexpected name under _manifests/: %s", o.Path)
+				continue
+			}
+			manifests = append(manifests, o.Path)
+			continue
+		}
+		f := &dataFile{size: o.Size}
+		files[o.Path] = f
+		node, ckpt, _, ext, ok := layout.ParsePartName(path.Base(o.Path))
+		if !ok || (c.Paths != nil && !c.Paths.MatchString(o.Path)) {
+			r.bad("unexpected object in the destination: %s (%d bytes)", o.Path, o.Size)
+			continue
+		}
+		f.node, f.ckpt = node, ckpt
+		data, err := src.Read(ctx, o.Path)
+		if err != nil {
+			r.bad("read %s: %v", o.Path, err)
+			continue
+		}
+		f.raw = data
+		r.Files++
+		r.Bytes += int64(len(data))
+		r.Nodes[node]++
+		if int64(len(data)) != o.Size {
+			r.bad("I1: %s: listed with %d bytes, read %d", o.Path, o.Size, len(data))
+		}
+		if len(data) == 0 {
+			if c.NoEmpty {
+				r.bad("empty data file %s", o.Path)
+			}
+			continue
+		}
+		// Compressed and Parquet files are read back through staging's
+		// decoders (a complete file decodes, a partial one does not).
+		lines, encoded, err := decodeLines(o.Path, data)
+		if err != nil {
+			r.bad("I1: %s does not decode: %v", o.Path, err)
+			continue
+		}
+		if encoded {
+			if r.Encoded == nil {
+				r.Encoded = map[string]int{}
+			}
+			r.Encoded[ext]++
+		}
+		if len(lines) == 0 || lines[len(lines)-1] != '\n' {
+			r.bad("I1: %s does not end with a newline (partial?)", o.Path)
+		}
+		f.lines = lines
+	}
 	claims := map[[2]string][]claim{}
+	spans := map[[2]string][]span{} // (producer, stream) -> one span per file
 	for _, m := range manifests {
-		data, err := afero.ReadFile(c.FS, path.Join(c.Dest, m))
+		r.Manifests++
+		data, err := src.Read(ctx, m)
 		if err != nil {
 			r.bad("read manifest %s: %v", m, err)
 			continue
@@ -165,50 +273,61 @@ func (c *Checker) Check(exp Expect) *Report {
 			r.bad("I1: manifest %s is not valid JSON: %v", m, err)
 			continue
 		}
-		if want := fmt.Sprintf("_manifests/%s/%020d.json", mf.Node, mf.Checkpoint); want != m {
+		if want := layout.ManifestName(mf.Node, mf.Checkpoint); want != m {
 			r.bad("manifest %s names checkpoint %d of node %s", m, mf.Checkpoint, mf.Node)
 		}
 		for _, f := range mf.Files {
-			if named[f.Path] {
-				r.bad("I2: %s named by two manifests", f.Path)
-			}
-			named[f.Path] = true
-			size, ok := files[f.Path]
-			if !ok {
+			df := files[f.Path]
+			if df == nil {
 				r.bad("I1: %s in manifest %s is missing", f.Path, m)
 				continue
 			}
-			if size != f.Bytes {
-				r.bad("I1: %s has %d bytes, manifest says %d", f.Path, size, f.Bytes)
+			if df.named++; df.named > 1 {
+				r.bad("I2: %s named by %d manifests", f.Path, df.named)
 			}
-			data, err := afero.ReadFile(c.FS, path.Join(c.Dest, f.Path))
-			if err != nil {
-				r.bad("read %s: %v", f.Path, err)
-				continue
+			if df.raw == nil {
+				continue // reported above
 			}
-			sum := crc32.Checksum(data, castagnoli)
+			if df.ckpt != mf.Checkpoint || df.node != mf.Node {
+				r.bad("manifest %s (checkpoint %d, node %s) names %s", m, mf.Checkpoint, mf.Node, f.Path)
+			}
+			if dir, _, _ := strings.Cut(f.Path, "/"); dir != f.Stream {
+				r.bad("%s: in the directory of stream %q, manifest %s says stream %q", f.Path, dir, m, f.Stream)
+			}
+			if df.size != f.Bytes {
+				r.bad("I1: %s has %d bytes, manifest says %d", f.Path, df.size, f.Bytes)
+			}
+			sum := crc32.Checksum(df.raw, castagnoli)
 			if got := fmt.Sprintf("%08x", sum); got != f.CRC32C {
 				r.bad("I1: %s crc32c %s, manifest says %s", f.Path, got, f.CRC32C)
 			}
-			if n := int64(bytes.Count(data, []byte{'\n'})); n != f.Records {
+			if df.lines == nil {
+				continue // does not decode: reported above
+			}
+			if n := int64(bytes.Count(df.lines, []byte{'\n'})); n != f.Records {
 				r.bad("I1: %s has %d records, manifest says %d", f.Path, n, f.Records)
 			}
 			if old, ok := c.seen[f.Path]; ok && old != sum {
 				r.bad("I7: committed file %s was rewritten", f.Path)
 			}
 			c.seen[f.Path] = sum
-			found := c.scan(r, f.Path, data)
+			found, foreign := c.scan(r, f.Path, f.Stream, df.lines)
 			for _, b := range found {
 				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
 			}
-			checkRanges(r, f.Path, f.Producers, found)
+			if !foreign {
+				c.checkRanges(r, f.Path, f.Producers, found)
+			}
 			for p, rs := range f.Producers {
 				k := [2]string{p, f.Stream}
 				for _, rg := range rs {
 					claims[k] = append(claims[k], claim{rg, f.Path})
 				}
 			}
-			r.Files++
+			for p, sp := range fileSpans(found, mf.Node, mf.Checkpoint) {
+				k := [2]string{p, f.Stream}
+				spans[k] = append(spans[k], sp)
+			}
 		}
 	}
 	for k, cs := range claims {
@@ -219,8 +338,24 @@ func (c *Checker) Check(exp Expect) *Report {
 			}
 		}
 	}
-	for p := range files {
-		if !named[p] {
+	// Order: per producer and stream, a later checkpoint of a node holds
+	// later sequence numbers.
+	for k, ss := range spans {
+		sort.Slice(ss, func(i, j int) bool {
+			if ss[i].node != ss[j].node {
+				return ss[i].node < ss[j].node
+			}
+			return ss[i].ckpt < ss[j].ckpt
+		})
+		for i := 1; i < len(ss); i++ {
+			a, b := ss[i-1], ss[i]
+			if a.node == b.node && a.ckpt < b.ckpt && a.max >= b.min {
+				r.bad("order: %s/%s: checkpoint %d holds seqs %d..%d, later checkpoint %d holds %d..%d", k[0], k[1], a.ckpt, a.min, a.max, b.ckpt, b.min, b.max)
+			}
+		}
+	}
+	for p, f := range files {
+		if f.named == 0 {
 			r.bad("I1: %s is in the destination but in no manifest", p)
 		}
 	}
@@ -244,11 +379,36 @@ func (c *Checker) Check(exp Expect) *Report {
 			r.bad("I2: batch %s appears %d times", b, n)
 		}
 		if exp.Exact && !exp.Must[b] && !exp.MustNot[b] {
-			r.bad("batch %s appears but was never expected", b)
+			r.bad("I3: batch %s appears but was never expected", b)
 		}
 	}
 	sort.Strings(r.Problems)
 	return r
+}
+
+// fileSpans returns the sequence numbers each producer but "" has in one
+// file.
+func fileSpans(found []BatchID, node string, ckpt uint64) map[string]span {
+	out := map[string]span{}
+	for _, b := range found {
+		if b.Producer == "" {
+			continue
+		}
+		sp, ok := out[b.Producer]
+		if !ok {
+			sp = span{node: node, ckpt: ckpt, min: b.Seq, max: b.Seq}
+		}
+		sp.min, sp.max = min(sp.min, b.Seq), max(sp.max, b.Seq)
+		out[b.Producer] = sp
+	}
+	return out
+}
+
+func (c *Checker) anonymous(producer string) bool {
+	if c.Anonymous == nil {
+		return producer == ""
+	}
+	return c.Anonymous(producer)
 }
 
 type line struct {
@@ -259,23 +419,36 @@ type line struct {
 	N int    `json:"n"`
 }
 
-// scan counts the batches in one file: a batch's records must be whole and
-// in order (i = 0..n-1, contiguous). It returns the batches in file order.
-func (c *Checker) scan(r *Report, name string, data []byte) []BatchID {
+// scan counts the batches in one file of stream: a batch's records must be
+// whole and in order (i = 0..n-1, contiguous), and a producer's batches in
+// increasing order. It returns the batches in file order, and whether the
+// file holds lines that are not test records (with Foreign).
+func (c *Checker) scan(r *Report, name, stream string, data []byte) (found []BatchID, foreign bool) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var cur *line
-	var found []BatchID
+	last := map[string]int64{} // producer -> its last seq in this file
 	lineNo := 0
 	for sc.Scan() {
 		lineNo++
-		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			r.bad("%s:%d: not a test record: %v", name, lineNo, err)
-			return found
-		}
 		r.Records++
-		if cur != nil && (l.P != cur.P || l.S != cur.S || l.Q != cur.Q || (l.I == 0 && cur.I == cur.N-1)) {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.N <= 0 || l.S == "" {
+			if !c.Foreign {
+				r.bad("%s:%d: not a test record: %.120q", name, lineNo, sc.Bytes())
+				return found, false
+			}
+			foreign = true
+			if cur != nil && cur.I != cur.N-1 {
+				r.bad("I1: %s:%d: batch %s/%s/%d cut after record %d of %d", name, lineNo, cur.P, cur.S, cur.Q, cur.I, cur.N)
+			}
+			cur = nil
+			continue
+		}
+		if l.S != stream {
+			r.bad("%s:%d: record of stream %q in a file of stream %q", name, lineNo, l.S, stream)
+		}
+		if cur != nil && (l.P != cur.P || l.S != cur.S || l.Q != cur.Q || cur.I == cur.N-1) {
 			if cur.I != cur.N-1 {
 				r.bad("I1: %s:%d: batch %s/%s/%d cut after record %d of %d", name, lineNo, cur.P, cur.S, cur.Q, cur.I, cur.N)
 			}
@@ -285,17 +458,22 @@ func (c *Checker) scan(r *Report, name string, data []byte) []BatchID {
 			if l.I != 0 {
 				r.bad("I1: %s:%d: batch %s/%s/%d starts at record %d", name, lineNo, l.P, l.S, l.Q, l.I)
 			}
-			r.Batches[BatchID{l.P, l.S, l.Q}]++
-			found = append(found, BatchID{l.P, l.S, l.Q})
-		} else if l.I != cur.I+1 {
-			r.bad("I1: %s:%d: batch %s/%s/%d record %d follows %d", name, lineNo, l.P, l.S, l.Q, l.I, cur.I)
+			b := BatchID{l.P, l.S, l.Q}
+			r.Batches[b]++
+			found = append(found, b)
+			if q, ok := last[l.P]; ok && l.P != "" && l.Q <= q {
+				r.bad("order: %s:%d: %s/%s seq %d after seq %d in the same file", name, lineNo, l.P, l.S, l.Q, q)
+			}
+			last[l.P] = l.Q
+		} else if l.I != cur.I+1 || l.N != cur.N {
+			r.bad("I1: %s:%d: batch %s/%s/%d record %d of %d follows record %d of %d", name, lineNo, l.P, l.S, l.Q, l.I, l.N, cur.I, cur.N)
 		}
 		cur = &l
 	}
 	if cur != nil && cur.I != cur.N-1 {
 		r.bad("I1: %s: batch %s/%s/%d cut after record %d of %d", name, cur.P, cur.S, cur.Q, cur.I, cur.N)
 	}
-	return found
+	return found, foreign
 }
 
 // Inherit takes over what an earlier checker saw committed, for a test that
@@ -315,11 +493,12 @@ type claim struct {
 }
 
 // checkRanges compares a file's manifest ranges with the producer batches
-// found in it: they must name exactly those sequence numbers.
-func checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges, found []BatchID) {
+// found in it: they must name exactly those sequence numbers, as sorted,
+// merged ranges; anonymous producers have none.
+func (c *Checker) checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges, found []BatchID) {
 	seqs := map[string][]int64{}
 	for _, b := range found {
-		if b.Producer != "" {
+		if !c.anonymous(b.Producer) {
 			seqs[b.Producer] = append(seqs[b.Producer], b.Seq)
 		}
 	}
@@ -338,18 +517,34 @@ func checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges
 				want = append(want, [2]int64{q, q})
 			}
 		}
-		got := append(committer.SeqRanges(nil), manifest[p]...)
-		sort.Slice(got, func(i, j int) bool { return got[i][0] < got[j][0] })
-		var merged committer.SeqRanges
-		for _, rg := range got {
-			if n := len(merged); n > 0 && merged[n-1][1]+1 >= rg[0] {
-				merged[n-1][1] = max(merged[n-1][1], rg[1])
-			} else {
-				merged = append(merged, rg)
-			}
-		}
-		if fmt.Sprint(merged) != fmt.Sprint(want) {
+		if fmt.Sprint(manifest[p]) != fmt.Sprint(want) {
 			r.bad("manifest ranges: %s: producer %s has seqs %v, manifest says %v", name, p, want, manifest[p])
 		}
+	}
+}
+
+// decodeLines returns a data file's records as NDJSON lines: a plain
+// file's bytes as they are, a compressed or Parquet one's decoded by
+// staging's readers (encoded true).
+func decodeLines(name string, data []byte) (lines []byte, encoded bool, err error) {
+	format, compression, _, ok := streamconf.ParseExt(name)
+	if !ok || format != streamconf.FormatParquet && compression == streamconf.CompressionNone {
+		return data, false, nil
+	}
+	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		return nil, true, err
+	}
+	defer recs.Close()
+	var out []byte
+	for {
+		rec, err := recs.Next()
+		if errors.Is(err, io.EOF) {
+			return out, true, nil
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		out = append(append(out, rec...), '\n')
 	}
 }

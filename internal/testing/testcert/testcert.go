@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -150,12 +149,6 @@ func serial(t testing.TB) *big.Int {
 		t.Fatalf("serial number: %v", err)
 	}
 	return n
-}
-
-// Fingerprint names a certificate in test messages: its subject's common
-// name and serial number.
-func Fingerprint(c *x509.Certificate) string {
-	return fmt.Sprintf("%s #%x", c.Subject.CommonName, c.SerialNumber)
 }
 
 // TLSConfig is a server tls.Config presenting the certificate.
