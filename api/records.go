@@ -417,6 +417,9 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 	if r.Context().Err() != nil {
 		return // the client is gone; nobody reads an answer
 	}
+	if write && s.streamError(w, err) { // streams.go
+		return
+	}
 	var (
 		status int
 		e      = &ErrorResponse{Message: err.Error()}

@@ -34,6 +34,10 @@ type ManifestFile struct {
 	CRC32C  string `json:"crc32c"`
 	// Producers holds each producer's exact sequence numbers in the file.
 	Producers map[string]committer.SeqRanges `json:"producers"`
+	// Format, Compression and SchemaVersion: see committer.File.
+	Format        string `json:"format,omitempty"`
+	Compression   string `json:"compression,omitempty"`
+	SchemaVersion int64  `json:"schema_version,omitempty"`
 }
 
 // ManifestPath returns the destination-relative manifest name.
@@ -48,7 +52,8 @@ func BuildManifest(node string, c *Checkpoint) ([]byte, error) {
 		if p == nil {
 			p = map[string]committer.SeqRanges{}
 		}
-		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
+		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p,
+			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion})
 	}
 	return json.MarshalIndent(&m, "", "  ")
 }

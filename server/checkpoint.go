@@ -206,6 +206,7 @@ func (e *Engine) openNextLocked() {
 	e.openID++
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
 	e.openBytes, e.openRecords, e.early = 0, 0, false
+	e.applyStreamsLocked() // streams.go: configurations change at barriers
 	e.dirty = map[string]map[string]bool{}
 	e.outcomes[e.openID] = newOutcome()
 	e.publishLocked()
@@ -237,6 +238,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 // staging directory, and prepares every file with the committer. It returns
 // the files prepared so far even on error, so abort can undo them.
 func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error) {
+	txns = e.dropEmpty(txns) // streams.go
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
 	var wg sync.WaitGroup
@@ -247,6 +249,9 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			sum, err := ot.txn.PreCommit()
+			if err == nil {
+				sum, err = e.encodeStaged(ot, sum) // streams.go
+			}
 			if err != nil {
 				errs[i] = err
 				return
@@ -257,6 +262,7 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 			}
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
 				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
+			files[i].Format, files[i].Compression, files[i].SchemaVersion = ot.fileFormat()
 		}()
 	}
 	wg.Wait()
@@ -302,7 +308,7 @@ func (e *Engine) abort(ck *recovery.Checkpoint, txns []*openTxn, files []committ
 	log := e.log.With("checkpoint", ck.ID)
 	log.Error("checkpoint aborted", "err", cause)
 	for _, ot := range txns {
-		if err := ot.txn.Abort(); err != nil {
+		if err := errors.Join(ot.txn.Abort(), e.removeEncoded(ot)); err != nil {
 			log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}

@@ -183,6 +183,11 @@ type openTxn struct {
 	key   staging.Key
 	txn   *staging.Txn
 	final string
+	// Stream configuration hooks (streams.go): the configuration the
+	// file is written with, and its encoded temp file once pre-commit
+	// encoded it.
+	conf    *streamConf
+	encoded string
 }
 
 type outcome struct {
@@ -241,6 +246,7 @@ type Engine struct {
 	status        atomic.Pointer[Status] // published under mu, read by Status without it
 	producerCount atomic.Int64           // len(producers), read without mu
 	keys          keyTable               // idempotency keys (idempotency.go)
+	streams       streamTable            // stream configurations (streams.go)
 	commitWant    uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
 	commitWaits   int                    // the Waits that asked for it
 }
@@ -280,6 +286,11 @@ func Open(cfg Config) (*Engine, error) {
 		cur: map[staging.Key]*openTxn{}, producers: map[string]*producer{}, durable: map[string]recovery.Producer{},
 		dirty: map[string]map[string]bool{}, outcomes: map[uint64]*outcome{},
 		recovering: "starting",
+	}
+	if err := e.loadStreams(); err != nil { // streams.go
+		cancel()
+		_ = st.Close() // refusing to start; the load error is the one to report
+		return nil, err
 	}
 	e.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
@@ -590,7 +601,10 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 // among those (a retry of the latest batches), else a later committed
 // one; never an open, aborted or reserved id.
 func (e *Engine) Write(w Write) (WriteResult, error) {
-	part := Partition(e.cfg.Now())
+	now := e.cfg.Now()
+	// Stream configuration hook (streams.go): place the batch by the
+	// configuration in force, outside the ingest lock.
+	pl := e.confFor(w.Stream).place(now, &w)
 	e.mu.Lock()
 	defer func() {
 		e.publishLocked()
@@ -654,6 +668,13 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			return res, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
 		}
 	}
+	if sc := e.confFor(w.Stream); sc != pl.conf {
+		pl = sc.place(now, &w) // a barrier changed the configuration meanwhile
+	}
+	if pl.err != nil {
+		e.reject("invalid_records")
+		return res, pl.err
+	}
 	if w.Records == 0 {
 		// An empty batch still takes its sequence number, but opens no file.
 		if ss != nil {
@@ -666,8 +687,11 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.reject("backpressure")
 		return res, ErrBackpressure
 	}
-	ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: part, Ext: w.Ext})
-	if err != nil {
+	pid, seq := "", int64(0)
+	if w.Producer != nil {
+		pid, seq = w.Producer.ID, w.Producer.Seq
+	}
+	if err := e.appendPlacedLocked(&w, pl, pid, seq); err != nil { // streams.go
 		if errors.Is(err, ErrBackpressure) {
 			e.reject("backpressure")
 			return res, err
@@ -675,15 +699,6 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.reject("storage")
 		e.noteDiskFullLocked(err)
 		return res, err
-	}
-	pid, seq := "", int64(0)
-	if w.Producer != nil {
-		pid, seq = w.Producer.ID, w.Producer.Seq
-	}
-	if err := ot.txn.Append(w.Data, w.Records, pid, seq); err != nil {
-		e.reject("storage")
-		e.noteDiskFullLocked(err)
-		return res, fmt.Errorf("append to stream %s: %w", w.Stream, err)
 	}
 	e.openBytes += int64(len(w.Data))
 	e.openRecords += int64(w.Records)
@@ -757,7 +772,7 @@ func (e *Engine) writableLocked() error {
 
 // txnLocked returns the open transaction for key, opening or rolling it.
 func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
-	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.cfg.RollBytes {
+	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.rollBytes(key.Stream) {
 		return ot, nil
 	} else if ot != nil && ot.txn.Err() != nil {
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
@@ -780,7 +795,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 		return nil, err
 	}
 	e.nextIndex++
-	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base)}
+	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: e.confFor(key.Stream)}
 	e.cur[key] = ot
 	e.openTxns = append(e.openTxns, ot)
 	return ot, nil

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -31,6 +32,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -189,6 +192,10 @@ func (c *Checker) Check(exp Expect) *Report {
 			sum := crc32.Checksum(data, castagnoli)
 			if got := fmt.Sprintf("%08x", sum); got != f.CRC32C {
 				r.bad("I1: %s crc32c %s, manifest says %s", f.Path, got, f.CRC32C)
+			}
+			if data, err = decodeLines(f.Path, data); err != nil {
+				r.bad("I1: %s does not decode: %v", f.Path, err)
+				continue
 			}
 			if n := int64(bytes.Count(data, []byte{'\n'})); n != f.Records {
 				r.bad("I1: %s has %d records, manifest says %d", f.Path, n, f.Records)
@@ -351,5 +358,31 @@ func checkRanges(r *Report, name string, manifest map[string]committer.SeqRanges
 		if fmt.Sprint(merged) != fmt.Sprint(want) {
 			r.bad("manifest ranges: %s: producer %s has seqs %v, manifest says %v", name, p, want, manifest[p])
 		}
+	}
+}
+
+// decodeLines returns a committed file's records as NDJSON lines: the
+// bytes themselves for plain files, decoded (staging's readers) for
+// compressed and Parquet ones.
+func decodeLines(name string, data []byte) ([]byte, error) {
+	format, compression, _, ok := streamconf.ParseExt(name)
+	if !ok || format != streamconf.FormatParquet && compression == streamconf.CompressionNone {
+		return data, nil
+	}
+	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		return nil, err
+	}
+	defer recs.Close()
+	var out []byte
+	for {
+		rec, err := recs.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, rec...), '\n')
 	}
 }
