@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/staging"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -109,7 +110,7 @@ func (d s3Dest) Read(ctx context.Context, path string) ([]byte, error) {
 }
 
 var (
-	dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.]+)-(\d{20})-(\d{4})\.ndjson$`)
+	dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.]+)-(\d{20})-(\d{4})\.(?:ndjson|ndjson\.gz|ndjson\.zst|parquet)$`)
 	manifestRE = regexp.MustCompile(`^_manifests/([A-Za-z0-9_.]+)/(\d{20})\.json$`)
 )
 
@@ -224,7 +225,13 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 			r.bad("empty data file %s", o.Path)
 			continue
 		}
-		if data[len(data)-1] != '\n' {
+		// Compressed and Parquet files are read back through staging's
+		// decoders (a complete file decodes, a partial one does not).
+		if data, err = decodeRecords(o.Path, data); err != nil {
+			r.bad("I1: %s does not decode: %v", o.Path, err)
+			continue
+		}
+		if len(data) == 0 || data[len(data)-1] != '\n' {
 			r.bad("I1: %s does not end with a newline (partial?)", o.Path)
 		}
 		var cur *record // the batch being read: its first record
@@ -407,4 +414,28 @@ func requireDest(t testing.TB, d destReader, want map[batchKey]int, exact bool) 
 		t.Errorf("%s: %s", d, p)
 	}
 	return r
+}
+
+// decodeRecords returns a data file's records as NDJSON: plain files as
+// they are, compressed and Parquet ones decoded by staging's readers.
+func decodeRecords(name string, data []byte) ([]byte, error) {
+	if strings.HasSuffix(name, ".ndjson") {
+		return data, nil
+	}
+	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		return nil, err
+	}
+	defer recs.Close()
+	var out []byte
+	for {
+		rec, err := recs.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, rec...), '\n')
+	}
 }
