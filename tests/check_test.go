@@ -110,7 +110,7 @@ func (d s3Dest) Read(ctx context.Context, path string) ([]byte, error) {
 }
 
 var (
-	dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.]+)-(\d{20})-(\d{4})\.(?:ndjson|ndjson\.gz|ndjson\.zst|parquet)$`)
+	dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.]+)-(\d{20})-(\d{4})\.(ndjson|ndjson\.gz|ndjson\.zst|parquet)$`)
 	manifestRE = regexp.MustCompile(`^_manifests/([A-Za-z0-9_.]+)/(\d{20})\.json$`)
 )
 
@@ -124,6 +124,9 @@ type destReport struct {
 	Nodes     map[string]int // data files per node
 	Staging   []string       // objects left under _staging/
 	Problems  []string
+	// Encoded counts the compressed and Parquet files read back through
+	// staging's decoders, by extension ("ndjson.zst", "parquet", ...).
+	Encoded map[string]int
 }
 
 func (r *destReport) bad(format string, args ...any) {
@@ -230,6 +233,12 @@ func checkDest(ctx context.Context, d destReader, want map[batchKey]int, exact b
 		if data, err = decodeRecords(o.Path, data); err != nil {
 			r.bad("I1: %s does not decode: %v", o.Path, err)
 			continue
+		}
+		if !strings.HasSuffix(o.Path, ".ndjson") {
+			if r.Encoded == nil {
+				r.Encoded = map[string]int{}
+			}
+			r.Encoded[m[5]]++
 		}
 		if len(data) == 0 || data[len(data)-1] != '\n' {
 			r.bad("I1: %s does not end with a newline (partial?)", o.Path)

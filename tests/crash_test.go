@@ -274,6 +274,11 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	want := led.snapshot()
 	st.batches, st.records = led.records()
 	st.report = requireDest(t, cl.dest, want, true)
+	for _, ext := range []string{"ndjson.zst", "parquet"} {
+		if len(cl.configure) > 0 && st.report.Encoded[ext] == 0 {
+			t.Errorf("no .%s file committed: the configured streams were not written encoded (%v)", ext, st.report.Encoded)
+		}
+	}
 	if len(st.report.Staging) > 0 {
 		t.Errorf("%d staging objects left after a clean stop: %s", len(st.report.Staging), firstN(st.report.Staging, 10))
 	}
@@ -290,6 +295,9 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	}
 	st.checkpoints = ckpts.Load()
 	st.elapsed = time.Since(began)
+	if len(st.report.Encoded) > 0 {
+		t.Logf("encoded files read back through staging's decoders: %v", st.report.Encoded)
+	}
 	report(t, "%d SIGKILLs (%d during recovery, %d aimed at a checkpoint, %d seen prepared), %d restarts; recovery re-committed a prepared checkpoint after %d of them and cleaned up staging after %d; %d batches, %d records verified exactly once in %d files, %d manifests; longest recovery (start to /readyz 200) %s; %d resends after lost batches; %d requested checkpoints; took %s",
 		st.kills, st.startupKills, st.aimedKills, st.preparedKills, st.restarts, st.recommits, st.cleanups, st.batches, st.records, st.report.Files, st.report.Manifests,
 		st.maxRecovery.Round(time.Millisecond), st.resends, st.checkpoints, st.elapsed.Round(time.Millisecond))
