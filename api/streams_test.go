@@ -95,6 +95,13 @@ func TestStreamConfigAPI(t *testing.T) {
 		if staging.CRC32C(raw) != f.CRC32C || int64(len(raw)) != f.Bytes {
 			t.Errorf("%s: manifest bytes/crc are not of the stored bytes", f.Path)
 		}
+		// The download serves the stored bytes, Content-Encoding untouched.
+		dl := r.admin("GET", "/v1/files/"+f.Path, "")
+		expectStatus(t, dl, http.StatusOK)
+		if !bytes.Equal(dl.Body.Bytes(), raw) || dl.Header().Get("Content-Encoding") != "" || dl.Header().Get("Content-Type") != "application/zstd" {
+			t.Errorf("download of %s: %d bytes (stored %d), Content-Encoding %q, Content-Type %q", f.Path, dl.Body.Len(), len(raw),
+				dl.Header().Get("Content-Encoding"), dl.Header().Get("Content-Type"))
+		}
 		recs, err := staging.Preview(bytes.NewReader(raw), int64(len(raw)), f.Path, 10, 1<<20)
 		if err != nil {
 			t.Fatal(err)
