@@ -187,7 +187,8 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		s.writeFail(w, parseStatus(err), parseError(err))
 		return
 	}
-	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey})
+	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey,
+		Body: body}) // Body: for a stream that dedups by body (server/streams.go)
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.

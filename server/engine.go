@@ -154,6 +154,10 @@ type Write struct {
 	Producer *Producer // nil without idempotence headers
 	// Key is the batch's idempotency key, nil without; never with Producer.
 	Key *IdempotencyKey
+	// Body is the decoded request body, for a stream configured with
+	// "dedup": "body" (streams.go): a write with neither Producer nor Key
+	// is keyed by its SHA-256. The engine does not keep it.
+	Body []byte
 }
 
 // WriteResult answers a Write.
@@ -604,7 +608,9 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	now := e.cfg.Now()
 	// Stream configuration hook (streams.go): place the batch by the
 	// configuration in force, outside the ingest lock.
+	key := w.Key
 	pl := e.confFor(w.Stream).place(now, &w)
+	w.Key = pl.conf.dedupKey(&w, key)
 	e.mu.Lock()
 	defer func() {
 		e.publishLocked()
@@ -614,6 +620,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
+	if sc := e.confFor(w.Stream); sc != pl.conf {
+		pl = sc.place(now, &w) // a barrier changed the configuration meanwhile
+		w.Key = sc.dedupKey(&w, key)
+	}
 	if w.Key != nil {
 		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
 			return dup, err
@@ -667,9 +677,6 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			e.reject("out_of_order_sequence")
 			return res, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
 		}
-	}
-	if sc := e.confFor(w.Stream); sc != pl.conf {
-		pl = sc.place(now, &w) // a barrier changed the configuration meanwhile
 	}
 	if pl.err != nil {
 		e.reject("invalid_records")

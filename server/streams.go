@@ -442,3 +442,14 @@ func (e *Engine) dropEmpty(txns []*openTxn) []*openTxn {
 	}
 	return out
 }
+
+// dedupKey returns the idempotency key of w: key (the client's), or for
+// a stream configured with "dedup": "body", when w has neither producer
+// headers nor a key, the SHA-256 of its decoded body (DESIGN.md
+// "Idempotency keys").
+func (sc *streamConf) dedupKey(w *Write, key *IdempotencyKey) *IdempotencyKey {
+	if key != nil || w.Producer != nil || w.Body == nil || sc.cfg.Dedup != streamconf.DedupBody {
+		return key
+	}
+	return BodyKey(w.Body)
+}
