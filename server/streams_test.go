@@ -140,3 +140,38 @@ func TestStreamPartitionSplit(t *testing.T) {
 		t.Fatalf("partitions %v, want %v", parts, want)
 	}
 }
+
+// TestStreamPartitionsBounded: partitions are transactions, bounded by
+// MaxOpenFiles: a batch needing more is refused whole with backpressure
+// (nothing of it appended, no empty file committed), and asks for an
+// early checkpoint; after it the batch goes in.
+func TestStreamPartitionsBounded(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.MaxOpenFiles = 2 }
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	three := []byte(`{"k":"a"}` + "\n" + `{"k":"b"}` + "\n" + `{"k":"c"}` + "\n")
+	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"a"}` + "\n"), Records: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: three, Records: 3})
+	if !errors.Is(err, ErrBackpressure) {
+		t.Fatalf("a batch over --max-open-files partitions: %v, want backpressure", err)
+	}
+	if st := e.Status(); st.OpenRecords != 1 {
+		t.Fatalf("open records %d after the refused batch, want 1", st.OpenRecords)
+	}
+	res := r.checkpoint()
+	if len(res.Files) != 1 || res.Files[0].Records != 1 {
+		t.Fatalf("files %+v: want the one record, no empty file", res.Files)
+	}
+	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: three[:20], Records: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); len(res.Files) != 2 {
+		t.Fatalf("files %+v", res.Files)
+	}
+}
