@@ -3,13 +3,19 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // testSchema fits invariant's test records.
@@ -190,5 +196,57 @@ func TestStreamPartitionsBounded(t *testing.T) {
 	r.checkpoint()
 	if got := committed(); len(got) != 2 {
 		t.Fatalf("committed files of %v records, want 2 files", got)
+	}
+}
+
+// failWrites fails every write to a file whose name holds match.
+type failWrites struct{ match string }
+
+func (f failWrites) MaybeError(op faultfs.Op) error {
+	if op.Kind == faultfs.OpWrite && strings.Contains(op.Path, f.match) {
+		return syscall.EIO
+	}
+	return nil
+}
+
+// TestStreamSplitAppendFails: a batch spanning partitions whose second
+// piece fails to append after the first was appended is refused, and the
+// open checkpoint aborts (nothing of that batch ever commits, I3); the
+// checkpoint after it goes on.
+func TestStreamSplitAppendFails(t *testing.T) {
+	sw := &swapInjector{}
+	fs := faultfs.NewInjectFS(afero.NewMemMapFs(), sw)
+	r := newRig(t, fs)
+	r.tweak = func(c *Config) { c.BufferSize = 8 } // every batch is written at once
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	id := e.Status().OpenID
+	sw.set(failWrites{match: fmt.Sprintf("-%020d-0001.", id)}) // the second file of the checkpoint: partition b
+	two := []byte(`{"k":"a","n":1}` + "\n" + `{"k":"b","n":1}` + "\n")
+	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: two, Records: 2}); err == nil {
+		t.Fatal("the write whose second piece failed was accepted")
+	}
+	sw.set(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Wait(ctx, id); !errors.Is(err, ErrAborted) {
+		t.Fatalf("checkpoint %d holding half the batch: %v, want aborted", id, err)
+	}
+	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: two, Records: 2}); err != nil {
+		t.Fatal(err)
+	}
+	res := r.checkpoint()
+	if res.State != recovery.Committed || len(res.Files) != 2 {
+		t.Fatalf("after the abort: %+v", res)
+	}
+	var records int64
+	for _, f := range res.Files {
+		records += f.Records
+	}
+	if records != 2 {
+		t.Fatalf("%d records committed, want the retried batch's 2", records)
 	}
 }
