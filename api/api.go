@@ -272,6 +272,8 @@ func (s *Server) Mount(r chi.Router) {
 	r.With(read).Get("/v1/checkpoints/{id}", s.getCheckpoint)
 	r.With(read).Get("/v1/checkpoints", s.listCheckpoints)
 	r.With(read).Get("/v1/streams", s.listStreams)
+	r.With(admin).Put("/v1/streams/{stream}", s.putStream) // streams.go
+	r.With(read).Get("/v1/streams/{stream}", s.getStream)
 	r.With(read).Get("/v1/files", s.listFiles)
 	r.With(read).Get("/v1/files/*", s.getFile)
 	r.With(read).Head("/v1/files/*", s.getFile)

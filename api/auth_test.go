@@ -57,6 +57,8 @@ func TestAuthTable(t *testing.T) {
 		{"GET /v1/checkpoints/{id}", "/v1/checkpoints/1", "", "", readOnly, 200},
 		{"GET /v1/checkpoints", "/v1/checkpoints?limit=5", "", "", readOnly, 200},
 		{"GET /v1/streams", "/v1/streams", "", "", readOnly, 200},
+		{"PUT /v1/streams/{stream}", "/v1/streams/conf", `{"compression":"gzip"}`, "application/json", adminOnly, 200},
+		{"GET /v1/streams/{stream}", "/v1/streams/clicks", "", "", readOnly, 200},
 		{"GET /v1/files", "/v1/files?prefix=clicks", "", "", readOnly, 200},
 		{"GET /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},
 		{"HEAD /v1/files/{path}", "/v1/files/" + file, "", "", readOnly, 200},

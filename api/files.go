@@ -83,6 +83,8 @@ func contentType(name string) string {
 		return "application/gzip"
 	case ".zst":
 		return "application/zstd"
+	case ".parquet":
+		return "application/vnd.apache.parquet"
 	}
 	return "application/octet-stream"
 }

@@ -186,7 +186,8 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		s.writeFail(w, parseStatus(err), parseError(err))
 		return
 	}
-	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey})
+	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey,
+		Body: body}) // Body: for a stream that dedups by body (server/streams.go)
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.
@@ -415,6 +416,9 @@ func parseError(err error) *ErrorResponse {
 func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, write bool) {
 	if r.Context().Err() != nil {
 		return // the client is gone; nobody reads an answer
+	}
+	if write && s.streamError(w, err) { // streams.go
+		return
 	}
 	var (
 		status int

@@ -20,6 +20,11 @@ type ErrorResponse struct {
 	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
 	// Checkpoint is the checkpoint that aborted (aborted).
 	Checkpoint uint64 `json:"checkpoint,omitempty"`
+	// Field names the offending field: of a stream configuration
+	// (invalid_body of PUT /v1/streams/{stream}, e.g.
+	// "schema.fields[2].type"), or of a record (invalid_partition,
+	// schema_mismatch).
+	Field string `json:"field,omitempty"`
 }
 
 // WriteResponse answers POST /v1/streams/{stream}/records.

@@ -58,6 +58,13 @@ type File struct {
 	Records   int64                `json:"records"`
 	CRC32C    string               `json:"crc32c"`
 	Producers map[string]SeqRanges `json:"producers,omitempty"`
+	// The file's encoding (DESIGN.md "Streams"): format ndjson, text or
+	// parquet; compression none, gzip or zstd (Parquet: its page codec);
+	// the version of the stream configuration it was written with (0: the
+	// defaults). Empty in records written before they were kept.
+	Format        string `json:"format,omitempty"`
+	Compression   string `json:"compression,omitempty"`
+	SchemaVersion int64  `json:"schema_version,omitempty"`
 
 	// Set by committers that upload at Prepare (S3).
 	UploadID   string `json:"upload_id,omitempty"`

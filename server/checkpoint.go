@@ -215,6 +215,7 @@ func (e *Engine) openNextLocked() {
 	e.openID++
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
 	e.openBytes, e.openRecords, e.early = 0, 0, false
+	e.applyStreamsLocked() // streams.go: configurations change at barriers
 	e.outcomes[e.openID] = newOutcome()
 	e.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.
@@ -245,6 +246,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 // staging directory, and prepares every file with the committer. It returns
 // the files prepared so far even on error, so abort can undo them.
 func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error) {
+	txns = e.dropEmpty(txns) // streams.go
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
 	// Every file is tried, whatever the others do: errors are kept in
@@ -254,6 +256,9 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 	for i, ot := range txns {
 		g.Go(func() error {
 			sum, err := ot.txn.PreCommit()
+			if err == nil {
+				sum, err = e.encodeStaged(ot, sum) // streams.go
+			}
 			if err != nil {
 				errs[i] = err
 				return nil
@@ -264,6 +269,7 @@ func (e *Engine) preCommit(id uint64, txns []*openTxn) ([]committer.File, error)
 			}
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
 				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
+			files[i].Format, files[i].Compression, files[i].SchemaVersion = ot.fileFormat()
 			return nil
 		})
 	}
@@ -334,7 +340,7 @@ func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointRe
 // orphan sweep and recovery.
 func (e *Engine) abortFiles(c *cut, files []committer.File) {
 	for _, ot := range c.txns {
-		if err := ot.txn.Abort(); err != nil {
+		if err := errors.Join(ot.txn.Abort(), e.removeEncoded(ot)); err != nil {
 			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}

@@ -33,6 +33,10 @@ type Write struct {
 	Producer *Producer // nil without idempotence headers
 	// Key is the batch's idempotency key, nil without; never with Producer.
 	Key *IdempotencyKey
+	// Body is the decoded request body, for a stream configured with
+	// "dedup": "body" (streams.go): a write with neither Producer nor Key
+	// is keyed by its SHA-256. The engine does not keep it.
+	Body []byte
 }
 
 // WriteResult answers a Write.
@@ -62,6 +66,11 @@ type openTxn struct {
 	key   staging.Key
 	txn   *staging.Txn
 	final string
+	// Stream configuration hooks (streams.go): the configuration the
+	// file is written with, and its encoded temp file once pre-commit
+	// encoded it.
+	conf    *streamConf
+	encoded string
 }
 
 type outcome struct {
@@ -117,6 +126,7 @@ type Engine struct {
 
 	status      atomic.Pointer[Status] // published under mu, read by Status without it
 	keys        keyTable               // idempotency keys (idempotency.go)
+	streams     streamTable            // stream configurations (streams.go)
 	commitWant  uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
 	commitWaits int                    // the Waits that asked for it
 }
@@ -144,7 +154,12 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 // among those (a retry of the latest batches), else a later committed
 // one; never an open, aborted or reserved id.
 func (e *Engine) Write(w Write) (WriteResult, error) {
-	part := Partition(e.cfg.Now())
+	now := e.cfg.Now()
+	// Stream configuration hook (streams.go): place the batch by the
+	// configuration in force, outside the ingest lock.
+	key := w.Key
+	pl := e.confFor(w.Stream).place(now, &w)
+	w.Key = pl.conf.dedupKey(&w, key)
 	e.mu.Lock()
 	defer func() {
 		e.publishLocked()
@@ -154,6 +169,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
+	if sc := e.confFor(w.Stream); sc != pl.conf {
+		pl = sc.place(now, &w) // a barrier changed the configuration meanwhile
+		w.Key = sc.dedupKey(&w, key)
+	}
 	if w.Key != nil {
 		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
 			return dup, err
@@ -166,6 +185,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			return res, err // refused, or a duplicate
 		}
 	}
+	if pl.err != nil {
+		e.reject("invalid_records")
+		return res, pl.err
+	}
 	if w.Records == 0 {
 		// An empty batch still takes its sequence number, but opens no file.
 		if ss != nil {
@@ -177,8 +200,11 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.reject("backpressure")
 		return res, ErrBackpressure
 	}
-	ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: part, Ext: w.Ext})
-	if err != nil {
+	pid, seq := "", int64(0)
+	if w.Producer != nil {
+		pid, seq = w.Producer.ID, w.Producer.Seq
+	}
+	if err := e.appendPlacedLocked(&w, pl, pid, seq); err != nil { // streams.go
 		if errors.Is(err, ErrBackpressure) {
 			e.reject("backpressure")
 			return res, err
@@ -186,15 +212,6 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.reject("storage")
 		e.noteDiskFullLocked(err)
 		return res, err
-	}
-	pid, seq := "", int64(0)
-	if w.Producer != nil {
-		pid, seq = w.Producer.ID, w.Producer.Seq
-	}
-	if err := ot.txn.Append(w.Data, w.Records, pid, seq); err != nil {
-		e.reject("storage")
-		e.noteDiskFullLocked(err)
-		return res, fmt.Errorf("append to stream %s: %w", w.Stream, err)
 	}
 	e.openBytes += int64(len(w.Data))
 	e.openRecords += int64(w.Records)
@@ -251,7 +268,7 @@ func (e *Engine) writableLocked() error {
 
 // txnLocked returns the open transaction for key, opening or rolling it.
 func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
-	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.cfg.RollBytes {
+	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.rollBytes(key.Stream) {
 		return ot, nil
 	} else if ot != nil && ot.txn.Err() != nil {
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
@@ -274,7 +291,7 @@ func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
 		return nil, err
 	}
 	e.nextIndex++
-	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base)}
+	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: e.confFor(key.Stream)}
 	e.cur[key] = ot
 	e.openTxns = append(e.openTxns, ot)
 	return ot, nil

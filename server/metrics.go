@@ -13,7 +13,8 @@ import (
 // NewMetrics starts at 0 so that alerts see 0 rather than no data.
 // TestRejectReasonsComplete keeps the list equal to the engine's calls.
 func rejectReasons() []string {
-	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage", "idempotency_key_reused"}
+	return []string{"unknown_producer", "producer_fenced", "invalid_epoch", "out_of_order_sequence", "backpressure", "storage", "idempotency_key_reused",
+		"invalid_records"} // invalid_records: streams.go (partition, schema, content type)
 }
 
 // Defaults of MetricsConfig.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -133,6 +134,18 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
 	}
 	e := r.start(nil)
+	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
+	// pre-commit encodes under the same crashes and faults. The empty
+	// checkpoint is the barrier that puts them in force.
+	for s, c := range map[string]streamconf.Config{
+		"s1": {Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd},
+		"s2": {Format: streamconf.FormatParquet, Schema: testSchema},
+	} {
+		if _, err := e.PutStream(t.Context(), s, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.checkpoint()
 	km := &keyModel{}
 	defer func() { t.Logf("keyed: %s", km.st) }()
 	m := newModel()

@@ -43,6 +43,11 @@ func Open(cfg Config) (*Engine, error) {
 		cur: map[staging.Key]*openTxn{}, prods: newProducerTable(st), outcomes: map[uint64]*outcome{},
 		recovering: "starting",
 	}
+	if err := e.loadStreams(); err != nil { // streams.go
+		cancel()
+		_ = st.Close() // refusing to start; the load error is the one to report
+		return nil, err
+	}
 	e.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
 		e.fin.Fence = e.leaseCheck

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -318,9 +319,23 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		if len(m.epoch) < 2 {
 			round = func(func()) {}
 		}
-		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = m.writeAnon(e, "a") })
-		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1) })
-		round(func() { w("p2", "b", 2); w("p1", "c", 2); _ = m.writeAnon(e, "c") })
+		// A zstd stream and a Parquet stream (streams_test.go): their
+		// pre-commit encodes, and every operation of it is swept too.
+		// The empty checkpoint is the barrier that puts them in force.
+		if len(m.epoch) == 2 && sweepStreams(t, e) {
+			if _, err := checkpointUntil(e, crashed); err != nil {
+				round = func(func()) {}
+			}
+		}
+		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = m.writeAnon(e, "a"); w("p1", zstdStream, 1) })
+		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1); w("p2", parquetStream, 2) })
+		round(func() {
+			w("p2", "b", 2)
+			w("p1", "c", 2)
+			_ = m.writeAnon(e, "c")
+			w("p1", zstdStream, 1)
+			w("p1", parquetStream, 1)
+		})
 		round(func() {})
 	}
 	ops, storeTxns = inj.Count(sweepKinds), int64(sf.count())
@@ -370,7 +385,8 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 			m.epoch[p] = ps.Epoch
 		}
 	}
-	full := map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 4, {"p2", "a"}: 1, {"p1", "b"}: 1, {"p1", "c"}: 2}
+	full := map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 4, {"p2", "a"}: 1, {"p1", "b"}: 1, {"p1", "c"}: 2,
+		{"p1", zstdStream}: 2, {"p2", parquetStream}: 2, {"p1", parquetStream}: 1}
 	for k, want := range full {
 		for m.next[k] < want {
 			if err := m.write(t, e, k[0], k[1], 2); err != nil {
@@ -432,4 +448,20 @@ func TestFaultSweep(t *testing.T) {
 	t.Logf("fault sweep: %d operations in the workload, %d fault points swept (fail, crash, power cut); %d state-store write transactions, %d store fault points",
 		total, points, txns, storePoints)
 	fmt.Printf("fault sweep: %d operations, %d fault points swept; %d store transactions, %d store fault points\n", total, points, txns, storePoints)
+}
+
+// sweepStreams configures the sweep's zstd and Parquet streams; false if
+// the store refused (a store fault point), which leaves them plain.
+func sweepStreams(t *testing.T, e *Engine) bool {
+	t.Helper()
+	for _, s := range []string{zstdStream, parquetStream} {
+		c := streamconf.Config{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}
+		if s == parquetStream {
+			c = streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema}
+		}
+		if _, err := e.PutStream(t.Context(), s, c); err != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -186,7 +186,12 @@ func openParquet(r io.ReaderAt, size int64) (rec Records, err error) {
 	if size < 12 {
 		return nil, fmt.Errorf("%w: %d bytes is too short for Parquet", ErrCorrupt, size)
 	}
-	if _, err := r.ReadAt(tail[:], size-8); err != nil {
+	// A ReaderAt may answer a read that reaches the end with io.EOF and
+	// every byte (S3 objects do): only a short read is an error.
+	if n, err := r.ReadAt(tail[:], size-8); n < len(tail) {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, fmt.Errorf("read Parquet footer: %w", err)
 	}
 	if footer := int64(binary.LittleEndian.Uint32(tail[:4])); footer > size-12 {

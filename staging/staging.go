@@ -83,6 +83,9 @@ func (t *Txn) Name() string { return t.name }
 // Size returns the bytes appended so far, buffered or written.
 func (t *Txn) Size() int64 { return t.written + int64(len(t.buf)) }
 
+// Records returns the records appended so far.
+func (t *Txn) Records() int64 { return t.records }
+
 // Err returns the error that broke the transaction, if any.
 func (t *Txn) Err() error { return t.err }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -30,6 +31,16 @@ type crashLoop struct {
 	verify    []string // `eosink verify` flags
 	dir       string   // work directory; default a new one
 	aim       int      // ms: aimed kills fall this long at most after a checkpoint request
+	// configure: stream -> PUT /v1/streams/{stream} body, sent once the
+	// service is first ready; those streams are written too.
+	configure map[string]string
+}
+
+// crashConfigured: the crash loop's zstd stream and Parquet stream.
+var crashConfigured = map[string]string{
+	"zs": `{"format":"ndjson","compression":"zstd"}`,
+	"pq": `{"format":"parquet","schema":{"fields":[{"name":"p","type":"string","required":true},{"name":"s","type":"string","required":true},` +
+		`{"name":"q","type":"int64","required":true},{"name":"i","type":"int64","required":true},{"name":"n","type":"int64","required":true},{"name":"x","type":"string"}]}}`,
 }
 
 // crashStats is what a crash loop measured.
@@ -117,6 +128,20 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	p.StartReady()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute+time.Duration(cl.kills)*2*time.Second)
 	defer cancel()
+	streams := slices.Clone(cl.streams)
+	for s, body := range cl.configure {
+		if err := p.call(ctx, http.MethodPut, "/v1/streams/"+s, []byte(body), nil); err != nil {
+			t.Fatalf("PUT /v1/streams/%s: %v", s, err)
+		}
+		streams = append(streams, s)
+	}
+	slices.Sort(streams)
+	if len(cl.configure) > 0 {
+		// The barrier that puts them in force.
+		if _, err := p.Checkpoint(ctx); err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+	}
 
 	led := newLedger()
 	var stop atomic.Bool
@@ -126,7 +151,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	for i := range senders {
 		senders[i] = newSender(ctx, t, p.URL, fmt.Sprintf("p%d", i))
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() { producerLoop(ctx, senders[i], cl.streams, prng, led, &stop, &errs) })
+		wg.Go(func() { producerLoop(ctx, senders[i], streams, prng, led, &stop, &errs) })
 	}
 	// Checkpoints on request too, now and then, racing the periodic ones.
 	var ckpts atomic.Int64
@@ -251,6 +276,11 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	want := led.snapshot()
 	st.batches, st.records = led.records()
 	st.report = requireDest(t, cl.dest, want, true)
+	for _, ext := range []string{"ndjson.zst", "parquet"} {
+		if len(cl.configure) > 0 && st.report.Encoded[ext] == 0 {
+			t.Errorf("no .%s file committed: the configured streams were not written encoded (%v)", ext, st.report.Encoded)
+		}
+	}
 	if len(st.report.Staging) > 0 {
 		t.Errorf("%d staging objects left after a clean stop: %s", len(st.report.Staging), firstN(st.report.Staging, 10))
 	}
@@ -267,6 +297,9 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	}
 	st.checkpoints = ckpts.Load()
 	st.elapsed = time.Since(began)
+	if len(st.report.Encoded) > 0 {
+		t.Logf("encoded files read back through staging's decoders: %v", st.report.Encoded)
+	}
 	report(t, "%d SIGKILLs (%d during recovery, %d aimed at a checkpoint, %d seen prepared), %d restarts; recovery re-committed a prepared checkpoint after %d of them and cleaned up staging after %d; %d batches, %d records verified exactly once in %d files, %d manifests; longest recovery (start to /readyz 200) %s; %d resends after lost batches; %d requested checkpoints; took %s",
 		st.kills, st.startupKills, st.aimedKills, st.preparedKills, st.restarts, st.recommits, st.cleanups, st.batches, st.records, st.report.Files, st.report.Manifests,
 		st.maxRecovery.Round(time.Millisecond), st.resends, st.checkpoints, st.elapsed.Round(time.Millisecond))
@@ -361,6 +394,7 @@ func TestCrashLoopLocal(t *testing.T) {
 		kills:     envInt(t, envKills, 20),
 		producers: envInt(t, envProducers, 4),
 		streams:   crashStreams,
+		configure: crashConfigured,
 		args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
 		aim:       30,
 		dest:      invariant.LocalDest(dest),
@@ -395,6 +429,7 @@ func TestCrashLoopS3(t *testing.T) {
 				kills:     envInt(t, envKills, tc.kills),
 				producers: envInt(t, envProducers, 4),
 				streams:   crashStreams,
+				configure: crashConfigured,
 				args:      append([]string{"--dest", url, "--s3-commit", tc.mode, "--node", "e2e"}, s3flags...),
 				env:       s3Env(srv.AccessKey, srv.SecretKey),
 				dest:      invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix},

@@ -49,6 +49,9 @@ type preview struct {
 	More      bool   // the file goes on past the lines shown
 	Note      string // why there is no preview, if there is none
 	BytesRead int
+	// Table holds the first rows of a Parquet file (preview_table.go);
+	// Lines is then empty.
+	Table *previewTable
 }
 
 // readPreview reads the first lines of a file: at most previewLines lines
@@ -65,15 +68,22 @@ func readPreview(ctx context.Context, r io.Reader, name string) (preview, error)
 		defer zr.Close()
 		r = zr
 	case ".zst":
-		return preview{Note: "This file is compressed with zstd; download it to read it."}, nil
+		zr, err := newZstdPreview(r) // preview_table.go
+		if err != nil {
+			return preview{Note: "This file is not valid zstd."}, nil
+		}
+		defer zr.Close()
+		r = zr
+	case ".parquet":
+		return readParquetPreview(ctx, r, name) // preview_table.go
 	}
 	buf := make([]byte, previewBytes+1)
 	n, err := io.ReadFull(r, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		if strings.HasSuffix(name, ".gz") {
-			// A gzip stream cut by the compressed limit: show what came out.
+		if ext := path.Ext(name); ext == ".gz" || ext == ".zst" {
+			// A compressed stream cut by the compressed limit: show what came out.
 			if n == 0 {
-				return preview{Note: "This gzip file could not be read."}, nil
+				return preview{Note: "This compressed file could not be read."}, nil
 			}
 		} else {
 			return preview{}, err

@@ -3,8 +3,13 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
 )
 
 // previewSize is the bytes of text a preview holds.
@@ -64,4 +69,74 @@ func TestPreviewStopsWhenClientLeaves(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
+}
+
+// TestPreviewEncoded: a zstd file is decompressed for its preview, a
+// Parquet file shows its first rows as a table. Fails before: zstd showed
+// only a note, Parquet showed "binary data".
+func TestPreviewEncoded(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	schema := &streamconf.Schema{Fields: []streamconf.Field{{Name: "id", Type: streamconf.TypeInt64, Required: true}, {Name: "name", Type: streamconf.TypeString}}}
+	var recs []string
+	for i := range 30 {
+		r := fmt.Sprintf(`{"id":%d}`, i)
+		if i%2 == 0 {
+			r = fmt.Sprintf(`{"id":%d,"name":"n<%d>"}`, i, i)
+		}
+		recs = append(recs, r)
+	}
+	for _, c := range []struct {
+		ext string
+		enc staging.Encoding
+	}{
+		{"ndjson.zst", staging.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
+		{"parquet", staging.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
+	} {
+		tx, err := staging.Create(fs, "/t-"+c.ext+staging.Suffix, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Append([]byte(strings.Join(recs, "\n")+"\n"), len(recs), "", 0); err != nil {
+			t.Fatal(err)
+		}
+		sum, err := tx.PreCommit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := staging.Encode(fs, sum, staging.EncodedName(sum.Temp), c.enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fs.Open(enc.Temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := readPreview(t.Context(), f, "s/part-n1-00000000000000000001-0000."+c.ext)
+		f.Close()
+		if err != nil || p.Note != "" {
+			t.Fatalf("%s: %v %q", c.ext, err, p.Note)
+		}
+		switch c.ext {
+		case "parquet":
+			tb := p.Table
+			if tb == nil || len(tb.Rows) != previewRows || !p.More || strings.Join(tb.Columns, ",") != "id,name" {
+				t.Fatalf("parquet table %+v more %v", tb, p.More)
+			}
+			if got := strings.Join(tb.Rows[2], "|") + " " + strings.Join(tb.Rows[3], "|"); got != "2|n<2> 3|" {
+				t.Fatalf("parquet rows 2 and 3: %q", got)
+			}
+		default:
+			if len(p.Lines) != 30 || !p.Lines[0].JSON || !strings.Contains(previewText(p.Lines[4]), `"n<4>"`) {
+				t.Fatalf("zstd preview: %d lines %+v", len(p.Lines), p.Lines[:1])
+			}
+		}
+	}
+}
+
+func previewText(l previewLine) string {
+	s := l.Text
+	for _, g := range l.Segs {
+		s += g.Text
+	}
+	return s
 }

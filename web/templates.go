@@ -24,7 +24,7 @@ var staticFS embed.FS
 
 // pageNames are the templates that render a whole page with layout.html.
 var pageNames = []string{"overview.html", "streams.html", "folder.html", "file.html", "checkpoints.html", "checkpoint.html",
-	"producers.html", "nodes.html", "login.html", "error.html"}
+	"producers.html", "nodes.html", "login.html", "error.html", "streamconfig.html"}
 
 // parsePages parses each page with the layout and the shared partials.
 func parsePages() (map[string]*template.Template, error) {

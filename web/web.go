@@ -172,6 +172,7 @@ func (u *ui) routes() http.Handler {
 	mux.HandleFunc("GET /ui/files/{path...}", u.page(u.browse))
 	mux.HandleFunc("GET /ui/files", u.page(u.browse))
 	mux.HandleFunc("GET /ui/streams", u.page(u.streams))
+	mux.HandleFunc("GET /ui/streams/config", u.page(u.streamConfigs)) // streams.go
 	mux.HandleFunc("GET /ui/checkpoints", u.page(u.checkpoints))
 	mux.HandleFunc("GET /ui/checkpoints/{id}", u.page(u.checkpointPage))
 	mux.HandleFunc("GET /ui/producers", u.page(u.producers))

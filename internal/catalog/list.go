@@ -203,3 +203,29 @@ func (c *Catalog) Streams(ctx context.Context, after string, limit, countCap int
 	})
 	return out, more, err
 }
+
+// Stream returns one stream's committed files counted, as Streams does for
+// a page of streams; a stream with no file has Files 0.
+func (c *Catalog) Stream(ctx context.Context, name string) (StreamStat, error) {
+	st := StreamStat{Name: name}
+	if !layout.Stream(name) {
+		return st, nil
+	}
+	err := c.Walk(ctx, name+"/", "", ListChunk, func(e committer.Entry) (string, bool) {
+		if ParsePath(e.Path).Kind != Part {
+			return "", false
+		}
+		st.Files++
+		st.Bytes += e.Bytes
+		if e.Modified.After(st.Last) {
+			st.Last = e.Modified
+		}
+		if rec, ok := c.Records(ctx, e.Path); ok {
+			st.Records += rec
+		} else {
+			st.Unknown++
+		}
+		return "", false
+	})
+	return st, err
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 )
 
 // Problem is one thing Verify found wrong.
@@ -124,6 +125,15 @@ func (c *Catalog) check(ctx context.Context, f recovery.ManifestFile, rep *Verif
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d bytes, manifest says %d", size, f.Bytes)})
 	case sum != f.CRC32C:
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, f.CRC32C)})
+	case staging.Encoded(f.Path):
+		// Compressed or Parquet: decode it and count (verify_encoded.go).
+		if err := checkEncoded(ctx, c.files, f.Path, size, f.Records); err != nil {
+			rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: err.Error()})
+			return
+		}
+		rep.Files++
+		rep.Bytes += size
+		rep.Records += f.Records
 	case lines != f.Records:
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d records, manifest says %d", lines, f.Records)})
 	default:

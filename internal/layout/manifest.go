@@ -37,6 +37,11 @@ type ManifestFile struct {
 	CRC32C  string `json:"crc32c"`
 	// Producers holds each producer's exact sequence numbers in the file.
 	Producers map[string]committer.SeqRanges `json:"producers"`
+	// Format, Compression and SchemaVersion say how the file is encoded
+	// (see committer.File); empty for plain NDJSON and text.
+	Format        string `json:"format,omitempty"`
+	Compression   string `json:"compression,omitempty"`
+	SchemaVersion int64  `json:"schema_version,omitempty"`
 }
 
 // NewManifest returns the manifest of node's checkpoint id made of files.
@@ -50,7 +55,8 @@ func NewManifest(node string, id uint64, at time.Time, files []committer.File) *
 		if p == nil {
 			p = map[string]committer.SeqRanges{}
 		}
-		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p})
+		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p,
+			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion})
 	}
 	return m
 }

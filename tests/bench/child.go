@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,7 +27,11 @@ type target struct {
 	PID     int
 	LogPath string
 	Data    string // eosink: the data directory
-	stop    func(timeout time.Duration) (time.Duration, error)
+	// DestBytes and DestFiles: the committed data files (manifests not
+	// counted) once the process stopped, before its data dir is removed.
+	DestBytes int64
+	DestFiles int
+	stop      func(timeout time.Duration) (time.Duration, error)
 	// sigkill, when set, kills the process by pid with SIGKILL and waits
 	// for it to exit, leaving its data dir in place.
 	sigkill func()
@@ -219,6 +224,7 @@ func startEosinkAt(ctx context.Context, cfg *config, bin, dir, data, label strin
 	}
 	t.stop = func(timeout time.Duration) (time.Duration, error) {
 		d, err := c.kill(timeout)
+		t.DestBytes, t.DestFiles = dataFiles(t.Dest)
 		if !cfg.keep {
 			_ = os.RemoveAll(data)
 		}
@@ -272,4 +278,25 @@ func startBaselineTarget(ctx context.Context, cfg *config, dir, label string) (*
 		return nil, fmt.Errorf("baseline: %w (log: %s)", err, logPath)
 	}
 	return t, nil
+}
+
+// dataFiles sums the committed data files under dest (not _manifests/ or
+// _nodes/).
+func dataFiles(dest string) (bytes int64, files int) {
+	_ = filepath.WalkDir(dest, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), "_") {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				bytes += fi.Size()
+				files++
+			}
+		}
+		return nil
+	})
+	return bytes, files
 }

@@ -22,12 +22,56 @@ type scenario struct {
 	Records     int    `json:"records_per_batch"`
 	RecordBytes int    `json:"record_bytes"` // each line, its '\n' included
 	Idempotent  bool   `json:"idempotent"`   // Producer-Id/-Epoch/-Seq headers
+	// Config, when set, is PUT as the stream's configuration (eosink
+	// only) before the load starts, and a checkpoint puts it in force.
+	Config string `json:"stream_config,omitempty"`
 }
+
+// benchSchema fits record's fields: a Parquet stream keeps every one.
+const benchSchema = `"schema":{"fields":[{"name":"ts","type":"timestamp","required":true},{"name":"producer","type":"string"},` +
+	`{"name":"i","type":"int64"},{"name":"event","type":"string"},{"name":"user","type":"json"},{"name":"latency_ms","type":"double"},` +
+	`{"name":"tags","type":"json"},{"name":"pad","type":"string"}]}`
 
 var scenarios = []scenario{
 	{Name: "text", ContentType: "text/plain", Records: 100, RecordBytes: 1024},
 	{Name: "ndjson", ContentType: "application/x-ndjson", Records: 100, RecordBytes: 1024, Idempotent: true},
 	{Name: "ndjson-small", ContentType: "application/x-ndjson", Records: 1000, RecordBytes: 200, Idempotent: true},
+	// The ndjson load into a zstd stream and a Parquet stream (zstd pages):
+	// compare with ndjson's eosink row of the same run.
+	{Name: "ndjson-zstd", ContentType: "application/x-ndjson", Records: 100, RecordBytes: 1024, Idempotent: true,
+		Config: `{"format":"ndjson","compression":"zstd"}`},
+	{Name: "parquet", ContentType: "application/x-ndjson", Records: 100, RecordBytes: 1024, Idempotent: true,
+		Config: `{"format":"parquet",` + benchSchema + `}`},
+}
+
+// configure PUTs the scenario's stream configuration and runs the
+// checkpoint that puts it in force.
+func (s scenario) configure(ctx context.Context, base string) error {
+	if s.Config == "" {
+		return nil
+	}
+	hc := plainClient()
+	defer hc.CloseIdleConnections()
+	for _, step := range []struct{ method, path, body string }{
+		{http.MethodPut, "/v1/streams/" + s.stream(), s.Config},
+		{http.MethodPost, "/v1/checkpoints", ""},
+	} {
+		req, err := http.NewRequestWithContext(ctx, step.method, base+step.path, strings.NewReader(step.body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", step.method, step.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s %s: %d %s", step.method, step.path, resp.StatusCode, body)
+		}
+	}
+	return nil
 }
 
 func scenarioByName(name string) (scenario, bool) {

@@ -97,6 +97,11 @@ type runResult struct {
 	StopSeconds   float64 `json:"stop_s"`                   // SIGTERM to exit (eosink: final checkpoint)
 	StopError     string  `json:"stop_error,omitempty"`
 	LogProblems   int     `json:"log_warn_error_lines"`
+	// On disk: the committed data files after the final checkpoint, and
+	// the record bytes accepted (warmup included) that they hold.
+	DestBytes int64 `json:"dest_bytes,omitempty"`
+	DestFiles int   `json:"dest_files,omitempty"`
+	BytesIn   int64 `json:"bytes_in,omitempty"`
 }
 
 // snapshot is the counters read at the start and end of the window.
@@ -196,6 +201,11 @@ func measure(ctx context.Context, cfg *config, s scenario, kind string, round in
 	var win window
 	lctx, release := guardDisk(ctx, cfg.workDir, cfg.minFree)
 	defer release()
+	if kind == "eosink" {
+		if err := s.configure(lctx, t.URL); err != nil {
+			return nil, fmt.Errorf("%s: configure stream: %w", s.Name, err)
+		}
+	}
 	var cons *consumer
 	if cfg.consume == "always" && t.Dest != "" {
 		cons = startConsumer(t.Dest, "bench", 2*time.Second)
@@ -239,6 +249,10 @@ func measure(ctx context.Context, cfg *config, s scenario, kind string, round in
 	}
 	res.PeakRSS, res.HWM, _ = rss.Stop()
 	stop()
+	if kind == "eosink" && cons == nil {
+		res.DestBytes, res.DestFiles = t.DestBytes, t.DestFiles
+		res.BytesIn = res.Load.AcceptedTotal * int64(s.RecordBytes)
+	}
 	if kind == "eosink" {
 		res.LogProblems = countLogProblems(t.LogPath)
 	}
@@ -491,6 +505,8 @@ type summaryRow struct {
 	Contaminated  int              `json:"contaminated_runs"`
 	CPUusPerRec   float64          `json:"server_cpu_us_per_record"`
 	AllocPerRec   float64          `json:"alloc_bytes_per_record,omitempty"`
+	DiskRatio     float64          `json:"disk_bytes_per_byte_in,omitempty"` // committed bytes / record bytes accepted
+	DiskPerRecord float64          `json:"disk_bytes_per_record,omitempty"`
 	Throttled     int64            `json:"throttled_429"`
 	Errors        map[string]int64 `json:"errors"`
 }
@@ -560,6 +576,10 @@ func summarize(cfg *config, runs []*runResult) ([]summaryRow, []ratio) {
 				row.CkptP99ms = med(func(r *runResult) float64 { return ckpt(r, false) })
 				row.AllocPerRec = med(func(r *runResult) float64 { return r.AllocPerRecord })
 				row.GCPerSec = med(func(r *runResult) float64 { return r.GCCycles / r.Load.Seconds })
+				row.DiskRatio = med(func(r *runResult) float64 { return safeDiv(float64(r.DestBytes), float64(r.BytesIn)) })
+				row.DiskPerRecord = med(func(r *runResult) float64 {
+					return safeDiv(float64(r.DestBytes), float64(r.Load.AcceptedTotal))
+				})
 			}
 			row.Foreign = med(func(r *runResult) float64 { return r.Foreign })
 			for _, r := range rs {
@@ -675,6 +695,7 @@ func printTable(out io.Writer, cfg *config, rows []summaryRow, ratios []ratio) {
 			fmt.Fprintf(out, "  %-13s %.3f  (%s; per round %s)\n", rt.Scenario, rt.Median, verdict, strings.Join(per, " "))
 		}
 	}
+	printFormats(out, rows)
 	fmt.Fprintf(out, "\nsrv CPU: server process CPU seconds per second (cores) in the window; µs/rec: its CPU time per record; RSS: largest VmRSS sampled every 250 ms.\n")
 	fmt.Fprintf(out, "other procs: cores taken by other user processes during the window; (n!) counts kept runs above --max-foreign %.2f (after --retries %d).\n", cfg.maxForeign, cfg.retries)
 }
@@ -727,5 +748,42 @@ func scrubNaN(v reflect.Value) {
 		if f := v.Float(); (math.IsNaN(f) || math.IsInf(f, 0)) && v.CanSet() {
 			v.SetFloat(nanSentinel)
 		}
+	}
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// printFormats compares the encoded streams' eosink rows (ndjson-zstd,
+// parquet) with the plain ndjson row of the same run: MB/s in, bytes on
+// disk, server CPU per record.
+func printFormats(out io.Writer, rows []summaryRow) {
+	var plain *summaryRow
+	for i := range rows {
+		if rows[i].Scenario == "ndjson" && rows[i].Target == "eosink" {
+			plain = &rows[i]
+		}
+	}
+	var enc []summaryRow
+	for _, r := range rows {
+		if r.Target == "eosink" && (r.Scenario == "ndjson-zstd" || r.Scenario == "parquet") {
+			enc = append(enc, r)
+		}
+	}
+	if plain == nil || len(enc) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nFile formats (eosink; against the plain ndjson row of this run):\n\n")
+	fmt.Fprintf(out, "| %-12s | %7s | %8s | %12s | %13s | %8s | %8s | %8s |\n",
+		"scenario", "MB/s in", "vs plain", "disk B/rec", "disk/bytes in", "µs/rec", "vs plain", "ckpt p50")
+	fmt.Fprintf(out, "|%s|%s|%s|%s|%s|%s|%s|%s|\n", dash(14), dash(9), dash(10), dash(14), dash(15), dash(10), dash(10), dash(10))
+	for _, r := range append([]summaryRow{*plain}, enc...) {
+		fmt.Fprintf(out, "| %-12s | %7.1f | %8s | %12.1f | %13.3f | %8.2f | %8s | %8s |\n",
+			r.Scenario, r.MBPerSec, fmtF(safeDiv(r.MBPerSec, plain.MBPerSec), 2), r.DiskPerRecord, r.DiskRatio,
+			r.CPUusPerRec, fmtF(safeDiv(r.CPUusPerRec, plain.CPUusPerRec), 2), fmtF(r.CkptP50ms, 1))
 	}
 }

@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/server"
+)
+
+// StreamConfigurer is the optional part of Engine that keeps stream
+// configurations (*server.Engine has it). Without it PUT and GET
+// /v1/streams/{stream} answer 404 for every stream.
+type StreamConfigurer interface {
+	// PutStream records a configuration durably; it applies from the next
+	// checkpoint barrier. An invalid one is a *streamconf.FieldError.
+	PutStream(ctx context.Context, stream string, c streamconf.Config) (server.StreamInfo, error)
+	// Stream returns a stream's configuration (the defaults when never
+	// configured).
+	Stream(stream string) server.StreamInfo
+}
+
+var _ StreamConfigurer = (*server.Engine)(nil)
+
+// maxStreamBody bounds a PUT /v1/streams/{stream} body.
+const maxStreamBody = 1 << 20
+
+// StreamConfig is a stream's configuration on the wire: PUT's answer,
+// and the configuration part of GET's.
+type StreamConfig struct {
+	Stream string `json:"stream"`
+	streamconf.Config
+	// Version is the newest accepted configuration's (0: never
+	// configured); ActiveVersion the one in force for the open
+	// checkpoint, lower until the next barrier.
+	Version       int64     `json:"version"`
+	ActiveVersion int64     `json:"active_version"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
+}
+
+// StreamDetail answers GET /v1/streams/{stream}: the configuration and
+// counts over the stream's committed files.
+type StreamDetail struct {
+	StreamConfig
+	Files   int   `json:"files"`
+	Records int64 `json:"records"`
+	Bytes   int64 `json:"bytes"`
+}
+
+func streamConfigFrom(in server.StreamInfo) StreamConfig {
+	return StreamConfig{Stream: in.Stream, Config: in.Config, Version: in.Config.Version,
+		ActiveVersion: in.ActiveVersion, UpdatedAt: in.UpdatedAt}
+}
+
+func (s *Server) streamParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	stream, ok := pathParam(r, "stream")
+	if !ok || !validStream(stream) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream",
+			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
+		return "", false
+	}
+	return stream, true
+}
+
+func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
+	stream, ok := s.streamParam(w, r)
+	if !ok {
+		return
+	}
+	sc, ok := s.eng.(StreamConfigurer)
+	if !ok {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "this server keeps no stream configurations"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStreamBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large", Message: fmt.Sprintf("body over %d bytes", maxStreamBody)})
+			return
+		}
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
+		return
+	}
+	c, err := streamconf.Decode(body)
+	if err == nil {
+		err = c.Validate()
+	}
+	var fe *streamconf.FieldError
+	if errors.As(err, &fe) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Field: fe.Field, Message: fe.Error()})
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: err.Error()})
+		return
+	}
+	info, err := sc.PutStream(r.Context(), stream, c)
+	if errors.As(err, &fe) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Field: fe.Field, Message: fe.Error()})
+		return
+	}
+	if err != nil {
+		s.engineError(w, r, err, false)
+		return
+	}
+	writeJSON(w, http.StatusOK, streamConfigFrom(info))
+}
+
+func (s *Server) getStream(w http.ResponseWriter, r *http.Request) {
+	stream, ok := s.streamParam(w, r)
+	if !ok {
+		return
+	}
+	out := StreamDetail{StreamConfig: StreamConfig{Stream: stream}}
+	configured := false
+	if sc, ok := s.eng.(StreamConfigurer); ok {
+		info := sc.Stream(stream)
+		out.StreamConfig, configured = streamConfigFrom(info), info.Configured
+	}
+	st, err := s.cat.Stream(r.Context(), stream)
+	out.Files, out.Bytes, out.Records = st.Files, st.Bytes, st.Records
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if !configured && out.Files == 0 {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("stream %s: never configured and no committed file", stream)})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// streamError answers the write errors of stream configurations; false
+// when err is none of them.
+func (s *Server) streamError(w http.ResponseWriter, err error) bool {
+	var re *server.RecordError
+	switch {
+	case errors.As(err, &re) && errors.Is(err, layout.ErrInvalidPartition):
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_partition", Line: re.Line, Field: re.Field, Message: err.Error()})
+	case errors.As(err, &re) && errors.Is(err, streamconf.ErrSchemaMismatch):
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "schema_mismatch", Line: re.Line, Field: re.Field, Message: err.Error()})
+	case errors.Is(err, layout.ErrInvalidPartition):
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_partition", Message: err.Error()})
+	case errors.Is(err, streamconf.ErrContentMismatch):
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_media_type", Message: err.Error()})
+	default:
+		return false
+	}
+	return true
+}

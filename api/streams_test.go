@@ -1,0 +1,178 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/eosink/eosink/internal/testing/enginetest"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+)
+
+// TestStreamConfigAPI: PUT validates with the offending field, records a
+// new version, applies from the next barrier; GET answers config and
+// counts; roles as other admin routes.
+func TestStreamConfigAPI(t *testing.T) {
+	r := newRig(t, rigOpts{api: withAuth})
+	bad := []struct {
+		body, field string
+	}{
+		{`{"format":"csv"}`, "format"},
+		{`{"format":"parquet"}`, "schema"},
+		{`{"compression":"snappy"}`, "compression"},
+		{`{"partition":"dt={ingest:%Q}"}`, "partition"},
+		{`{"format":"ndjson","schema":{"fields":[{"name":"a","type":"int64"},{"name":"b","type":"float"}]}}`, "schema.fields[1].type"},
+		{`{"roll_size":"big"}`, "roll_size"},
+		{`{"colour":"red"}`, "colour"},
+		{`[]`, "body"},
+	}
+	for _, c := range bad {
+		rec := r.admin("PUT", "/v1/streams/orders", c.body, "Content-Type", "application/json")
+		expectStatus(t, rec, http.StatusBadRequest)
+		e := decode[ErrorResponse](t, rec)
+		if e.Error != "invalid_body" || e.Field != c.field {
+			t.Errorf("PUT %s: %+v, want invalid_body field %q", c.body, e, c.field)
+		}
+	}
+	if rec := r.do("PUT", "/v1/streams/orders", `{}`, "Content-Type", "application/json", "Authorization", "Bearer "+tokRead); rec.Code != http.StatusForbidden {
+		t.Fatalf("PUT with a read token: %d, want 403", rec.Code)
+	}
+	rec := r.do("GET", "/v1/streams/orders", "", "Authorization", "Bearer "+tokRead)
+	expectStatus(t, rec, http.StatusNotFound)
+
+	body := `{"format":"ndjson","compression":"zstd","partition":"region={field:region}",
+		"schema":{"fields":[{"name":"id","type":"int64","required":true},{"name":"region","type":"string","required":true}]}}`
+	rec = r.admin("PUT", "/v1/streams/orders", body, "Content-Type", "application/json")
+	expectStatus(t, rec, http.StatusOK)
+	got := decode[StreamConfig](t, rec)
+	if got.Version != 1 || got.ActiveVersion != 0 || got.Compression != "zstd" || got.Dedup != "none" {
+		t.Fatalf("PUT answered %+v", got)
+	}
+	// Not in force before the barrier: this batch is placed by the
+	// defaults (the ingest hour, plain NDJSON).
+	ingest := []string{"Content-Type", "application/x-ndjson", "Authorization", "Bearer " + tokIngest}
+	expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", ingest...), http.StatusAccepted)
+	r.checkpoint()
+	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.ActiveVersion != 1 || d.Files != 1 || d.Records != 1 {
+		t.Fatalf("after the barrier: %+v", d)
+	}
+
+	// In force now: schema and partition refuse the whole batch, with the
+	// line and the field.
+	rec = r.do("POST", "/v1/streams/orders/records", `{"id":1,"region":"eu"}`+"\n"+`{"id":"two","region":"us"}`+"\n", ingest...)
+	expectStatus(t, rec, http.StatusBadRequest)
+	if e := decode[ErrorResponse](t, rec); e.Error != "schema_mismatch" || e.Line != 2 || e.Field != "id" {
+		t.Fatalf("schema: %+v", e)
+	}
+	rec = r.do("POST", "/v1/streams/orders/records", `{"id":1,"region":"eu"}`+"\n"+`{"id":2,"region":""}`+"\n", ingest...)
+	expectStatus(t, rec, http.StatusBadRequest)
+	if e := decode[ErrorResponse](t, rec); e.Error != "invalid_partition" || e.Line != 2 || e.Field != "region" {
+		t.Fatalf("partition: %+v", e)
+	}
+	rec = r.do("POST", "/v1/streams/orders/records", "plain line\n", "Content-Type", "text/plain", "Authorization", "Bearer "+tokIngest)
+	expectStatus(t, rec, http.StatusUnsupportedMediaType)
+
+	// A batch spanning two partitions lands in both, compressed.
+	rec = r.do("POST", "/v1/streams/orders/records", `{"id":1,"region":"eu"}`+"\n"+`{"id":2,"region":"us"}`+"\n"+`{"id":3,"region":"eu"}`+"\n", ingest...)
+	expectStatus(t, rec, http.StatusAccepted)
+	c := r.checkpoint()
+	if len(c.Files) != 2 {
+		t.Fatalf("files %+v, want one per region", c.Files)
+	}
+	want := map[string]string{"eu": `{"id":1,"region":"eu"}` + "\n" + `{"id":3,"region":"eu"}` + "\n", "us": `{"id":2,"region":"us"}` + "\n"}
+	for _, f := range c.Files {
+		region := strings.TrimPrefix(path.Dir(f.Path), "orders/region=")
+		if !strings.HasSuffix(f.Path, ".ndjson.zst") {
+			t.Errorf("%s: want .ndjson.zst", f.Path)
+		}
+		raw, err := readAll(r, f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if staging.CRC32C(raw) != f.CRC32C || int64(len(raw)) != f.Bytes {
+			t.Errorf("%s: manifest bytes/crc are not of the stored bytes", f.Path)
+		}
+		// The download serves the stored bytes, Content-Encoding untouched.
+		dl := r.admin("GET", "/v1/files/"+f.Path, "")
+		expectStatus(t, dl, http.StatusOK)
+		if !bytes.Equal(dl.Body.Bytes(), raw) || dl.Header().Get("Content-Encoding") != "" || dl.Header().Get("Content-Type") != "application/zstd" {
+			t.Errorf("download of %s: %d bytes (stored %d), Content-Encoding %q, Content-Type %q", f.Path, dl.Body.Len(), len(raw),
+				dl.Header().Get("Content-Encoding"), dl.Header().Get("Content-Type"))
+		}
+		recs, err := staging.Preview(bytes.NewReader(raw), int64(len(raw)), f.Path, 10, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for _, rec := range recs {
+			got += string(rec) + "\n"
+		}
+		if got != want[region] {
+			t.Errorf("%s holds %q, want %q", f.Path, got, want[region])
+		}
+	}
+	d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", ""))
+	if d.Files != 3 || d.Records != 4 || d.Version != 1 {
+		t.Fatalf("GET: %+v", d)
+	}
+
+	// A second PUT is version 2; the store keeps it across a restart.
+	expectStatus(t, r.admin("PUT", "/v1/streams/orders", `{"format":"ndjson","compression":"gzip"}`, "Content-Type", "application/json"), http.StatusOK)
+	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.Version != 2 || d.ActiveVersion != 1 {
+		t.Fatalf("after the second PUT: %+v", d)
+	}
+}
+
+func readAll(r *rig, p string) ([]byte, error) {
+	return readFile(r.base, path.Join(enginetest.Dest, p))
+}
+
+func readFile(fsys interface {
+	Open(string) (afero.File, error)
+}, p string) ([]byte, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// TestStreamDedupBody: a stream configured with "dedup": "body" keys a
+// write without producer headers or Idempotency-Key by its decoded body:
+// a retried batch is a duplicate (202 while open, 200 once committed),
+// another body is not, and the window is per stream.
+func TestStreamDedupBody(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	expectStatus(t, r.admin("PUT", "/v1/streams/logs", `{"dedup":"body"}`, "Content-Type", "application/json"), http.StatusOK)
+	r.checkpoint()
+	nd := []string{"Content-Type", "application/x-ndjson"}
+	post := func(stream, body string, want int, dup bool) {
+		t.Helper()
+		rec := r.do("POST", "/v1/streams/"+stream+"/records", body, nd...)
+		expectStatus(t, rec, want)
+		if got := decode[WriteResponse](t, rec); got.Duplicate != dup {
+			t.Fatalf("POST %s %q: %+v, want duplicate %v", stream, body, got, dup)
+		}
+	}
+	post("logs", `{"m":"a"}`+"\n", http.StatusAccepted, false)
+	post("logs", `{"m":"a"}`+"\n", http.StatusAccepted, true) // a retry
+	post("logs", `{"m":"b"}`+"\n", http.StatusAccepted, false)
+	post("other", `{"m":"a"}`+"\n", http.StatusAccepted, false) // not configured: no dedup
+	post("other", `{"m":"a"}`+"\n", http.StatusAccepted, false)
+	c := r.checkpoint()
+	var logs int64
+	for _, f := range c.Files {
+		if f.Stream == "logs" {
+			logs += f.Records
+		}
+	}
+	if logs != 2 {
+		t.Fatalf("logs holds %d records, want 2", logs)
+	}
+	post("logs", `{"m":"a"}`+"\n", http.StatusOK, true) // committed duplicate
+}

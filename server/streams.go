@@ -1,0 +1,455 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
+)
+
+// Stream configuration in the engine (DESIGN.md "Streams").
+//
+// A PUT is recorded in the state store (recovery.PutStream) before it is
+// answered, and waits in streamTable.pending until the next barrier, where
+// openNextLocked makes it the configuration in force (streamTable.live).
+// Every transaction takes the configuration in force when it opens, and
+// all transactions of a checkpoint open between two barriers, so each file
+// has exactly one configuration; its file record (and manifest entry) names
+// format, compression and the configuration version.
+//
+// The write path reads live without the ingest lock to place records
+// (partition template, schema check), then checks under the lock that
+// the configuration it used is still the one in force, and places the batch
+// again if a barrier changed it in between.
+//
+// A batch whose records fall into several partitions goes to each
+// partition's transaction: every transaction is opened before anything is
+// appended (so a refused open — too many files, EMFILE — refuses the batch
+// whole), then the pieces are appended. Should an append fail after an
+// earlier piece was appended, that earlier piece can't be taken back: the
+// transactions holding it are released, which makes the open checkpoint
+// abort at its pre-commit (as a failed write does), and the checkpoint is
+// asked to run now. The batch is refused; nothing of it ever commits.
+// A producer's sequence number appears in the manifest ranges of every
+// file holding records of its batch.
+
+// streamConf is one stream's configuration, compiled.
+type streamConf struct {
+	cfg    streamconf.Config // defaults applied
+	tmpl   *layout.Template
+	schema *streamconf.Schema // nil: records are not checked
+	strict bool               // the schema refuses unknown fields (Parquet)
+	enc    staging.Encoding
+}
+
+// defaultConf is the configuration of a stream never configured.
+var defaultConf = func() *streamConf {
+	sc, err := compileConf(streamconf.Config{})
+	if err != nil {
+		panic(err) // the default template always compiles
+	}
+	return sc
+}()
+
+func compileConf(c streamconf.Config) (*streamConf, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.Defaults()
+	t, err := c.Template()
+	if err != nil {
+		return nil, fmt.Errorf("compile partition template: %w", err)
+	}
+	return &streamConf{cfg: c, tmpl: t, schema: c.Schema, strict: c.Format == streamconf.FormatParquet, enc: staging.EncodingFor(c)}, nil
+}
+
+// streamTable holds the configurations; live is replaced whole at a
+// barrier (under Engine.mu) and read without it.
+type streamTable struct {
+	live    atomic.Pointer[map[string]*streamConf]
+	pending map[string]*streamConf // accepted since the last barrier; under Engine.mu
+	newest  map[string]recovery.StreamConfig
+}
+
+// confFor returns the configuration in force for stream.
+func (e *Engine) confFor(stream string) *streamConf {
+	if m := e.streams.live.Load(); m != nil {
+		if sc := (*m)[stream]; sc != nil {
+			return sc
+		}
+	}
+	return defaultConf
+}
+
+// loadStreams reads the stored configurations; they are in force from the
+// first checkpoint of this start.
+func (e *Engine) loadStreams() error {
+	all, err := e.store.Streams()
+	if err != nil {
+		return fmt.Errorf("load stream configurations: %w", err)
+	}
+	live := make(map[string]*streamConf, len(all))
+	e.streams.newest = make(map[string]recovery.StreamConfig, len(all))
+	for _, c := range all {
+		sc, err := compileConf(c.Config)
+		if err != nil {
+			return fmt.Errorf("load stream configuration %s: %w", c.Stream, err)
+		}
+		live[c.Stream] = sc
+		e.streams.newest[c.Stream] = c
+	}
+	e.streams.live.Store(&live)
+	return nil
+}
+
+// applyStreamsLocked puts the configurations accepted since the last
+// barrier in force; called by openNextLocked, at every barrier.
+func (e *Engine) applyStreamsLocked() {
+	if len(e.streams.pending) == 0 {
+		return
+	}
+	old := e.streams.live.Load()
+	live := make(map[string]*streamConf, len(*old)+len(e.streams.pending))
+	for k, v := range *old {
+		live[k] = v
+	}
+	for k, v := range e.streams.pending {
+		live[k] = v
+	}
+	e.streams.live.Store(&live)
+	e.streams.pending = nil
+}
+
+// StreamInfo is a stream's configuration as the engine knows it.
+type StreamInfo struct {
+	Stream string
+	// Config is the newest accepted configuration (defaults applied);
+	// Version 0 for a stream never configured.
+	Config    streamconf.Config
+	UpdatedAt time.Time
+	// ActiveVersion is the version in force for the open checkpoint:
+	// lower than Config.Version until the next barrier.
+	ActiveVersion int64
+	Configured    bool
+}
+
+// PutStream validates c and records it durably as stream's configuration;
+// it applies from the next checkpoint barrier. An invalid c is a
+// *streamconf.FieldError (errors.Is streamconf.ErrInvalid).
+func (e *Engine) PutStream(_ context.Context, stream string, c streamconf.Config) (StreamInfo, error) {
+	if !layout.Stream(stream) {
+		return StreamInfo{}, fmt.Errorf("stream %q: %w", stream, ErrInvalidStream)
+	}
+	sc, err := compileConf(c)
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	e.mu.Lock()
+	err = e.writableLocked()
+	e.mu.Unlock()
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	// Serialised with producer inits: both are admin-rate store writes,
+	// and versions must follow the order of the records.
+	e.initMu.Lock()
+	defer e.initMu.Unlock()
+	rec, err := e.store.PutStream(stream, c, e.cfg.Now())
+	if err != nil {
+		if errors.Is(err, durable.ErrDiskFull) {
+			e.noteDiskFull(err)
+			return StreamInfo{}, err
+		}
+		e.storeFailed(err)
+		return StreamInfo{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.streams.pending == nil {
+		e.streams.pending = map[string]*streamConf{}
+	}
+	sc.cfg.Version = rec.Config.Version
+	e.streams.pending[stream] = sc
+	e.streams.newest[stream] = rec
+	return e.streamInfoLocked(stream), nil
+}
+
+// Stream returns a stream's configuration.
+func (e *Engine) Stream(stream string) StreamInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.streamInfoLocked(stream)
+}
+
+func (e *Engine) streamInfoLocked(stream string) StreamInfo {
+	out := StreamInfo{Stream: stream, Config: defaultConf.cfg, ActiveVersion: e.confFor(stream).cfg.Version}
+	if rec, ok := e.streams.newest[stream]; ok {
+		out.Config, out.UpdatedAt, out.Configured = rec.Config, rec.UpdatedAt, true
+	}
+	return out
+}
+
+// Streams returns every configured stream, by name.
+func (e *Engine) Streams() []StreamInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]StreamInfo, 0, len(e.streams.newest))
+	for s := range e.streams.newest {
+		out = append(out, e.streamInfoLocked(s))
+	}
+	sortStreams(out)
+	return out
+}
+
+func sortStreams(s []StreamInfo) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Stream < s[j-1].Stream; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// RecordError says which record of a batch can't be placed (a partition
+// field: errors.Is layout.ErrInvalidPartition) or breaks the stream's
+// schema (errors.Is streamconf.ErrSchemaMismatch). The batch is refused
+// whole.
+type RecordError struct {
+	Line  int    // 1-based record number in the batch (the NDJSON line, blank lines not counted)
+	Field string // the offending field, "" for the record as a whole
+	Err   error
+}
+
+func (e *RecordError) Error() string { return fmt.Sprintf("record %d: %v", e.Line, e.Err) }
+
+// Unwrap returns the cause.
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// ErrInvalidStream means a stream name that DESIGN's rule refuses.
+var ErrInvalidStream = errors.New("invalid stream name")
+
+// piece is the part of a batch bound for one partition.
+type piece struct {
+	part    string
+	data    []byte
+	records int
+}
+
+// placed is a batch placed by one configuration.
+type placed struct {
+	conf   *streamConf
+	ext    string
+	pieces []piece
+	err    error
+}
+
+// place checks a batch against sc and splits it by partition.
+func (sc *streamConf) place(now time.Time, w *Write) placed {
+	p := placed{conf: sc}
+	ext, err := sc.cfg.Ext(w.Ext)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.ext = ext
+	if w.Records == 0 {
+		return p
+	}
+	if !sc.tmpl.NeedsRecord() && sc.schema == nil {
+		part, err := sc.tmpl.Eval(now, nil)
+		if err != nil {
+			p.err = err
+			return p
+		}
+		p.pieces = []piece{{part: part, data: w.Data, records: w.Records}}
+		return p
+	}
+	var chk *streamconf.Checker
+	if sc.schema != nil {
+		chk = sc.schema.NewChecker(sc.strict)
+	}
+	var (
+		index = map[string]int{}
+		parts []string // partition of each distinct index
+		of    []int    // partition index of each record
+	)
+	data, line := w.Data, 0
+	for len(data) > 0 {
+		rec := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			rec, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line++
+		if chk != nil {
+			if err := chk.Check(rec); err != nil {
+				var me *streamconf.MismatchError
+				field := ""
+				if errors.As(err, &me) {
+					field = me.Field
+				}
+				p.err = &RecordError{Line: line, Field: field, Err: err}
+				return p
+			}
+		}
+		part, err := sc.tmpl.Eval(now, rec)
+		if err != nil {
+			var pe *layout.PartitionError
+			field := ""
+			if errors.As(err, &pe) {
+				field = pe.Field
+			}
+			p.err = &RecordError{Line: line, Field: field, Err: err}
+			return p
+		}
+		i, ok := index[part]
+		if !ok {
+			i = len(parts)
+			index[part] = i
+			parts = append(parts, part)
+		}
+		of = append(of, i)
+	}
+	if len(parts) == 1 {
+		p.pieces = []piece{{part: parts[0], data: w.Data, records: len(of)}}
+		return p
+	}
+	p.pieces = make([]piece, len(parts))
+	for i, part := range parts {
+		p.pieces[i].part = part
+	}
+	data = w.Data
+	for _, i := range of {
+		rec := data
+		if j := bytes.IndexByte(data, '\n'); j >= 0 {
+			rec, data = data[:j], data[j+1:]
+		} else {
+			data = nil
+		}
+		p.pieces[i].data = append(append(p.pieces[i].data, rec...), '\n')
+		p.pieces[i].records++
+	}
+	return p
+}
+
+// appendPlacedLocked appends a placed batch to its transactions, all or
+// nothing (see the package comment above).
+func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) error {
+	ots := make([]*openTxn, len(p.pieces))
+	for i, pc := range p.pieces {
+		ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: pc.part, Ext: p.ext})
+		if err != nil {
+			return err
+		}
+		ots[i] = ot
+	}
+	for i, pc := range p.pieces {
+		if err := ots[i].txn.Append(pc.data, pc.records, pid, seq); err != nil {
+			if i > 0 {
+				e.doomLocked(ots[:i])
+			}
+			return fmt.Errorf("append to stream %s: %w", w.Stream, err)
+		}
+	}
+	return nil
+}
+
+// doomLocked releases transactions that hold part of a refused batch:
+// the open checkpoint then aborts at its pre-commit, and runs now.
+func (e *Engine) doomLocked(ots []*openTxn) {
+	for _, ot := range ots {
+		ot.txn.Release()
+		if e.cur[ot.key] == ot {
+			delete(e.cur, ot.key)
+		}
+	}
+	e.log.Warn("a batch spanning partitions failed after part of it was appended: the open checkpoint will abort",
+		"checkpoint", e.openID, "stream", ots[0].key.Stream)
+	e.earlyLocked()
+}
+
+// rollLocked returns the roll size of stream's files.
+func (e *Engine) rollBytes(stream string) int64 {
+	if r := e.confFor(stream).cfg.RollSize; r > 0 {
+		return r
+	}
+	return e.cfg.RollBytes
+}
+
+// encodeStaged turns a pre-committed plain temp file into its stream's
+// encoding (staging.Encode, the durable recipe) and removes the plain
+// one; the caller syncs the staging directory. A crash or failure in
+// between leaves only temp files no prepared checkpoint names, which the
+// abort or recovery deletes.
+func (e *Engine) encodeStaged(ot *openTxn, sum staging.Summary) (staging.Summary, error) {
+	if ot.conf == nil || ot.conf.enc.Plain() {
+		return sum, nil
+	}
+	dst := staging.EncodedName(sum.Temp)
+	ot.encoded = dst // abort removes it, whatever Encode got to
+	enc, err := staging.Encode(e.cfg.FS, sum, dst, ot.conf.enc)
+	if err != nil {
+		return staging.Summary{}, fmt.Errorf("encode stream %s: %w", ot.key.Stream, err)
+	}
+	if err := staging.Remove(e.cfg.FS, sum.Temp); err != nil {
+		// Unnamed by any checkpoint: recovery deletes it at the next start.
+		e.log.Warn("remove plain staging file after encoding", "path", sum.Temp, "err", err)
+	}
+	return enc, nil
+}
+
+// fileFormat returns what a file record says of its encoding.
+func (ot *openTxn) fileFormat() (format, compression string, version int64) {
+	format, compression, _, _ = streamconf.ParseExt(ot.final)
+	if ot.conf == nil {
+		return format, compression, 0
+	}
+	if format == streamconf.FormatParquet {
+		compression = ot.conf.cfg.Compression
+	}
+	return format, compression, ot.conf.cfg.Version
+}
+
+// removeEncoded deletes the encoded temp file of an aborted transaction.
+func (e *Engine) removeEncoded(ot *openTxn) error {
+	if ot.encoded == "" {
+		return nil
+	}
+	return staging.Remove(e.cfg.FS, ot.encoded)
+}
+
+// dropEmpty aborts the transactions that hold no record (opened for a
+// batch spanning partitions that was then refused) and returns the others:
+// an empty file is never committed.
+func (e *Engine) dropEmpty(txns []*openTxn) []*openTxn {
+	out := txns[:0:0]
+	for _, ot := range txns {
+		if ot.txn.Records() == 0 && ot.txn.Err() == nil {
+			if err := ot.txn.Abort(); err != nil {
+				e.log.Warn("delete empty staging file; recovery will", "path", ot.txn.Name(), "err", err)
+			}
+			continue
+		}
+		out = append(out, ot)
+	}
+	return out
+}
+
+// dedupKey returns the idempotency key of w: key (the client's), or for
+// a stream configured with "dedup": "body", when w has neither producer
+// headers nor a key, the SHA-256 of its decoded body (DESIGN.md
+// "Idempotency keys").
+func (sc *streamConf) dedupKey(w *Write, key *IdempotencyKey) *IdempotencyKey {
+	if key != nil || w.Producer != nil || w.Body == nil || sc.cfg.Dedup != streamconf.DedupBody {
+		return key
+	}
+	return BodyKey(w.Body)
+}

@@ -1,0 +1,262 @@
+//go:build cgo
+
+package tests
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	_ "github.com/duckdb/duckdb-go/v2"
+)
+
+// DuckDB, an independent reader, reads what the built eosink committed and
+// must agree with what was posted (issue 14): Parquet through read_parquet
+// over a hive-partitioned glob, gzip and zstd NDJSON through
+// read_json_auto, and event-time partitions whose value is each record's
+// own time. The DuckDB driver needs cgo, hence the build tag.
+
+// duckStreams are the configured streams: DESIGN.md's Parquet example,
+// and gzip and zstd NDJSON partitioned by event time.
+var duckStreams = map[string]string{
+	"orders": `{"format": "parquet",
+ "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
+ "schema": {"fields": [
+   {"name": "id", "type": "int64", "required": true},
+   {"name": "region", "type": "string", "required": true},
+   {"name": "amount", "type": "double"},
+   {"name": "ts", "type": "timestamp", "required": true}]}}`,
+	"events_gz":  `{"format":"ndjson","compression":"gzip","partition":"day={time:ts:%Y-%m-%d}/hour={time:ts:%H}"}`,
+	"events_zst": `{"format":"ndjson","compression":"zstd","partition":"day={time:ts:%Y-%m-%d}/hour={time:ts:%H}"}`,
+}
+
+type duckOrder struct {
+	id     int64
+	region string
+	amount float64 // NaN: absent
+	ts     time.Time
+}
+
+// duckPosted is what was posted, to compare with what DuckDB reads.
+type duckPosted struct {
+	n          int64
+	ids        int64
+	amount     float64
+	amounts    int64
+	eventsVSum int64
+}
+
+func postNDJSON(t *testing.T, p *proc, stream string, body []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/streams/"+stream+"/records", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		t.Fatalf("POST %s: %d %s", stream, resp.StatusCode, b.String())
+	}
+}
+
+// duckWorkload configures the streams, posts orders and events, and
+// commits them; it returns what was posted.
+func duckWorkload(t *testing.T, p *proc) duckPosted {
+	t.Helper()
+	ctx := t.Context()
+	for s, body := range duckStreams {
+		if err := p.call(ctx, http.MethodPut, "/v1/streams/"+s, []byte(body), nil); err != nil {
+			t.Fatalf("PUT /v1/streams/%s: %v", s, err)
+		}
+	}
+	if _, err := p.Checkpoint(ctx); err != nil { // the barrier that puts them in force
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	regions := []string{"eu-west", "us-east", "ap south"} // the space is percent-encoded in paths
+	base := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	var want duckPosted
+	var orders, events bytes.Buffer
+	for i := range 3000 {
+		o := duckOrder{id: int64(i + 1), region: regions[rng.IntN(len(regions))], amount: math.NaN(),
+			ts: base.Add(time.Duration(rng.IntN(3*24*3600*1000)) * time.Millisecond)}
+		if i%4 != 0 {
+			o.amount = float64(rng.IntN(100000)) / 100
+		}
+		ts := fmt.Sprintf("%q", o.ts.In(time.FixedZone("", -5*3600)).Format(time.RFC3339Nano))
+		if i%3 == 0 {
+			ts = fmt.Sprint(o.ts.UnixMilli()) // epoch milliseconds place and store the same instant
+		}
+		fmt.Fprintf(&orders, `{"id":%d,"region":%q,"ts":%s`, o.id, o.region, ts)
+		if !math.IsNaN(o.amount) {
+			fmt.Fprintf(&orders, `,"amount":%g`, o.amount)
+			want.amount += o.amount
+			want.amounts++
+		}
+		orders.WriteString("}\n")
+		v := rng.Int64N(1000)
+		fmt.Fprintf(&events, `{"id":%d,"ts":%q,"v":%d}`+"\n", o.id, o.ts.Format(time.RFC3339Nano), v)
+		want.n++
+		want.ids += o.id
+		want.eventsVSum += v
+		if (i+1)%500 == 0 { // batches span several partitions each
+			postNDJSON(t, p, "orders", orders.Bytes())
+			postNDJSON(t, p, "events_gz", events.Bytes())
+			postNDJSON(t, p, "events_zst", events.Bytes())
+			orders.Reset()
+			events.Reset()
+		}
+	}
+	a, err := p.Checkpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != "committed" {
+		t.Fatalf("checkpoint %+v", a)
+	}
+	return want
+}
+
+func openDuckDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1) // one connection: SET applies to every query
+	if _, err := db.ExecContext(t.Context(), "SET TimeZone = 'UTC'"); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// duckCheck queries the committed files under dest (a local directory).
+func duckCheck(t *testing.T, dest string, want duckPosted) {
+	t.Helper()
+	ctx := t.Context()
+	db := openDuckDB(t)
+	src := fmt.Sprintf("read_parquet('%s', hive_partitioning = true, hive_types = {'dt': VARCHAR, 'region': VARCHAR}, filename = true)",
+		filepath.Join(dest, "orders", "**", "*.parquet"))
+	var n, ids, amounts, badDT, badRegion, files int64
+	var amount float64
+	q := "SELECT count(*), sum(id), sum(amount), count(amount), " +
+		"count(*) FILTER (WHERE dt <> strftime(ts, '%Y-%m-%d')), " +
+		"count(*) FILTER (WHERE region <> url_decode(regexp_extract(filename, 'region=([^/]*)/', 1))), " +
+		"count(DISTINCT filename) FROM " + src
+	if err := db.QueryRowContext(ctx, q).Scan(&n, &ids, &amount, &amounts, &badDT, &badRegion, &files); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if n != want.n || ids != want.ids || amounts != want.amounts || math.Abs(amount-want.amount) > 1e-6 {
+		t.Fatalf("Parquet: DuckDB read %d rows, sum(id) %d, sum(amount) %f over %d; posted %d, %d, %f over %d",
+			n, ids, amount, amounts, want.n, want.ids, want.amount, want.amounts)
+	}
+	if badDT != 0 || badRegion != 0 || files < 9 {
+		t.Fatalf("Parquet: %d rows whose dt is not their ts's date, %d in another region's directory; %d files", badDT, badRegion, files)
+	}
+	t.Logf("Parquet: %d rows in %d files, partitions equal to each record's own date and region", n, files)
+	for _, s := range []struct{ stream, ext string }{{"events_gz", "ndjson.gz"}, {"events_zst", "ndjson.zst"}} {
+		src := fmt.Sprintf("read_json_auto('%s', filename = true)", filepath.Join(dest, s.stream, "**", "*."+s.ext))
+		var n, ids, vs, bad, files int64
+		q := "SELECT count(*), sum(id), sum(v), " +
+			"count(*) FILTER (WHERE regexp_extract(filename, 'day=([0-9-]+)/hour=([0-9]+)/', ['d', 'h']) <> " +
+			"{'d': strftime(ts::TIMESTAMPTZ, '%Y-%m-%d'), 'h': strftime(ts::TIMESTAMPTZ, '%H')}), " +
+			"count(DISTINCT filename) FROM " + src
+		if err := db.QueryRowContext(ctx, q).Scan(&n, &ids, &vs, &bad, &files); err != nil {
+			t.Fatalf("%s: %s: %v", s.stream, q, err)
+		}
+		if n != want.n || ids != want.ids || vs != want.eventsVSum {
+			t.Fatalf("%s: DuckDB read %d rows, sum(id) %d, sum(v) %d; posted %d, %d, %d", s.stream, n, ids, vs, want.n, want.ids, want.eventsVSum)
+		}
+		if bad != 0 || files < 24 {
+			t.Fatalf("%s: %d rows whose day/hour directory is not their ts's; %d files", s.stream, bad, files)
+		}
+		t.Logf("%s: %d rows in %d .%s files, each in its own event-time hour", s.stream, n, files, s.ext)
+	}
+}
+
+// TestDuckDBReadsCommittedFiles runs the built binary with a local
+// destination, then DuckDB reads the destination directory.
+func TestDuckDBReadsCommittedFiles(t *testing.T) {
+	dir := workDir(t)
+	dest := filepath.Join(dir, "dest")
+	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "duck", "--checkpoint-interval", "0"}})
+	p.StartReady()
+	want := duckWorkload(t, p)
+	if code := p.Term(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	duckCheck(t, dest, want)
+	requireVerify(t, nil, "--dest", "file://"+dest)
+}
+
+// TestDuckDBReadsCommittedObjects runs it against MinIO. DuckDB's httpfs
+// extension is not installed offline, so the objects are copied through
+// minio-go and DuckDB reads the local copies.
+func TestDuckDBReadsCommittedObjects(t *testing.T) {
+	srv := sharedMinIO(t)
+	bucket, err := srv.NewBucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "e2e/duck"
+	dir := workDir(t)
+	url := "s3://" + bucket + "/" + prefix
+	s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
+	p := newProc(t, dir, procConfig{Args: append([]string{"--dest", url, "--node", "duck", "--checkpoint-interval", "0"}, s3flags...),
+		Env: s3Env(srv.AccessKey, srv.SecretKey)})
+	p.StartReady()
+	want := duckWorkload(t, p)
+	if code := p.Term(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	local := filepath.Join(dir, "copy")
+	copied := copyObjects(t, t.Context(), c, bucket, prefix, local)
+	t.Logf("copied %d objects from MinIO", copied)
+	duckCheck(t, local, want)
+}
+
+// copyObjects copies every object under prefix into dir, by its path
+// below prefix, and returns how many.
+func copyObjects(t *testing.T, ctx context.Context, c *minio.Client, bucket, prefix, dir string) int {
+	t.Helper()
+	n := 0
+	for o := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix + "/", Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		rel := strings.TrimPrefix(o.Key, prefix+"/")
+		dst := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.FGetObject(ctx, bucket, o.Key, dst, minio.GetObjectOptions{}); err != nil {
+			t.Fatalf("get %s: %v", o.Key, err)
+		}
+		n++
+	}
+	return n
+}
