@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -394,7 +395,7 @@ func TestListFilesTwoNodes(t *testing.T) {
 	other := "clicks/dt=2026-11-29/hour=09/" + layout.PartName("n2", 7, 0, "ndjson")
 	data := []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n")
 	m, err := recovery.BuildManifest("n2", &recovery.Checkpoint{ID: 7, Files: []committer.File{
-		{Stream: "clicks", Final: other, Bytes: int64(len(data)), Records: 4, CRC32C: "00000000"}}})
+		{Stream: "clicks", Final: other, Bytes: int64(len(data)), Records: 4, CRC32C: fmt.Sprintf("%08x", crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,10 @@ type fileRecord struct {
 	Parts      []partRecord                   `json:"parts,omitempty"`
 	StagingKey string                         `json:"staging_key,omitempty"`
 	ETag       string                         `json:"etag,omitempty"`
+	// How the file is encoded (stream configuration); empty for plain.
+	Format        string `json:"format,omitempty"`
+	Compression   string `json:"compression,omitempty"`
+	SchemaVersion int64  `json:"schema_version,omitempty"`
 }
 
 // partRecord is one uploaded part of a multipart upload.
@@ -119,7 +123,8 @@ func decodeCheckpoint(v []byte) (*Checkpoint, error) {
 
 func fileToRecord(f *committer.File) fileRecord {
 	r := fileRecord{Stream: f.Stream, Temp: f.Temp, Final: f.Final, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C,
-		Producers: f.Producers, UploadID: f.UploadID, StagingKey: f.StagingKey, ETag: f.ETag}
+		Producers: f.Producers, UploadID: f.UploadID, StagingKey: f.StagingKey, ETag: f.ETag,
+		Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion}
 	if f.Parts != nil {
 		r.Parts = make([]partRecord, len(f.Parts))
 		for i, p := range f.Parts {
@@ -131,7 +136,8 @@ func fileToRecord(f *committer.File) fileRecord {
 
 func (r *fileRecord) file() committer.File {
 	f := committer.File{Stream: r.Stream, Temp: r.Temp, Final: r.Final, Bytes: r.Bytes, Records: r.Records, CRC32C: r.CRC32C,
-		Producers: r.Producers, UploadID: r.UploadID, StagingKey: r.StagingKey, ETag: r.ETag}
+		Producers: r.Producers, UploadID: r.UploadID, StagingKey: r.StagingKey, ETag: r.ETag,
+		Format: r.Format, Compression: r.Compression, SchemaVersion: r.SchemaVersion}
 	if r.Parts != nil {
 		f.Parts = make([]committer.Part, len(r.Parts))
 		for i, p := range r.Parts {
