@@ -32,6 +32,7 @@ type rig struct {
 	checker   *invariant.Checker
 	last      invariant.Expect // of the last check
 	broken    string           // why the destination is not checked at the end
+	foreign   bool             // the test writes records of its own, not invariant's
 	tweak     func(*Config)
 }
 
@@ -118,7 +119,7 @@ func (r *rig) check(exp invariant.Expect) *invariant.Report {
 func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
 	if r.checker == nil || r.checker.FS != r.fs {
 		old := r.checker
-		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest}
+		r.checker = &invariant.Checker{FS: r.fs, Dest: rigDest, Foreign: r.foreign}
 		if old != nil {
 			r.checker.Inherit(old)
 		}
