@@ -71,13 +71,6 @@ func TestProducerCount(t *testing.T) {
 		t.Fatal("deleted twice")
 	}
 	count(3)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if s, err = Open(p); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, p)
 	count(3)
 }

@@ -597,18 +597,28 @@ func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketCheckpoints).Cursor()
 		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-			ck, err := decodeCheckpoint(v)
+			ck, err := listedCheckpoint(k, v, withFiles)
 			if err != nil {
-				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+				return err
 			}
-			if !withFiles {
-				ck.Files, ck.Seqs = nil, nil
-			}
-			out = append(out, *ck)
+			out = append(out, ck)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// listedCheckpoint decodes the checkpoint row k, v for List and
+// ListBefore, without its files and seqs unless withFiles.
+func listedCheckpoint(k, v []byte, withFiles bool) (Checkpoint, error) {
+	ck, err := decodeCheckpoint(v)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+	}
+	if !withFiles {
+		ck.Files, ck.Seqs = nil, nil
+	}
+	return *ck, nil
 }
 
 // ListBefore returns up to limit checkpoints with ids below before, newest
@@ -629,14 +639,11 @@ func (s *Store) ListBefore(before uint64, limit int, withFiles bool) ([]Checkpoi
 			if binary.BigEndian.Uint64(k) >= before {
 				continue
 			}
-			ck, err := decodeCheckpoint(v)
+			ck, err := listedCheckpoint(k, v, withFiles)
 			if err != nil {
-				return fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
+				return err
 			}
-			if !withFiles {
-				ck.Files, ck.Seqs = nil, nil
-			}
-			out = append(out, *ck)
+			out = append(out, ck)
 		}
 		return nil
 	})

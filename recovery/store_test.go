@@ -21,6 +21,20 @@ func openTemp(t *testing.T) (*Store, string) {
 	return s, p
 }
 
+// reopen closes s and opens the store at p again, closed at the test's end.
+func reopen(t *testing.T, s *Store, p string) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func TestStoreLifecycle(t *testing.T) {
 	s, p := openTemp(t)
 	if _, err := s.InitProducer("a"); err != nil {
@@ -62,14 +76,7 @@ func TestStoreLifecycle(t *testing.T) {
 	if id, _ := s.LastID(); id != 9 {
 		t.Fatalf("last id %d", id)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, p)
 	c9, err := s.Get(9)
 	if err != nil || c9.State != Aborted || c9.Error != "disk" {
 		t.Fatalf("reopen: %+v %v", c9, err)
@@ -106,14 +113,7 @@ func TestStoreRetentionDeletesRows(t *testing.T) {
 			t.Fatalf("checkpoint %d within the retention: %+v %v", id, c, err)
 		}
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, p)
 	if pend, err := s.Pending(); err != nil || len(pend) != 1 || pend[0].ID != 3 || pend[0].Files[0].Final != "stuck" {
 		t.Fatalf("the prepared checkpoint was pruned: %+v %v", pend, err)
 	}
@@ -138,14 +138,7 @@ func TestStoreOpenReadsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, p)
 	if s.decodedOnOpen > checkOnOpen+5 {
 		t.Fatalf("Open decoded %d checkpoint rows of 500, want at most %d", s.decodedOnOpen, checkOnOpen+5)
 	}

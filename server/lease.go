@@ -318,14 +318,7 @@ func (e *Engine) renewLoop() {
 	every := e.lease.timeout / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-e.failed:
-			return
-		case <-t.C:
-		}
+	e.runEvery(t.C, func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, every)
 		err := e.lease.renew(ctx, e.cfg.Now, 0)
 		cancel()
@@ -334,14 +327,15 @@ func (e *Engine) renewLoop() {
 			if e.ctx.Err() == nil && !e.lease.isReleased() {
 				e.fail(err)
 			}
-			return
+			return true
 		case err != nil:
 			e.log.Warn("renew node lease failed; retrying", "err", err)
 			t.Reset(every / 4)
 		default:
 			t.Reset(every)
 		}
-	}
+		return false
+	})
 }
 
 func (l *lease) isReleased() bool {

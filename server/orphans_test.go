@@ -56,15 +56,7 @@ func intentCount(t *testing.T, e *Engine) int {
 func TestFailedAbortKeepsIntentForRecovery(t *testing.T) {
 	r, fake := newRemoteRig(t)
 	e := r.start(nil)
-	for i, s := range []string{"a", "b"} {
-		if _, err := send(e, nil, s, int64(i), 2); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = failOn("b"), true })
-	if res := r.checkpoint(); res.State != recovery.Aborted {
-		t.Fatalf("checkpoint: %+v, want aborted", res)
-	}
+	abortWithAbortDown(t, r, fake, e)
 	if got := fake.Uploads(); len(got) != 2 {
 		t.Fatalf("uploads after the failed aborts: %v, want both files' uploads", got)
 	}
@@ -131,6 +123,22 @@ func TestShutdownCutLeavesNoUploads(t *testing.T) {
 	}
 }
 
+// abortWithAbortDown writes to streams "a" and "b", then checkpoints with
+// b's prepare failing and every abort failing, so the checkpoint aborts and
+// leaves its intents and uploads behind.
+func abortWithAbortDown(t *testing.T, r *rig, fake *fakeRemote, e *Engine) {
+	t.Helper()
+	for i, s := range []string{"a", "b"} {
+		if _, err := send(e, nil, s, int64(i), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = failOn("b"), true })
+	if res := r.checkpoint(); res.State != recovery.Aborted {
+		t.Fatalf("checkpoint: %+v, want aborted", res)
+	}
+}
+
 // I10 without a restart: once the remote heals, the orphan sweep aborts
 // what the failed aborts left, and counts it.
 func TestSweepAfterFailedAbortHeals(t *testing.T) {
@@ -143,15 +151,7 @@ func TestSweepAfterFailedAbortHeals(t *testing.T) {
 		c.Hooks = metrics.Hooks()
 	}
 	e := r.start(nil)
-	for i, s := range []string{"a", "b"} {
-		if _, err := send(e, nil, s, int64(i), 2); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = failOn("b"), true })
-	if res := r.checkpoint(); res.State != recovery.Aborted {
-		t.Fatalf("checkpoint: %+v, want aborted", res)
-	}
+	abortWithAbortDown(t, r, fake, e)
 	// Still down: the sweep fails and keeps everything.
 	if _, err := e.Sweep(t.Context()); err == nil {
 		t.Error("sweep with the remote down: nil error")

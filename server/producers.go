@@ -448,20 +448,14 @@ func (e *Engine) expireLoop() {
 	every := min(e.cfg.ProducerExpiry/8, time.Hour)
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-e.failed:
-			return
-		case <-t.C:
-			if n, err := e.ExpireProducers(e.cfg.Now()); err != nil && e.ctx.Err() == nil {
-				e.log.Warn("producer expiry", "err", err, "expired", n)
-			} else if n > 0 {
-				e.log.Info("producers expired", "count", n)
-			}
+	e.runEvery(t.C, func() bool {
+		if n, err := e.ExpireProducers(e.cfg.Now()); err != nil && e.ctx.Err() == nil {
+			e.log.Warn("producer expiry", "err", err, "expired", n)
+		} else if n > 0 {
+			e.log.Info("producers expired", "count", n)
 		}
-	}
+		return false
+	})
 }
 
 // InitProducer gives the producer a new epoch, durably, fencing older

@@ -44,25 +44,38 @@ func (e *Engine) sweepLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.SweepInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-e.failed:
-			return
-		case <-t.C:
-		}
+	e.runEvery(t.C, func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, max(e.cfg.SweepInterval, time.Minute))
 		res, err := e.Sweep(ctx)
 		cancel()
 		if err != nil && e.storeFailed(err) {
-			return
+			return true
 		}
 		if err != nil && e.ctx.Err() == nil {
 			e.log.Warn("orphan sweep failed; the next one retries", "err", err, "op", "sweep",
 				"intents_aborted", len(res.Intents), "removed", len(res.Removed))
 		} else if n := len(res.Intents) + len(res.Removed); n > 0 {
 			e.log.Info("orphan sweep done", "op", "sweep", "intents_aborted", len(res.Intents), "removed", len(res.Removed))
+		}
+		return false
+	})
+}
+
+// runEvery calls step on every tick of c until the engine closes, the
+// engine fails, or step returns true. The caller owns the timer or ticker
+// behind c (and may Reset it from step); the loops of the lease, producer
+// expiry and the orphan sweep share it.
+func (e *Engine) runEvery(c <-chan time.Time, step func() (stop bool)) {
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.failed:
+			return
+		case <-c:
+		}
+		if step() {
+			return
 		}
 	}
 }

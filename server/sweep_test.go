@@ -37,20 +37,26 @@ func newModel() *model {
 // write sends the next batch of p on stream s; the model advances only if
 // the engine accepted it.
 func (m *model) write(t testing.TB, e *Engine, p, s string, n int) error {
+	_, err := m.writeResult(t, e, p, s, n)
+	return err
+}
+
+// writeResult is write that also returns the engine's answer.
+func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteResult, error) {
 	k := [2]string{p, s}
 	seq := m.next[k]
 	res, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, n)
 	if err != nil {
 		if errors.Is(err, ErrUnknownProducer) || errors.Is(err, ErrFenced) || errors.Is(err, ErrInvalidEpoch) || errors.Is(err, ErrOutOfOrder) {
-			t.Fatalf("write %s/%s/%d: producer error for a correct batch: %v", p, s, seq, err)
+			t.Fatalf("write %s/%s/%d: producer error for a correct batch (I12: the client is wedged): %v", p, s, seq, err)
 		}
-		return err
+		return res, err
 	}
 	if res.Duplicate || res.NextSeq != seq+1 {
 		t.Fatalf("write %s/%s/%d: %+v", p, s, seq, res)
 	}
 	m.next[k] = seq + 1
-	return nil
+	return res, nil
 }
 
 func (m *model) writeAnon(e *Engine, s string) error {

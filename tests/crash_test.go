@@ -101,6 +101,22 @@ type errorLog struct {
 	errs []error
 }
 
+// flushAll flushes every sender at once, each within timeout, and adds
+// each failure to errs.
+func flushAll(ctx context.Context, senders []sender, timeout time.Duration, errs *errorLog) {
+	var wg sync.WaitGroup
+	for _, s := range senders {
+		wg.Go(func() {
+			fctx, fcancel := context.WithTimeout(ctx, timeout)
+			defer fcancel()
+			if err := s.Flush(fctx); err != nil {
+				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (l *errorLog) add(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -414,29 +430,19 @@ func TestCrashLoopS3(t *testing.T) {
 		kills int
 	}{{"multipart", 10}, {"copy", 5}} {
 		t.Run(tc.mode, func(t *testing.T) {
-			bucket, err := srv.NewBucket(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := srv.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			const prefix = "e2e/crash"
-			url := "s3://" + bucket + "/" + prefix
-			s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
+			b := newS3Bucket(t, srv, "e2e/crash")
 			st := crashLoop{
 				kills:     envInt(t, envKills, tc.kills),
 				producers: envInt(t, envProducers, 4),
 				streams:   crashStreams,
 				configure: crashConfigured,
-				args:      append([]string{"--dest", url, "--s3-commit", tc.mode, "--node", "e2e"}, s3flags...),
-				env:       s3Env(srv.AccessKey, srv.SecretKey),
-				dest:      invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix},
+				args:      append([]string{"--dest", b.url(), "--s3-commit", tc.mode, "--node", "e2e"}, b.s3Flags()...),
+				env:       b.env(),
+				dest:      b.dest(),
 				aim:       100,
-				verify:    append([]string{"--dest", url}, s3flags...),
+				verify:    b.destFlags(),
 			}.run(t)
-			requireNoUploads(t, c, bucket, prefix, st.report)
+			requireNoUploads(t, b.c, b.bucket, b.prefix, st.report)
 		})
 	}
 }

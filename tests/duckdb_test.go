@@ -214,27 +214,17 @@ func TestDuckDBReadsCommittedFiles(t *testing.T) {
 // minio-go and DuckDB reads the local copies.
 func TestDuckDBReadsCommittedObjects(t *testing.T) {
 	srv := sharedMinIO(t)
-	bucket, err := srv.NewBucket(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const prefix = "e2e/duck"
+	b := newS3Bucket(t, srv, "e2e/duck")
 	dir := workDir(t)
-	url := "s3://" + bucket + "/" + prefix
-	s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
-	p := newProc(t, dir, procConfig{Args: append([]string{"--dest", url, "--node", "duck", "--checkpoint-interval", "0"}, s3flags...),
-		Env: s3Env(srv.AccessKey, srv.SecretKey)})
+	p := newProc(t, dir, procConfig{Args: append([]string{"--dest", b.url(), "--node", "duck", "--checkpoint-interval", "0"}, b.s3Flags()...),
+		Env: b.env()})
 	p.StartReady()
 	want := duckWorkload(t, p)
 	if code := p.Term(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
 	local := filepath.Join(dir, "copy")
-	copied := copyObjects(t, t.Context(), c, bucket, prefix, local)
+	copied := copyObjects(t, t.Context(), b.c, b.bucket, b.prefix, local)
 	t.Logf("copied %d objects from MinIO", copied)
 	duckCheck(t, local, want)
 }

@@ -60,21 +60,12 @@ func newLBCluster(t testing.TB, dir string, front lbFront, nodeArgs []string, pe
 		nginxBinary(t)
 	}
 	srv := sharedMinIO(t)
-	bucket, err := srv.NewBucket(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const prefix = "lb"
-	url := "s3://" + bucket + "/" + prefix
+	b := newS3Bucket(t, srv, "lb")
 	cl := &lbCluster{
-		dest:   invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix},
-		flags:  []string{"--dest", url, "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
-		env:    s3Env(srv.AccessKey, srv.SecretKey),
-		prefix: prefix,
+		dest:   b.dest(),
+		flags:  b.destFlags(),
+		env:    b.env(),
+		prefix: b.prefix,
 		minio:  srv,
 	}
 	var addrs []string
@@ -593,17 +584,7 @@ func TestLBCrashLoop(t *testing.T) {
 	if !waitGroup(&wg, ctx) {
 		t.Fatalf("producers did not stop: %v", ctx.Err())
 	}
-	var fwg sync.WaitGroup
-	for _, s := range senders {
-		fwg.Go(func() {
-			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
-			defer fcancel()
-			if err := s.Flush(fctx); err != nil {
-				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
-			}
-		})
-	}
-	fwg.Wait()
+	flushAll(ctx, senders, 60*time.Second, &errs)
 	for i, err := range errs.all() {
 		if i == 10 {
 			t.Errorf("... %d errors in all", len(errs.all()))

@@ -29,17 +29,8 @@ func newNodeDest(t *testing.T, kind, dir string) nodeDest {
 		return nodeDest{d: invariant.LocalDest(dest), args: []string{"--dest", "file://" + dest}, describe: "local"}
 	default:
 		srv := sharedMinIO(t)
-		bucket, err := srv.NewBucket(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := srv.Client()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nodeDest{d: invariant.S3Dest{Client: c, Bucket: bucket, Prefix: "nodes"},
-			args: []string{"--dest", "s3://" + bucket + "/nodes", "--s3-endpoint", srv.Endpoint, "--s3-insecure"},
-			env:  s3Env(srv.AccessKey, srv.SecretKey), describe: "s3 (MinIO)"}
+		b := newS3Bucket(t, srv, "nodes")
+		return nodeDest{d: b.dest(), args: b.destFlags(), env: b.env(), describe: "s3 (MinIO)"}
 	}
 }
 

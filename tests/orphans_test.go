@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
-	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -27,40 +26,30 @@ func isPartUpload(r *http.Request) bool {
 // lists incomplete uploads from memory, which a restart would wipe and so
 // hide a leak.
 type orphanRig struct {
-	t      *testing.T
-	srv    *testsrv.MinIO
-	c      *minio.Client
-	bucket string
-	prefix string
-	proxy  *s3Proxy
-	p      *proc
-	prod   *rawProducer
-	rng    *rand.Rand
-	want   map[batchKey]int
+	t *testing.T
+	s3Bucket
+	proxy *s3Proxy
+	p     *proc
+	prod  *rawProducer
+	rng   *rand.Rand
+	want  map[batchKey]int
 }
 
 func newOrphanRig(t *testing.T, shutdownTimeout time.Duration) *orphanRig {
 	t.Helper()
 	srv := sharedMinIO(t)
-	bucket, err := srv.NewBucket(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
 	rng, _ := testRand(t)
-	r := &orphanRig{t: t, srv: srv, c: c, bucket: bucket, prefix: "orphans", proxy: startS3Proxy(t, srv.Endpoint),
+	r := &orphanRig{t: t, s3Bucket: newS3Bucket(t, srv, "orphans"), proxy: startS3Proxy(t, srv.Endpoint),
 		rng: rng, want: map[batchKey]int{}}
 	r.p = newProc(t, workDir(t), procConfig{
-		Args: []string{"--dest", "s3://" + bucket + "/" + r.prefix, "--s3-endpoint", r.proxy.Addr, "--s3-insecure",
+		Args: []string{"--dest", r.url(), "--s3-endpoint", r.proxy.Addr, "--s3-insecure",
 			"--node", "e2e", "--checkpoint-interval", "0", "--orphan-sweep-interval", "500ms"},
-		Env:             s3Env(srv.AccessKey, srv.SecretKey),
+		Env:             r.env(),
 		ShutdownTimeout: shutdownTimeout,
 		ReadyTimeout:    60 * time.Second,
 	})
 	r.p.StartReady()
+	var err error
 	if r.prod, err = newRawProducer(t.Context(), r.p.URL, "orphans"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +95,7 @@ func (r *orphanRig) uploads() []string {
 // and returns its output.
 func (r *orphanRig) dryRun() string {
 	r.t.Helper()
-	code, out := runVerify(r.t, s3Env(r.srv.AccessKey, r.srv.SecretKey), "--dest", "s3://"+r.bucket+"/"+r.prefix,
-		"--s3-endpoint", r.srv.Endpoint, "--s3-insecure", "--dry-run", "--node", "e2e")
+	code, out := runVerify(r.t, r.env(), append(r.destFlags(), "--dry-run", "--node", "e2e")...)
 	if code != 0 {
 		r.t.Fatalf("eosink verify --dry-run: exit %d:\n%s", code, out)
 	}
@@ -135,15 +123,14 @@ func (r *orphanRig) finish() {
 	if code := r.p.Term(); code != 0 {
 		r.t.Errorf("SIGTERM: exit %d, want 0", code)
 	}
-	rep := requireDest(r.t, invariant.S3Dest{Client: r.c, Bucket: r.bucket, Prefix: r.prefix}, r.want, true)
+	rep := requireDest(r.t, r.dest(), r.want, true)
 	if len(rep.Staging) > 0 {
 		r.t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 	}
 	if left := r.uploads(); len(left) > 0 {
 		r.t.Errorf("uploads left after a clean stop: %v", left)
 	}
-	requireVerify(r.t, s3Env(r.srv.AccessKey, r.srv.SecretKey), "--dest", "s3://"+r.bucket+"/"+r.prefix,
-		"--s3-endpoint", r.srv.Endpoint, "--s3-insecure")
+	requireVerify(r.t, r.env(), r.destFlags()...)
 }
 
 // TestS3Orphans (I10) leaves multipart uploads behind the two ways the
@@ -262,17 +249,9 @@ func TestStoreLoss(t *testing.T) {
 				verifyArgs = destArgs
 			case "s3":
 				srv := sharedMinIO(t)
-				bucket, err := srv.NewBucket(t.Context())
-				if err != nil {
-					t.Fatal(err)
-				}
-				c, err := srv.Client()
-				if err != nil {
-					t.Fatal(err)
-				}
-				d = invariant.S3Dest{Client: c, Bucket: bucket, Prefix: "loss"}
-				destArgs = []string{"--dest", "s3://" + bucket + "/loss", "--s3-endpoint", srv.Endpoint, "--s3-insecure"}
-				env, verifyArgs = s3Env(srv.AccessKey, srv.SecretKey), destArgs
+				b := newS3Bucket(t, srv, "loss")
+				d, destArgs = b.dest(), b.destFlags()
+				env, verifyArgs = b.env(), destArgs
 			}
 			p := newProc(t, dir, procConfig{Args: append(destArgs, "--node", "e2e", "--checkpoint-interval", "0"), Env: env})
 			want := map[batchKey]int{}

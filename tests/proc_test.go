@@ -414,6 +414,26 @@ func (e *httpError) Error() string {
 	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Body.Error, strings.TrimSpace(e.Raw))
 }
 
+// doRequest does req and returns a 2xx answer's body; any other status is
+// an *httpError.
+func doRequest(hc *http.Client, req *http.Request) ([]byte, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		he := &httpError{Status: resp.StatusCode, Raw: string(data)}
+		_ = json.Unmarshal(data, &he.Body)
+		return nil, he
+	}
+	return data, nil
+}
+
 // call does one request and decodes a 2xx JSON answer into out.
 func (p *proc) call(ctx context.Context, method, path string, body []byte, out any) error {
 	var r io.Reader
@@ -424,19 +444,9 @@ func (p *proc) call(ctx context.Context, method, path string, body []byte, out a
 	if err != nil {
 		return err
 	}
-	resp, err := p.hc.Do(req)
+	data, err := doRequest(p.hc, req)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		he := &httpError{Status: resp.StatusCode, Raw: string(data)}
-		_ = json.Unmarshal(data, &he.Body)
-		return he
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

@@ -419,16 +419,7 @@ func (p *rawProducer) rewind(stream string, rs *rawStream, exp, sent int64, a an
 		return fmt.Errorf("producer %s stream %s: service expects seq %d, but only %d..%d are kept (answer %d %s to seq %d)",
 			p.id, stream, exp, first, rs.next-1, a.Status, a.Code, sent)
 	}
-	lost := false
-	for _, k := range rs.kept {
-		if k.seq >= exp {
-			lost = lost || k.confirmed
-			k.confirmed = false
-		}
-	}
-	if lost {
-		p.rewinds++
-	}
+	p.unconfirmFrom(rs, exp)
 	return nil
 }
 
@@ -537,11 +528,9 @@ func (p *rawProducer) Flush(ctx context.Context) error {
 	}
 }
 
-func (p *rawProducer) rewindLocked(stream string, rs *rawStream, exp int64) error {
-	first := rs.kept[0].seq
-	if exp < first || exp > rs.next {
-		return fmt.Errorf("producer %s stream %s: service's next_seq %d, but only %d..%d are kept", p.id, stream, exp, first, rs.next-1)
-	}
+// unconfirmFrom marks rs's kept batches from exp on as unconfirmed and
+// counts a rewind if one of them was confirmed. p.mu is held.
+func (p *rawProducer) unconfirmFrom(rs *rawStream, exp int64) {
 	lost := false
 	for _, k := range rs.kept {
 		if k.seq >= exp {
@@ -552,6 +541,14 @@ func (p *rawProducer) rewindLocked(stream string, rs *rawStream, exp int64) erro
 	if lost {
 		p.rewinds++
 	}
+}
+
+func (p *rawProducer) rewindLocked(stream string, rs *rawStream, exp int64) error {
+	first := rs.kept[0].seq
+	if exp < first || exp > rs.next {
+		return fmt.Errorf("producer %s stream %s: service's next_seq %d, but only %d..%d are kept", p.id, stream, exp, first, rs.next-1)
+	}
+	p.unconfirmFrom(rs, exp)
 	return nil
 }
 
@@ -568,19 +565,9 @@ func (p *rawProducer) do(ctx context.Context, method, path string, hdr http.Head
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	resp, err := p.hc.Do(req)
+	data, err := doRequest(p.hc, req)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		he := &httpError{Status: resp.StatusCode, Raw: string(data)}
-		_ = json.Unmarshal(data, &he.Body)
-		return he
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)

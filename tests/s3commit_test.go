@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestS3CommitInterrupted kills eosink while MinIO is in the middle of its
@@ -43,19 +41,11 @@ func TestS3CommitInterrupted(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			rng, _ := testRand(t)
 			ctx := t.Context()
-			bucket, err := srv.NewBucket(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := srv.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			const prefix = "interrupted"
+			b := newS3Bucket(t, srv, "interrupted")
 			proxy := startS3Proxy(t, srv.Endpoint)
-			env := s3Env(srv.AccessKey, srv.SecretKey)
+			env := b.env()
 			p := newProc(t, workDir(t), procConfig{
-				Args: []string{"--dest", "s3://" + bucket + "/" + prefix, "--s3-endpoint", proxy.Addr, "--s3-insecure",
+				Args: []string{"--dest", b.url(), "--s3-endpoint", proxy.Addr, "--s3-insecure",
 					"--s3-commit", mode, "--node", "e2e", "--checkpoint-interval", "0"},
 				Env: env,
 			})
@@ -90,7 +80,7 @@ func TestS3CommitInterrupted(t *testing.T) {
 					fr := r.Clone(fctx)
 					fr.Body = io.NopCloser(bytes.NewReader(body))
 					forward.ServeHTTP(httptest.NewRecorder(), fr)
-					key, _ := url.PathUnescape(strings.TrimPrefix(r.URL.Path, "/"+bucket+"/"))
+					key, _ := url.PathUnescape(strings.TrimPrefix(r.URL.Path, "/"+b.bucket+"/"))
 					hits <- hit{key: key, upload: r.URL.Query().Get("uploadId")}
 				})
 				go func() {
@@ -106,8 +96,8 @@ func TestS3CommitInterrupted(t *testing.T) {
 				}
 				// What did the interrupted Complete leave?
 				var state string
-				_, serr := c.StatObject(ctx, bucket, h.key, minio.StatObjectOptions{})
-				res, perr := (minio.Core{Client: c}).ListObjectParts(ctx, bucket, h.key, h.upload, 0, 1000)
+				_, serr := b.c.StatObject(ctx, b.bucket, h.key, minio.StatObjectOptions{})
+				res, perr := (minio.Core{Client: b.c}).ListObjectParts(ctx, b.bucket, h.key, h.upload, 0, 1000)
 				switch {
 				case serr == nil:
 					state = "completed"
@@ -151,12 +141,12 @@ func TestS3CommitInterrupted(t *testing.T) {
 			if code := p.Term(); code != 0 {
 				t.Errorf("SIGTERM: exit %d", code)
 			}
-			rep := requireDest(t, invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}, want, true)
+			rep := requireDest(t, b.dest(), want, true)
 			if len(rep.Staging) > 0 {
 				t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 			}
-			requireNoUploads(t, c, bucket, prefix, rep)
-			requireVerify(t, env, "--dest", "s3://"+bucket+"/"+prefix, "--s3-endpoint", srv.Endpoint, "--s3-insecure")
+			requireNoUploads(t, b.c, b.bucket, b.prefix, rep)
+			requireVerify(t, env, b.destFlags()...)
 			if hitAt == 0 {
 				report(t, "MinIO never left an uncompletable upload in %d attempts (%v): the broken case was not exercised", states["intact"]+states["completed"], states)
 				return

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestTwoNodesOneBucket runs two eosink nodes, writing the same streams into
@@ -30,18 +28,8 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	rng, _ := testRand(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	bucket, err := srv.NewBucket(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const prefix = "shared/dest"
-	url := "s3://" + bucket + "/" + prefix
-	s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
-	env := s3Env(srv.AccessKey, srv.SecretKey)
+	b := newS3Bucket(t, srv, "shared/dest")
+	env := b.env()
 	dir := workDir(t)
 
 	nodes := []struct{ id, mode string }{{"n1", "multipart"}, {"n10", "copy"}}
@@ -50,7 +38,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	for i, n := range nodes {
 		procs[i] = newProc(t, dir, procConfig{
 			Name: n.id,
-			Args: append([]string{"--dest", url, "--s3-commit", n.mode, "--node", n.id}, s3flags...),
+			Args: append([]string{"--dest", b.url(), "--s3-commit", n.mode, "--node", n.id}, b.s3Flags()...),
 			Env:  env,
 			PerStart: func() []string {
 				rngMu.Lock()
@@ -90,17 +78,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	if !waitGroup(&wg, ctx) {
 		t.Fatalf("producers did not stop: %v", ctx.Err())
 	}
-	var fwg sync.WaitGroup
-	for _, s := range senders {
-		fwg.Go(func() {
-			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
-			defer fcancel()
-			if err := s.Flush(fctx); err != nil {
-				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
-			}
-		})
-	}
-	fwg.Wait()
+	flushAll(ctx, senders, 60*time.Second, &errs)
 	for i, p := range procs {
 		if code := p.Term(); code != 0 {
 			t.Errorf("node %s: SIGTERM: exit %d", nodes[i].id, code)
@@ -110,7 +88,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	for _, err := range errs.all() {
 		t.Errorf("producer error: %v", err)
 	}
-	d := invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}
+	d := b.dest()
 	want := led.snapshot()
 	batches, records := led.records()
 	rep := requireDest(t, d, want, true)
@@ -122,9 +100,9 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	if len(rep.Staging) > 0 {
 		t.Errorf("staging objects left after clean stops: %s", firstN(rep.Staging, 10))
 	}
-	requireNoUploads(t, c, bucket, prefix, rep)
+	requireNoUploads(t, b.c, b.bucket, b.prefix, rep)
 	requireOwnFiles(t, ctx, d)
-	requireVerify(t, env, append([]string{"--dest", url}, s3flags...)...)
+	requireVerify(t, env, b.destFlags()...)
 	resends := 0
 	for _, s := range senders {
 		resends += s.Resends()

@@ -69,6 +69,20 @@ func (r *rig) env() committertest.Env {
 	}
 }
 
+// commitClean commits f, requires finalName to hold data and nothing of
+// the upload to be left.
+func (r *rig) commitClean(t *testing.T, f committer.File, finalName string, data []byte) {
+	t.Helper()
+	if err := r.s3.Commit(t.Context(), f); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	committertest.WantContent(t, r.s3, finalName, data)
+	left, err := r.leftovers(t.Context(), f)
+	if err != nil || len(left) > 0 {
+		t.Fatalf("after commit: leftovers %v, %v", left, err)
+	}
+}
+
 // leftovers lists incomplete uploads on f's final and staging keys, and the
 // staging object.
 func (r *rig) leftovers(ctx context.Context, f committer.File) ([]string, error) {
@@ -198,14 +212,7 @@ func TestLargeFileCopy(t *testing.T) {
 		t.Fatalf("staging object etag %q, want a 3-part upload", f.ETag)
 	}
 	committertest.WantAbsent(t, r.s3, finalName)
-	if err := r.s3.Commit(t.Context(), f); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	committertest.WantContent(t, r.s3, finalName, data)
-	left, err := r.leftovers(t.Context(), f)
-	if err != nil || len(left) > 0 {
-		t.Fatalf("after commit: leftovers %v, %v", left, err)
-	}
+	r.commitClean(t, f, finalName, data)
 }
 
 // TestAbortAbortsUpload: after Abort, the upload is gone from the server.
@@ -328,14 +335,7 @@ func TestCommitReuploadsWhenUploadGone(t *testing.T) {
 			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, r.s3.Key(finalName), f.UploadID); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.s3.Commit(t.Context(), f); err != nil {
-				t.Fatalf("commit: %v", err)
-			}
-			committertest.WantContent(t, r.s3, finalName, data)
-			left, err := r.leftovers(t.Context(), f)
-			if err != nil || len(left) > 0 {
-				t.Fatalf("after commit: leftovers %v, %v", left, err)
-			}
+			r.commitClean(t, f, finalName, data)
 
 			g := committertest.Prepare(t, r.env(), "lost.ndjson", data)
 			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, r.s3.Key(g.Final), g.UploadID); err != nil {
@@ -657,14 +657,7 @@ func TestReuploadAbortsEarlierRetries(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := r.s3.Commit(t.Context(), f); err != nil {
-				t.Fatalf("commit: %v", err)
-			}
-			committertest.WantContent(t, r.s3, finalName, data)
-			left, err := r.leftovers(t.Context(), f)
-			if err != nil || len(left) > 0 {
-				t.Fatalf("after commit: leftovers %v, %v", left, err)
-			}
+			r.commitClean(t, f, finalName, data)
 		})
 	}
 }

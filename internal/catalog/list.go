@@ -189,19 +189,24 @@ func (c *Catalog) Streams(ctx context.Context, after string, limit, countCap int
 			st.Capped = true
 			return AfterPast(name + "/"), false
 		}
-		st.Files++
-		st.Bytes += e.Bytes
-		if e.Modified.After(st.Last) {
-			st.Last = e.Modified
-		}
-		if rec, ok := c.Records(ctx, e.Path); ok {
-			st.Records += rec
-		} else {
-			st.Unknown++
-		}
+		c.count(ctx, st, e)
 		return "", false
 	})
 	return out, more, err
+}
+
+// count adds the committed file e to st.
+func (c *Catalog) count(ctx context.Context, st *StreamStat, e committer.Entry) {
+	st.Files++
+	st.Bytes += e.Bytes
+	if e.Modified.After(st.Last) {
+		st.Last = e.Modified
+	}
+	if rec, ok := c.Records(ctx, e.Path); ok {
+		st.Records += rec
+	} else {
+		st.Unknown++
+	}
 }
 
 // Stream returns one stream's committed files counted, as Streams does for
@@ -215,16 +220,7 @@ func (c *Catalog) Stream(ctx context.Context, name string) (StreamStat, error) {
 		if ParsePath(e.Path).Kind != Part {
 			return "", false
 		}
-		st.Files++
-		st.Bytes += e.Bytes
-		if e.Modified.After(st.Last) {
-			st.Last = e.Modified
-		}
-		if rec, ok := c.Records(ctx, e.Path); ok {
-			st.Records += rec
-		} else {
-			st.Unknown++
-		}
+		c.count(ctx, &st, e)
 		return "", false
 	})
 	return st, err
