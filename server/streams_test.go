@@ -219,7 +219,7 @@ func TestStreamSplitAppendFails(t *testing.T) {
 	sw := &faultfs.SwapInjector{}
 	fs := faultfs.NewInjectFS(afero.NewMemMapFs(), sw)
 	r := newRig(t, fs)
-	r.foreign = true // records of its own: the end check skips their ranges
+	r.foreign = true                               // records of its own: the end check skips their ranges
 	r.tweak = func(c *Config) { c.BufferSize = 8 } // every batch is written at once
 	e := r.start(nil)
 	if _, err := e.PutStream(context.Background(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
