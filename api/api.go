@@ -15,6 +15,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,26 +127,30 @@ type Config struct {
 
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
 type Server struct {
-	eng        Engine
-	files      committer.Reader
-	cat        *catalog.Catalog
-	auth       *Tokens
-	metrics    http.Handler
-	httpm      *httpMetrics
-	log        *slog.Logger
-	maxBody    int64
-	maxRecord  int
-	wait       time.Duration
-	retryAfter string
-	handler    http.Handler
-	bodies     sync.Pool // *[]byte: the first step of request bodies
-	bodyTime   time.Duration
-	inflight   *budget
-	origin     *http.CrossOriginProtection
-	hosts      []string // names served without tokens, besides loopback ones
-	anyIP      bool     // without tokens, any IP literal Host is served too
-	stall      time.Duration
-	authFails  *failLimiter
+	eng Engine
+	// producerPages keeps encoded GET /v1/producers answers until the
+	// state store changes: a loop polling them costs about what a probe
+	// does (producers.go).
+	producerPages *memo.Cache[[]byte]
+	files         committer.Reader
+	cat           *catalog.Catalog
+	auth          *Tokens
+	metrics       http.Handler
+	httpm         *httpMetrics
+	log           *slog.Logger
+	maxBody       int64
+	maxRecord     int
+	wait          time.Duration
+	retryAfter    string
+	handler       http.Handler
+	bodies        sync.Pool // *[]byte: the first step of request bodies
+	bodyTime      time.Duration
+	inflight      *budget
+	origin        *http.CrossOriginProtection
+	hosts         []string // names served without tokens, besides loopback ones
+	anyIP         bool     // without tokens, any IP literal Host is served too
+	stall         time.Duration
+	authFails     *failLimiter
 }
 
 // New checks cfg and returns a Server.
@@ -199,21 +204,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("new api server: the in-flight body limit %d is below twice the body limit %d: the largest body could never be read", cfg.MaxInflightBody, cfg.MaxBody)
 	}
 	s := &Server{
-		eng:        cfg.Engine,
-		files:      cfg.Files,
-		cat:        cfg.Catalog,
-		auth:       cfg.Auth,
-		log:        cfg.Logger,
-		metrics:    promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
-		maxBody:    cfg.MaxBody,
-		maxRecord:  cfg.MaxRecord,
-		wait:       cfg.WaitTimeout,
-		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
-		bodyTime:   cfg.BodyTimeout,
-		inflight:   &budget{limit: cfg.MaxInflightBody},
-		origin:     http.NewCrossOriginProtection(),
-		stall:      cfg.DownloadStall,
-		authFails:  newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
+		eng:           cfg.Engine,
+		producerPages: memo.New[[]byte](producerPageCacheBytes),
+		files:         cfg.Files,
+		cat:           cfg.Catalog,
+		auth:          cfg.Auth,
+		log:           cfg.Logger,
+		metrics:       promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
+		maxBody:       cfg.MaxBody,
+		maxRecord:     cfg.MaxRecord,
+		wait:          cfg.WaitTimeout,
+		retryAfter:    strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
+		bodyTime:      cfg.BodyTimeout,
+		inflight:      &budget{limit: cfg.MaxInflightBody},
+		origin:        http.NewCrossOriginProtection(),
+		stall:         cfg.DownloadStall,
+		authFails:     newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error
@@ -316,12 +322,25 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 
 // writeJSON answers status with v encoded as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := encodeJSON(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+	}
+	writeJSONBody(w, status, body)
+}
+
+// encodeJSON returns v as an answer body; only our own wire types are
+// encoded, and they always marshal.
+func encodeJSON(v any) ([]byte, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		// Only our own wire types are encoded; they always marshal.
-		status, body = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encode response"}`)
+		return []byte(`{"error":"internal","message":"encode response"}` + "\n"), err
 	}
-	body = append(body, '\n')
+	return append(body, '\n'), nil
+}
+
+// writeJSONBody writes an encoded JSON answer.
+func writeJSONBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -11,6 +11,10 @@ import (
 
 // Producer list limits (DESIGN: every list takes limit and after).
 const (
+	// producerPageCacheBytes bounds the kept answers: some 25 pages of
+	// the most (10,000 producers).
+	producerPageCacheBytes = 16 << 20
+
 	defaultProducerLimit = 1000
 	maxProducerLimit     = 10000
 )
@@ -35,16 +39,23 @@ func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
 	if !s.readyOr503(w) {
 		return
 	}
-	ps, next, err := s.eng.ProducersPage(after, limit)
+	body, err := s.producerPages.Get(s.eng.StateVersion(), after+"\x00"+strconv.Itoa(limit), func() ([]byte, int, error) {
+		ps, next, err := s.eng.ProducersPage(after, limit)
+		if err != nil {
+			return nil, 0, err
+		}
+		out := ProducerList{Producers: make([]Producer, 0, len(ps)), Next: next}
+		for _, p := range ps {
+			out.Producers = append(out.Producers, producerFrom(p))
+		}
+		b, err := encodeJSON(out)
+		return b, len(b), err
+	})
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	out := ProducerList{Producers: make([]Producer, 0, len(ps)), Next: next}
-	for _, p := range ps {
-		out.Producers = append(out.Producers, producerFrom(p))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSONBody(w, http.StatusOK, body)
 }
 
 // deleteProducer answers DELETE /v1/producers/{producer} (admin): 204, 404

@@ -34,9 +34,9 @@ func TestStoreListBefore(t *testing.T) {
 		{ids[0] - 1, 2, ids[1:3]}, // between two ids
 		{3, 10, []uint64{2}},
 		{2, 10, nil},
-		{0, 10, nil},
+		{0, 3, ids[:3]}, // 0: no bound
 	} {
-		got, err := s.ListBefore(c.before, c.limit, false)
+		got, err := s.ListBefore(c.before, c.limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestStoreListBefore(t *testing.T) {
 		for _, ck := range got {
 			gotIDs = append(gotIDs, ck.ID)
 			if ck.Files != nil {
-				t.Errorf("before %d: files listed without withFiles", c.before)
+				t.Errorf("before %d: files listed", c.before)
 			}
 		}
 		if !slices.Equal(gotIDs, c.want) {
@@ -55,7 +55,7 @@ func TestStoreListBefore(t *testing.T) {
 	var all []uint64
 	before := uint64(math.MaxUint64)
 	for {
-		page, err := s.ListBefore(before, 4, false)
+		page, err := s.ListBefore(before, 4)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -265,6 +265,14 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 		} else if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
 			k, v = c.Next()
 		}
+		// The seqs bucket is in producer order too (seqKey): one cursor
+		// walks beside the heads instead of a seek per producer.
+		var seqs *bolt.Cursor
+		var sk, sv []byte
+		if k != nil {
+			seqs = tx.Bucket(bucketSeqs).Cursor()
+			sk, sv = seqs.Seek(seqPrefix(string(k)))
+		}
 		for ; k != nil; k, v = c.Next() {
 			if len(out) == limit {
 				next = out[len(out)-1].ID
@@ -274,9 +282,17 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 			if err := json.Unmarshal(v, &h); err != nil || h.ID != string(k) {
 				return fmt.Errorf("read state store %s: %w: producer %q: undecodable record", s.path, ErrCorrupt, k)
 			}
-			streams, err := streamsOf(tx, h.ID)
-			if err != nil {
-				return fmt.Errorf("read state store %s: %w", s.path, err)
+			pre := seqPrefix(h.ID)
+			for sk != nil && bytes.Compare(sk, pre) < 0 {
+				sk, sv = seqs.Next()
+			}
+			streams := map[string]StreamSeq{}
+			for ; sk != nil && bytes.HasPrefix(sk, pre); sk, sv = seqs.Next() {
+				ss, err := decodeSeq(sv)
+				if err != nil {
+					return fmt.Errorf("read state store %s: decode producer %s stream %s: %w: undecodable record", s.path, h.ID, sk[len(pre):], ErrCorrupt)
+				}
+				streams[string(sk[len(pre):])] = ss
 			}
 			out = append(out, Producer{ID: h.ID, Epoch: h.Epoch, Active: h.Active, Streams: streams})
 		}

@@ -1,6 +1,10 @@
 package recovery
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
 
 // TestForgottenProducerStartsAboveItsOldEpochs: a producer forgotten (by
 // expiry or DELETE) and initialised again must not start at epoch 0, or a
@@ -73,4 +77,65 @@ func TestProducerCount(t *testing.T) {
 	count(3)
 	s = reopen(t, s, p)
 	count(3)
+}
+
+// TestProducersPageStreams: each producer of a page has exactly its own
+// streams, with ids that are prefixes of each other ("p1", "p1.x", "p10"),
+// producers without streams between them, and any page size.
+func TestProducersPageStreams(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	ids := []string{"a", "p1", "p1.x", "p10", "p1_", "p2", "q", "z"}
+	seqs := map[string]map[string]int64{}
+	for i, id := range ids {
+		if _, err := s.InitProducer(id); err != nil {
+			t.Fatal(err)
+		}
+		if id == "p1.x" || id == "q" {
+			continue // no streams
+		}
+		seqs[id] = map[string]int64{}
+		for j := range i + 1 {
+			seqs[id][fmt.Sprintf("%s-s%d", id, j)] = int64(10*i + j)
+		}
+	}
+	if err := s.Prepare(&Checkpoint{ID: 1, Seqs: seqs}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, id := range ids {
+		p, err := s.Producer(id)
+		if err != nil || p == nil {
+			t.Fatalf("producer %s: %v %v", id, p, err)
+		}
+		want[id] = fmt.Sprint(p.Streams)
+		if len(p.Streams) != len(seqs[id]) {
+			t.Fatalf("producer %s: %d streams, want %d", id, len(p.Streams), len(seqs[id]))
+		}
+	}
+	for limit := 1; limit <= len(ids)+1; limit++ {
+		var got []string
+		after := ""
+		for {
+			page, next, err := s.ProducersPage(after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range page {
+				got = append(got, p.ID)
+				if fmt.Sprint(p.Streams) != want[p.ID] {
+					t.Errorf("limit %d: producer %s streams %v, want %s", limit, p.ID, p.Streams, want[p.ID])
+				}
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		if !slices.Equal(got, sorted) {
+			t.Errorf("limit %d: pages hold %v, want %v", limit, got, sorted)
+		}
+	}
 }

@@ -32,6 +32,21 @@ type checkpointRecord struct {
 	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
 }
 
+// checkpointHead is a checkpoints-bucket row read without its files and
+// seqs, for lists: encoding/json skips them without building them.
+type checkpointHead struct {
+	ID          uint64    `json:"id"`
+	State       State     `json:"state"`
+	FileCount   int       `json:"file_count"`
+	Records     int64     `json:"records"`
+	Bytes       int64     `json:"bytes"`
+	StartedAt   time.Time `json:"started_at"`
+	PreparedAt  time.Time `json:"prepared_at,omitzero"`
+	CommittedAt time.Time `json:"committed_at,omitzero"`
+	DurationMS  int64     `json:"duration_ms"`
+	Error       string    `json:"error,omitempty"`
+}
+
 // fileRecord is a file of a checkpoint row, and an intents-bucket value.
 type fileRecord struct {
 	Stream  string `json:"stream"`

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,7 +128,18 @@ type Store struct {
 	broken error // the commit failure that left the store in an unknown state
 
 	decodedOnOpen int // checkpoint rows init decoded; tests check it stays small
+
+	heads *headCache // decoded rows for List and ListBefore
+
+	// version counts write transactions: it changes after every change
+	// (and after every failed attempt at one), so readers may keep what
+	// they derived from the store until it does (internal/memo).
+	version atomic.Uint64
 }
+
+// Version returns a number that changes after every write to the store.
+// Read it before reading the store: what is read then is at least as new.
+func (s *Store) Version() uint64 { return s.version.Load() }
 
 // Phase says where a write transaction's commit is when Options.WriteFault
 // is consulted.
@@ -181,7 +193,7 @@ func OpenWith(path string, opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("open state store %s: %w: %w", path, ErrCorrupt, err)
 	}
-	s = &Store{db: db, path: path, opts: opts}
+	s = &Store{db: db, path: path, opts: opts, heads: newHeadCache()}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -308,6 +320,7 @@ func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
 	hook := s.opts.WriteFault
 	var refused error
 	txid := 0
+	defer s.version.Add(1)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		txid = tx.ID()
 		if refused = fn(tx); refused != nil {
@@ -590,56 +603,32 @@ func (s *Store) Get(id uint64) (*Checkpoint, error) {
 	return c, err
 }
 
-// List returns up to limit checkpoints, newest first, without file lists
-// unless withFiles.
-func (s *Store) List(limit int, withFiles bool) ([]Checkpoint, error) {
+// List returns up to limit checkpoints, newest first, without their files
+// and sequence numbers (their heads).
+func (s *Store) List(limit int) ([]Checkpoint, error) {
+	return s.ListBefore(0, limit)
+}
+
+// ListBefore returns up to limit checkpoints with ids below before (0: no
+// bound), newest first, without their files and sequence numbers: a page
+// after the one that ended at before. A cursor seek, and each row is
+// decoded once per content (heads.go), so its cost does not grow with the
+// store nor with the rows' files.
+func (s *Store) ListBefore(before uint64, limit int) ([]Checkpoint, error) {
 	var out []Checkpoint
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketCheckpoints).Cursor()
-		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-			ck, err := listedCheckpoint(k, v, withFiles)
-			if err != nil {
-				return err
+		k, v := c.Last()
+		if before > 0 {
+			if k, v = c.Seek(u64(before)); k == nil {
+				k, v = c.Last()
 			}
-			out = append(out, ck)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// listedCheckpoint decodes the checkpoint row k, v for List and
-// ListBefore, without its files and seqs unless withFiles.
-func listedCheckpoint(k, v []byte, withFiles bool) (Checkpoint, error) {
-	ck, err := decodeCheckpoint(v)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("decode checkpoint %d: %w", binary.BigEndian.Uint64(k), err)
-	}
-	if !withFiles {
-		ck.Files, ck.Seqs = nil, nil
-	}
-	return *ck, nil
-}
-
-// ListBefore returns up to limit checkpoints with ids below before, newest
-// first: a page after the one that ended at before. A cursor seek, so its
-// cost does not grow with the store.
-func (s *Store) ListBefore(before uint64, limit int, withFiles bool) ([]Checkpoint, error) {
-	var out []Checkpoint
-	if before == 0 {
-		return nil, nil
-	}
-	err := s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketCheckpoints).Cursor()
-		k, v := c.Seek(u64(before))
-		if k == nil {
-			k, v = c.Last()
 		}
 		for ; k != nil && len(out) < limit; k, v = c.Prev() {
-			if binary.BigEndian.Uint64(k) >= before {
+			if before > 0 && binary.BigEndian.Uint64(k) >= before {
 				continue
 			}
-			ck, err := listedCheckpoint(k, v, withFiles)
+			ck, err := s.heads.head(k, v)
 			if err != nil {
 				return err
 			}

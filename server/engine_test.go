@@ -194,7 +194,7 @@ func TestEmptyCheckpoints(t *testing.T) {
 	if n := f.count() - before; n > 1 {
 		t.Fatalf("10 empty checkpoints ran %d state-store write transactions: %v", n, f.ops[before:])
 	}
-	list, err := e.store.List(10, false)
+	list, err := e.store.List(10)
 	if err != nil || len(list) != 0 {
 		t.Fatalf("empty checkpoints recorded: %v %v", list, err)
 	}

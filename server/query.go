@@ -16,8 +16,10 @@ func (e *Engine) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 // CheckpointRecords returns up to limit stored checkpoints with ids below
 // before (0: no bound), newest first, without their files.
 func (e *Engine) CheckpointRecords(before uint64, limit int) ([]recovery.Checkpoint, error) {
-	if before == 0 {
-		return e.store.List(limit, false)
-	}
-	return e.store.ListBefore(before, limit, false)
+	return e.store.ListBefore(before, limit)
 }
+
+// StateVersion returns a number that changes after every write to the
+// state store: what a reader derives from the store (checkpoints,
+// producers) may be kept until it changes. Read it before the store.
+func (e *Engine) StateVersion() uint64 { return e.store.Version() }

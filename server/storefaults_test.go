@@ -273,7 +273,7 @@ func TestIdleEngineWritesNothing(t *testing.T) {
 	if n := f.count() - before; n != 0 {
 		t.Fatalf("idle engine ran %d state-store write transactions: %v", n, f.ops[before:])
 	}
-	if list, err := e.store.List(10, false); err != nil || len(list) != 0 {
+	if list, err := e.store.List(10); err != nil || len(list) != 0 {
 		t.Fatalf("idle engine recorded checkpoints: %+v %v", list, err)
 	}
 	// Work still gets checkpointed periodically.

@@ -374,7 +374,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	exp := m.expect()
 	exp.Exact = false // accepted batches of an unknown fate may be there; checked below
 	if rep := r.checker0(exp); rep.Err() != nil {
-		list, _ := e.store.List(10, false)
+		list, _ := e.store.List(10)
 		t.Fatalf("op %d %s, after recovery: %v\nstore: %+v\nunknown %d\n%s\nclone:\n%s", n, mode, rep.Err(), list, unknownID, base, r.fs)
 	}
 

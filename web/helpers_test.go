@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,7 +378,14 @@ func (f *fakeEngine) Checkpoint(ctx context.Context) (server.CheckpointResult, e
 }
 
 // fakeStore is the engine's stored checkpoints over a slice, newest last.
-type fakeStore struct{ cs []recovery.Checkpoint }
+type fakeStore struct {
+	cs      []recovery.Checkpoint
+	version atomic.Uint64
+}
+
+// StateVersion changes at every call: tests change cs as they please, so
+// nothing read from it may be kept.
+func (f *fakeStore) StateVersion() uint64 { return f.version.Add(1) }
 
 func (f *fakeStore) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 	for i := range f.cs {

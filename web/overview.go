@@ -1,6 +1,8 @@
 package web
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -87,15 +89,50 @@ type overviewData struct {
 	Producers  int
 }
 
+// overviewState is what the overview reads from the state store: the
+// newest checkpoints and the streams of their files. It changes only when
+// the store does, so it is kept until then (u.overviews): a dashboard
+// polling the overview costs the ingest path about what a probe does.
+type overviewState struct {
+	cs     []recovery.Checkpoint
+	active []catalog.StreamStat
+}
+
+// overviewCacheBytes bounds the kept overview state (one entry).
+const overviewCacheBytes = 8 << 20
+
+// errActive marks an overview state whose streams could not be read: the
+// page shows the rest and says so.
+var errActive = errors.New("read the streams of the recent checkpoints")
+
+func (u *ui) overviewState() (overviewState, error) {
+	return u.overviews.Get(u.eng.StateVersion(), "overview", func() (overviewState, int, error) {
+		var o overviewState
+		var err error
+		if o.cs, err = u.cat.Checkpoints(0, chartCheckpoints); err != nil {
+			return o, 0, err
+		}
+		if o.active, err = u.cat.Active(o.cs, catalog.ActiveQuery{Checkpoints: activityCheckpoints, Files: activityFiles}); err != nil {
+			return o, 0, fmt.Errorf("%w: %w", errActive, err)
+		}
+		size := 256 * len(o.cs)
+		for i := range o.active {
+			size += 128 + len(o.active[i].Name)
+		}
+		return o, size, nil
+	})
+}
+
 func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	st := u.eng.Status()
 	now := u.now()
 	d := overviewData{Open: openRow(st), Held: st.Held, LastDone: st.LastDone, Producers: u.eng.ProducerCount()}
-	cs, err := u.cat.Checkpoints(0, chartCheckpoints)
-	if err != nil {
+	o, err := u.overviewState()
+	if err != nil && !errors.Is(err, errActive) {
 		u.internal(w, r, err)
 		return
 	}
+	cs := o.cs
 	for i := range cs[:min(len(cs), recentCheckpoints)] {
 		d.Recent = append(d.Recent, rowFrom(&cs[i]))
 	}
@@ -110,8 +147,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if st.Ready {
 		d.RecordRate, d.ByteRate, d.RateSince, d.HasRate = ingestRate(cs, st, now)
 	}
-	found, err := u.cat.Active(cs, catalog.ActiveQuery{Checkpoints: activityCheckpoints, Files: activityFiles})
-	active := wrapStreams(found)
+	active := wrapStreams(o.active)
 	if err != nil {
 		u.log.Error("read checkpoints", "op", "overview", "err", err)
 		d.ListErr = "The recent checkpoints could not be read; the server log says why."

@@ -42,6 +42,9 @@ type State interface {
 	// CheckpointRecords returns up to limit checkpoints with ids below
 	// before (0: no bound), newest first, without their files.
 	CheckpointRecords(before uint64, limit int) ([]recovery.Checkpoint, error)
+	// StateVersion changes after every write to the state: what was read
+	// from it may be kept until it does.
+	StateVersion() uint64
 }
 
 var (
@@ -130,6 +133,7 @@ func (noState) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 }
 
 func (noState) CheckpointRecords(uint64, int) ([]recovery.Checkpoint, error) { return nil, nil }
+func (noState) StateVersion() uint64                                         { return 0 }
 
 // Kind tells what a destination path is.
 type Kind int

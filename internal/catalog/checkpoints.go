@@ -1,16 +1,15 @@
 package catalog
 
 import (
-	"context"
-
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/committer"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
 )
 
