@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"time"
@@ -70,32 +71,36 @@ const (
 )
 
 type overviewData struct {
-	Open       ckptRow
-	Held       int64
-	LastDone   uint64
-	HasRate    bool
-	RecordRate float64
-	ByteRate   float64
-	RateSince  time.Time
-	Streams    []streamStat
-	ByName     bool // Streams are the first by name, not the most recent
-	MoreActive int  // active streams beyond those shown
-	Window     int  // checkpoints the committed totals cover
-	Files      int
-	Records    int64
-	Bytes      int64
-	Recent     []ckptRow
-	ListErr    string
-	Producers  int
+	Open        ckptRow
+	Held        int64
+	LastDone    uint64
+	HasRate     bool
+	RecordRate  float64
+	ByteRate    float64
+	RateSince   time.Time
+	StreamRows  template.HTML // the rows of the streams table
+	ByName      bool          // the streams are the first by name, not the most recent
+	MoreActive  int           // active streams beyond those shown
+	Window      int           // checkpoints the committed totals cover
+	Files       int
+	Records     int64
+	Bytes       int64
+	RecentTable template.HTML // the table of the recent checkpoints
+	ListErr     string
+	Producers   int
 }
 
-// overviewState is what the overview reads from the state store: the
-// newest checkpoints and the streams of their files. It changes only when
-// the store does, so it is kept until then (u.overviews): a dashboard
-// polling the overview costs the ingest path about what a probe does.
+// overviewState is what the overview reads from the state store (the
+// newest checkpoints, the streams of their files) and the parts of the
+// page made of it alone. It changes only when the store does, so it is
+// kept until then (u.overviews): a dashboard polling the overview costs
+// the ingest path little more than a probe does.
 type overviewState struct {
-	cs     []recovery.Checkpoint
-	active []catalog.StreamStat
+	cs                     []recovery.Checkpoint
+	window, files          int
+	records, bytes         int64
+	active                 int // streams of the newest checkpoints; the first topStreams are in streamRows
+	streamRows, recentHTML template.HTML
 }
 
 // overviewCacheBytes bounds the kept overview state (one entry).
@@ -108,18 +113,34 @@ var errActive = errors.New("read the streams of the recent checkpoints")
 func (u *ui) overviewState() (overviewState, error) {
 	return u.overviews.Get(u.eng.StateVersion(), "overview", func() (overviewState, int, error) {
 		var o overviewState
-		var err error
-		if o.cs, err = u.cat.Checkpoints(0, chartCheckpoints); err != nil {
+		cs, err := u.cat.Checkpoints(0, chartCheckpoints)
+		if err != nil {
 			return o, 0, err
 		}
-		if o.active, err = u.cat.Active(o.cs, catalog.ActiveQuery{Checkpoints: activityCheckpoints, Files: activityFiles}); err != nil {
-			return o, 0, fmt.Errorf("%w: %w", errActive, err)
+		o.cs, o.window = cs, len(cs)
+		for i := range cs {
+			if cs[i].State == recovery.Committed {
+				o.files += max(cs[i].FileCount, len(cs[i].Files))
+				o.records += cs[i].Records
+				o.bytes += cs[i].Bytes
+			}
 		}
-		size := 256 * len(o.cs)
-		for i := range o.active {
-			size += 128 + len(o.active[i].Name)
+		var recent []ckptRow
+		for i := range cs[:min(len(cs), recentCheckpoints)] {
+			recent = append(recent, rowFrom(&cs[i]))
 		}
-		return o, size, nil
+		if o.recentHTML, err = u.fragment("overview.html", "ckpt-table", recent); err != nil {
+			return o, 0, err
+		}
+		active, activeErr := u.cat.Active(cs, catalog.ActiveQuery{Checkpoints: activityCheckpoints, Files: activityFiles})
+		o.active = len(active)
+		if o.streamRows, err = u.fragment("overview.html", "stream-rows", wrapStreams(active[:min(len(active), topStreams)])); err != nil {
+			return o, 0, err
+		}
+		if activeErr != nil {
+			return o, 0, fmt.Errorf("%w: %w", errActive, activeErr)
+		}
+		return o, 256*len(cs) + len(o.streamRows) + len(o.recentHTML), nil
 	})
 }
 
@@ -132,37 +153,28 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		u.internal(w, r, err)
 		return
 	}
-	cs := o.cs
-	for i := range cs[:min(len(cs), recentCheckpoints)] {
-		d.Recent = append(d.Recent, rowFrom(&cs[i]))
-	}
-	d.Window = len(cs)
-	for i := range cs {
-		if cs[i].State == recovery.Committed {
-			d.Files += max(cs[i].FileCount, len(cs[i].Files))
-			d.Records += cs[i].Records
-			d.Bytes += cs[i].Bytes
-		}
-	}
+	d.Window, d.Files, d.Records, d.Bytes = o.window, o.files, o.records, o.bytes
+	d.RecentTable, d.StreamRows = o.recentHTML, o.streamRows
+	d.MoreActive = max(o.active-topStreams, 0)
 	if st.Ready {
-		d.RecordRate, d.ByteRate, d.RateSince, d.HasRate = ingestRate(cs, st, now)
+		d.RecordRate, d.ByteRate, d.RateSince, d.HasRate = ingestRate(o.cs, st, now)
 	}
-	active := wrapStreams(o.active)
 	if err != nil {
 		u.log.Error("read checkpoints", "op", "overview", "err", err)
 		d.ListErr = "The recent checkpoints could not be read; the server log says why."
 	}
-	d.Streams = active[:min(len(active), topStreams)]
-	d.MoreActive = len(active) - len(d.Streams)
-	if len(active) == 0 && err == nil {
+	if o.active == 0 && err == nil {
 		// Nothing recent from this node: the first streams by name, from
 		// one bounded page of the destination.
 		d.ByName = true
 		byName, _, err := u.cat.Streams(r.Context(), "", topStreams, streamCountCap)
-		d.Streams = wrapStreams(byName)
 		if err != nil {
 			u.log.Error("list destination", "op", "overview", "err", err)
 			d.ListErr = "The destination could not be listed; the server log says why."
+		}
+		if d.StreamRows, err = u.fragment("overview.html", "stream-rows", wrapStreams(byName)); err != nil {
+			u.internal(w, r, err)
+			return
 		}
 	}
 	v := &view{Title: "Overview", Nav: "overview", Sess: s, Data: d}

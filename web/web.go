@@ -285,6 +285,21 @@ func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page str
 	_, _ = w.Write(buf.Bytes())
 }
 
+// fragment renders the template name of page alone: a part of a page
+// made once and kept (the overview's tables). Its output is escaped as
+// the page's own would be, so it goes into the page as it is.
+func (u *ui) fragment(page, name string, data any) (template.HTML, error) {
+	t, ok := u.pages[page]
+	if !ok {
+		return "", fmt.Errorf("no template %q", page)
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
+		return "", fmt.Errorf("render %s of %s: %w", name, page, err)
+	}
+	return template.HTML(buf.String()), nil //nolint:gosec // html/template's own escaped output
+}
+
 type failData struct {
 	Code    int
 	Heading string

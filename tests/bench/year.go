@@ -321,23 +321,31 @@ func year(ctx context.Context, cfg *config, yc yearConfig, out io.Writer) (*year
 		return res, err
 	}
 
-	// 4. Write latency, idle and while the lists are polled; idle again
-	// at the end, to see the noise of the machine.
+	// 4. Write latency: idle; while as many clients poll /readyz in a loop
+	// (the baseline: what any poll loop costs the writers on this machine);
+	// while the lists are polled; idle again at the end, to see the noise.
 	prog.phase.Store("latency")
-	for _, polled := range []bool{false, true, false} {
-		name := "idle"
-		if polled {
-			name = "polled"
-		}
-		var polls []string
-		if polled {
-			polls = yc.polls
-		}
+	probes := make([]string, len(yc.polls))
+	for i := range probes {
+		probes[i] = "/readyz"
+	}
+	for _, ph := range []struct {
+		name  string
+		polls []string
+	}{{"idle", nil}, {"probes", probes}, {"polled", yc.polls}, {"idle", nil}} {
+		name, polls := ph.name, ph.polls
 		l := measureYearLatency(lctx, hc, t.URL, yc.latency, polls)
 		l.Name = name
 		res.Latency = append(res.Latency, l)
 		fmt.Fprintf(out, "  -- latency %s: %d writes, p50 %.2f ms, p99 %.2f ms, max %.1f ms; polls %v (p99 ms %v); errors %v\n",
 			name, l.Requests, l.P50ms, l.P99ms, l.MaxMs, l.Polls, l.PollP99, l.Errors)
+	}
+	if idle := idleP99(res.Latency); idle > 0 {
+		for _, l := range res.Latency {
+			if l.Name != "idle" {
+				fmt.Fprintf(out, "  -- write p99 %s / idle: %.2f (idle p99 %.2f ms, the mean of the idle phases)\n", l.Name, l.P99ms/idle, idle)
+			}
+		}
 	}
 
 	// 5. The size of every list answer.
@@ -370,6 +378,22 @@ func year(ctx context.Context, cfg *config, yc yearConfig, out io.Writer) (*year
 		fmt.Fprintf(out, "  -- SIGKILL, start %d: ready in %.3f s, RSS %.1f MiB\n", r+1, d, mib(m.RSS))
 	}
 	return res, nil
+}
+
+// idleP99 is the mean write p99 of the idle latency phases, 0 without one.
+func idleP99(ls []yearLatency) float64 {
+	var sum float64
+	n := 0
+	for _, l := range ls {
+		if l.Name == "idle" {
+			sum += l.P99ms
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 var yearLists = []string{
@@ -479,8 +503,8 @@ func measureYearLatency(ctx context.Context, hc *http.Client, base string, d tim
 				}
 				slices.Sort(ds)
 				mu.Lock()
-				l.Polls[u] = int64(len(ds))
-				l.PollP99[u] = quantile(ds, 0.99)
+				l.Polls[u] += int64(len(ds)) // the probes phase polls one URL from several clients
+				l.PollP99[u] = max(l.PollP99[u], quantile(ds, 0.99))
 				mu.Unlock()
 			})
 		}
