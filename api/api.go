@@ -128,29 +128,29 @@ type Config struct {
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
 type Server struct {
 	eng Engine
-	// producerPages keeps encoded GET /v1/producers answers until the
-	// state store changes: a loop polling them costs about what a probe
-	// does (producers.go).
-	producerPages *memo.Cache[[]byte]
-	files         committer.Reader
-	cat           *catalog.Catalog
-	auth          *Tokens
-	metrics       http.Handler
-	httpm         *httpMetrics
-	log           *slog.Logger
-	maxBody       int64
-	maxRecord     int
-	wait          time.Duration
-	retryAfter    string
-	handler       http.Handler
-	bodies        sync.Pool // *[]byte: the first step of request bodies
-	bodyTime      time.Duration
-	inflight      *budget
-	origin        *http.CrossOriginProtection
-	hosts         []string // names served without tokens, besides loopback ones
-	anyIP         bool     // without tokens, any IP literal Host is served too
-	stall         time.Duration
-	authFails     *failLimiter
+	// answers keeps encoded answers made of the state store alone (the
+	// producer and checkpoint lists) until it changes: a loop polling them
+	// costs the writers about what a probe does (storeAnswer).
+	answers    *memo.Cache[[]byte]
+	files      committer.Reader
+	cat        *catalog.Catalog
+	auth       *Tokens
+	metrics    http.Handler
+	httpm      *httpMetrics
+	log        *slog.Logger
+	maxBody    int64
+	maxRecord  int
+	wait       time.Duration
+	retryAfter string
+	handler    http.Handler
+	bodies     sync.Pool // *[]byte: the first step of request bodies
+	bodyTime   time.Duration
+	inflight   *budget
+	origin     *http.CrossOriginProtection
+	hosts      []string // names served without tokens, besides loopback ones
+	anyIP      bool     // without tokens, any IP literal Host is served too
+	stall      time.Duration
+	authFails  *failLimiter
 }
 
 // New checks cfg and returns a Server.
@@ -204,22 +204,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("new api server: the in-flight body limit %d is below twice the body limit %d: the largest body could never be read", cfg.MaxInflightBody, cfg.MaxBody)
 	}
 	s := &Server{
-		eng:           cfg.Engine,
-		producerPages: memo.New[[]byte](producerPageCacheBytes),
-		files:         cfg.Files,
-		cat:           cfg.Catalog,
-		auth:          cfg.Auth,
-		log:           cfg.Logger,
-		metrics:       promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
-		maxBody:       cfg.MaxBody,
-		maxRecord:     cfg.MaxRecord,
-		wait:          cfg.WaitTimeout,
-		retryAfter:    strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
-		bodyTime:      cfg.BodyTimeout,
-		inflight:      &budget{limit: cfg.MaxInflightBody},
-		origin:        http.NewCrossOriginProtection(),
-		stall:         cfg.DownloadStall,
-		authFails:     newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
+		eng:        cfg.Engine,
+		answers:    memo.New[[]byte](answerCacheBytes),
+		files:      cfg.Files,
+		cat:        cfg.Catalog,
+		auth:       cfg.Auth,
+		log:        cfg.Logger,
+		metrics:    promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}),
+		maxBody:    cfg.MaxBody,
+		maxRecord:  cfg.MaxRecord,
+		wait:       cfg.WaitTimeout,
+		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
+		bodyTime:   cfg.BodyTimeout,
+		inflight:   &budget{limit: cfg.MaxInflightBody},
+		origin:     http.NewCrossOriginProtection(),
+		stall:      cfg.DownloadStall,
+		authFails:  newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error

@@ -97,11 +97,12 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	after := r.URL.Query().Get("after") // "" is the newest, "0" nothing (no id is below it)
 	var before uint64
-	if v := r.URL.Query().Get("after"); v != "" {
-		id, err := strconv.ParseUint(v, 10, 64)
+	if after != "" {
+		id, err := strconv.ParseUint(after, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a checkpoint id", v)})
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a checkpoint id", after)})
 			return
 		}
 		before = id
@@ -110,23 +111,23 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var cs []recovery.Checkpoint
-	var err error
-	if before > 0 || r.URL.Query().Get("after") == "" {
-		cs, err = s.cat.Checkpoints(before, limit+1) // no checkpoint is below after=0
-	}
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	out := CheckpointList{Checkpoints: make([]Checkpoint, 0, min(len(cs), limit))}
-	for i := range cs[:min(len(cs), limit)] {
-		out.Checkpoints = append(out.Checkpoints, checkpointFromStore(&cs[i], false))
-	}
-	if len(cs) > limit {
-		out.Next = strconv.FormatUint(cs[limit-1].ID, 10)
-	}
-	writeJSON(w, http.StatusOK, out)
+	s.storeAnswer(w, r, "checkpoints\x00"+after+"\x00"+strconv.Itoa(limit), func() (any, error) {
+		var cs []recovery.Checkpoint
+		if before > 0 || after == "" {
+			var err error
+			if cs, err = s.cat.Checkpoints(before, limit+1); err != nil {
+				return nil, err
+			}
+		}
+		out := CheckpointList{Checkpoints: make([]Checkpoint, 0, min(len(cs), limit))}
+		for i := range cs[:min(len(cs), limit)] {
+			out.Checkpoints = append(out.Checkpoints, checkpointFromStore(&cs[i], false))
+		}
+		if len(cs) > limit {
+			out.Next = strconv.FormatUint(cs[limit-1].ID, 10)
+		}
+		return out, nil
+	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

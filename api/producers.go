@@ -11,10 +11,6 @@ import (
 
 // Producer list limits (DESIGN: every list takes limit and after).
 const (
-	// producerPageCacheBytes bounds the kept answers: some 25 pages of
-	// the most (10,000 producers).
-	producerPageCacheBytes = 16 << 20
-
 	defaultProducerLimit = 1000
 	maxProducerLimit     = 10000
 )
@@ -39,16 +35,32 @@ func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
 	if !s.readyOr503(w) {
 		return
 	}
-	body, err := s.producerPages.Get(s.eng.StateVersion(), after+"\x00"+strconv.Itoa(limit), func() ([]byte, int, error) {
+	s.storeAnswer(w, r, "producers\x00"+after+"\x00"+strconv.Itoa(limit), func() (any, error) {
 		ps, next, err := s.eng.ProducersPage(after, limit)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		out := ProducerList{Producers: make([]Producer, 0, len(ps)), Next: next}
 		for _, p := range ps {
 			out.Producers = append(out.Producers, producerFrom(p))
 		}
-		b, err := encodeJSON(out)
+		return out, nil
+	})
+}
+
+// answerCacheBytes bounds the kept answers: some 25 of the largest (a
+// page of 10,000 producers).
+const answerCacheBytes = 16 << 20
+
+// storeAnswer answers 200 with what answer returns, encoded: an answer
+// made of the state store alone, kept under key until the store changes.
+func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string, answer func() (any, error)) {
+	body, err := s.answers.Get(s.eng.StateVersion(), key, func() ([]byte, int, error) {
+		v, err := answer()
+		if err != nil {
+			return nil, 0, err
+		}
+		b, err := encodeJSON(v)
 		return b, len(b), err
 	})
 	if err != nil {

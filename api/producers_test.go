@@ -5,18 +5,24 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
 
-// countingEngine counts the producer pages read from the state store.
+// countingEngine counts the lists read from the state store.
 type countingEngine struct {
 	Engine
-	pages *atomic.Int64
+	reads *atomic.Int64
 }
 
 func (c countingEngine) ProducersPage(after string, limit int) ([]server.ProducerState, string, error) {
-	c.pages.Add(1)
+	c.reads.Add(1)
 	return c.Engine.ProducersPage(after, limit)
+}
+
+func (c countingEngine) CheckpointRecords(before uint64, limit int) ([]recovery.Checkpoint, error) {
+	c.reads.Add(1)
+	return c.Engine.CheckpointRecords(before, limit)
 }
 
 // TestProducerListKeptUntilStoreChanges: GET /v1/producers polled in a
@@ -66,5 +72,38 @@ func TestProducerListKeptUntilStoreChanges(t *testing.T) {
 	}
 	if n := pages.Load() - before; n != 0 {
 		t.Fatalf("polls after the checkpoint read the store %d times, want 0", n)
+	}
+}
+
+// TestCheckpointListKeptUntilStoreChanges: GET /v1/checkpoints likewise;
+// "after" absent (the newest) and "after=0" (nothing) are different answers.
+func TestCheckpointListKeptUntilStoreChanges(t *testing.T) {
+	var reads atomic.Int64
+	r := newRig(t, rigOpts{api: func(c *Config) { c.Engine = countingEngine{c.Engine, &reads} }})
+	r.waitReady()
+	list := func(target string) CheckpointList {
+		t.Helper()
+		rec := r.do("GET", target, "")
+		expectStatus(t, rec, http.StatusOK)
+		return decode[CheckpointList](t, rec)
+	}
+	expectStatus(t, r.do("POST", "/v1/streams/s/records", "x\n", "Content-Type", "text/plain"), http.StatusAccepted)
+	c1 := r.checkpoint()
+	start := reads.Load()
+	for range 20 {
+		if l := list("/v1/checkpoints"); len(l.Checkpoints) != 1 || l.Checkpoints[0].ID != c1.ID {
+			t.Fatalf("list: %+v, want checkpoint %d", l, c1.ID)
+		}
+	}
+	if n := reads.Load() - start; n != 1 {
+		t.Fatalf("20 polls with no change read the store %d times, want 1", n)
+	}
+	if l := list("/v1/checkpoints?after=0"); len(l.Checkpoints) != 0 {
+		t.Fatalf("after=0: %+v, want nothing", l)
+	}
+	expectStatus(t, r.do("POST", "/v1/streams/s/records", "y\n", "Content-Type", "text/plain"), http.StatusAccepted)
+	c2 := r.checkpoint()
+	if l := list("/v1/checkpoints"); len(l.Checkpoints) != 2 || l.Checkpoints[0].ID != c2.ID {
+		t.Fatalf("after checkpoint %d: %+v", c2.ID, l)
 	}
 }

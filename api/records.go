@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/eosink/eosink/internal/layout"
 
 	"github.com/eosink/eosink/api/batch"
 	"github.com/eosink/eosink/server"
