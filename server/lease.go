@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/spf13/afero"
 )
 
 // Lease errors.
@@ -96,34 +99,20 @@ func newLease(cfg *Config) *lease {
 	}
 }
 
-// previous returns the incarnation that last held the lease from this
-// data dir, "" when none is recorded.
-func (l *lease) previous() string {
+// previous returns the incarnations the memo names: those whose lease
+// write may have landed from this data dir (at most two, see acquire).
+func (l *lease) previous() []string {
 	data, err := os.ReadFile(l.memo)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return strings.TrimSpace(string(data))
+	return strings.Fields(string(data))
 }
 
-// remember records this incarnation in the memo, durably.
-func (l *lease) remember() error {
-	f, err := os.OpenFile(l.memo+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("record lease incarnation: %w", err)
-	}
-	if _, err := f.WriteString(l.doc.Incarnation + "\n"); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("record lease incarnation: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("record lease incarnation: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("record lease incarnation: %w", err)
-	}
-	if err := os.Rename(l.memo+".tmp", l.memo); err != nil {
+// remember records incarnations in the memo, durably.
+func (l *lease) remember(incarnations []string) error {
+	data := []byte(strings.Join(incarnations, "\n") + "\n")
+	if err := durable.ReplaceFile(afero.NewOsFs(), l.memo+".tmp", l.memo, data); err != nil {
 		return fmt.Errorf("record lease incarnation: %w", err)
 	}
 	return nil
@@ -131,6 +120,14 @@ func (l *lease) remember() error {
 
 // acquire takes the lease: create-only when there is none, compare-and-swap
 // over one that expired. A live holder is ErrLeaseHeld, naming it.
+//
+// A live lease is this data dir's own when it names this incarnation (a
+// write that landed but whose answer was lost) or one the memo names (a
+// former process here, dead since the store's file lock is ours). The memo
+// is written before each lease write and names both documents the write
+// can leave behind: the holder's when it is ours, and this incarnation's.
+// So a process killed between the write and anything after it is still
+// known for our own at the next start.
 func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,12 +144,22 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 			if err := json.Unmarshal(data, &cur); err != nil {
 				return fmt.Errorf("take node lease: decode %s: %w", l.name, err)
 			}
-			if t := now(); t.Before(cur.ExpiresAt) && (mine == "" || cur.Incarnation != mine) {
-				return fmt.Errorf("%w: %s; it expires %s after its last renewal (--lease-timeout), then this node can take over",
-					ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
-			}
 		}
-		l.prev = cur
+		ours := cur.Incarnation != "" && (cur.Incarnation == l.doc.Incarnation || slices.Contains(mine, cur.Incarnation))
+		if t := now(); version != "" && t.Before(cur.ExpiresAt) && !ours {
+			return fmt.Errorf("%w: %s; it expires %s after its last renewal (--lease-timeout), then this node can take over",
+				ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
+		}
+		mine = []string{l.doc.Incarnation}
+		if ours && cur.Incarnation != l.doc.Incarnation {
+			mine = append(mine, cur.Incarnation)
+		}
+		// Should the memo fail, only a restart's shortcut is lost: it
+		// waits for the timeout.
+		_ = l.remember(mine)
+		if cur.Incarnation != l.doc.Incarnation {
+			l.prev = cur
+		}
 		l.doc.Reserved = max(l.doc.Reserved, cur.Reserved)
 		err = l.writeLocked(ctx, now, version)
 		if errors.Is(err, committer.ErrExists) || errors.Is(err, committer.ErrPrecondition) {
@@ -161,9 +168,6 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 		if err != nil {
 			return fmt.Errorf("take node lease: %w", err)
 		}
-		// Should the memo fail, only a restart's shortcut is lost: it
-		// waits for the timeout.
-		_ = l.remember()
 		return nil
 	}
 }

@@ -259,3 +259,98 @@ func TestLeaseRestartSameDataDirAtOnce(t *testing.T) {
 		t.Fatalf("a node on another data dir: %v, want ErrLeaseHeld", err)
 	}
 }
+
+// landedLeaser lets a lease write land, then behaves as a process that
+// never saw the answer: the first `lose` writes answer a transient error
+// (a timeout after the PUT reached the store), or, with kill set, every
+// write waits until its engine stops (a SIGKILL right after the write).
+type landedLeaser struct {
+	committer.Leaser
+	lose   atomic.Int32
+	kill   bool
+	landed chan struct{}
+}
+
+func (l *landedLeaser) WriteLease(ctx context.Context, name string, data []byte, version string) (string, error) {
+	v, err := l.Leaser.WriteLease(ctx, name, data, version)
+	if err != nil {
+		return v, err
+	}
+	if l.kill {
+		close(l.landed)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	if l.lose.Add(-1) >= 0 {
+		return "", fmt.Errorf("write lease %s: %w: answer lost", name, committer.ErrTransient)
+	}
+	return v, nil
+}
+
+// A create-only lease write that landed but whose answer was lost is
+// retried; the retry finds this very incarnation in the lease and takes it
+// (it was refused as "held by another process" until the lease expired).
+func TestLeaseWriteAnswerLost(t *testing.T) {
+	var w *landedLeaser
+	r := leaseRig(t, nil, time.Hour, func(l committer.Leaser) committer.Leaser {
+		w = &landedLeaser{Leaser: l}
+		w.lose.Store(1)
+		return w
+	})
+	r.start(nil)
+	if got := w.lose.Load(); got >= 0 {
+		t.Fatalf("the lost answer was not exercised (lose %d)", got)
+	}
+	if l := readLease(t, r.fs); l.Incarnation != r.e.lease.doc.Incarnation {
+		t.Fatalf("lease holds %s, the engine is %s", l.Incarnation, r.e.lease.doc.Incarnation)
+	}
+	if _, err := send(r.e, nil, "s", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+}
+
+// A process killed right after its lease write landed, before anything
+// else ran, leaves a lease naming an incarnation that nothing recorded
+// after the fact. The next start on the same data dir must know it for its
+// own and take over at once, not refuse for --lease-timeout (seen in
+// TestCrashLoopLocal: "node lease held by another process" on a restart).
+func TestLeaseRestartAfterKillMidTake(t *testing.T) {
+	r := leaseRig(t, nil, time.Hour, nil)
+	r.start(nil)
+	first := readLease(t, r.fs)
+	r.stop()
+
+	plain := r.tweak
+	w := &landedLeaser{kill: true, landed: make(chan struct{})}
+	r.tweak = func(c *Config) {
+		plain(c)
+		w.Leaser = c.Leaser
+		c.Leaser = w
+	}
+	e, err := Open(r.config(r.fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.landed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second start never wrote its lease")
+	}
+	_ = e.Close() // the kill: nothing after the write ran
+	second := readLease(t, r.fs)
+	if second.Incarnation == first.Incarnation {
+		t.Fatalf("the killed start did not replace the lease: %+v", second)
+	}
+
+	r.tweak = plain
+	r.start(nil)
+	if l := readLease(t, r.fs); l.Incarnation == second.Incarnation || l.Incarnation == first.Incarnation {
+		t.Fatalf("restart kept an old incarnation's lease: %+v", l)
+	}
+	if _, err := openSecond(t, r); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("a node on another data dir: %v, want ErrLeaseHeld", err)
+	}
+}

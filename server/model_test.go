@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -58,12 +59,12 @@ func TestModel(t *testing.T) {
 
 type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
-	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses                                          int
+	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses",
-		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses)
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses, %d starts killed partway",
+		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.startsKilled)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -124,6 +125,12 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
 		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
+		// A node lease that never expires on this clock: every start must
+		// know the lease its data dir left for its own, whatever fault or
+		// crash cut the last one (lease_test.go has the expiry).
+		leaser := local.New(c.FS, rigDest, rigStaging)
+		leaser.StaleLock = time.Millisecond
+		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
 	}
 	e := r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
@@ -172,6 +179,24 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	var pendingSnap map[[2]string]int64
 	var cutFS *faultfs.CrashFS // a power cut taken earlier, with its state store copy
 	var cutStore string
+	// killStart starts an engine and kills it after a random operation of
+	// its start (taking the lease, recovery, reserving ids) or soon after,
+	// as a crash-looping process is killed: the next start must take over
+	// whatever it left, at once.
+	killStart := func() {
+		n := int64(rng.IntN(80))
+		c := faultfs.CrashAfter(n, sweepKinds)
+		sw.Set(c)
+		if k, err := Open(r.config(r.fs)); err == nil {
+			ctx, cancel := untilCtx(c.Crashed)
+			_ = k.WaitReady(ctx)
+			cancel()
+			_ = k.Close()
+		}
+		sw.Set(nil)
+		st.startsKilled++
+		note("start killed after op %d (crashed %v)", n, c.Crashed())
+	}
 	restart := func(powerCut bool) {
 		r.stop()
 		sw.Set(nil)
@@ -191,6 +216,9 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			st.crashes++
 		}
 		r.fs = inj
+		if rng.IntN(3) == 0 {
+			killStart()
+		}
 		e = r.start(nil)
 		note("restart power=%v", powerCut)
 		if pendingID != 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -239,6 +240,16 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		c.Parallel = 1
 		c.Now = func() time.Time { return fixed }
 		c.StoreOptions.WriteFault = sf.hook
+		// A node lease, as every real node has: the start's first
+		// operations take it over and reserve ids in it, and are swept
+		// too. With the clock fixed and an hour's timeout, a restart that
+		// does not know the lease for its own is refused, never let in by
+		// an expiry.
+		// A lock file left by a failed operation is broken at once: one
+		// writer here, and the 10 s default would make a fault point wait.
+		leaser := local.New(c.FS, rigDest, rigStaging)
+		leaser.StaleLock = time.Millisecond
+		c.Leaser, c.LeaseTimeout, c.Listen = leaser, time.Hour, "127.0.0.1:1"
 	}
 	m := newModel()
 	var unknownID uint64 // a checkpoint whose fate the crash hid

@@ -21,10 +21,10 @@ import (
 
 var _ committer.Leaser = (*Local)(nil)
 
-// staleLock is how old a lease lock file must be before a writer breaks
-// it: the lock is held for one read, one small write and two fsyncs, so a
-// lock this old belongs to a process that died holding it.
-const staleLock = 10 * time.Second
+// defaultStaleLock is how old a lease lock file must be before a writer
+// breaks it: the lock is held for one read, one small write and two fsyncs,
+// so a lock this old belongs to a process that died holding it.
+const defaultStaleLock = 10 * time.Second
 
 // ReadLease reads name; its version is a digest of its content (every
 // lease write changes the expiry, so the content never repeats).
@@ -64,7 +64,7 @@ func (l *Local) readLease(name string) ([]byte, error) {
 //   - Compare-and-swap has no single system call. It is read, compare, write
 //     a temp file, rename over, under a lock file created with O_EXCL next
 //     to the lease (<name>.lock). Writers that all go through the lock are
-//     serialized; a lock older than staleLock is taken to belong to a dead
+//     serialized; a lock older than the stale age (10 s) is taken to belong to a dead
 //     process and removed, so a writer paused for longer than that while
 //     holding the lock (SIGSTOP, a VM freeze) can race the next one.
 //   - Nothing fences a writer that checked its lease and is then paused
@@ -108,31 +108,14 @@ func (l *Local) WriteLease(_ context.Context, name string, data []byte, version 
 	if digest(have) != version {
 		return "", fmt.Errorf("write lease %s: %w", name, committer.ErrPrecondition)
 	}
-	f, err := l.FS.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return "", fmt.Errorf("write lease %s: %w", name, durable.Classify(err))
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		_ = l.FS.Remove(tmp)
-		return "", fmt.Errorf("write lease %s: %w", name, durable.Classify(err))
-	}
-	if err := durable.SyncClose(f); err != nil {
-		_ = l.FS.Remove(tmp)
-		return "", fmt.Errorf("write lease %s: %w", name, err)
-	}
-	if err := l.FS.Rename(tmp, final); err != nil {
-		_ = l.FS.Remove(tmp)
-		return "", fmt.Errorf("write lease %s: %w", name, err)
-	}
-	if err := durable.SyncDir(l.FS, path.Dir(final)); err != nil {
+	if err := durable.ReplaceFile(l.FS, tmp, final, data); err != nil {
 		return "", fmt.Errorf("write lease %s: %w", name, err)
 	}
 	return digest(data), nil
 }
 
 // lockLease takes the lock file of a lease, breaking one older than
-// staleLock, and returns its release.
+// StaleLock, and returns its release.
 func (l *Local) lockLease(final string) (func(), error) {
 	lock := final + ".lock"
 	for attempt := 0; ; attempt++ {
@@ -144,7 +127,11 @@ func (l *Local) lockLease(final string) (func(), error) {
 		if !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("lock: %w", err)
 		}
-		if fi, serr := l.FS.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
+		stale := l.StaleLock
+		if stale <= 0 {
+			stale = defaultStaleLock
+		}
+		if fi, serr := l.FS.Stat(lock); serr == nil && time.Since(fi.ModTime()) > stale {
 			_ = l.FS.Remove(lock)
 			continue
 		}

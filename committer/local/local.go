@@ -14,6 +14,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
@@ -34,8 +35,11 @@ type Local struct {
 	FS      afero.Fs
 	Dest    string
 	Staging string
-	dirs    durable.Dirs // directories made durable by this process
-	names   *nameCache   // sorted directory listings for ListPage
+	// StaleLock is how old a lease lock file must be before a writer
+	// breaks it (0: 10 s, see lockLease).
+	StaleLock time.Duration
+	dirs      durable.Dirs // directories made durable by this process
+	names     *nameCache   // sorted directory listings for ListPage
 }
 
 // New returns a local committer.

@@ -183,6 +183,31 @@ func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
 // tmp outside any directory readers list. If final exists, it is left as it
 // is and the error wraps fs.ErrExist; tmp stays for the caller.
 func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
+	if err := writeTemp(fs, tmp, data); err != nil {
+		return err
+	}
+	return Rename(fs, dirs, tmp, final)
+}
+
+// ReplaceFile writes data to tmp, syncs and closes it, renames it over
+// final and syncs final's directory, whose existence is the caller's: a
+// reader sees the old content or the new, never part of either. It is for
+// eosink's own small documents (a lease, a memo), never for committed data
+// (I7). On failure tmp is removed and final is unchanged or replaced whole.
+func ReplaceFile(fs afero.Fs, tmp, final string, data []byte) error {
+	if err := writeTemp(fs, tmp, data); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, final); err != nil {
+		_ = fs.Remove(tmp)
+		return Classify(fmt.Errorf("rename %s: %w", tmp, err))
+	}
+	return SyncDir(fs, filepath.Dir(final))
+}
+
+// writeTemp creates tmp with data, synced and closed; on failure tmp is
+// removed.
+func writeTemp(fs afero.Fs, tmp string, data []byte) error {
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return Classify(fmt.Errorf("create %s: %w", tmp, err))
@@ -196,7 +221,7 @@ func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
 		_ = fs.Remove(tmp)
 		return err
 	}
-	return Rename(fs, dirs, tmp, final)
+	return nil
 }
 
 // SameContent reports whether the file at path holds exactly want.
