@@ -175,6 +175,17 @@ type Leaser interface {
 	WriteLease(ctx context.Context, name string, data []byte, version string) (string, error)
 }
 
+// LockOwner is implemented by leasers whose compare-and-swap holds a lock
+// that a writer killed mid-write leaves behind (local: <name>.lock). The
+// caller names itself and the former writers it knows are dead (a node's
+// earlier processes on the data dir whose file lock it now holds). A lock
+// naming one of those, or naming the owner itself while it is not
+// writing, is broken at once instead of after the lock's stale age; a
+// lock naming anyone else is not. Safe for concurrent use with WriteLease.
+type LockOwner interface {
+	SetLockOwner(owner string, dead []string)
+}
+
 // Entry describes one file in the destination.
 type Entry struct {
 	Path     string    `json:"path"`

@@ -132,6 +132,11 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mine := l.previous()
+	if lo, ok := l.leaser.(committer.LockOwner); ok {
+		// Every incarnation the memo names ran here and is dead: the
+		// store's file lock is ours. A lease lock it left is broken.
+		lo.SetLockOwner(l.doc.Incarnation, slices.DeleteFunc(slices.Clone(mine), func(s string) bool { return s == l.doc.Incarnation }))
+	}
 	for {
 		data, version, err := l.leaser.ReadLease(ctx, l.name)
 		var cur Lease

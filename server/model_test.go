@@ -129,7 +129,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
 		leaser := local.New(c.FS, rigDest, rigStaging)
-		leaser.StaleLock = time.Millisecond
+		leaser.StaleLock = time.Hour // a left lock is broken by its owner, not its age
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
 	}
 	e := r.start(nil)

@@ -245,10 +245,11 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		// too. With the clock fixed and an hour's timeout, a restart that
 		// does not know the lease for its own is refused, never let in by
 		// an expiry.
-		// A lock file left by a failed operation is broken at once: one
-		// writer here, and the 10 s default would make a fault point wait.
+		// A lease lock left by a failed or cut operation must be broken
+		// because its owner is known dead or is this very writer, never
+		// by waiting for its age: an hour here.
 		leaser := local.New(c.FS, rigDest, rigStaging)
-		leaser.StaleLock = time.Millisecond
+		leaser.StaleLock = time.Hour
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, time.Hour, "127.0.0.1:1"
 	}
 	m := newModel()

@@ -11,15 +11,20 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/spf13/afero"
 )
 
-var _ committer.Leaser = (*Local)(nil)
+var (
+	_ committer.Leaser    = (*Local)(nil)
+	_ committer.LockOwner = (*Local)(nil)
+)
 
 // defaultStaleLock is how old a lease lock file must be before a writer
 // breaks it: the lock is held for one read, one small write and two fsyncs,
@@ -64,14 +69,18 @@ func (l *Local) readLease(name string) ([]byte, error) {
 //   - Compare-and-swap has no single system call. It is read, compare, write
 //     a temp file, rename over, under a lock file created with O_EXCL next
 //     to the lease (<name>.lock). Writers that all go through the lock are
-//     serialized; a lock older than the stale age (10 s) is taken to belong to a dead
-//     process and removed, so a writer paused for longer than that while
-//     holding the lock (SIGSTOP, a VM freeze) can race the next one.
+//     serialized. The lock names its writer (SetLockOwner): one naming a
+//     writer known dead is removed at once; any other lock older than
+//     StaleLock (10 s) is taken to belong to a dead process and removed,
+//     so a writer paused for longer than that while holding the lock
+//     (SIGSTOP, a VM freeze) can race the next one.
 //   - Nothing fences a writer that checked its lease and is then paused
 //     past the expiry: leases are time-based, and file systems take no
 //     fencing tokens. The engine stops committing well before the expiry
 //     (see server/lease.go) to leave a margin for ordinary delays.
 func (l *Local) WriteLease(_ context.Context, name string, data []byte, version string) (string, error) {
+	l.leaseMu.Lock()
+	defer l.leaseMu.Unlock()
 	final := l.abs(name)
 	if err := l.dirs.MkdirAll(l.FS, path.Dir(final)); err != nil {
 		return "", fmt.Errorf("write lease %s: %w", name, err)
@@ -114,32 +123,75 @@ func (l *Local) WriteLease(_ context.Context, name string, data []byte, version 
 	return digest(data), nil
 }
 
-// lockLease takes the lock file of a lease, breaking one older than
-// StaleLock, and returns its release.
+// SetLockOwner names the writer in the lock files it takes from now on,
+// and the writers known dead whose locks it breaks at once.
+func (l *Local) SetLockOwner(owner string, dead []string) {
+	l.leaseMu.Lock()
+	defer l.leaseMu.Unlock()
+	l.owner, l.dead = owner, slices.Clone(dead)
+}
+
+// lockLease takes the lock file of a lease and returns its release. The
+// lock is born named: the owner is written to a synced temp file that is
+// renamed without replacing to the lock's name, so a lock is never seen
+// (nor left by a crash or a power cut) without its owner. A lock left by a
+// dead writer is broken: at once when it names a writer known dead, or
+// this owner (leaseMu is held: no write of ours has it); otherwise once it
+// is older than StaleLock. The caller holds leaseMu.
 func (l *Local) lockLease(final string) (func(), error) {
 	lock := final + ".lock"
+	stale := l.StaleLock
+	if stale <= 0 {
+		stale = defaultStaleLock
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := path.Join(l.Staging, path.Base(lock)+"."+hex.EncodeToString(rnd[:])+layout.TempSuffix)
+	f, err := l.FS.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", durable.Classify(err))
+	}
+	if _, err := f.WriteString(l.owner); err != nil {
+		_ = f.Close()
+		_ = l.FS.Remove(tmp)
+		return nil, fmt.Errorf("lock: %w", durable.Classify(err))
+	}
+	if err := durable.SyncClose(f); err != nil {
+		_ = l.FS.Remove(tmp)
+		return nil, fmt.Errorf("lock: %w", err)
+	}
 	for attempt := 0; ; attempt++ {
-		f, err := l.FS.OpenFile(lock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		err := durable.RenameNoReplace(l.FS, tmp, lock)
 		if err == nil {
-			_ = f.Close()
 			return func() { _ = l.FS.Remove(lock) }, nil
 		}
-		if !errors.Is(err, os.ErrExist) {
+		if !errors.Is(err, fs.ErrExist) {
+			_ = l.FS.Remove(tmp)
 			return nil, fmt.Errorf("lock: %w", err)
 		}
-		stale := l.StaleLock
-		if stale <= 0 {
-			stale = defaultStaleLock
+		if l.deadHolder(lock) {
+			_ = l.FS.Remove(lock)
+			continue
 		}
 		if fi, serr := l.FS.Stat(lock); serr == nil && time.Since(fi.ModTime()) > stale {
 			_ = l.FS.Remove(lock)
 			continue
 		}
 		if attempt >= 100 {
+			_ = l.FS.Remove(tmp)
 			return nil, fmt.Errorf("lock: %s held: %w", lock, committer.ErrTransient)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// deadHolder reports whether the lock names this owner or a writer known
+// dead. An unnamed lock (a writer without SetLockOwner) is left to the
+// stale age.
+func (l *Local) deadHolder(lock string) bool {
+	data, err := afero.ReadFile(l.FS, lock)
+	holder := string(data)
+	return err == nil && holder != "" && (holder == l.owner || slices.Contains(l.dead, holder))
 }
 
 func digest(data []byte) string {

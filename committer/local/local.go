@@ -14,6 +14,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -39,7 +40,14 @@ type Local struct {
 	// breaks it (0: 10 s, see lockLease).
 	StaleLock time.Duration
 	dirs      durable.Dirs // directories made durable by this process
-	names     *nameCache   // sorted directory listings for ListPage
+
+	// leaseMu serializes this Local's lease writes, so a lock file naming
+	// its own owner while it takes the lock is one it left (see
+	// SetLockOwner); it also guards owner and dead.
+	leaseMu sync.Mutex
+	owner   string
+	dead    []string
+	names   *nameCache // sorted directory listings for ListPage
 }
 
 // New returns a local committer.
