@@ -99,8 +99,8 @@ func newLease(cfg *Config) *lease {
 	}
 }
 
-// previous returns the incarnations the memo names: those whose lease
-// write may have landed from this data dir (at most two, see acquire).
+// previous returns the incarnations the memo names: this data dir's
+// former processes whose lease or lease lock may remain (see acquire).
 func (l *lease) previous() []string {
 	data, err := os.ReadFile(l.memo)
 	if err != nil {
@@ -118,25 +118,34 @@ func (l *lease) remember(incarnations []string) error {
 	return nil
 }
 
+// memoMax bounds the memo: a crash loop whose starts all die before
+// their first swap adds one incarnation each. Beyond it the oldest are
+// dropped, and a lock one of them left waits for its stale age.
+const memoMax = 64
+
 // acquire takes the lease: create-only when there is none, compare-and-swap
 // over one that expired. A live holder is ErrLeaseHeld, naming it.
 //
 // A live lease is this data dir's own when it names this incarnation (a
-// write that landed but whose answer was lost) or one the memo names (a
-// former process here, dead since the store's file lock is ours). The memo
-// is written before each lease write and names both documents the write
-// can leave behind: the holder's when it is ours, and this incarnation's.
-// So a process killed between the write and anything after it is still
-// known for our own at the next start.
+// write that landed but whose answer was lost) or one the memo names. The
+// memo lists this data dir's former incarnations that may have left a
+// lease or a lease lock behind; they are dead, since the store's file lock
+// is ours, so their locks are broken at once (committer.LockOwner). This
+// incarnation is added before its first write, so a process killed at any
+// point is known to the next start. Once a compare-and-swap of ours has
+// gone through the lock, nothing of the former ones is left and the memo
+// names only this incarnation.
 func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	mine := l.previous()
+	self := l.doc.Incarnation
+	dead := slices.DeleteFunc(l.previous(), func(s string) bool { return s == self })
 	if lo, ok := l.leaser.(committer.LockOwner); ok {
-		// Every incarnation the memo names ran here and is dead: the
-		// store's file lock is ours. A lease lock it left is broken.
-		lo.SetLockOwner(l.doc.Incarnation, slices.DeleteFunc(slices.Clone(mine), func(s string) bool { return s == l.doc.Incarnation }))
+		lo.SetLockOwner(self, dead)
 	}
+	// Should the memo fail, only a restart's shortcut is lost: it
+	// waits for the timeout.
+	_ = l.remember(append([]string{self}, dead[:min(len(dead), memoMax-1)]...))
 	for {
 		data, version, err := l.leaser.ReadLease(ctx, l.name)
 		var cur Lease
@@ -150,19 +159,12 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 				return fmt.Errorf("take node lease: decode %s: %w", l.name, err)
 			}
 		}
-		ours := cur.Incarnation != "" && (cur.Incarnation == l.doc.Incarnation || slices.Contains(mine, cur.Incarnation))
+		ours := cur.Incarnation != "" && (cur.Incarnation == self || slices.Contains(dead, cur.Incarnation))
 		if t := now(); version != "" && t.Before(cur.ExpiresAt) && !ours {
 			return fmt.Errorf("%w: %s; it expires %s after its last renewal (--lease-timeout), then this node can take over",
 				ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
 		}
-		mine = []string{l.doc.Incarnation}
-		if ours && cur.Incarnation != l.doc.Incarnation {
-			mine = append(mine, cur.Incarnation)
-		}
-		// Should the memo fail, only a restart's shortcut is lost: it
-		// waits for the timeout.
-		_ = l.remember(mine)
-		if cur.Incarnation != l.doc.Incarnation {
+		if cur.Incarnation != self {
 			l.prev = cur
 		}
 		l.doc.Reserved = max(l.doc.Reserved, cur.Reserved)
@@ -172,6 +174,9 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 		}
 		if err != nil {
 			return fmt.Errorf("take node lease: %w", err)
+		}
+		if version != "" {
+			_ = l.remember([]string{self})
 		}
 		return nil
 	}

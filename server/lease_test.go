@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -404,4 +405,77 @@ func TestLeaseLockOfKilledProcessBrokenAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.start(nil)
+}
+
+// stuckLeaser never writes: a lease write waits until its engine stops,
+// as a process killed just before the write.
+type stuckLeaser struct {
+	committer.Leaser
+	called chan struct{}
+}
+
+func (s *stuckLeaser) WriteLease(ctx context.Context, _ string, _ []byte, _ string) (string, error) {
+	select {
+	case s.called <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A holds the lease; B is killed holding the lease lock (the lease still
+// names A); C is killed after it recorded itself, before it reached the
+// lock. D must still know B for dead and break its lock at once: the memo
+// keeps every former incarnation until a swap of ours went through the
+// lock (C once dropped B, not being the lease's holder).
+func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
+	var leaser *local.Local
+	r := leaseRig(t, nil, time.Hour, func(l committer.Leaser) committer.Leaser {
+		leaser = l.(*local.Local)
+		leaser.StaleLock = time.Hour
+		return l
+	})
+	r.start(nil)
+	a := readLease(t, r.fs).Incarnation
+	r.stop()
+	memo := filepath.Join(filepath.Dir(r.storePath), "lease-incarnation")
+	lock := rigDest + "/" + layout.LeaseName(rigNode) + ".lock"
+	// B, as the new code leaves it: itself and A in the memo, its lock.
+	if err := os.WriteFile(memo, []byte("b-killed\n"+a+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := afero.WriteFile(r.fs, lock, []byte("b-killed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// C: killed right before its lease write.
+	plain := r.tweak
+	stuck := &stuckLeaser{called: make(chan struct{}, 1)}
+	r.tweak = func(c *Config) {
+		plain(c)
+		stuck.Leaser = c.Leaser
+		c.Leaser = stuck
+	}
+	e, err := Open(r.config(r.fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stuck.called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start never came to its lease write")
+	}
+	_ = e.Close()
+	// D.
+	r.tweak = plain
+	r.start(nil)
+	if ok, _ := afero.Exists(r.fs, lock); ok {
+		t.Fatal("B's lock is still there")
+	}
+	data, err := os.ReadFile(memo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Fields(string(data)), []string{r.e.lease.doc.Incarnation}; !slices.Equal(got, want) {
+		t.Fatalf("memo after a swap through the lock: %v, want %v (only the holder)", got, want)
+	}
 }
