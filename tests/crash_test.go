@@ -49,6 +49,7 @@ type crashStats struct {
 	startupKills  int // of which before the service was ready
 	aimedKills    int // of which aimed at a requested checkpoint
 	preparedKills int // of which while the newest checkpoint showed "prepared"
+	leaseWaits    int // log lines of a start waiting on its own node lease
 	recommits     int // restarts whose recovery re-committed a prepared checkpoint
 	cleanups      int // restarts whose recovery removed staging files or aborted uploads
 	restarts      int
@@ -220,13 +221,17 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		p.Kill()
 		st.kills++
 	restart:
-		if rng.IntN(5) == 0 && st.kills < cl.kills {
-			// Kill it again while it recovers.
-			p.Start()
-			time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
-			p.Kill()
-			st.kills++
-			st.startupKills++
+		if rng.IntN(3) == 0 {
+			// Kill it again while it starts, up to three times in a row,
+			// as a crash-looping process is: each start must take over at
+			// once what the one before left (its lease, its lease lock).
+			for n := 1 + rng.IntN(3); n > 0 && st.kills < cl.kills; n-- {
+				p.Start()
+				time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+				p.Kill()
+				st.kills++
+				st.startupKills++
+			}
 		}
 		d := p.Restart()
 		st.restarts++
@@ -304,7 +309,11 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		t.Errorf("destination holds %d records, producers sent %d", st.report.Records, st.records)
 	}
 	requireVerify(t, cl.env, cl.verify...)
-	st.recommits, st.cleanups = recoveryWork(t, p.LogPath)
+	st.recommits, st.cleanups, st.leaseWaits = recoveryWork(t, p.LogPath)
+	if st.leaseWaits > 0 {
+		// One node, one data dir: nothing else holds its lease or lock.
+		t.Errorf("a start waited %d times on the lease its own killed starts left (\"take node lease, retrying\" or \"lease held\"); log %s", st.leaseWaits, p.LogPath)
+	}
 	if st.kills >= 5 && st.cleanups == 0 {
 		t.Errorf("%d kills, yet no recovery removed a staging file: the kills never hit accepted, unprepared batches", st.kills)
 	}
@@ -353,14 +362,17 @@ func killOnPrepared(ctx context.Context, p *proc) bool {
 // recoveryWork reads the service's log: how many recoveries re-committed a
 // prepared checkpoint, and how many removed staging files or aborted
 // uploads. Those are the kills that fell inside a checkpoint.
-func recoveryWork(t testing.TB, logPath string) (recommits, cleanups int) {
+func recoveryWork(t testing.TB, logPath string) (recommits, cleanups, leaseWaits int) {
 	t.Helper()
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Errorf("read log: %v", err)
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "take node lease, retrying") || strings.Contains(line, "node lease held by another process") {
+			leaseWaits++
+		}
 		if !strings.Contains(line, `"recovery done"`) {
 			continue
 		}
@@ -379,7 +391,7 @@ func recoveryWork(t testing.TB, logPath string) (recommits, cleanups int) {
 			cleanups++
 		}
 	}
-	return recommits, cleanups
+	return recommits, cleanups, leaseWaits
 }
 
 // waitGroup waits for wg or ctx; false if ctx ended first.
