@@ -133,7 +133,7 @@ func putKeys(tx *bolt.Tx, keys []Key, pol KeyPolicy) error {
 // file, as recovery refuses to guess what a key guarded.
 func (s *Store) Keys(since time.Time) ([]Key, error) {
 	var out []Key
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		kb, ob := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyOrder)
 		if kb == nil || ob == nil {
 			return nil
@@ -164,7 +164,7 @@ func (s *Store) Keys(since time.Time) ([]Key, error) {
 // KeyCount returns how many idempotency keys the store holds.
 func (s *Store) KeyCount() (int, error) {
 	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyKeyCount); len(v) == 8 {
 			n = int(binary.BigEndian.Uint64(v))
 		}

@@ -227,7 +227,7 @@ func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 // It reads the activity index only: its cost is the batch, not the table.
 func (s *Store) IdleProducers(before time.Time, after []byte, limit int) (ids []string, next []byte, err error) {
 	end := activeKey(before, "")
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketActive).Cursor()
 		k, _ := c.First()
 		if after != nil {
@@ -257,7 +257,7 @@ func (s *Store) IdleProducers(before time.Time, after []byte, limit int) (ids []
 func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, error) {
 	var out []Producer
 	next := ""
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketProducers).Cursor()
 		var k, v []byte
 		if after == "" {
@@ -305,7 +305,7 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 // when the store does not know it.
 func (s *Store) Producer(id string) (*Producer, error) {
 	var out *Producer
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = getProducer(tx, id)
 		return err
@@ -320,7 +320,7 @@ func (s *Store) Producer(id string) (*Producer, error) {
 // does not know it. It reads one row: the engine loads a producer on its
 // first write after a start, not all of them at the start.
 func (s *Store) ProducerEpoch(id string) (epoch int64, ok bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		h, err := getHead(tx, id)
 		if h != nil {
 			epoch, ok = h.Epoch, true
@@ -336,7 +336,7 @@ func (s *Store) ProducerEpoch(id string) (epoch int64, ok bool, err error) {
 // StreamSeq returns producer pid's durable state on stream; ok is false
 // when it has none there.
 func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		ss, ok, err = getSeq(tx, pid, stream)
 		return err
 	})
@@ -350,7 +350,7 @@ func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error)
 // it reads no producer.
 func (s *Store) ProducerCount() (int, error) {
 	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyProducerCount); len(v) == 8 {
 			n = int(binary.BigEndian.Uint64(v))
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -176,9 +177,11 @@ func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 
 // OpenWith is Open with options.
 func OpenWith(path string, opts Options) (s *Store, err error) {
+	// bbolt may panic on pages it cannot parse, or fault on its memory map
+	// where a corrupt page points outside the file; a corrupt file must be
+	// an error naming it, never a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
-		// bbolt may panic on pages it cannot parse; a corrupt file must be
-		// an error naming it, never a crash.
 		if r := recover(); r != nil {
 			s, err = nil, fmt.Errorf("open state store %s: %w: %v", path, ErrCorrupt, r)
 		}
@@ -310,7 +313,9 @@ func (s *Store) checkRow(k, v []byte) (*Checkpoint, error) {
 //   - anything else (a failed fdatasync, EIO, a failed file resize, or a
 //     change already visible): the error wraps ErrWriteFailed, and every
 //     later write is refused the same way until the store is reopened.
-func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
+func (s *Store) update(op string, fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer s.recoverCorrupt(op, &err)
 	s.mu.Lock()
 	broken := s.broken
 	s.mu.Unlock()
@@ -321,7 +326,7 @@ func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
 	var refused error
 	txid := 0
 	defer s.version.Add(1)
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		txid = tx.ID()
 		if refused = fn(tx); refused != nil {
 			return refused
@@ -352,6 +357,23 @@ func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
 	return fmt.Errorf("%w: %w", ErrWriteFailed, err)
 }
 
+// view runs fn in a read transaction. A page bbolt cannot read (a panic,
+// or a fault on its memory map) is ErrCorrupt naming the file, never a
+// crash of the process.
+func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer s.recoverCorrupt("read", &err)
+	return s.db.View(fn)
+}
+
+// recoverCorrupt, deferred, turns a panic inside bbolt into ErrCorrupt.
+// bbolt rolls the transaction back as the panic unwinds.
+func (s *Store) recoverCorrupt(op string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: state store %s: %w: %v", op, s.path, ErrCorrupt, r)
+	}
+}
+
 // pageWriteNoSpace reports whether err is bbolt's pwrite of a page failing
 // for lack of space: an *os.PathError "write" with ENOSPC or EDQUOT. bbolt
 // returns fdatasync's error as a bare errno and a failed file resize as
@@ -368,7 +390,7 @@ func pageWriteNoSpace(err error) bool {
 // its meta page was written, so its fate on disk is unknown.
 func (s *Store) visible(txid int) bool {
 	cur := txid
-	if err := s.db.View(func(tx *bolt.Tx) error { cur = tx.ID(); return nil }); err != nil {
+	if err := s.view(func(tx *bolt.Tx) error { cur = tx.ID(); return nil }); err != nil {
 		return true // cannot tell: assume the worst
 	}
 	return cur >= txid
@@ -396,7 +418,7 @@ func (s *Store) Reserve(id uint64) error {
 // LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.
 func (s *Store) LastID() (uint64, error) {
 	var id uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyLastID); v != nil {
 			id = binary.BigEndian.Uint64(v)
 		}
@@ -595,7 +617,7 @@ func (s *Store) Abort(c *Checkpoint, reason string) error {
 // Get returns one checkpoint.
 func (s *Store) Get(id uint64) (*Checkpoint, error) {
 	var c *Checkpoint
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		c, err = getCheckpoint(tx, id)
 		return err
@@ -616,7 +638,7 @@ func (s *Store) List(limit int) ([]Checkpoint, error) {
 // store nor with the rows' files.
 func (s *Store) ListBefore(before uint64, limit int) ([]Checkpoint, error) {
 	var out []Checkpoint
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketCheckpoints).Cursor()
 		k, v := c.Last()
 		if before > 0 {
@@ -643,7 +665,7 @@ func (s *Store) ListBefore(before uint64, limit int) ([]Checkpoint, error) {
 // none. It is kept in meta, so it outlives the pruned rows.
 func (s *Store) NewestCommitted() (uint64, error) {
 	var id uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyLastCommitted); v != nil {
 			id = binary.BigEndian.Uint64(v)
 		}
@@ -656,7 +678,7 @@ func (s *Store) NewestCommitted() (uint64, error) {
 // first. It reads the pending index and those rows only.
 func (s *Store) Pending() ([]Checkpoint, error) {
 	var out []Checkpoint
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = pendingIn(tx)
 		return err
@@ -716,7 +738,7 @@ func (s *Store) DeleteIntents(keys ...string) error {
 // Intents returns every recorded intent by key.
 func (s *Store) Intents() (map[string]committer.File, error) {
 	out := map[string]committer.File{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
 			f, err := decodeFile(v)
 			if err != nil {
@@ -740,7 +762,7 @@ func FileOf(stream, temp, final string, bytes, records int64, crc string) commit
 // neither.
 func (s *Store) Claims() (intents map[string]committer.File, pending []Checkpoint, err error) {
 	intents = map[string]committer.File{}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketIntents).ForEach(func(k, v []byte) error {
 			f, err := decodeFile(v)
 			if err != nil {

@@ -77,7 +77,7 @@ func (s *Store) PutStream(stream string, c streamconf.Config, at time.Time) (Str
 func (s *Store) Stream(stream string) (StreamConfig, bool, error) {
 	var out StreamConfig
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketStreams)
 		if b == nil {
 			return nil
@@ -97,7 +97,7 @@ func (s *Store) Stream(stream string) (StreamConfig, bool, error) {
 // Streams returns every configured stream, by name.
 func (s *Store) Streams() ([]StreamConfig, error) {
 	var out []StreamConfig
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketStreams)
 		if b == nil {
 			return nil
