@@ -75,11 +75,12 @@ type lease struct {
 	lost       error     // set once another process took the lease
 	released   bool
 	prev       Lease // the document found at start, if any
-	// memo is a file beside the state store naming the incarnation that
-	// last held the lease from this data dir. The store's file lock is
-	// held, so that incarnation is dead: a restart on the same data dir
-	// takes the lease over at once instead of waiting for the timeout.
-	memo string
+	// memo is a file beside the state store naming the incarnations that
+	// ran on this data dir. The store's file lock is held, so they are
+	// dead: a restart on the same data dir takes the lease over at once
+	// instead of waiting for the timeout (see previous).
+	memo  string
+	store string // the state store's path
 }
 
 func newLease(cfg *Config) *lease {
@@ -95,23 +96,37 @@ func newLease(cfg *Config) *lease {
 	return &lease{
 		leaser: cfg.Leaser, name: layout.LeaseName(cfg.Node), timeout: t, margin: t / 4,
 		doc:  Lease{Node: cfg.Node, Incarnation: hex.EncodeToString(rnd[:]), Listen: cfg.Listen},
-		memo: filepath.Join(filepath.Dir(cfg.StorePath), "lease-incarnation"),
+		memo: filepath.Join(filepath.Dir(cfg.StorePath), "lease-incarnation"), store: cfg.StorePath,
 	}
 }
 
 // previous returns the incarnations the memo names: this data dir's
-// former processes whose lease or lease lock may remain (see acquire).
+// former processes whose lease or lease lock may remain (see acquire). The
+// memo counts only if it was written for the very state store file whose
+// lock this process holds (storeIdentity): a copied data dir (a restored
+// backup, a cloned volume) started while its original runs must not take
+// the original's live lease for a dead one.
 func (l *lease) previous() []string {
 	data, err := os.ReadFile(l.memo)
 	if err != nil {
 		return nil
 	}
-	return strings.Fields(string(data))
+	id := storeIdentity(l.store)
+	lines := strings.Fields(string(data))
+	if id == "" || len(lines) < 2 || lines[0] != "store" || lines[1] != id {
+		return nil
+	}
+	return lines[2:]
 }
 
-// remember records incarnations in the memo, durably.
+// remember records incarnations in the memo, durably, with the identity of
+// the state store they ran on.
 func (l *lease) remember(incarnations []string) error {
-	data := []byte(strings.Join(incarnations, "\n") + "\n")
+	id := storeIdentity(l.store)
+	if id == "" {
+		return nil // never trusted: nothing worth writing
+	}
+	data := []byte("store " + id + "\n" + strings.Join(incarnations, "\n") + "\n")
 	if err := durable.ReplaceFile(afero.NewOsFs(), l.memo+".tmp", l.memo, data); err != nil {
 		return fmt.Errorf("record lease incarnation: %w", err)
 	}

@@ -441,7 +441,7 @@ func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
 	memo := filepath.Join(filepath.Dir(r.storePath), "lease-incarnation")
 	lock := rigDest + "/" + layout.LeaseName(rigNode) + ".lock"
 	// B, as the new code leaves it: itself and A in the memo, its lock.
-	if err := os.WriteFile(memo, []byte("b-killed\n"+a+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(memo, []byte("store "+storeIdentity(r.storePath)+"\nb-killed\n"+a+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := afero.WriteFile(r.fs, lock, []byte("b-killed"), 0o644); err != nil {
@@ -475,7 +475,7 @@ func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Fields(string(data)), []string{r.e.lease.doc.Incarnation}; !slices.Equal(got, want) {
+	if got, want := strings.Fields(string(data)), []string{"store", storeIdentity(r.storePath), r.e.lease.doc.Incarnation}; !slices.Equal(got, want) {
 		t.Fatalf("memo after a swap through the lock: %v, want %v (only the holder)", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -125,6 +126,23 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, ge
 	r.stop()
 	if err := os.Remove(r.storePath); err != nil {
 		fail("store loss: %v", err)
+	}
+	// A new store cannot prove the last process dead (it may still hold
+	// the old file's lock), so the next start waits for the lease to
+	// expire: expire it here, keeping the ids it reserved (I8).
+	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
+	if data, err := afero.ReadFile(r.fs, leasePath); err == nil {
+		var l Lease
+		if err := json.Unmarshal(data, &l); err != nil {
+			fail("store loss: decode lease: %v", err)
+		}
+		l.ExpiresAt = time.Time{}
+		if data, err = json.Marshal(&l); err == nil {
+			err = afero.WriteFile(r.fs, leasePath, data, 0o644)
+		}
+		if err != nil {
+			fail("store loss: expire lease: %v", err)
+		}
 	}
 	// Every id that carried data has a manifest. (Ids of empty
 	// checkpoints after the last manifest leave no trace anywhere once

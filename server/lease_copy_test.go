@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/recovery"
+)
+
+// A copy of a live node's data dir (a backup restored elsewhere, a cloned
+// VM or volume snapshot) started with the same node id while the original
+// still runs. DESIGN: "a second live node with the same id refuses to
+// start". The copied memo names the live process's incarnation, and the
+// memo is trusted as "dead" without any check that it belongs to this file
+// lock, so the copy takes the live lease over at once.
+func TestLeaseCopiedDataDirRefused(t *testing.T) {
+	r := leaseRig(t, nil, 30*time.Second, nil)
+	r.broken = "two holders on purpose"
+	a := r.start(nil)
+	held := readLease(t, r.fs)
+
+	// Copy the data dir (state store and memo) while A runs.
+	copyDir := fastTempDir(t)
+	for _, f := range []string{"state.db", "lease-incarnation"} {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(r.storePath), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copyDir, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := r.config(r.fs)
+	cfg.StorePath = filepath.Join(copyDir, "state.db")
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = b.WaitReady(ctx)
+	if errors.Is(err, ErrLeaseHeld) {
+		return // what the design promises
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := readLease(t, r.fs)
+	t.Logf("lease before: %s", held.Incarnation)
+	t.Logf("lease after the copy started: %s", now.Incarnation)
+	// Both engines now pass the fence and commit.
+	if _, err := send(a, nil, "s", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	ra := checkpointWithin(t, a, 5*time.Second)
+	if _, err := send(b, nil, "s", 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	rb := checkpointWithin(t, b, 5*time.Second)
+	t.Logf("A (original, live) checkpoint %d %s; B (copy) checkpoint %d %s; A fence %v, B fence %v",
+		ra.ID, ra.State, rb.ID, rb.State, a.leaseCheck(), b.leaseCheck())
+	if ra.State == recovery.Committed && rb.State == recovery.Committed {
+		t.Fatalf("split brain: the copy took the live lease of %s at once and both nodes committed", held.Incarnation)
+	}
+	t.Fatalf("a copied data dir started instead of ErrLeaseHeld (A %s, B %s)", ra.State, rb.State)
+}
