@@ -163,18 +163,17 @@ func (l *Local) lockLease(final string) (func(), error) {
 	for attempt := 0; ; attempt++ {
 		err := durable.RenameNoReplace(l.FS, tmp, lock)
 		if err == nil {
-			return func() { _ = l.FS.Remove(lock) }, nil
+			mine := func(holder string, _ time.Time) bool { return holder == l.owner }
+			return func() { l.breakLock(lock, mine) }, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			_ = l.FS.Remove(tmp)
 			return nil, fmt.Errorf("lock: %w", err)
 		}
-		if l.deadHolder(lock) {
-			_ = l.FS.Remove(lock)
-			continue
+		dead := func(holder string, modified time.Time) bool {
+			return l.deadHolder(holder) || time.Since(modified) > stale
 		}
-		if fi, serr := l.FS.Stat(lock); serr == nil && time.Since(fi.ModTime()) > stale {
-			_ = l.FS.Remove(lock)
+		if l.judgeLock(lock, dead) && l.breakLock(lock, dead) {
 			continue
 		}
 		if attempt >= 100 {
@@ -185,13 +184,44 @@ func (l *Local) lockLease(final string) (func(), error) {
 	}
 }
 
-// deadHolder reports whether the lock names this owner or a writer known
-// dead. An unnamed lock (a writer without SetLockOwner) is left to the
-// stale age.
-func (l *Local) deadHolder(lock string) bool {
+// deadHolder reports whether holder, a lock's content, is this owner or a
+// writer known dead. An unnamed lock (a writer without SetLockOwner) is
+// left to the stale age.
+func (l *Local) deadHolder(holder string) bool {
+	return holder != "" && (holder == l.owner || slices.Contains(l.dead, holder))
+}
+
+// judgeLock applies judge to the lock file as it is now.
+func (l *Local) judgeLock(lock string, judge func(holder string, modified time.Time) bool) bool {
 	data, err := afero.ReadFile(l.FS, lock)
-	holder := string(data)
-	return err == nil && holder != "" && (holder == l.owner || slices.Contains(l.dead, holder))
+	if err != nil {
+		return false
+	}
+	fi, err := l.FS.Stat(lock)
+	return err == nil && judge(string(data), fi.ModTime())
+}
+
+// breakLock moves the lock aside (one atomic rename) and removes what it
+// moved if judge still says so; otherwise it puts it back for its holder.
+// Judging the file moved, not the one looked at before, means a lock that
+// another writer took in between is never removed: two breakers of one
+// dead lock cannot both get in (found by review: check-then-remove let
+// both compare-and-swaps succeed).
+func (l *Local) breakLock(lock string, judge func(holder string, modified time.Time) bool) bool {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	aside := path.Join(l.Staging, path.Base(lock)+"."+hex.EncodeToString(rnd[:])+".broken"+layout.TempSuffix)
+	if err := l.FS.Rename(lock, aside); err != nil {
+		return false // gone already: the caller tries again
+	}
+	if l.judgeLock(aside, judge) {
+		_ = l.FS.Remove(aside)
+		return true
+	}
+	if err := durable.RenameNoReplace(l.FS, aside, lock); err != nil {
+		_ = l.FS.Remove(aside) // a newer lock is there: its holder goes on
+	}
+	return false
 }
 
 func digest(data []byte) string {
