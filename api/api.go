@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +116,11 @@ type Config struct {
 	AuthFailures      int
 	AuthFailureWindow time.Duration
 	AuthFailureTable  int
+	// TrustedProxies are the peers whose X-Forwarded-For (or X-Real-IP)
+	// names the client whose failures are counted (--trusted-proxies):
+	// behind a proxy every client has the proxy's address, and one
+	// guesser would hold back the invalid attempts of all. None by default.
+	TrustedProxies []netip.Prefix
 	// DownloadStall is how long a download may make no progress before it
 	// is cut; downloads are not bound by the server's WriteTimeout.
 	// Default 1m.
@@ -135,6 +142,7 @@ type Server struct {
 	files      committer.Reader
 	cat        *catalog.Catalog
 	auth       *Tokens
+	gate       *Gate // nil when auth is
 	metrics    http.Handler
 	httpm      *httpMetrics
 	log        *slog.Logger
@@ -150,7 +158,6 @@ type Server struct {
 	hosts      []string // names served without tokens, besides loopback ones
 	anyIP      bool     // without tokens, any IP literal Host is served too
 	stall      time.Duration
-	authFails  *failLimiter
 }
 
 // New checks cfg and returns a Server.
@@ -219,7 +226,10 @@ func New(cfg Config) (*Server, error) {
 		inflight:   &budget{limit: cfg.MaxInflightBody},
 		origin:     http.NewCrossOriginProtection(),
 		stall:      cfg.DownloadStall,
-		authFails:  newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
+	}
+	if cfg.Auth != nil {
+		s.gate = &Gate{tokens: cfg.Auth, fails: newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
+			proxies: slices.Clone(cfg.TrustedProxies)}
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error

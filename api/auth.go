@@ -214,20 +214,16 @@ func (s *Server) allow(roles ...Role) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, RoleAdmin)))
 				return
 			}
-			key := clientKey(r)
-			if wait := s.authFails.blocked(key); wait > 0 {
-				w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-				writeError(w, http.StatusTooManyRequests, &ErrorResponse{Error: "too_many_auth_failures",
-					Message: "too many invalid tokens from this address; retry later"})
-				return
-			}
 			token, present := credentials(r)
 			role, ok := Role(0), false
-			if token != "" {
-				role, ok = s.auth.lookup(token)
-			}
-			if !ok && present {
-				s.authFails.fail(key)
+			if present { // no credentials at all are no guess
+				var wait time.Duration
+				if role, ok, wait = s.gate.Authenticate(r, token); wait > 0 {
+					w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+					writeError(w, http.StatusTooManyRequests, &ErrorResponse{Error: "too_many_auth_failures",
+						Message: "too many invalid tokens from this address; retry later"})
+					return
+				}
 			}
 			if !ok {
 				challenge := "Bearer"

@@ -394,16 +394,18 @@ func TestMethodNotAllowedNamesAllow(t *testing.T) {
 }
 
 // TestAuthFailureLimit: one client address may send only so many invalid
-// tokens per window; then it is answered 429 with Retry-After, even with
-// a valid token, until the window passes. Requests without a token are
-// not guesses. The table of addresses is bounded.
+// tokens per window; then its invalid tokens are answered 429 with
+// Retry-After until the window passes, but a valid token from it is always
+// served (it was 429 too: the limiter was asked before the token was read,
+// so one guesser behind a shared address locked out every client). Requests
+// without a token are not guesses. The table of addresses is bounded.
 func TestAuthFailureLimit(t *testing.T) {
 	r := newRig(t, rigOpts{api: func(c *Config) {
 		withAuth(c)
 		c.AuthFailures, c.AuthFailureWindow, c.AuthFailureTable = 5, time.Minute, 3
 	}})
 	now := time.Unix(1_800_000_000, 0)
-	r.srv.authFails.now = func() time.Time { return now }
+	r.srv.gate.fails.now = func() time.Time { return now }
 	from := func(addr, token string) *httptest.ResponseRecorder {
 		req := request("GET", "/v1/streams", "")
 		req.RemoteAddr = addr
@@ -419,31 +421,129 @@ func TestAuthFailureLimit(t *testing.T) {
 	for i := range 5 {
 		expectStatus(t, from(guesser, fmt.Sprintf("guess-%016d", i)), http.StatusUnauthorized)
 	}
-	for _, tok := range []string{"guess-again-0000000", tokRead} {
-		rec := from(guesser, tok)
-		expectStatus(t, rec, http.StatusTooManyRequests)
-		if e := decode[ErrorResponse](t, rec); e.Error != "too_many_auth_failures" || rec.Header().Get("Retry-After") != "60" {
-			t.Fatalf("answer %+v, Retry-After %q", e, rec.Header().Get("Retry-After"))
-		}
+	rec := from(guesser, "guess-again-0000000")
+	expectStatus(t, rec, http.StatusTooManyRequests)
+	if e := decode[ErrorResponse](t, rec); e.Error != "too_many_auth_failures" || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("answer %+v, Retry-After %q", e, rec.Header().Get("Retry-After"))
 	}
+	// A valid token from the same address, read, ingest or admin, is served.
+	expectStatus(t, from(guesser, tokRead), http.StatusOK)
+	req := request("POST", "/v1/streams/s/records", `{"a":1}`+"\n", "Content-Type", "application/x-ndjson", "Authorization", "Bearer "+tokIngest)
+	req.RemoteAddr = guesser
+	expectStatus(t, r.serve(req), http.StatusAccepted)
+	expectStatus(t, from(guesser, tokAdmin), http.StatusOK)
+	// ... and serving it does not lift the limit on the invalid ones.
+	expectStatus(t, from(guesser, "guess-again-0000001"), http.StatusTooManyRequests)
 	// Another address is not held back; nor another in the same IPv6 /64
 	// before it fails itself.
 	expectStatus(t, from(other, tokRead), http.StatusOK)
-	// The window passes: the guesser may try again.
+	// The window passes: the guesser's invalid tokens are 401 again.
 	now = now.Add(61 * time.Second)
-	expectStatus(t, from(guesser, tokRead), http.StatusOK)
+	expectStatus(t, from(guesser, "guess-again-0000002"), http.StatusUnauthorized)
 
 	// An IPv6 guesser cannot spread over its /64.
 	for i := range 5 {
 		expectStatus(t, from(fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1), "bad-token-0123456789"), http.StatusUnauthorized)
 	}
-	expectStatus(t, from("[2001:db8:0:1::ff]:1", tokRead), http.StatusTooManyRequests)
+	expectStatus(t, from("[2001:db8:0:1::ff]:1", "bad-token-0123456789"), http.StatusTooManyRequests)
+	expectStatus(t, from("[2001:db8:0:1::ff]:1", tokRead), http.StatusOK)
 
 	// Memory is bounded: many addresses failing keep at most 3 entries.
 	for i := range 100 {
 		from(fmt.Sprintf("203.0.113.%d:1", i), "bad-token-0123456789")
 	}
-	if n := r.srv.authFails.size(); n > 3 {
+	if n := r.srv.gate.fails.size(); n > 3 {
 		t.Fatalf("%d addresses held, want at most 3", n)
+	}
+}
+
+// TestAuthFailureLimitTrustedProxies: behind a trusted proxy every client
+// has the proxy's address; failures are then counted under the client the
+// proxy forwarded (X-Forwarded-For's rightmost untrusted hop, else
+// X-Real-IP), so one guesser holds back no other client's attempts. A peer
+// that is not a trusted proxy is counted under its own address, whatever
+// headers it sends.
+func TestAuthFailureLimitTrustedProxies(t *testing.T) {
+	r := newRig(t, rigOpts{api: func(c *Config) {
+		withAuth(c)
+		c.AuthFailures = 3
+		var err error
+		if c.TrustedProxies, err = ParseTrustedProxies("10.0.0.0/8, fd00::1"); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	const proxy, proxy6 = "10.1.2.3:40000", "[fd00::1]:40000"
+	from := func(peer, token string, hdr ...string) int {
+		req := request("GET", "/v1/streams", "", append(hdr, "Authorization", "Bearer "+token)...)
+		req.RemoteAddr = peer
+		return r.serve(req).Code
+	}
+	guess := func(peer string, hdr ...string) int { return from(peer, "guess-token-000000000", hdr...) }
+	fill := func(peer string, hdr ...string) {
+		t.Helper()
+		for i := range 3 {
+			if code := guess(peer, hdr...); code != http.StatusUnauthorized {
+				t.Fatalf("guess %d from %s %q: %d, want 401", i, peer, hdr, code)
+			}
+		}
+		if code := guess(peer, hdr...); code != http.StatusTooManyRequests {
+			t.Fatalf("guess over the limit from %s %q: %d, want 429", peer, hdr, code)
+		}
+	}
+	// A guesser behind the proxy, which appends the peer it saw; what the
+	// guesser put in front of that is its own claim and changes nothing.
+	fill(proxy, "X-Forwarded-For", "203.0.113.9")
+	if code := guess(proxy, "X-Forwarded-For", "192.0.2.77, 203.0.113.9"); code != http.StatusTooManyRequests {
+		t.Fatalf("guesser with a forged first hop: %d, want 429", code)
+	}
+	// Through two trusted proxies it is still the same client.
+	if code := guess(proxy, "X-Forwarded-For", "203.0.113.9, 10.9.9.9"); code != http.StatusTooManyRequests {
+		t.Fatalf("guesser through two proxies: %d, want 429", code)
+	}
+	// Other clients of the same proxy are not held back.
+	if code := guess(proxy, "X-Forwarded-For", "198.51.100.20"); code != http.StatusUnauthorized {
+		t.Fatalf("another client's invalid token: %d, want 401", code)
+	}
+	if code := from(proxy, tokRead, "X-Forwarded-For", "198.51.100.20"); code != http.StatusOK {
+		t.Fatalf("another client's valid token: %d, want 200", code)
+	}
+	// X-Real-IP when there is no X-Forwarded-For; an IPv6 proxy too.
+	fill(proxy6, "X-Real-IP", "2001:db8:5::1")
+	if code := guess(proxy6, "X-Real-IP", "2001:db8:5::2"); code != http.StatusTooManyRequests {
+		t.Fatalf("same /64 through X-Real-IP: %d, want 429", code)
+	}
+	if code := guess(proxy6, "X-Real-IP", "2001:db8:6::1"); code != http.StatusUnauthorized {
+		t.Fatalf("another /64 through X-Real-IP: %d, want 401", code)
+	}
+	// An untrusted peer's headers are not believed: changing them does not
+	// reset its count.
+	fill("192.0.2.1:5555", "X-Forwarded-For", "203.0.113.100")
+	if code := guess("192.0.2.1:5555", "X-Forwarded-For", "203.0.113.101", "X-Real-IP", "203.0.113.102"); code != http.StatusTooManyRequests {
+		t.Fatalf("untrusted peer with new forwarded headers: %d, want 429", code)
+	}
+	// A proxy that forwards garbage is as far as the chain goes: the
+	// proxy's own address, not a fresh key per request.
+	fill(proxy, "X-Forwarded-For", "not-an-ip")
+	if code := guess(proxy, "X-Forwarded-For", "also-not-an-ip"); code != http.StatusTooManyRequests {
+		t.Fatalf("garbage forwarded twice: %d, want 429", code)
+	}
+}
+
+func TestParseTrustedProxies(t *testing.T) {
+	got, err := ParseTrustedProxies(" 10.0.0.0/8,192.168.1.7 ,fd00::/8,::ffff:172.16.0.0/108, 127.0.0.1/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.168.1.7/32", "fd00::/8", "172.16.0.0/12", "127.0.0.0/8"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got, err := ParseTrustedProxies(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty list: %v %v", got, err)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "proxy.local", "10.0.0.1:80"} {
+		if _, err := ParseTrustedProxies(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/eosink/eosink/api"
 )
@@ -16,6 +19,9 @@ type session struct {
 	AuthOn bool     // tokens are required
 	Role   api.Role // 0 without a valid token
 	token  string   // the valid token, "" without one (or without auth)
+	// wait is set when the request carried an invalid token and its
+	// address sent too many: how long until it may try again.
+	wait time.Duration
 }
 
 // CanRead reports whether the session may see the pages.
@@ -53,10 +59,29 @@ func (u *ui) session(r *http.Request) *session {
 	if token == "" {
 		return s
 	}
-	if role, ok := u.auth.Lookup(token); ok {
+	if role, ok, wait := u.auth.Authenticate(r, token); ok {
 		s.Role, s.token = role, token
+	} else {
+		s.wait = wait
 	}
 	return s
+}
+
+// tooManyFailures answers 429 to a request whose address sent too many
+// invalid tokens, as the API does.
+func (u *ui) tooManyFailures(w http.ResponseWriter, r *http.Request, s *session, wait time.Duration) {
+	secs := retrySeconds(w, wait)
+	u.render(w, r, http.StatusTooManyRequests, "error.html", &view{Title: "Too many invalid tokens", Sess: s, Data: failData{
+		Code: http.StatusTooManyRequests, Heading: "Too many invalid tokens",
+		Message: fmt.Sprintf("Too many invalid tokens came from your address. Try again in %d seconds, or sign in with a valid token.", secs)}})
+}
+
+// retrySeconds sets Retry-After to wait, rounded up to seconds, and
+// returns them.
+func retrySeconds(w http.ResponseWriter, wait time.Duration) int64 {
+	secs := int64((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	return secs
 }
 
 // csrfToken is the form token of a session: an HMAC of its auth token
@@ -78,6 +103,8 @@ func (u *ui) page(h func(http.ResponseWriter, *http.Request, *session)) http.Han
 		switch {
 		case s.CanRead():
 			h(w, r, s)
+		case s.wait > 0:
+			u.tooManyFailures(w, r, s, s.wait)
 		case s.Role != 0:
 			u.render(w, r, http.StatusForbidden, "error.html", &view{Title: "Forbidden", Sess: s, Data: failData{
 				Code: http.StatusForbidden, Heading: "This token may not read",
@@ -139,11 +166,13 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request, s *session) {
 	again := func(status int, msg string) {
 		u.render(w, r, status, "login.html", &view{Title: "Sign in", Sess: s, Data: loginData{Next: next, Error: msg}})
 	}
-	role, ok := api.Role(0), false
-	if token != "" {
-		role, ok = u.auth.Lookup(token)
-	}
+	// The form goes through the API's limiter: without it, the form
+	// would be a way around it for a guesser.
+	role, ok, wait := u.auth.Authenticate(r, token)
 	switch {
+	case wait > 0:
+		again(http.StatusTooManyRequests, fmt.Sprintf("Too many invalid tokens came from your address. Try again in %d seconds.", retrySeconds(w, wait)))
+		return
 	case !ok:
 		again(http.StatusUnauthorized, "That token is not valid.")
 		return

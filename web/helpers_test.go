@@ -33,15 +33,6 @@ const (
 	tokAdmin  = "admin-token-0123456789"
 )
 
-// tokenAuth is an Authenticator over a map. *api.Tokens takes its place
-// once it exports Lookup.
-type tokenAuth map[string]api.Role
-
-func (m tokenAuth) Lookup(token string) (api.Role, bool) {
-	r, ok := m[token]
-	return r, ok
-}
-
 var testTokens = map[string]api.Role{tokIngest: api.RoleIngest, tokRead: api.RoleRead, tokAdmin: api.RoleAdmin}
 
 // rig is an engine rig (internal/testing/enginetest: the destination is
@@ -90,7 +81,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	r.ui = newUI(t, eng, r.files, func(c *Config) {
 		c.Node, c.Now = enginetest.Node, r.clock.now
 		if o.auth {
-			c.Auth = tokenAuth(testTokens)
+			c.Auth = r.api.Gate() // one limit of invalid tokens for both, as the command has it
 		}
 		if o.ui != nil {
 			o.ui(c)

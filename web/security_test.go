@@ -1,7 +1,9 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path"
@@ -353,4 +355,42 @@ func TestLogin(t *testing.T) {
 	if cs := rec.Result().Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 || cs[0].Value != "" {
 		t.Errorf("logout cookies %v", cs)
 	}
+}
+
+// TestLoginLimited: the login form and the UI's cookie go through the
+// API's limit of invalid tokens, one count per address for both (the form
+// was a way around the limit: it answered every guess 401). Over the
+// limit an invalid token gets 429 with Retry-After, but a valid one still
+// signs in.
+func TestLoginLimited(t *testing.T) {
+	r := newRig(t, rigOpts{auth: true})
+	csrf := csrfOf(t, r.get("/ui/login", "").Body.String())
+	login := func(token string) *httptest.ResponseRecorder {
+		t.Helper()
+		return r.form("/ui/login", "", url.Values{"csrf": {csrf}, "token": {token}, "next": {"/ui/"}}, "Sec-Fetch-Site", "same-origin")
+	}
+	// Half the limit through the API, half through the form: one count.
+	for i := range api.DefaultAuthFailures / 2 {
+		expectCode(t, r.serve(req("GET", "/v1/streams", "", "Authorization", fmt.Sprintf("Bearer api-guess-%016d", i))), http.StatusUnauthorized)
+	}
+	for i := range api.DefaultAuthFailures - api.DefaultAuthFailures/2 {
+		expectCode(t, login(fmt.Sprintf("form-guess-%016d", i)), http.StatusUnauthorized)
+	}
+	rec := login("form-guess-one-too-many")
+	expectCode(t, rec, http.StatusTooManyRequests)
+	if ra := rec.Header().Get("Retry-After"); ra == "" || ra == "0" || len(rec.Result().Cookies()) != 0 {
+		t.Fatalf("over the limit: Retry-After %q, cookies %v", ra, rec.Result().Cookies())
+	}
+	expectContains(t, rec.Body.String(), "Too many invalid tokens")
+	// The API and a page with an invalid cookie are over the limit too.
+	expectCode(t, r.serve(req("GET", "/v1/streams", "", "Authorization", "Bearer api-guess-one-too-many")), http.StatusTooManyRequests)
+	expectCode(t, r.get("/ui/", "cookie-guess-0123456789"), http.StatusTooManyRequests)
+	// A valid token is always served: the form signs in, pages and the
+	// API answer.
+	rec = login(tokRead)
+	if rec.Code != http.StatusSeeOther || len(rec.Result().Cookies()) != 1 {
+		t.Fatalf("valid login over the limit: %d, cookies %v: %.300s", rec.Code, rec.Result().Cookies(), rec.Body.String())
+	}
+	expectCode(t, r.get("/ui/", tokRead), http.StatusOK)
+	expectCode(t, r.serve(req("GET", "/v1/streams", "", "Authorization", "Bearer "+tokAdmin)), http.StatusOK)
 }

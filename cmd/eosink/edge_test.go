@@ -56,6 +56,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad dest", []string{"serve", "--dest", "ftp://x"}, "--dest"},
 		{"pprof not loopback", []string{"serve", "--pprof-listen", "10.1.2.3:6060"}, "--pprof-listen"},
 		{"pprof not an address", []string{"serve", "--pprof-listen", "nonsense"}, "--pprof-listen"},
+		{"bad trusted proxy", []string{"serve", "--trusted-proxies", "10.0.0.0/8,nonsense"}, "trusted-proxies"},
 		{"verify missing dest", []string{"verify", "--dest", "file://" + missing}, missing},
 		{"verify without dest", []string{"verify"}, "--dest"},
 	}

@@ -155,17 +155,8 @@ func (p *process) status() server.Status {
 // rootHandler builds the web UI, the API and the root mux that serves both.
 func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometheus.Registry, tokens *api.Tokens) (http.Handler, error) {
 	f := p.f
-	var auth web.Authenticator
-	if tokens != nil {
-		auth = tokens
-	}
 	// One read model, one manifest cache, for the API and the UI.
 	cat, err := catalog.New(catalog.Config{Files: dest, State: eng, Node: f.node, Logger: p.log.With("component", "catalog")})
-	if err != nil {
-		return nil, err
-	}
-	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
-		Logger: p.log.With("component", "web"), Node: f.node})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +164,19 @@ func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometh
 		Engine: eng, Files: dest, Catalog: cat, Gatherer: reg, Registerer: reg, Auth: tokens, Logger: p.log, Hosts: []string{f.listen},
 		MaxBody: int64(f.maxBody), MaxRecord: int(f.maxRecord), WaitTimeout: f.waitTimeout,
 		BodyTimeout: f.bodyTimeout, MaxInflightBody: int64(f.maxInflight), DownloadStall: f.downloadStall,
+		TrustedProxies: f.trustedProxies,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The UI checks tokens through the API's gate: one limit of invalid
+	// tokens per client address for the login form, cookies and bearers.
+	var auth web.Authenticator
+	if g := apiSrv.Gate(); g != nil {
+		auth = g
+	}
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
+		Logger: p.log.With("component", "web"), Node: f.node})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ type serveFlags struct {
 	idemWindow      time.Duration
 	idemMaxKeys     int
 	leaseTimeout    time.Duration
+	trustedProxies  proxyList
 }
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -89,6 +91,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.idemWindow, "idempotency-window", server.DefaultIdempotencyWindow, "how long Idempotency-Key values are kept after their batch was prepared")
 	fs.IntVar(&f.idemMaxKeys, "idempotency-max-keys", server.DefaultMaxKeys, "most Idempotency-Key values kept (memory and state store); past it the oldest are forgotten early")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", server.DefaultLeaseTimeout, "how long the node's lease (<dest>/_nodes/<node>.json) outlives its last renewal: a second process with the same --node refuses to start until then")
+	fs.Var(&f.trustedProxies, "trusted-proxies", "comma-separated CIDR prefixes (or addresses) of proxies whose X-Forwarded-For or X-Real-IP names the client: failed tokens are then counted per client, not per proxy; empty trusts none")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
 	addS3Flags(fs, &f.destFlags)
@@ -201,6 +204,26 @@ func sweepInterval(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// proxyList is the --trusted-proxies flag: CIDR prefixes, comma-separated.
+type proxyList []netip.Prefix
+
+func (p *proxyList) String() string {
+	out := make([]string, len(*p))
+	for i, x := range *p {
+		out[i] = x.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func (p *proxyList) Set(v string) error {
+	l, err := api.ParseTrustedProxies(v)
+	if err != nil {
+		return err
+	}
+	*p = l
+	return nil
 }
 
 // size is a byte count flag: 1048576, 64KiB, 64MiB, 1GiB, 10MB.

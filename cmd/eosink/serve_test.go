@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tokens of startServe's token file.
+const (
+	testReadToken  = "read-token-0123456789"
+	testAdminToken = "admin-token-0123456789"
+)
+
+// startServe runs eosink serve in the test process on a loopback port with
+// a token file, the given flags after the test's own, and returns its base
+// URL; it stops when the test ends.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("read "+testReadToken+"\nadmin "+testAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var f serveFlags
+	fs := serveFlagSet(&f, io.Discard)
+	args = append([]string{"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--token-file", tokens,
+		"--checkpoint-interval", "0", "--node", "n1"}, args...)
+	if err := envFlags(fs, args); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.check(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := startProcess(ctx, &f, slog.New(slog.DiscardHandler), io.Discard)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case <-p.eng.Load().Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready")
+	}
+	return "http://" + p.addr
+}
+
+// TestTrustedProxiesFlag: with --trusted-proxies (here from
+// EOSINK_TRUSTED_PROXIES) naming the loopback proxy, invalid tokens are
+// counted per forwarded client, through the API and the UI's login form
+// alike: one guesser behind the proxy is answered 429 and other clients of
+// the proxy are not; a valid token is served to the guesser too.
+func TestTrustedProxiesFlag(t *testing.T) {
+	t.Setenv("EOSINK_TRUSTED_PROXIES", "127.0.0.0/8,::1")
+	base := startServe(t)
+	get := func(client, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+"/v1/streams", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("X-Forwarded-For", client)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	for i := range 20 {
+		if code := get("203.0.113.5", fmt.Sprintf("guess-%016d", i)); code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, code)
+		}
+	}
+	if code := get("203.0.113.5", "guess-one-too-many-000"); code != http.StatusTooManyRequests {
+		t.Fatalf("guess over the limit: %d, want 429", code)
+	}
+	if code := get("203.0.113.5", testReadToken); code != http.StatusOK {
+		t.Fatalf("the guesser's valid token: %d, want 200", code)
+	}
+	if code := get("198.51.100.6", "typo-token-0000000000"); code != http.StatusUnauthorized {
+		t.Fatalf("another client's invalid token: %d, want 401", code)
+	}
+
+	// The login form counts against the same limit.
+	page, err := http.Get(base + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(page.Body)
+	_ = page.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(html)
+	if m == nil {
+		t.Fatalf("no csrf field in the login page")
+	}
+	login := func(client, token string) int {
+		t.Helper()
+		form := url.Values{"csrf": {string(m[1])}, "token": {token}, "next": {"/ui/"}}
+		req, _ := http.NewRequest("POST", base+"/ui/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", client)
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if code := login("203.0.113.5", "form-guess-0000000000"); code != http.StatusTooManyRequests {
+		t.Fatalf("the guesser at the login form: %d, want 429", code)
+	}
+	if code := login("203.0.113.5", testAdminToken); code != http.StatusSeeOther {
+		t.Fatalf("the guesser's valid login: %d, want 303", code)
+	}
+	if code := login("198.51.100.6", "form-typo-00000000000"); code != http.StatusUnauthorized {
+		t.Fatalf("another client at the login form: %d, want 401", code)
+	}
+}
+
+func TestProxyListFlag(t *testing.T) {
+	var p proxyList
+	if err := p.Set("10.0.0.0/8, 192.168.0.1"); err != nil || p.String() != "10.0.0.0/8,192.168.0.1/32" {
+		t.Fatalf("%v %v", p.String(), err)
+	}
+	if err := p.Set("10.0.0.0/40"); err == nil || !strings.Contains(err.Error(), "10.0.0.0/40") {
+		t.Fatalf("bad prefix: %v", err)
+	}
+}
