@@ -126,9 +126,11 @@ type Config struct {
 	// Default 1m.
 	DownloadStall time.Duration
 	// MaxInflightBody bounds the bytes held by all write bodies being read
-	// and parsed at once; over it a write is answered 429. A body over
-	// 1 MiB holds up to twice its size (its steps, then one slice). Default
-	// 256 MiB or twice MaxBody; it must be at least twice MaxBody.
+	// and parsed at once; over it a write is answered 429. A body holds
+	// what it received and as much again ahead (at least 64 KiB), not
+	// what it declares, so slow senders hold little; one read in several
+	// steps holds up to twice its size (its steps, then one slice).
+	// Default 256 MiB or twice MaxBody; it must be at least twice MaxBody.
 	MaxInflightBody int64
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,8 +106,8 @@ func waitInflight(t *testing.T, s *Server, want int64) {
 	}
 }
 
-// TestInflightBodyBudget: a declared Content-Length reserves at most one
-// step (1 MiB) before its bytes arrive, and the bytes held by bodies in
+// TestInflightBodyBudget: a body reserves at most what it received (at
+// least 64 KiB) ahead of its bytes, and the bytes held by bodies in
 // flight are bounded as a whole: over the budget is 429 backpressure.
 func TestInflightBodyBudget(t *testing.T) {
 	const budget = 2<<20 + 1000
@@ -115,9 +116,11 @@ func TestInflightBodyBudget(t *testing.T) {
 	t.Cleanup(ts.Close) // after the senders' connections close: Close waits for their handlers
 	addr := ts.Listener.Addr().String()
 
-	// Two senders declare 1 MiB and send 8 bytes: 1 MiB each is held.
-	a := slowSender(t, addr, 1<<20, `{"a":1}`+"\n")
-	slowSender(t, addr, 1<<20, `{"b":1}`+"\n")
+	// Two senders declare 1 MiB and send 600 KiB: their steps (64, 64,
+	// 128, 256 KiB, then the 512 KiB left) hold 1 MiB each.
+	sent := strings.Repeat(`{"pad":"`+strings.Repeat("x", 1014)+`"}`+"\n", 600)
+	a := slowSender(t, addr, 1<<20, sent)
+	slowSender(t, addr, 1<<20, sent)
 	waitInflight(t, r.srv, 2<<20)
 
 	// A small write still fits in what is left.
@@ -130,8 +133,8 @@ func TestInflightBodyBudget(t *testing.T) {
 		t.Fatalf("small write: %d, want 202", resp.StatusCode)
 	}
 
-	// A third large sender does not: 429 with Retry-After, at once.
-	c := slowSender(t, addr, 1<<20, `{"c":1}`+"\n")
+	// A third such sender does not: 429 with Retry-After, at once.
+	c := slowSender(t, addr, 1<<20, sent)
 	resp = readAnswer(t, c, 10*time.Second)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third sender: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
@@ -144,6 +147,53 @@ func TestInflightBodyBudget(t *testing.T) {
 	// A sender that goes away gives its bytes back.
 	_ = a.Close()
 	waitInflight(t, r.srv, 1<<20)
+}
+
+// TestSlowBodiesHoldLittle: connections that declare a large body and
+// send a byte hold what they sent, not what they declared: many of them
+// leave the budget to everyone else. (Each held a first step of 1 MiB:
+// with the budget 256 of them, 260 in issue 22, made every other write
+// 429 for up to the body timeout.)
+func TestSlowBodiesHoldLittle(t *testing.T) {
+	const budget, senders = 2 << 20, 24
+	r := newRig(t, rigOpts{api: func(c *Config) { c.MaxBody, c.MaxInflightBody = 1<<20, budget }})
+	ts := httptest.NewServer(r.srv)
+	t.Cleanup(ts.Close)
+	addr := ts.Listener.Addr().String()
+	conns := make([]net.Conn, senders)
+	for i := range conns {
+		conns[i] = slowSender(t, addr, 1<<20, "{")
+	}
+	// Each sender's handler reads its body, holding what it reserved.
+	deadline := time.Now().Add(10 * time.Second)
+	for prev := int64(-1); ; {
+		time.Sleep(100 * time.Millisecond)
+		n := r.srv.inflight.inUse()
+		if n == prev && n > 0 || time.Now().After(deadline) {
+			break
+		}
+		prev = n
+	}
+	if n, most := r.srv.inflight.inUse(), int64(senders*bodyFirst); n > most {
+		t.Errorf("%d senders of one byte hold %d bytes of the budget, want at most %d", senders, n, most)
+	}
+	for range 3 {
+		resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(`{"small":1}`+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("a small write beside %d slow senders: %d, want 202", senders, resp.StatusCode)
+		}
+	}
+	// None of the senders was refused either: they are merely slow.
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if n, err := c.Read(make([]byte, 1)); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("sender %d was answered (%d bytes, %v) before it sent its body", i, n, err)
+		}
+	}
 }
 
 // TestBodyReadDeadline: a sender that stops sending is answered 408 when

@@ -262,16 +262,20 @@ var errBodyBudget = errors.New("in-flight body budget exhausted")
 // steps count decoded bytes.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string) (body []byte, release func(), err error) {
 	var (
-		held   int64
-		pooled *[]byte
+		held           int64
+		pooled, joined *[]byte
 	)
 	release = func() {
 		s.inflight.give(held)
 		held = 0
-		if pooled != nil {
+		// Only a buffer that held a whole body goes back to the pool, so
+		// that it holds buffers of the bodies' sizes.
+		if joined != nil {
+			s.putBuf(joined)
+		} else if pooled != nil {
 			s.putBuf(pooled)
-			pooled = nil
 		}
+		pooled, joined = nil, nil
 	}
 	if r.ContentLength > s.maxBody {
 		return nil, release, &http.MaxBytesError{Limit: s.maxBody}
@@ -322,23 +326,38 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 				return nil, release, &http.MaxBytesError{Limit: limit}
 			}
 		}
+		// A step reserves no more than has arrived (at least bodyFirst),
+		// whatever the body declares: a sender holds about what it sent,
+		// so many slow ones cannot hold the budget (issue 22).
 		step := int(min(int64(min(max(total, bodyFirst), bodyStep)), limit-int64(total)))
-		if r.ContentLength >= 0 && total == 0 {
-			step = int(min(limit, bodyStep))
-		}
 		if !s.inflight.take(int64(step)) {
 			return nil, release, errBodyBudget
 		}
 		held += int64(step)
 		var c []byte
-		if pooled == nil {
-			pooled = s.getBuf(step)
+		inPlace := false
+		switch {
+		case pooled == nil:
+			// A pooled buffer of the declared size (up to a step) takes
+			// the whole body in place; a new one is only a step.
+			want := step
+			if r.ContentLength >= 0 && coding == "" {
+				want = int(min(limit, bodyStep))
+			}
+			pooled = s.getBuf(want, step)
 			c = (*pooled)[:step]
-		} else {
+		case len(chunks) == 1 && total+step <= cap(*pooled):
+			// The pooled buffer has room: the body stays one slice.
+			c, inPlace = (*pooled)[total:total+step], true
+		default:
 			c = make([]byte, step)
 		}
 		n, err := io.ReadFull(src, c)
-		chunks = append(chunks, c[:n])
+		if inPlace {
+			chunks[0] = (*pooled)[:total+n]
+		} else {
+			chunks = append(chunks, c[:n])
+		}
 		total += n
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			break
@@ -351,12 +370,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 		return chunks[0], release, nil
 	}
 	// One slice for the parser: the steps stay reserved until release,
-	// as the collector frees them when it will.
+	// as the collector frees them when it will. It goes to the pool too,
+	// so the pool learns the sizes of the bodies and the next one like
+	// this one is read in place.
 	if !s.inflight.take(int64(total)) {
 		return nil, release, errBodyBudget
 	}
 	held += int64(total)
-	body = make([]byte, 0, total)
+	joined = s.getBuf(total, total)
+	body = (*joined)[:0]
 	for _, c := range chunks {
 		body = append(body, c...)
 	}
@@ -366,11 +388,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 // maxPooled keeps a rare huge body from being held by the pool.
 const maxPooled = 4 << 20
 
-// getBuf takes a body buffer of at least n bytes from the server's pool:
-// one allocation of the body's size per request was the largest garbage
-// source under load.
-func (s *Server) getBuf(n int) *[]byte {
-	if b, ok := s.bodies.Get().(*[]byte); ok && cap(*b) >= n {
+// getBuf takes a body buffer of at least want bytes from the server's
+// pool, or makes one of n bytes: one allocation of the body's size per
+// request was the largest garbage source under load.
+func (s *Server) getBuf(want, n int) *[]byte {
+	if b, ok := s.bodies.Get().(*[]byte); ok && cap(*b) >= want {
 		return b
 	}
 	b := make([]byte, n)
