@@ -1,12 +1,15 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,12 +108,107 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rc.Close()
+	if h := r.Header.Get("Range"); strings.Contains(h, ",") {
+		ranges, ok := coalesceRanges(h, ent.Bytes)
+		if !ok {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", ent.Bytes))
+			writeError(w, http.StatusRequestedRangeNotSatisfiable, &ErrorResponse{Error: "range_not_satisfiable",
+				Message: fmt.Sprintf("more than %d separate ranges; ask for fewer, or for the whole file", maxRanges)})
+			return
+		}
+		if ranges != "" {
+			r.Header.Set("Range", ranges)
+		}
+	}
 	w.Header().Set("Content-Type", contentType(name))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// A committed file never changes (I7) and its name is never reused
 	// (I8); private: with tokens on, shared caches must not keep it.
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
 	http.ServeContent(newStallWriter(&rangeErrorWriter{ResponseWriter: w}, s.stall), r, path.Base(name), ent.Modified, rc)
+}
+
+// Multi-range answers: at most maxRanges parts, and ranges closer than
+// rangeGap bytes are served as one (a part's own headers cost about that).
+const (
+	maxRanges = 16
+	rangeGap  = 80
+)
+
+// byteRange is [start, end] of a file, end included.
+type byteRange struct{ start, end int64 }
+
+// coalesceRanges rewrites a Range header of several ranges for a file of
+// size bytes: sorted, with overlapping and nearly adjacent ranges merged,
+// so that an answer holds each byte once and a client cannot make one
+// request read and send a file many times over (RFC 9110 14.2 lets a
+// server coalesce). ok is false when more than maxRanges remain. A header
+// it cannot parse, or with no range inside the file, is returned as ""
+// for http.ServeContent to refuse as it does.
+func coalesceRanges(h string, size int64) (string, bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found {
+		return "", true
+	}
+	var rs []byteRange
+	for f := range strings.SplitSeq(spec, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		first, last, found := strings.Cut(f, "-")
+		if !found {
+			return "", true
+		}
+		first, last = strings.TrimSpace(first), strings.TrimSpace(last)
+		var br byteRange
+		if first == "" { // a suffix: the last n bytes
+			n, err := strconv.ParseInt(last, 10, 64)
+			if err != nil || n < 0 {
+				return "", true
+			}
+			if n == 0 || size == 0 {
+				continue
+			}
+			br = byteRange{max(0, size-n), size - 1}
+		} else {
+			a, err := strconv.ParseInt(first, 10, 64)
+			if err != nil || a < 0 {
+				return "", true
+			}
+			b := size - 1
+			if last != "" {
+				if b, err = strconv.ParseInt(last, 10, 64); err != nil || b < a {
+					return "", true
+				}
+			}
+			if a >= size {
+				continue // outside the file: net/http skips it too
+			}
+			br = byteRange{a, min(b, size-1)}
+		}
+		rs = append(rs, br)
+	}
+	if len(rs) == 0 {
+		return "", true
+	}
+	slices.SortFunc(rs, func(x, y byteRange) int { return cmp.Compare(x.start, y.start) })
+	out := rs[:1]
+	for _, br := range rs[1:] {
+		if cur := &out[len(out)-1]; br.start <= cur.end+rangeGap {
+			cur.end = max(cur.end, br.end)
+			continue
+		}
+		out = append(out, br)
+	}
+	if len(out) > maxRanges {
+		return "", false
+	}
+	parts := make([]string, len(out))
+	for i, br := range out {
+		parts[i] = strconv.FormatInt(br.start, 10) + "-" + strconv.FormatInt(br.end, 10)
+	}
+	return "bytes=" + strings.Join(parts, ","), true
 }
 
 // rangeErrorWriter turns the text answer http.ServeContent gives a Range it

@@ -28,6 +28,7 @@ var openAPIRouter = sync.OnceValues(func() (routers.Router, error) {
 	openapi3filter.RegisterBodyDecoder("application/zstd", openapi3filter.FileBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("application/vnd.apache.parquet", openapi3filter.FileBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("multipart/byteranges", openapi3filter.PlainBodyDecoder)
 	doc, err := openapi3.NewLoader().LoadFromData(openAPI)
 	if err != nil {
 		return nil, err
