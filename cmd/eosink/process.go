@@ -24,6 +24,14 @@ import (
 	"github.com/spf13/afero"
 )
 
+// The request headers a client may send, and how long it may take: more
+// is 431, slower is a closed connection. Tokens, cookies and the
+// idempotence headers are well under a KiB.
+const (
+	maxHeaderBytes    = 64 << 10
+	readHeaderTimeout = 10 * time.Second
+)
+
 // failStopTimeout bounds the HTTP server's stop when the process stops
 // without a final checkpoint (the engine failed, or the HTTP server did).
 const failStopTimeout = 5 * time.Second
@@ -193,8 +201,11 @@ func (p *process) listen(ctx context.Context, h http.Handler, stdout io.Writer) 
 	}
 	p.addr = ln.Addr().String()
 	p.hs = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: h,
+		// A connection that sends its headers slowly, or endlessly, holds
+		// what they take (net/http's default is 1 MiB a connection).
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		WriteTimeout:      f.waitTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
@@ -207,7 +218,7 @@ func (p *process) listen(ctx context.Context, h http.Handler, stdout io.Writer) 
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		p.pprof = &http.Server{Addr: f.pprofListen, Handler: mux}
+		p.pprof = &http.Server{Addr: f.pprofListen, Handler: mux, ReadHeaderTimeout: readHeaderTimeout, MaxHeaderBytes: maxHeaderBytes}
 		go func() {
 			if err := p.pprof.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 				p.log.Error("pprof server stopped", "err", err)

@@ -26,6 +26,13 @@ const (
 // URL; it stops when the test ends.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	base, _ := startProcessT(t, args...)
+	return base
+}
+
+// startProcessT is startServe that returns the process too.
+func startProcessT(t *testing.T, args ...string) (string, *process) {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("read "+testReadToken+"\nadmin "+testAdminToken+"\n"), 0o600); err != nil {
@@ -60,7 +67,34 @@ func startServe(t *testing.T, args ...string) string {
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready")
 	}
-	return "http://" + p.addr
+	return "http://" + p.addr, p
+}
+
+// TestHeaderLimits: request headers are bounded in size (431 beyond) and
+// in time; net/http's default let each connection hold 1 MiB of them.
+func TestHeaderLimits(t *testing.T) {
+	base, p := startProcessT(t)
+	if p.hs.ReadHeaderTimeout <= 0 || p.hs.ReadHeaderTimeout > readHeaderTimeout {
+		t.Fatalf("ReadHeaderTimeout %v", p.hs.ReadHeaderTimeout)
+	}
+	do := func(n int) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+"/v1/streams", nil)
+		req.Header.Set("Authorization", "Bearer "+testReadToken)
+		req.Header.Set("X-Pad", strings.Repeat("p", n))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if code := do(1000); code != http.StatusOK {
+		t.Fatalf("1 KB of headers: %d, want 200", code)
+	}
+	if code := do(maxHeaderBytes + 8<<10); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("%d bytes of headers: %d, want 431", maxHeaderBytes+8<<10, code)
+	}
 }
 
 // TestTrustedProxiesFlag: with --trusted-proxies (here from
