@@ -122,13 +122,20 @@ func Count(r io.ReaderAt, size int64, name string) (int64, error) {
 }
 
 // Preview returns up to n records from the start of the file, each cut to
-// at most maxBytes (0: no cut), for a UI or an API preview.
+// at most maxBytes (0: no cut), for a UI or an API preview. A Parquet file
+// whose pages claim more than the preview bounds is ErrTooLargeToPreview,
+// before any page is read (preview.go).
 func Preview(r io.ReaderAt, size int64, name string, n, maxBytes int) ([][]byte, error) {
 	recs, err := OpenRecords(r, size, name)
 	if err != nil {
 		return nil, err
 	}
 	defer recs.Close()
+	if p, ok := recs.(*parquetRecords); ok {
+		if err := p.checkPreview(r, size, n); err != nil {
+			return nil, err
+		}
+	}
 	var out [][]byte
 	for len(out) < n {
 		rec, err := recs.Next()
@@ -197,7 +204,9 @@ func openParquet(r io.ReaderAt, size int64) (rec Records, err error) {
 	if footer := int64(binary.LittleEndian.Uint32(tail[:4])); footer > size-12 {
 		return nil, fmt.Errorf("%w: Parquet footer of %d bytes in a file of %d", ErrCorrupt, footer, size)
 	}
-	f, err := parquet.OpenFile(r, size)
+	// The page index and bloom filters are not needed to read rows, and
+	// their lengths are claims of the file too.
+	f, err := parquet.OpenFile(r, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}

@@ -74,6 +74,9 @@ func readParquetPreview(ctx context.Context, r io.Reader, name string) (preview,
 	if errors.Is(err, staging.ErrCorrupt) {
 		return preview{Note: "This Parquet file does not decode."}, nil
 	}
+	if errors.Is(err, staging.ErrTooLargeToPreview) {
+		return preview{Note: "This Parquet file's pages are too large to preview; download it to read it."}, nil
+	}
 	if err != nil {
 		return preview{}, err
 	}

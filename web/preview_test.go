@@ -1,14 +1,20 @@
 package web
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/staging"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
 	"github.com/spf13/afero"
 )
 
@@ -139,4 +145,98 @@ func previewText(l previewLine) string {
 		s += g.Text
 	}
 	return s
+}
+
+// hostileParquet returns a Parquet file of three int64 rows whose one
+// page header claims compressed bytes and values it does not hold, as a
+// file planted in the destination may.
+func hostileParquet(t *testing.T, compressed, values int32) []byte {
+	t.Helper()
+	type row struct{ ID int64 }
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[row](&buf, parquet.Compression(&parquet.Uncompressed))
+	if _, err := w.Write([]row{{1}, {2}, {3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := *f.Metadata()
+	cc := &md.RowGroups[0].Columns[0]
+	off := cc.MetaData.DataPageOffset
+	var proto thrift.CompactProtocol
+	br := proto.NewReaderFromBytes(data[off:])
+	var h format.PageHeader
+	if err := thrift.NewDecoder(br).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	page := data[off+int64(br.BytesRead()) : off+int64(br.BytesRead())+int64(h.CompressedPageSize)]
+	if compressed > 0 { // 0: as written
+		h.CompressedPageSize, h.UncompressedPageSize = compressed, compressed
+	}
+	if h.DataPageHeaderV2.Valid {
+		h.DataPageHeaderV2.V.NumValues, h.DataPageHeaderV2.V.NumRows = values, values
+	} else {
+		h.DataPageHeader.V.NumValues = values
+	}
+	hdr, err := thrift.Marshal(&proto, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte("PAR1"), hdr...)
+	out = append(out, page...)
+	cc.MetaData.DataPageOffset, cc.MetaData.DictionaryPageOffset = 4, 0
+	cc.MetaData.TotalCompressedSize = int64(len(hdr) + len(page))
+	cc.MetaData.TotalUncompressedSize = cc.MetaData.TotalCompressedSize
+	cc.FileOffset = 4
+	cc.ColumnIndexOffset, cc.ColumnIndexLength, cc.OffsetIndexOffset, cc.OffsetIndexLength = 0, 0, 0, 0
+	footer, err := thrift.Marshal(&proto, &md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, footer...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(footer)))
+	return append(out, "PAR1"...)
+}
+
+// TestPreviewHostileParquet: a Parquet file planted in the destination
+// whose page header claims 512 MiB (or a billion values) is refused a
+// preview with a note, before anything of that size is allocated (each
+// preview allocated what the header claimed: 0.5-2 GB). The same file
+// with honest headers previews.
+func TestPreviewHostileParquet(t *testing.T) {
+	honest := hostileParquet(t, 0, 3) // rebuilt the same way, sizes as written
+	for _, tt := range []struct {
+		name   string
+		data   []byte
+		refuse bool
+	}{
+		{"512 MiB page", hostileParquet(t, 512<<20, 3), true},
+		{"a billion values", hostileParquet(t, 24, 1<<30), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			p, err := readPreview(t.Context(), bytes.NewReader(tt.data), "s/part-n1-00000000000000000001-0000.parquet")
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+				t.Errorf("a preview of a %d-byte file allocated %d MiB", len(tt.data), got>>20)
+			}
+			if p.Table != nil || !strings.Contains(p.Note, "too large to preview") {
+				t.Errorf("preview %+v, want a note that it is too large", p)
+			}
+		})
+	}
+	p, err := readPreview(t.Context(), bytes.NewReader(honest), "s/part-n1-00000000000000000001-0000.parquet")
+	if err != nil || p.Table == nil || len(p.Table.Rows) != 3 || p.Table.Rows[2][0] != "3" {
+		t.Fatalf("the honest file: %v %+v", err, p)
+	}
 }
