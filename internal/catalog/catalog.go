@@ -76,7 +76,9 @@ type Config struct {
 	// Node is this process's node id: its checkpoints are in State.
 	Node string
 	// ManifestBytes bounds the manifest cache by the estimated bytes of
-	// the manifests it holds; default DefaultManifestBytes.
+	// the manifests it holds; default DefaultManifestBytes. A manifest
+	// larger than that, as a file or parsed, is not read at all
+	// (ErrManifestTooLarge): its files' records are unknown.
 	ManifestBytes int64
 	// Logger receives what a listing drops (an unreadable manifest); nil
 	// discards.
@@ -113,7 +115,7 @@ func New(cfg Config) (*Catalog, error) {
 		cfg.State = noState{}
 	}
 	return &Catalog{files: cfg.Files, state: cfg.State, node: cfg.Node, log: cfg.Logger, now: cfg.Now,
-		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes)}, nil
+		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes, cfg.Logger)}, nil
 }
 
 // Node returns this process's node id ("" if not set).

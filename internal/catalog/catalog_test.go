@@ -2,7 +2,9 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -176,7 +178,7 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 	for id := uint64(1); id <= 40; id++ {
 		d.commit("n1", id, 1, streams...)
 	}
-	one, err := newManifestCache(d.local, 1<<40).load(t.Context(), recovery.ManifestPath("n1", 1))
+	one, err := newManifestCache(d.local, 1<<40, slog.New(slog.DiscardHandler)).load(t.Context(), recovery.ManifestPath("n1", 1))
 	if err != nil || one == nil || one.Bytes < 50*fileOverhead {
 		t.Fatalf("one manifest: %+v, %v", one, err)
 	}
@@ -205,9 +207,10 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 	if !has35 || has1 {
 		t.Errorf("recently used 35 kept: %v; oldest 1 evicted: %v", has35, !has1)
 	}
+	// A manifest over the budget is refused (TestManifestTooLargeReadOnce).
 	small := d.catalog(Config{ManifestBytes: one.Bytes / 2})
-	if m, err := small.Manifest(ctx, "n1", 1); err != nil || m == nil {
-		t.Fatalf("a manifest over the budget is still read: %v", err)
+	if m, err := small.Manifest(ctx, "n1", 1); !errors.Is(err, ErrManifestTooLarge) || m != nil {
+		t.Fatalf("a manifest over the budget: %v %v, want ErrManifestTooLarge", m, err)
 	}
 	if n, b := small.manifests.stats(); n != 0 || b != 0 {
 		t.Errorf("a manifest over the budget is kept: %d, %d bytes", n, b)

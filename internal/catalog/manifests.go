@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -60,21 +62,32 @@ func manifestCost(m *recovery.Manifest) int64 {
 	return n
 }
 
+// ErrManifestTooLarge: a manifest is larger than the manifest cache, as a
+// file or once parsed. Its files' record counts are unknown to listings.
+var ErrManifestTooLarge = errors.New("manifest too large for the manifest cache")
+
+// maxTooLarge bounds the names of too-large manifests remembered.
+const maxTooLarge = 4096
+
 // manifestCache holds parsed manifests, least recently used evicted first
-// once their estimated bytes pass max. A manifest larger than max is
-// returned but not kept.
+// once their estimated bytes pass max. A manifest larger than max, as a
+// file or parsed, is refused with ErrManifestTooLarge and remembered so
+// (manifests never change, I7): a listing that counts its files would
+// otherwise read and parse it again for each of them.
 type manifestCache struct {
 	files Reader
 	max   int64
+	log   *slog.Logger
 
-	mu    sync.Mutex
-	bytes int64
-	lru   *list.List               // of *ManifestDoc, most recent at the front
-	m     map[string]*list.Element // manifest path -> element
+	mu       sync.Mutex
+	bytes    int64
+	lru      *list.List               // of *ManifestDoc, most recent at the front
+	m        map[string]*list.Element // manifest path -> element
+	tooLarge map[string]struct{}      // manifest paths over max
 }
 
-func newManifestCache(files Reader, max int64) *manifestCache {
-	return &manifestCache{files: files, max: max, lru: list.New(), m: map[string]*list.Element{}}
+func newManifestCache(files Reader, max int64, log *slog.Logger) *manifestCache {
+	return &manifestCache{files: files, max: max, log: log, lru: list.New(), m: map[string]*list.Element{}, tooLarge: map[string]struct{}{}}
 }
 
 // get returns manifest name, nil if it does not exist (yet): a file is
@@ -87,8 +100,19 @@ func (c *manifestCache) get(ctx context.Context, name string) (*ManifestDoc, err
 		c.mu.Unlock()
 		return el.Value.(*ManifestDoc), nil
 	}
+	if _, ok := c.tooLarge[name]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("read manifest %s: %w (%d bytes)", name, ErrManifestTooLarge, c.max)
+	}
 	c.mu.Unlock()
 	m, err := c.load(ctx, name)
+	if err == nil && m != nil && m.Bytes > c.max {
+		err = fmt.Errorf("read manifest %s: %w: it takes %d bytes parsed, the cache %d", name, ErrManifestTooLarge, m.Bytes, c.max)
+	}
+	if errors.Is(err, ErrManifestTooLarge) {
+		c.markTooLarge(name, err)
+		return nil, err
+	}
 	if m == nil || err != nil {
 		return nil, err
 	}
@@ -96,12 +120,39 @@ func (c *manifestCache) get(ctx context.Context, name string) (*ManifestDoc, err
 	return m, nil
 }
 
+// markTooLarge remembers that manifest name is over the cache, and says so
+// once.
+func (c *manifestCache) markTooLarge(name string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.tooLarge[name]; ok {
+		return
+	}
+	if len(c.tooLarge) >= maxTooLarge {
+		for k := range c.tooLarge { // any one: it is only read again
+			delete(c.tooLarge, k)
+			break
+		}
+	}
+	c.tooLarge[name] = struct{}{}
+	c.log.Warn("manifest not cached: its files' records are unknown to listings", "path", name, "err", err)
+}
+
 // load reads and parses manifest name without caching it; nil if absent.
+// A file over the cache's bytes is not parsed at all.
 func (c *manifestCache) load(ctx context.Context, name string) (*ManifestDoc, error) {
-	doc, err := recovery.ReadManifest(ctx, c.files, name)
+	rc, ent, err := c.files.Open(ctx, name)
 	if errors.Is(err, committer.ErrNotFound) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: open manifest: %w", name, err)
+	}
+	defer rc.Close()
+	if ent.Bytes > c.max {
+		return nil, fmt.Errorf("read manifest %s: %w: %d bytes, the cache %d", name, ErrManifestTooLarge, ent.Bytes, c.max)
+	}
+	doc, err := layout.DecodeManifest(name, rc)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", name, err)
 	}
@@ -158,6 +209,9 @@ func (c *Catalog) Records(ctx context.Context, p string) (int64, bool) {
 		return 0, false
 	}
 	m, err := c.Manifest(ctx, n.Node, n.Checkpoint)
+	if errors.Is(err, ErrManifestTooLarge) {
+		return 0, false // said once, by the cache
+	}
 	if err != nil {
 		c.log.Warn("records unknown", "path", p, "op", "read manifest", "err", err)
 		return 0, false
