@@ -312,25 +312,8 @@ func (e *Engine) takeLease() bool {
 	if e.lease == nil {
 		return true
 	}
-	for attempt := 0; ; attempt++ {
-		err := e.lease.acquire(e.ctx, e.cfg.Now)
-		if err == nil {
-			break
-		}
-		if e.ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
-			e.fail(err)
-			return false
-		}
-		e.mu.Lock()
-		e.recovering = err.Error()
-		e.mu.Unlock()
-		e.log.Error("take node lease, retrying", "err", err, "attempt", attempt)
-		if !e.sleep(e.backoff(attempt)) {
-			return false
-		}
+	if !e.retry("take node lease", error.Error, func() error { return e.lease.acquire(e.ctx, e.cfg.Now) }) {
+		return false
 	}
 	e.log.Info("node lease taken", "lease", e.lease.name, "incarnation", e.lease.doc.Incarnation,
 		"previous", e.lease.prev.Incarnation, "reserved_checkpoint", e.lease.doc.Reserved)

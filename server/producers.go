@@ -394,7 +394,7 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 	case errors.Is(err, recovery.ErrNotIdle):
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
 	}
-	if !e.storeFailed(err) {
+	if !e.failOn(err) {
 		e.noteDiskFull(err)
 	}
 	return err

@@ -168,7 +168,7 @@ func (e *Engine) PutStream(_ context.Context, stream string, c streamconf.Config
 			e.noteDiskFull(err)
 			return StreamInfo{}, err
 		}
-		e.storeFailed(err)
+		e.failOn(err)
 		return StreamInfo{}, err
 	}
 	e.mu.Lock()

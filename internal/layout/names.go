@@ -216,3 +216,35 @@ func IdempotencyKey(k string) bool {
 	}
 	return true
 }
+
+// DisplacedDir is the folder, inside a stream's folder, holding the part
+// files whose final name the destination refused after their checkpoint
+// was prepared (a file where the partition path needs a folder, a path
+// over the filesystem's limit, other content at the name): committed
+// there instead, so one unplaceable file never holds back every later
+// checkpoint. Readers that skip names starting with "_" skip it; the
+// manifest names the file where it is.
+const DisplacedDir = "_displaced"
+
+// DisplacedName returns where the part file final (destination-relative,
+// <stream>/<partition>/<part name>) is committed when its own name is
+// refused: <stream>/_displaced/<part name>. Part names are unique per
+// node, checkpoint and index, so displaced names never collide.
+// ParseDisplacedName reads it.
+func DisplacedName(final string) string {
+	stream, _, _ := strings.Cut(final, "/")
+	return stream + "/" + DisplacedDir + "/" + path.Base(final)
+}
+
+// ParseDisplacedName parses a name made by DisplacedName.
+func ParseDisplacedName(name string) (stream, part string, ok bool) {
+	stream, rest, found := strings.Cut(name, "/")
+	part, found2 := strings.CutPrefix(rest, DisplacedDir+"/")
+	if !found || !found2 || stream == "" || strings.Contains(part, "/") {
+		return "", "", false
+	}
+	if _, _, _, _, ok := ParsePartName(part); !ok {
+		return "", "", false
+	}
+	return stream, part, true
+}
