@@ -235,3 +235,51 @@ func readManifest(t *testing.T, fs afero.Fs, id uint64) *layout.Manifest {
 	}
 	return m
 }
+
+// TestLostFileStuckPermanent: a prepared checkpoint whose staged data is
+// gone (the data disk lost mid-commit) cannot be cured by a retry: Status
+// says so (StuckPermanent, the checkpoint, since when), which /readyz
+// answers 503.
+func TestLostFileStuckPermanent(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	if _, err := send(e, nil, "s", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Bool
+	e.fin.Fence = func() error {
+		if !lost.Load() {
+			return errors.New("held for the test")
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = e.Checkpoint(t.Context()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Status().Stuck == "" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := e.Status(); st.StuckPermanent || st.Stuck == "" {
+		t.Fatalf("a retryable commit failure: %+v, want stuck, not permanent", st)
+	}
+	names, err := afero.Glob(r.fs, rigStaging+"/*")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("staging files: %v %v", names, err)
+	}
+	for _, n := range names {
+		if err := r.fs.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost.Store(true) // the fence lets the commit through: it finds nothing
+	for !e.Status().StuckPermanent && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := e.Status()
+	if !st.StuckPermanent || st.StuckCheckpoint != 1 || st.StuckSince.IsZero() || !strings.Contains(st.Stuck, "lost") {
+		t.Fatalf("status with a lost file: %+v, want stuck permanent on checkpoint 1", st)
+	}
+	r.stop()
+	<-done
+	r.broken = "the test deleted a prepared checkpoint's staged data"
+}

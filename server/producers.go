@@ -449,7 +449,11 @@ func (e *Engine) expireLoop() {
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
 	e.runEvery(t.C, func() bool {
-		if n, err := e.ExpireProducers(e.cfg.Now()); err != nil && e.ctx.Err() == nil {
+		n, err := e.ExpireProducers(e.cfg.Now())
+		if e.failOn(err) {
+			return true
+		}
+		if err != nil && e.ctx.Err() == nil {
 			e.log.Warn("producer expiry", "err", err, "expired", n)
 		} else if n > 0 {
 			e.log.Info("producers expired", "count", n)
