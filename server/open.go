@@ -228,7 +228,7 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 // run may have named is at most lastID, or the highest id any former
 // incarnation reserved in the lease (also when the store was lost, I8).
 func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
-	open := max(lastID, e.leaseReserved()) + 1
+	open := max(lastID, e.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
