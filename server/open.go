@@ -86,7 +86,7 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.takeLease() || !e.recover() {
+	if !e.takeLease() || !e.syncStreams() || !e.recover() { // syncStreams: streamstore.go
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
