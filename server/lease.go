@@ -47,11 +47,17 @@ const (
 	// a timeout over 30 times this node's renews less often than that and
 	// could be taken over: nodes of one id run with one --lease-timeout.
 	leaseAheadMax = 10
+	// lostIDSkip is how far beyond its highest manifest a node starts
+	// when neither its state store nor its lease knows the ids it handed
+	// out: checkpoints that left no manifest (empty, aborted) named ids
+	// that nothing in the destination records. 2^40 ids are 35 years of a
+	// thousand checkpoints a second; ids are cheap, and 2^64 leaves room
+	// for millions of such losses.
+	lostIDSkip = 1 << 40
 	// reservedAhead bounds a lease's reserved checkpoint mark beyond the
-	// ids this node knows of (store, manifests): 2^40 ids are 35 years of
-	// a thousand checkpoints a second. A mark beyond it is ignored, so
-	// ids never wrap past 2^64.
-	reservedAhead = 1 << 40
+	// ids this node knows of (store, manifests), above lostIDSkip. A mark
+	// beyond it is ignored, so ids never wrap past 2^64.
+	reservedAhead = 1 << 48
 )
 
 // Lease is the document at _nodes/<node>.json in the destination. A node
@@ -547,6 +553,29 @@ func (e *Engine) leaseReserved(known uint64) uint64 {
 		l.doc.Reserved = min(l.doc.Reserved, known) // raised again before ids are handed out
 	}
 	return l.prev.Reserved
+}
+
+// lostIDsFloor returns the lowest checkpoint id a node whose state store
+// is behind the destination may open, given its highest manifest inDest:
+// when the lease does not know this node's ids either (deleted, replaced,
+// or from before it kept the mark: a real one reserved every id a manifest
+// names), ids beyond inDest plus a block may have been named by checkpoints
+// that left no manifest, so it skips lostIDSkip (I8). 0 when the lease
+// knows, without a lease, or without manifests.
+func (e *Engine) lostIDsFloor(inDest uint64) uint64 {
+	if e.lease == nil || inDest == 0 {
+		return 0
+	}
+	if r := e.leaseReserved(inDest); r >= inDest {
+		return 0
+	}
+	floor := inDest + lostIDSkip
+	if floor < inDest {
+		return 0 // a manifest name near 2^64: not one a node wrote
+	}
+	e.log.Error("neither the state store nor the node lease knows this node's checkpoint ids: skipping beyond every id a checkpoint without a manifest may have named",
+		"lease", e.lease.name, "manifest_checkpoint", inDest, "checkpoint", floor)
+	return floor
 }
 
 // releaseLease ends the lease at a clean shutdown.

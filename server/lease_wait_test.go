@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -205,5 +206,59 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 	}
 	if res := r.checkpoint(); res.State != recovery.Committed {
 		t.Fatalf("checkpoint after the renewal: %+v", res)
+	}
+}
+
+// I8 when the state store and the lease are both lost (or the lease was
+// replaced by one that does not know this node's ids): checkpoints that
+// left no manifest (empty or aborted ones) named ids beyond the highest
+// manifest plus a block, which nothing in the destination records. The
+// node must not hand them out again. Before, it opened at manifest +
+// block + 2, inside the ids named before.
+func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
+	for _, lost := range []string{"deleted", "replaced"} {
+		t.Run(lost, func(t *testing.T) {
+			r := leaseRig(t, nil, 200*time.Millisecond, nil)
+			tweak := r.tweak
+			r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
+			e := r.start(nil)
+			if _, err := send(e, nil, "s", 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			if res := r.checkpoint(); res.State != recovery.Committed {
+				t.Fatalf("checkpoint: %+v", res)
+			}
+			var named uint64
+			for range 20 {
+				named = r.checkpoint().ID // empty: no manifest, but the id was named
+			}
+			named = max(named, e.Status().OpenID)
+			r.stop()
+			if err := os.Remove(r.storePath); err != nil {
+				t.Fatal(err)
+			}
+			leaseFile := rigDest + "/" + layout.LeaseName(rigNode)
+			if lost == "deleted" {
+				if err := r.fs.Remove(leaseFile); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// An expired lease without the mark (an older version's,
+				// or one another writer put there).
+				old := Lease{Node: rigNode, Incarnation: "old", RenewedAt: time.Now().Add(-time.Hour).UTC(), ExpiresAt: time.Now().Add(-time.Minute).UTC()}
+				data, _ := json.Marshal(old)
+				plantLease(t, r, data)
+			}
+			e = r.start(nil)
+			if open := e.Status().OpenID; open <= named {
+				t.Fatalf("open checkpoint %d after losing store and lease; id %d was handed out before (I8)", open, named)
+			}
+			if _, err := send(e, nil, "s", 2, 1); err != nil {
+				t.Fatal(err)
+			}
+			if res := r.checkpoint(); res.State != recovery.Committed {
+				t.Fatalf("checkpoint: %+v", res)
+			}
+		})
 	}
 }

@@ -237,7 +237,7 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 		// manifest left no trace there: skip a whole block beyond it,
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
-		open = max(open, inDest+e.cfg.idBlock+2)
+		open = max(open, inDest+e.cfg.idBlock+2, e.lostIDsFloor(inDest)) // lease.go
 		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
 			"store", e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
