@@ -22,10 +22,12 @@ import (
 // to the defaults. The document is recovery.StreamConfig's JSON: the stream,
 // its configuration with its version, and when it was accepted. A PUT
 // writes it after the store recorded it (atomically, compare-and-swap over
-// the version it read, never over a newer version); at start, after the
-// lease is taken, every document is read back: one newer than the store's
-// row (or without a row) is restored into the store, one the store is
-// ahead of (a write that failed after the store's) is written again.
+// the version it read, never over a newer version). At start, after the
+// lease is taken, the node lists _streams/ (one listing; a start reads no
+// document of a stream its store has): a document of a stream the store
+// lacks is restored into the store with its version, and a stream of the
+// store that has no document (a write that failed after the store's) is
+// written.
 //
 // What is read is checked before it is believed: a name through
 // layout.ParseStreamConfName, a size bound, a strict decode, the stream
@@ -164,7 +166,15 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 	if err != nil {
 		return fmt.Errorf("list stream configurations: %w", err)
 	}
-	inDest := map[string]int64{}
+	all, err := e.store.Streams()
+	if err != nil {
+		return fmt.Errorf("load stream configurations: %w", err)
+	}
+	inStore := make(map[string]bool, len(all))
+	for _, rec := range all {
+		inStore[rec.Stream] = true
+	}
+	inDest := map[string]bool{}
 	restored := 0
 	for _, en := range entries {
 		stream, ok := layout.ParseStreamConfName(en.Path)
@@ -174,6 +184,10 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 				e.log.Error("unexpected name among stream configurations: skipped", "path", en.Path)
 			}
 			continue
+		}
+		inDest[stream] = true
+		if inStore[stream] {
+			continue // the store's is the record: nothing to read
 		}
 		if en.Bytes > streamDocMax {
 			e.log.Error("stream configuration in the destination too large: skipped", "stream", stream, "path", en.Path, "bytes", en.Bytes)
@@ -186,14 +200,13 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 		if !ok {
 			continue
 		}
-		inDest[stream] = rec.Config.Version
 		wrote, err := e.store.RestoreStream(rec)
 		if err != nil {
 			return err
 		}
 		if wrote {
 			restored++
-			e.log.Warn("stream configuration restored from the destination: the state store lacked it or had an older version",
+			e.log.Warn("stream configuration restored from the destination: the state store lacked it",
 				"stream", stream, "version", rec.Config.Version, "path", en.Path)
 		}
 	}
@@ -206,14 +219,10 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 			return err
 		}
 	}
-	// Ours that the destination lacks (a write after the store's failed):
-	// written now.
-	all, err := e.store.Streams()
-	if err != nil {
-		return fmt.Errorf("load stream configurations: %w", err)
-	}
+	// Ours that the destination lacks (a write after the store's failed,
+	// or a store older than this feature): written now.
 	for _, rec := range all {
-		if inDest[rec.Stream] < rec.Config.Version {
+		if !inDest[rec.Stream] {
 			if err := e.writeStreamDoc(ctx, rec); err != nil {
 				return err
 			}
