@@ -92,7 +92,7 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.takeLease() || !e.recover() {
+	if !e.takeLease() || !e.syncStreams() || !e.recover() { // syncStreams: streamstore.go
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
@@ -181,6 +181,10 @@ func (e *Engine) retry(what string, shown func(error) string, fn func() error) b
 			e.publishLocked()
 			e.mu.Unlock()
 		}
+		if f.planned {
+			e.log.Debug(what+", waiting", "err", f.err)
+			return
+		}
 		e.log.Error(what+", retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
 	}) == nil
 }
@@ -214,7 +218,7 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 // run may have named is at most lastID, or the highest id any former
 // incarnation reserved in the lease (also when the store was lost, I8).
 func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
-	open := max(lastID, e.leaseReserved()) + 1
+	open := max(lastID, e.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -223,7 +227,7 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 		// manifest left no trace there: skip a whole block beyond it,
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
-		open = max(open, inDest+e.cfg.idBlock+2)
+		open = max(open, inDest+e.cfg.idBlock+2, e.lostIDsFloor(inDest)) // lease.go
 		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
 			"store", e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}

@@ -99,7 +99,14 @@ type failure struct {
 	err     error
 	attempt int
 	verdict verdict // verdictRetry or verdictAbort: a stop ends the loop
+	// planned: the error said when to try again (a waiter): a wait, not
+	// a failure to shout about.
+	planned bool
 }
+
+// waiter is an error that knows when the step may pass (a lease held
+// until its expiry): the loop waits that long instead of backing off.
+type waiter interface{ retryIn() time.Duration }
 
 // retry runs fn until it succeeds and returns nil. It ends early with the
 // error after a stop verdict (having stopped the engine), and with
@@ -120,11 +127,16 @@ func (p *policy) retry(ctx context.Context, fn func() error, onFail func(failure
 			p.stop(err)
 			return err
 		}
+		var w waiter
+		planned := errors.As(err, &w)
 		if onFail != nil {
-			onFail(failure{err: err, attempt: attempt, verdict: v})
+			onFail(failure{err: err, attempt: attempt, verdict: v, planned: planned})
 		}
 		d := p.backoff(attempt)
-		if v == verdictAbort {
+		switch {
+		case planned:
+			d, attempt = w.retryIn(), -1 // a wait is no failure: the backoff starts over after it
+		case v == verdictAbort:
 			d = p.max
 		}
 		if !sleepCtx(ctx, d) {

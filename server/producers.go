@@ -393,6 +393,8 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 		return fmt.Errorf("producer %s: %w", id, ErrUnknownProducer)
 	case errors.Is(err, recovery.ErrNotIdle):
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
+	case errors.Is(err, ErrProducerDamaged):
+		return err
 	}
 	if !e.failOn(err) {
 		e.noteDiskFull(err)
@@ -418,7 +420,7 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 			switch {
 			case err == nil:
 				forgot++
-			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer):
+			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer), errors.Is(err, ErrProducerDamaged):
 			default:
 				e.expired(forgot)
 				return n + forgot, fmt.Errorf("expire producers: %w", err)
@@ -480,6 +482,11 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
 		e.initMu.Unlock()
+		if errors.Is(err, ErrProducerDamaged) {
+			// Nothing was written; the others are served.
+			e.log.Error("init of a damaged producer refused", "producer", id, "err", err)
+			return ProducerState{}, err
+		}
 		if errors.Is(err, ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
 			e.noteDiskFull(err)

@@ -100,6 +100,7 @@ const (
 	ManifestDir = "_manifests" // ManifestName
 	StagingDir  = "_staging"   // StagingName: S3 copy mode's staged objects
 	LeaseDir    = "_nodes"     // LeaseName
+	StreamDir   = "_streams"   // StreamConfName: streams' configurations
 )
 
 // TempSuffix ends the name of every temp file eosink writes (staging
@@ -156,6 +157,21 @@ func ParsePartName(base string) (node string, checkpoint uint64, index int, ext 
 		return "", 0, 0, "", false
 	}
 	return m[1], id, idx, m[4], true
+}
+
+// StreamConfName returns the destination-relative name of a stream's
+// configuration document: _streams/<stream>.json.
+func StreamConfName(stream string) string { return StreamDir + "/" + stream + ".json" }
+
+// ParseStreamConfName parses a name made by StreamConfName; the stream
+// must be a valid stream name.
+func ParseStreamConfName(name string) (stream string, ok bool) {
+	rest, found := strings.CutPrefix(name, StreamDir+"/")
+	stream, isJSON := strings.CutSuffix(rest, ".json")
+	if !found || !isJSON || !Stream(stream) {
+		return "", false
+	}
+	return stream, true
 }
 
 // LeaseName returns the destination-relative name of a node's lease:
