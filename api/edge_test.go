@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/enginetest"
+	"github.com/eosink/eosink/server"
 )
 
 // TestContentEncoding: a body in an encoding the service does not decode
@@ -595,5 +599,33 @@ func TestParseTrustedProxies(t *testing.T) {
 		if _, err := ParseTrustedProxies(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// stuckEngine reports a commit stuck for good.
+type stuckEngine struct{ Engine }
+
+func (s stuckEngine) Status() server.Status {
+	st := s.Engine.Status()
+	st.Stuck, st.StuckCheckpoint, st.StuckPermanent = "commit checkpoint 7: file lost", 7, true
+	st.StuckSince = time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	return st
+}
+
+// TestReadyzStuckPermanent: a commit stuck with an error no retry cures
+// takes the node out of a load balancer's rotation, naming the
+// checkpoint; one that may pass (the object store down) does not
+// (tests/outage_test.go).
+func TestReadyzStuckPermanent(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	srv, err := New(Config{Engine: stuckEngine{r.eng}, Files: local.New(r.base, enginetest.Dest, enginetest.Staging)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, request(http.MethodGet, "/readyz", ""))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"not_ready"`) ||
+		!strings.Contains(rec.Body.String(), "checkpoint 7") || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("/readyz with a commit stuck for good: %d %s, want 503 not_ready naming checkpoint 7", rec.Code, rec.Body)
 	}
 }

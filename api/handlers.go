@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/eosink/eosink/recovery"
 )
@@ -153,6 +154,16 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Retry-After", s.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: msg})
+		return
+	}
+	if st.StuckPermanent {
+		// A prepared checkpoint fails with an error no retry cures: every
+		// later commit waits behind it until an operator acts. (A stuck
+		// commit that may pass, the object store down, keeps the node
+		// ready: the metric eosink_commit_stuck says it.)
+		w.Header().Set("Retry-After", s.retryAfter)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+			Message: fmt.Sprintf("commit of checkpoint %d stuck since %s, needs an operator: %s", st.StuckCheckpoint, st.StuckSince.UTC().Format(time.RFC3339), st.Stuck)})
 		return
 	}
 	if st.DiskFull != "" {

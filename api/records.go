@@ -456,6 +456,10 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 		e.Message += ": POST /v1/producers/{producer}/init first"
 	case errors.Is(err, server.ErrProducerBusy):
 		status, e.Error = http.StatusConflict, "producer_busy"
+	case errors.Is(err, server.ErrProducerDamaged):
+		// The node's own record is at fault, not the request: the
+		// operator repairs it (docs/nodes.md, "When a node dies"); other producers work.
+		status, e.Error = http.StatusInternalServerError, "producer_damaged"
 	case errors.Is(err, server.ErrFenced):
 		status, e.Error = http.StatusConflict, "producer_fenced"
 	case errors.Is(err, server.ErrInvalidEpoch):

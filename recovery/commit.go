@@ -31,6 +31,14 @@ type Finisher struct {
 	// the manifest is published: an error (the node's lease is not held)
 	// stops Finish before it writes to the destination.
 	Fence func() error
+	// Displace, when set, is asked about a file whose Commit failed: it
+	// returns the file under another final name to commit instead, and
+	// true, when err says the destination refuses the name for good (the
+	// failure policy decides). Since a re-commit after a crash must land
+	// where the first one did, a displaced file is tried wherever the
+	// first name fails for good, ErrLost included (the temp may have moved
+	// there already). Nil: no file is displaced.
+	Displace func(f committer.File, err error) (committer.File, bool)
 }
 
 // DefaultParallel is how many files eosink pre-commits or commits at once
@@ -49,16 +57,19 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	// Every file is tried, whatever the others do: errors are kept, not
 	// used to cancel.
 	errs := make([]error, len(c.Files))
+	files := append([]committer.File(nil), c.Files...) // as committed: some may be displaced
 	var g errgroup.Group
 	g.SetLimit(par)
-	for i, file := range c.Files {
-		g.Go(func() error { errs[i] = f.Committer.Commit(ctx, file); return nil })
+	for i := range files {
+		g.Go(func() error { files[i], errs[i] = f.commitFile(ctx, files[i]); return nil })
 	}
 	_ = g.Wait() // the goroutines return nil; errs has their errors
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	body, err := BuildManifest(f.Node, c)
+	committed := *c
+	committed.Files = files
+	body, err := BuildManifest(f.Node, &committed)
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
@@ -81,6 +92,23 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
 	}
 	return nil
+}
+
+// commitFile commits file, or its displaced form when the destination
+// refuses its name for good (Displace). It returns the file as committed.
+func (f *Finisher) commitFile(ctx context.Context, file committer.File) (committer.File, error) {
+	err := f.Committer.Commit(ctx, file)
+	if err == nil || f.Displace == nil {
+		return file, err
+	}
+	moved, ok := f.Displace(file, err)
+	if !ok {
+		return file, err
+	}
+	if derr := f.Committer.Commit(ctx, moved); derr != nil {
+		return file, fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr)
+	}
+	return moved, nil
 }
 
 func (f *Finisher) fence() error {

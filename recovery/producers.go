@@ -43,7 +43,7 @@ func getHead(tx *bolt.Tx, id string) (*producerRecord, error) {
 	}
 	var h producerRecord
 	if err := json.Unmarshal(v, &h); err != nil || h.ID != id {
-		return nil, fmt.Errorf("decode producer %s: %w: undecodable record", id, ErrCorrupt)
+		return nil, fmt.Errorf("decode producer %s: %w: %w: undecodable record", id, ErrCorrupt, ErrProducerDamaged)
 	}
 	return &h, nil
 }
@@ -93,7 +93,7 @@ func getSeq(tx *bolt.Tx, pid, stream string) (StreamSeq, bool, error) {
 	}
 	ss, err := decodeSeq(v)
 	if err != nil {
-		return ss, false, fmt.Errorf("decode producer %s stream %s: %w: undecodable record", pid, stream, ErrCorrupt)
+		return ss, false, fmt.Errorf("decode producer %s stream %s: %w: %w: undecodable record", pid, stream, ErrCorrupt, ErrProducerDamaged)
 	}
 	return ss, true, nil
 }
@@ -114,7 +114,7 @@ func streamsOf(tx *bolt.Tx, pid string) (map[string]StreamSeq, error) {
 	for k, v := c.Seek(pre); k != nil && bytes.HasPrefix(k, pre); k, v = c.Next() {
 		ss, err := decodeSeq(v)
 		if err != nil {
-			return nil, fmt.Errorf("decode producer %s stream %s: %w: undecodable record", pid, k[len(pre):], ErrCorrupt)
+			return nil, fmt.Errorf("decode producer %s stream %s: %w: %w: undecodable record", pid, k[len(pre):], ErrCorrupt, ErrProducerDamaged)
 		}
 		out[string(k[len(pre):])] = ss
 	}
@@ -278,23 +278,23 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 				next = out[len(out)-1].ID
 				return nil
 			}
+			// A damaged producer is left out: its own calls say so
+			// (ErrProducerDamaged), the list serves the rest.
 			var h producerRecord
-			if err := json.Unmarshal(v, &h); err != nil || h.ID != string(k) {
-				return fmt.Errorf("read state store %s: %w: producer %q: undecodable record", s.path, ErrCorrupt, k)
-			}
-			pre := seqPrefix(h.ID)
+			damaged := json.Unmarshal(v, &h) != nil || h.ID != string(k)
+			pre := seqPrefix(string(k))
 			for sk != nil && bytes.Compare(sk, pre) < 0 {
 				sk, sv = seqs.Next()
 			}
 			streams := map[string]StreamSeq{}
 			for ; sk != nil && bytes.HasPrefix(sk, pre); sk, sv = seqs.Next() {
 				ss, err := decodeSeq(sv)
-				if err != nil {
-					return fmt.Errorf("read state store %s: decode producer %s stream %s: %w: undecodable record", s.path, h.ID, sk[len(pre):], ErrCorrupt)
-				}
+				damaged = damaged || err != nil
 				streams[string(sk[len(pre):])] = ss
 			}
-			out = append(out, Producer{ID: h.ID, Epoch: h.Epoch, Active: h.Active, Streams: streams})
+			if !damaged {
+				out = append(out, Producer{ID: h.ID, Epoch: h.Epoch, Active: h.Active, Streams: streams})
+			}
 		}
 		return nil
 	})

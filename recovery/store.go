@@ -43,6 +43,10 @@ var (
 	// ErrNotIdle means a producer was active more recently than an expiry
 	// allows deleting.
 	ErrNotIdle = errors.New("producer not idle")
+	// ErrProducerDamaged means one producer's record does not decode. It
+	// comes with ErrCorrupt; a caller about that one producer (its init,
+	// write, delete) answers it and serves the others.
+	ErrProducerDamaged = errors.New("producer record damaged")
 )
 
 // DefaultRetain is how many checkpoint ids back rows are kept: older rows

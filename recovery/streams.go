@@ -72,6 +72,46 @@ func (s *Store) PutStream(stream string, c streamconf.Config, at time.Time) (Str
 	return out, nil
 }
 
+// RestoreStream records sc, read back from the destination, when the store
+// has no configuration of its stream or an older version: a lost or older
+// store gets back what PUT recorded. It keeps sc's version, so files keep
+// naming the configuration they were written with. It reports whether it
+// wrote. sc must be valid, with its defaults applied.
+func (s *Store) RestoreStream(sc StreamConfig) (bool, error) {
+	if !layout.Stream(sc.Stream) || sc.Config.Version < 1 {
+		return false, fmt.Errorf("restore stream %q: invalid stream name or version %d", sc.Stream, sc.Config.Version)
+	}
+	if err := sc.Config.Validate(); err != nil {
+		return false, fmt.Errorf("restore stream %s: %w", sc.Stream, err)
+	}
+	wrote := false
+	err := s.update("restore stream", func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketStreams)
+		if err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketStreams, err)
+		}
+		if v := b.Get([]byte(sc.Stream)); v != nil {
+			old, err := s.decodeStream(sc.Stream, v)
+			if err != nil {
+				return err
+			}
+			if old.Config.Version >= sc.Config.Version {
+				return nil
+			}
+		}
+		v, err := json.Marshal(&sc)
+		if err != nil {
+			return fmt.Errorf("encode stream %s: %w", sc.Stream, err)
+		}
+		wrote = true
+		return b.Put([]byte(sc.Stream), v)
+	})
+	if err != nil {
+		return false, fmt.Errorf("restore stream %s: %w", sc.Stream, err)
+	}
+	return wrote, nil
+}
+
 // Stream returns one stream's stored configuration; false if it was never
 // configured.
 func (s *Store) Stream(stream string) (StreamConfig, bool, error) {

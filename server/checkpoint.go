@@ -36,7 +36,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	// 0. The barrier hands out the next id, an abort the one after it:
 	// both must be reserved before any answer can name them (I8).
 	if err := e.reserveIDs(); err != nil {
-		if e.storeFailed(err) {
+		if e.failOn(err) {
 			return CheckpointResult{}, e.Err()
 		}
 		// Refused for space, nothing recorded: no barrier, try later.
@@ -126,41 +126,25 @@ func (e *Engine) recordPrepared(c *cut) error {
 }
 
 // commit finishes prepared checkpoint c, retrying until it succeeds (I4),
-// the engine closes (ErrClosed: recovery finishes it), or a failure that
-// must stop the engine.
+// the engine closes (ErrClosed: recovery finishes it), or the policy stops
+// the engine. While it fails, the checkpoint is stuck: Status and /readyz
+// say why.
 func (e *Engine) commit(c *cut) error {
-	for attempt := 0; ; attempt++ {
-		err := e.fin.Finish(e.ctx, c.ck)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, durable.ErrSync) || errors.Is(err, recovery.ErrWriteFailed) || errors.Is(err, ErrLeaseLost) {
-			e.fail(err)
-			return e.Err()
-		}
-		if e.ctx.Err() != nil {
-			return ErrClosed
-		}
-		e.noteDiskFull(err)
-		e.mu.Lock()
-		e.stuck = err
-		e.publishLocked()
-		e.mu.Unlock()
-		if h := e.cfg.Hooks.CommitStuck; h != nil {
-			h(c.ck.ID, err)
-		}
-		c.log.Warn("commit failed, retrying", "err", err, "attempt", attempt)
-		if !e.sleep(e.backoff(attempt)) {
-			return ErrClosed
-		}
+	err := e.pol.retry(e.ctx, func() error { return e.fin.Finish(e.ctx, c.ck) }, func(f failure) {
+		e.noteStuck(c.ck.ID, f)
+		c.log.Warn("commit failed, retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
+	})
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return e.Err()
 	}
+	return err
 }
 
 // committed publishes c's commit to the producer table, its waiters and
 // hooks.
 func (e *Engine) committed(c *cut) CheckpointResult {
 	e.mu.Lock()
-	e.stuck, e.diskFull = nil, nil
+	e.stuck, e.diskFull = stuck{}, nil
 	e.prods.committed(c.ck.ID, c.ck.Seqs)
 	e.mu.Unlock()
 	res := c.result(recovery.Committed)
@@ -317,7 +301,7 @@ func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointRe
 	c.log.Error("checkpoint aborted", "err", cause)
 	e.abortFiles(c, files)
 	ck.Files = files
-	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.storeFailed(err) {
+	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.failOn(err) {
 		// Unrecorded, the checkpoint is simply not prepared: recovery
 		// treats it as aborted. Its id may be reused, which is harmless
 		// since nothing of it was made final.
@@ -325,7 +309,7 @@ func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointRe
 	}
 	nextID, nextOut, nextBytes := e.abortOpen(c)
 	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
-	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.storeFailed(err) {
+	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.failOn(err) {
 		c.log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
 	}
 	res := c.result(recovery.Aborted)
@@ -369,11 +353,11 @@ func (e *Engine) abortFiles(c *cut, files []committer.File) {
 	for _, f := range aborted {
 		keys = append(keys, recovery.IntentKey(c.ck.ID, f.Final))
 	}
-	if err := e.store.DeleteIntents(keys...); err != nil && !e.storeFailed(err) {
+	if err := e.store.DeleteIntents(keys...); err != nil && !e.failOn(err) {
 		c.log.Warn("delete upload intents; recovery aborts again", "err", err)
 	}
 	if len(failed) > 0 {
-		if err := e.store.PutIntents(c.ck.ID, failed); err != nil && !e.storeFailed(err) {
+		if err := e.store.PutIntents(c.ck.ID, failed); err != nil && !e.failOn(err) {
 			c.log.Warn("update upload intents; the recorded ones stay", "err", err)
 		}
 	}

@@ -85,6 +85,7 @@ type Engine struct {
 	log   *slog.Logger
 	store *recovery.Store
 	fin   recovery.Finisher
+	pol   policy
 	lease *lease // nil without Config.Leaser
 
 	ctx    context.Context
@@ -117,7 +118,7 @@ type Engine struct {
 	lastDone    uint64 // newest committed checkpoint
 	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
 	firstID     uint64 // the first id this start opened
-	stuck       error  // the error holding a prepared checkpoint back, if any
+	stuck       stuck  // what holds a prepared checkpoint back, if anything
 	inflight    uint64 // the checkpoint past its barrier, 0 when none
 	recovering  string
 	early       bool      // the open checkpoint must end now: too many open files
@@ -125,6 +126,7 @@ type Engine struct {
 	diskFullAt  time.Time // when
 
 	status      atomic.Pointer[Status] // published under mu, read by Status without it
+	displaced   atomic.Int64           // part files committed displaced (status.go)
 	keys        keyTable               // idempotency keys (idempotency.go)
 	streams     streamTable            // stream configurations (streams.go)
 	commitWant  uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)

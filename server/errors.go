@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/recovery"
 )
 
 // Errors returned by the Engine. The API maps them to HTTP answers.
@@ -21,6 +22,9 @@ var (
 	ErrProducerBusy    = errors.New("producer has uncommitted batches")
 	// ErrKeyReused: an Idempotency-Key already accepted came with another body.
 	ErrKeyReused = errors.New("idempotency key reused with a different body")
+	// ErrProducerDamaged: the producer's record in the state store does not
+	// decode; its calls answer this, every other producer is served.
+	ErrProducerDamaged = recovery.ErrProducerDamaged
 	// ErrDiskFull: a write, init or checkpoint was refused for lack of
 	// space (staging files or the state store) with nothing recorded; it
 	// may succeed once space is freed. It is durable.ErrDiskFull itself, so

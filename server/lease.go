@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,28 @@ var (
 
 // DefaultLeaseTimeout is --lease-timeout's default.
 const DefaultLeaseTimeout = 30 * time.Second
+
+// Bounds on what a lease read from the destination may say (DESIGN
+// "Several nodes": checked before it is believed).
+const (
+	// leaseAheadMax bounds a lease's expiry, in lease timeouts after it
+	// was first seen: a document expiring later (a planted one, "9999")
+	// is waited out only this long unless it changes. A live holder with
+	// a timeout over 30 times this node's renews less often than that and
+	// could be taken over: nodes of one id run with one --lease-timeout.
+	leaseAheadMax = 10
+	// lostIDSkip is how far beyond its highest manifest a node starts
+	// when neither its state store nor its lease knows the ids it handed
+	// out: checkpoints that left no manifest (empty, aborted) named ids
+	// that nothing in the destination records. 2^40 ids are 35 years of a
+	// thousand checkpoints a second; ids are cheap, and 2^64 leaves room
+	// for millions of such losses.
+	lostIDSkip = 1 << 40
+	// reservedAhead bounds a lease's reserved checkpoint mark beyond the
+	// ids this node knows of (store, manifests), above lostIDSkip. A mark
+	// beyond it is ignored, so ids never wrap past 2^64.
+	reservedAhead = 1 << 48
+)
 
 // Lease is the document at _nodes/<node>.json in the destination. A node
 // takes it create-only at start (or replaces it by compare-and-swap once
@@ -81,6 +104,47 @@ type lease struct {
 	// instead of waiting for the timeout (see previous).
 	memo  string
 	store string // the state store's path
+
+	// wall reads the wall clock without its monotonic reading, and
+	// wallUntil is validUntil on it: after a host suspend the monotonic
+	// clock has stood still while the lease expired for everyone else.
+	wall      func() time.Time
+	wallUntil time.Time
+	kick      chan struct{} // asks renewLoop for a renewal now
+	log       *slog.Logger
+	// watch is what acquire saw of another incarnation's live lease: a
+	// holder whose document changes while it is live renews (refused); one
+	// whose document stays as it was until its expiry stopped (taken over).
+	watch leaseWatch
+}
+
+// leaseWatch is a live lease of another incarnation as acquire first saw it.
+type leaseWatch struct {
+	version string
+	until   time.Time // its expiry, bounded by leaseAheadMax
+}
+
+// leaseWait is acquire's answer while another incarnation's lease is live
+// but has not been seen renewing: the caller waits and calls it again.
+type leaseWait struct {
+	holder Lease
+	until  time.Time
+	first  bool // the first answer about this holder
+	in     time.Duration
+}
+
+// retryIn is how long the failure policy waits before acquire is asked
+// again: until the expiry, or the next look for a renewal if sooner.
+func (w *leaseWait) retryIn() time.Duration { return w.in }
+
+// waitIn is a leaseWait's retryIn at time t for a lease expiring at until.
+func (l *lease) waitIn(until, t time.Time) time.Duration {
+	return min(max(until.Sub(t), time.Millisecond), l.poll())
+}
+
+func (w *leaseWait) Error() string {
+	return fmt.Sprintf("waiting for node lease held by %s: it has not renewed since this node first read it; taking it over at %s unless it renews",
+		w.holder, w.until.Format(time.RFC3339Nano))
 }
 
 func newLease(cfg *Config) *lease {
@@ -97,7 +161,21 @@ func newLease(cfg *Config) *lease {
 		leaser: cfg.Leaser, name: layout.LeaseName(cfg.Node), timeout: t, margin: t / 4,
 		doc:  Lease{Node: cfg.Node, Incarnation: hex.EncodeToString(rnd[:]), Listen: cfg.Listen},
 		memo: filepath.Join(filepath.Dir(cfg.StorePath), "lease-incarnation"), store: cfg.StorePath,
+		wall: func() time.Time { return time.Now().Round(0) }, kick: make(chan struct{}, 1), log: cfg.Logger,
 	}
+}
+
+// parseLease decodes a lease document read from the destination and
+// checks that it is one of this node's.
+func parseLease(data []byte, node string) (Lease, error) {
+	var l Lease
+	if err := json.Unmarshal(data, &l); err != nil {
+		return Lease{}, err
+	}
+	if l.Node != node || l.Incarnation == "" || l.ExpiresAt.IsZero() {
+		return Lease{}, fmt.Errorf("not a lease of node %s (node %q, incarnation %q, expires %s)", node, l.Node, l.Incarnation, l.ExpiresAt)
+	}
+	return l, nil
 }
 
 // previous returns the incarnations the memo names: this data dir's
@@ -139,7 +217,11 @@ func (l *lease) remember(incarnations []string) error {
 const memoMax = 64
 
 // acquire takes the lease: create-only when there is none, compare-and-swap
-// over one that expired. A live holder is ErrLeaseHeld, naming it.
+// over one that expired. Another incarnation's live lease is watched: while
+// it stays as first read, acquire answers *leaseWait and the caller asks
+// again; once it expired (bounded by leaseAheadMax) it is taken over. A
+// holder whose document changes while live renews: ErrLeaseHeld, naming it.
+// A document that is not a lease of this node is reported and taken over.
 //
 // A live lease is this data dir's own when it names this incarnation (a
 // write that landed but whose answer was lost) or one the memo names. The
@@ -170,14 +252,17 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 		case err != nil:
 			return fmt.Errorf("take node lease: %w", err)
 		default:
-			if err := json.Unmarshal(data, &cur); err != nil {
-				return fmt.Errorf("take node lease: decode %s: %w", l.name, err)
+			if cur, err = parseLease(data, l.doc.Node); err != nil {
+				// Not a document any node writes (writes are
+				// atomic): nothing holds it.
+				l.log.Error("node lease document unreadable: taking it over", "lease", l.name, "err", err)
 			}
 		}
 		ours := cur.Incarnation != "" && (cur.Incarnation == self || slices.Contains(dead, cur.Incarnation))
-		if t := now(); version != "" && t.Before(cur.ExpiresAt) && !ours {
-			return fmt.Errorf("%w: %s; it expires %s after its last renewal (--lease-timeout), then this node can take over",
-				ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
+		if version != "" && cur.Incarnation != "" && !ours {
+			if err := l.watchLocked(cur, version, now()); err != nil {
+				return err
+			}
 		}
 		if cur.Incarnation != self {
 			l.prev = cur
@@ -197,10 +282,41 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 	}
 }
 
+// watchLocked decides about another incarnation's lease cur, read at
+// version at time t: nil when it may be taken over (expired), *leaseWait
+// while it is live and unchanged, ErrLeaseHeld when it changed while live.
+func (l *lease) watchLocked(cur Lease, version string, t time.Time) error {
+	w := l.watch
+	switch {
+	case w.version == "":
+		until := cur.ExpiresAt
+		if bound := t.Add(leaseAheadMax * l.timeout); until.After(bound) {
+			l.log.Error("node lease expires beyond any plausible renewal: waiting only until the bound",
+				"lease", l.name, "holder", cur.String(), "bound", bound.Format(time.RFC3339Nano), "lease_timeout", l.timeout.String())
+			until = bound
+		}
+		if !t.Before(until) {
+			return nil
+		}
+		l.watch = leaseWatch{version: version, until: until}
+		return &leaseWait{holder: cur, until: until, first: true, in: l.waitIn(until, t)}
+	case version != w.version:
+		if !t.Before(cur.ExpiresAt) {
+			return nil // released, or expired since it changed
+		}
+		return fmt.Errorf("%w: %s, which renewed it while this node waited; it expires %s after its last renewal (--lease-timeout) if it stops",
+			ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
+	case !t.Before(w.until):
+		return nil
+	default:
+		return &leaseWait{holder: cur, until: w.until, in: l.waitIn(w.until, t)}
+	}
+}
+
 // writeLocked writes the document with a fresh expiry, swapping from
 // version ("" creates), and on success moves validUntil.
 func (l *lease) writeLocked(ctx context.Context, now func() time.Time, version string) error {
-	sent := time.Now()
+	sent, sentWall := time.Now(), l.wall()
 	doc := l.doc
 	doc.RenewedAt = now().UTC()
 	doc.ExpiresAt = doc.RenewedAt.Add(l.timeout)
@@ -216,6 +332,7 @@ func (l *lease) writeLocked(ctx context.Context, now func() time.Time, version s
 	// Measured from before the write: the holder's view of its lease
 	// must never outlast what others read in the document.
 	l.validUntil = sent.Add(l.timeout - l.margin)
+	l.wallUntil = sentWall.Add(l.timeout - l.margin)
 	return nil
 }
 
@@ -266,7 +383,7 @@ func (l *lease) release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
-	l.validUntil = time.Time{}
+	l.validUntil, l.wallUntil = time.Time{}, time.Time{}
 	doc := l.doc
 	doc.ExpiresAt = time.Now().UTC()
 	data, err := json.MarshalIndent(&doc, "", "  ")
@@ -280,7 +397,10 @@ func (l *lease) release(ctx context.Context) error {
 }
 
 // check reports whether a commit step may write to the destination now:
-// the lease is held and was renewed less than timeout minus margin ago.
+// the lease is held and was renewed less than timeout minus margin ago, on
+// the monotonic clock and on the wall clock. The wall clock moves on
+// during a host suspend while the monotonic one stands still: a lease
+// stale on the wall clock only asks for a renewal at once.
 func (l *lease) check() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -292,6 +412,13 @@ func (l *lease) check() error {
 	case !time.Now().Before(l.validUntil):
 		return fmt.Errorf("%w: last renewed %s, valid for writes until %s (--lease-timeout %s minus a margin of %s)",
 			ErrLeaseStale, l.doc.RenewedAt.Format(time.RFC3339Nano), l.validUntil.Format(time.RFC3339Nano), l.timeout, l.margin)
+	case !l.wall().Before(l.wallUntil):
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+		return fmt.Errorf("%w: last renewed %s, valid for writes until %s on the wall clock, which passed it (a suspended host?): renewing",
+			ErrLeaseStale, l.doc.RenewedAt.Format(time.RFC3339Nano), l.wallUntil.Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -306,31 +433,22 @@ func (e *Engine) leaseCheck() error {
 }
 
 // takeLease acquires the lease before recovery writes anything, retrying
-// what may pass (the destination unreachable). A live holder, or a
-// destination that cannot enforce a lease, stops the engine.
+// what may pass (the destination unreachable) and waiting out a holder that
+// stopped renewing (saying so in the log and in Status). A holder that
+// renews, or a destination that cannot enforce a lease, stops the engine.
 func (e *Engine) takeLease() bool {
 	if e.lease == nil {
 		return true
 	}
-	for attempt := 0; ; attempt++ {
+	if !e.retry("take node lease", error.Error, func() error {
 		err := e.lease.acquire(e.ctx, e.cfg.Now)
-		if err == nil {
-			break
+		if wait := (*leaseWait)(nil); errors.As(err, &wait) && wait.first {
+			e.log.Warn("node lease held by an incarnation that may have stopped: waiting for its expiry",
+				"lease", e.lease.name, "holder", wait.holder.String(), "until", wait.until.Format(time.RFC3339Nano))
 		}
-		if e.ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, ErrLeaseHeld) || errors.Is(err, committer.ErrUnsupported) {
-			e.fail(err)
-			return false
-		}
-		e.mu.Lock()
-		e.recovering = err.Error()
-		e.mu.Unlock()
-		e.log.Error("take node lease, retrying", "err", err, "attempt", attempt)
-		if !e.sleep(e.backoff(attempt)) {
-			return false
-		}
+		return err
+	}) {
+		return false
 	}
 	e.log.Info("node lease taken", "lease", e.lease.name, "incarnation", e.lease.doc.Incarnation,
 		"previous", e.lease.prev.Incarnation, "reserved_checkpoint", e.lease.doc.Reserved)
@@ -339,15 +457,29 @@ func (e *Engine) takeLease() bool {
 	return true
 }
 
-// renewLoop renews the lease every timeout/3 (more often after a failure)
-// until the engine closes. A lease taken by another process stops the
-// engine: it is fenced.
+// poll is how often a waiting node reads another's lease: often enough
+// to see a renewal (every timeout/3) and the expiry soon.
+func (l *lease) poll() time.Duration {
+	return min(max(l.timeout/6, 5*time.Millisecond), 5*time.Second)
+}
+
+// renewLoop renews the lease every timeout/3 (more often after a failure,
+// at once when the fence asks) until the engine closes. A lease taken by
+// another process stops the engine: it is fenced.
 func (e *Engine) renewLoop() {
 	defer e.wg.Done()
 	every := e.lease.timeout / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
-	e.runEvery(t.C, func() bool {
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.failed:
+			return
+		case <-t.C:
+		case <-e.lease.kick:
+		}
 		ctx, cancel := context.WithTimeout(e.ctx, every)
 		err := e.lease.renew(ctx, e.cfg.Now, 0)
 		cancel()
@@ -356,15 +488,14 @@ func (e *Engine) renewLoop() {
 			if e.ctx.Err() == nil && !e.lease.isReleased() {
 				e.fail(err)
 			}
-			return true
+			return
 		case err != nil:
 			e.log.Warn("renew node lease failed; retrying", "err", err)
 			t.Reset(every / 4)
 		default:
 			t.Reset(every)
 		}
-		return false
-	})
+	}
 }
 
 func (l *lease) isReleased() bool {
@@ -390,14 +521,47 @@ func (e *Engine) leaseReserve(reserved uint64) error {
 }
 
 // leaseReserved is the highest checkpoint id the lease found at start
-// says a former incarnation reserved; 0 without a lease.
-func (e *Engine) leaseReserved() uint64 {
+// says a former incarnation reserved; 0 without a lease. known is the
+// highest id the node knows of otherwise (its store, its manifests): a
+// mark more than reservedAhead beyond it was not written by a node (ids
+// would wrap past 2^64) and is reported and ignored.
+func (e *Engine) leaseReserved(known uint64) uint64 {
 	if e.lease == nil {
 		return 0
 	}
-	e.lease.mu.Lock()
-	defer e.lease.mu.Unlock()
-	return e.lease.prev.Reserved
+	l := e.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.prev.Reserved; r > known && r-known > reservedAhead {
+		e.log.Error("node lease names a reserved checkpoint mark beyond any plausible use: ignoring it",
+			"lease", l.name, "reserved_checkpoint", r, "known_checkpoint", known, "holder", l.prev.String())
+		l.prev.Reserved = 0
+		l.doc.Reserved = min(l.doc.Reserved, known) // raised again before ids are handed out
+	}
+	return l.prev.Reserved
+}
+
+// lostIDsFloor returns the lowest checkpoint id a node whose state store
+// is behind the destination may open, given its highest manifest inDest:
+// when the lease does not know this node's ids either (deleted, replaced,
+// or from before it kept the mark: a real one reserved every id a manifest
+// names), ids beyond inDest plus a block may have been named by checkpoints
+// that left no manifest, so it skips lostIDSkip (I8). 0 when the lease
+// knows, without a lease, or without manifests.
+func (e *Engine) lostIDsFloor(inDest uint64) uint64 {
+	if e.lease == nil || inDest == 0 {
+		return 0
+	}
+	if r := e.leaseReserved(inDest); r >= inDest {
+		return 0
+	}
+	floor := inDest + lostIDSkip
+	if floor < inDest {
+		return 0 // a manifest name near 2^64: not one a node wrote
+	}
+	e.log.Error("neither the state store nor the node lease knows this node's checkpoint ids: skipping beyond every id a checkpoint without a manifest may have named",
+		"lease", e.lease.name, "manifest_checkpoint", inDest, "checkpoint", floor)
+	return floor
 }
 
 // releaseLease ends the lease at a clean shutdown.

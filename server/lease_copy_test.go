@@ -18,7 +18,7 @@ import (
 // memo is trusted as "dead" without any check that it belongs to this file
 // lock, so the copy takes the live lease over at once.
 func TestLeaseCopiedDataDirRefused(t *testing.T) {
-	r := leaseRig(t, nil, 30*time.Second, nil)
+	r := leaseRig(t, nil, 900*time.Millisecond, nil) // the original renews every 300 ms: the copy sees it
 	r.broken = "two holders on purpose"
 	a := r.start(nil)
 	held := readLease(t, r.fs)

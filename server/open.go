@@ -48,6 +48,12 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close() // refusing to start; the load error is the one to report
 		return nil, err
 	}
+	e.pol = policy{min: cfg.RetryMin, max: cfg.RetryMax, stop: e.fail}
+	if _, remote := cfg.Committer.(committer.RemotePreparer); !remote {
+		// An S3 upload is bound to its key at Prepare: only a local
+		// destination can commit a file under another name.
+		e.fin.Displace = e.displace
+	}
 	e.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
 		e.fin.Fence = e.leaseCheck
@@ -86,7 +92,7 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 
 func (e *Engine) start() {
 	defer e.wg.Done()
-	if !e.takeLease() || !e.recover() {
+	if !e.takeLease() || !e.syncStreams() || !e.recover() { // syncStreams: streamstore.go
 		return
 	}
 	_, remote := e.cfg.Committer.(committer.RemotePreparer)
@@ -162,41 +168,25 @@ func (e *Engine) recover() bool {
 	return true
 }
 
-// errStop ends a retry at once: the engine cannot go on.
-var errStop = errors.New("stop")
-
-// retry runs fn until it succeeds, backing off between attempts, and
-// reports whether it did. It gives up when the engine closes, and stops
-// the engine when fn's error says the store cannot be trusted (a failed
-// write, a corrupt row). With shown, the error shows (as shown words it)
-// in Status as why recovery is not done.
+// retry runs fn under the failure policy until it succeeds, and reports
+// whether it did. It gives up when the engine closes or the policy stops
+// it. With shown, the error shows (as shown words it) in Status as why
+// recovery is not done.
 func (e *Engine) retry(what string, shown func(error) string, fn func() error) bool {
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil {
-			return true
-		}
-		if errors.Is(err, errStop) || e.ctx.Err() != nil || e.storeFailed(err) {
-			return false
-		}
-		if errors.Is(err, recovery.ErrCorrupt) {
-			// A damaged row: refuse to go on, naming the file (the
-			// error does), as Open does.
-			e.fail(err)
-			return false
-		}
+	return e.pol.retry(e.ctx, fn, func(f failure) {
 		if shown != nil {
-			e.noteDiskFull(err)
+			e.noteDiskFull(f.err)
 			e.mu.Lock()
-			e.recovering = shown(err)
+			e.recovering = shown(f.err)
 			e.publishLocked()
 			e.mu.Unlock()
 		}
-		e.log.Error(what+", retrying", "err", err, "attempt", attempt)
-		if !e.sleep(e.backoff(attempt)) {
-			return false
+		if f.planned {
+			e.log.Debug(what+", waiting", "err", f.err)
+			return
 		}
-	}
+		e.log.Error(what+", retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
+	}) == nil
 }
 
 // replay runs the recovery replay (recovery.Replay) and, when the store is
@@ -228,7 +218,7 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 // run may have named is at most lastID, or the highest id any former
 // incarnation reserved in the lease (also when the store was lost, I8).
 func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
-	open := max(lastID, e.leaseReserved()) + 1
+	open := max(lastID, e.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -237,7 +227,7 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 		// manifest left no trace there: skip a whole block beyond it,
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
-		open = max(open, inDest+e.cfg.idBlock+2)
+		open = max(open, inDest+e.cfg.idBlock+2, e.lostIDsFloor(inDest)) // lease.go
 		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
 			"store", e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}

@@ -393,8 +393,10 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 		return fmt.Errorf("producer %s: %w", id, ErrUnknownProducer)
 	case errors.Is(err, recovery.ErrNotIdle):
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
+	case errors.Is(err, ErrProducerDamaged):
+		return err
 	}
-	if !e.storeFailed(err) {
+	if !e.failOn(err) {
 		e.noteDiskFull(err)
 	}
 	return err
@@ -418,7 +420,7 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 			switch {
 			case err == nil:
 				forgot++
-			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer):
+			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer), errors.Is(err, ErrProducerDamaged):
 			default:
 				e.expired(forgot)
 				return n + forgot, fmt.Errorf("expire producers: %w", err)
@@ -449,7 +451,11 @@ func (e *Engine) expireLoop() {
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
 	e.runEvery(t.C, func() bool {
-		if n, err := e.ExpireProducers(e.cfg.Now()); err != nil && e.ctx.Err() == nil {
+		n, err := e.ExpireProducers(e.cfg.Now())
+		if e.failOn(err) {
+			return true
+		}
+		if err != nil && e.ctx.Err() == nil {
 			e.log.Warn("producer expiry", "err", err, "expired", n)
 		} else if n > 0 {
 			e.log.Info("producers expired", "count", n)
@@ -476,6 +482,11 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
 		e.initMu.Unlock()
+		if errors.Is(err, ErrProducerDamaged) {
+			// Nothing was written; the others are served.
+			e.log.Error("init of a damaged producer refused", "producer", id, "err", err)
+			return ProducerState{}, err
+		}
 		if errors.Is(err, ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
 			e.noteDiskFull(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/eosink/eosink/recovery"
@@ -220,25 +219,6 @@ func (e *Engine) Close() error {
 
 func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
 
-func (e *Engine) backoff(attempt int) time.Duration {
-	d := e.cfg.RetryMin << min(attempt, 16)
-	if d > e.cfg.RetryMax || d <= 0 {
-		d = e.cfg.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func (e *Engine) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-e.ctx.Done():
-		return false
-	}
-}
-
 // fail stops the engine after err. Held under no lock.
 func (e *Engine) fail(err error) {
 	e.mu.Lock()
@@ -253,11 +233,10 @@ func (e *Engine) fail(err error) {
 	close(e.failed)
 }
 
-// storeFailed stops the engine if err says the state store may be in an
-// unknown state (recovery.ErrWriteFailed): it must be reopened. It reports
-// whether it did.
-func (e *Engine) storeFailed(err error) bool {
-	if !errors.Is(err, recovery.ErrWriteFailed) {
+// failOn stops the engine if the policy says err must (classify), and
+// reports whether it did.
+func (e *Engine) failOn(err error) bool {
+	if err == nil || classify(err) != verdictStop {
 		return false
 	}
 	e.fail(err)

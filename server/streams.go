@@ -144,7 +144,7 @@ type StreamInfo struct {
 // PutStream validates c and records it durably as stream's configuration;
 // it applies from the next checkpoint barrier. An invalid c is a
 // *streamconf.FieldError (errors.Is streamconf.ErrInvalid).
-func (e *Engine) PutStream(_ context.Context, stream string, c streamconf.Config) (StreamInfo, error) {
+func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Config) (StreamInfo, error) {
 	if !layout.Stream(stream) {
 		return StreamInfo{}, fmt.Errorf("stream %q: %w", stream, ErrInvalidStream)
 	}
@@ -168,18 +168,19 @@ func (e *Engine) PutStream(_ context.Context, stream string, c streamconf.Config
 			e.noteDiskFull(err)
 			return StreamInfo{}, err
 		}
-		e.storeFailed(err)
+		e.failOn(err)
 		return StreamInfo{}, err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.streams.pending == nil {
 		e.streams.pending = map[string]*streamConf{}
 	}
 	sc.cfg.Version = rec.Config.Version
 	e.streams.pending[stream] = sc
 	e.streams.newest[stream] = rec
-	return e.streamInfoLocked(stream), nil
+	info := e.streamInfoLocked(stream)
+	e.mu.Unlock()
+	return info, e.putStreamDoc(ctx, rec) // streamstore.go
 }
 
 // Stream returns a stream's configuration.

@@ -48,7 +48,7 @@ func (e *Engine) sweepLoop() {
 		ctx, cancel := context.WithTimeout(e.ctx, max(e.cfg.SweepInterval, time.Minute))
 		res, err := e.Sweep(ctx)
 		cancel()
-		if err != nil && e.storeFailed(err) {
+		if err != nil && e.failOn(err) {
 			return true
 		}
 		if err != nil && e.ctx.Err() == nil {

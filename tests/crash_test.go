@@ -370,7 +370,7 @@ func recoveryWork(t testing.TB, logPath string) (recommits, cleanups, leaseWaits
 		return 0, 0, 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "take node lease, retrying") || strings.Contains(line, "node lease held by another process") {
+		if strings.Contains(line, "take node lease, retrying") || strings.Contains(line, "node lease held by another process") || strings.Contains(line, "waiting for its expiry") {
 			leaseWaits++
 		}
 		if !strings.Contains(line, `"recovery done"`) {

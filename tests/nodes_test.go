@@ -67,6 +67,34 @@ func startWhenFree(t *testing.T, p *proc, limit time.Duration) time.Duration {
 	return time.Since(begin)
 }
 
+// waitNotReady waits until p's /readyz answers 503 with a message
+// containing want, and returns the message; p must not exit meanwhile.
+func waitNotReady(t *testing.T, p *proc, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.Exited():
+			t.Fatalf("%s exited (%s) instead of waiting; log:\n%s", p.cfg.Name, p.exitStatus(), p.logTail(10))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ok, why := p.Ready(ctx)
+		cancel()
+		if ok {
+			t.Fatalf("%s ready, want /readyz 503 %q", p.cfg.Name, want)
+		}
+		if strings.Contains(why, want) && strings.Contains(why, "not_ready") {
+			return why
+		}
+		last = why
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: /readyz never said %q (last: %s)", p.cfg.Name, want, last)
+	return ""
+}
+
 // mustCommit runs a checkpoint on p and fails unless it committed.
 func mustCommit(t *testing.T, p *proc) {
 	t.Helper()
@@ -79,8 +107,9 @@ func mustCommit(t *testing.T, p *proc) {
 }
 
 // TestNodeLease: two processes with one node id on one destination:
-// exactly one serves, the other refuses to start naming the holder. SIGKILL
-// the holder, and the other takes over once the lease timed out — not
+// exactly one serves, the other refuses to start naming the holder once it
+// sees it renew. SIGKILL the holder, and one start of the other waits for
+// the lease to time out (/readyz 503 saying so) and takes over — not
 // before — and commits.
 func TestNodeLease(t *testing.T) {
 	const timeout = 3 * time.Second
@@ -117,10 +146,22 @@ func TestNodeLease(t *testing.T) {
 
 			a.Kill()
 			killed := time.Now()
-			took := startWhenFree(t, b, 4*timeout)
+			// One start of b waits for the dead holder's lease to expire
+			// (it exited with status 1 before), saying why on /readyz,
+			// and takes over.
+			b.Start()
+			why := waitNotReady(t, b, "waiting for node lease")
+			took, err := b.waitReady(4 * timeout)
+			if err != nil {
+				t.Fatalf("b did not wait for the dead holder's lease and take over: %v", err)
+			}
+			took = time.Since(killed)
 			// The last renewal was at most timeout/3 before the kill.
 			if took < timeout*2/3-200*time.Millisecond {
 				t.Fatalf("b took over %s after the holder died, before its lease (timeout %s) could expire", took, timeout)
+			}
+			if logB, _ := os.ReadFile(b.LogPath); !strings.Contains(string(logB), "waiting for its expiry") {
+				t.Fatalf("b's log does not say it waits for the lease; log:\n%s", b.logTail(10))
 			}
 			prod2, err := newRawProducer(t.Context(), b.URL, "p2")
 			if err != nil {
@@ -142,7 +183,7 @@ func TestNodeLease(t *testing.T) {
 			}
 			requireDest(t, nd.d, want, true)
 			requireVerify(t, nd.env, nd.args...)
-			report(t, "%s: the second process was refused while the first served; took over %s after SIGKILL (lease timeout %s); %s", nd.describe, took.Round(time.Millisecond), timeout, time.Since(killed).Round(time.Millisecond))
+			report(t, "%s: the second process was refused while the first renewed; a start after SIGKILL waited (/readyz: %q) and took over %s after it (lease timeout %s)", nd.describe, why, took.Round(time.Millisecond), timeout)
 		})
 	}
 }

@@ -66,6 +66,7 @@ const (
 const (
 	ManifestDir = "_manifests/"
 	NodesDir    = "_nodes/"
+	StreamsDir  = "_streams/" // streams' configurations (layout.StreamConfName)
 	StagingDir  = "_staging/"
 )
 

@@ -140,6 +140,7 @@ func TestVerifyProblems(t *testing.T) {
 	d.write(recovery.ManifestPath("n3", 4), []byte("{"))                            // not JSON
 	d.write(recovery.ManifestPath("n4", 5), []byte(`{"checkpoint":6,"node":"n4"}`)) // misplaced
 	d.write("_nodes/n1.json", []byte("{}"))                                         // a lease: not data
+	d.write("_streams/a.json", []byte("{}"))                                        // a stream's configuration: not data
 	rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -46,9 +46,9 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		switch {
 		case strings.HasPrefix(e.Path, ManifestDir):
 			manifests = append(manifests, e.Path)
-		case strings.HasPrefix(e.Path, StagingDir), strings.HasPrefix(e.Path, NodesDir):
-			// S3 copy mode's staging objects and node leases are not
-			// committed data.
+		case strings.HasPrefix(e.Path, StagingDir), strings.HasPrefix(e.Path, NodesDir), strings.HasPrefix(e.Path, StreamsDir):
+			// S3 copy mode's staging objects, node leases and stream
+			// configurations are not committed data.
 		default:
 			files[e.Path] = e
 		}

@@ -100,6 +100,7 @@ const (
 	ManifestDir = "_manifests" // ManifestName
 	StagingDir  = "_staging"   // StagingName: S3 copy mode's staged objects
 	LeaseDir    = "_nodes"     // LeaseName
+	StreamDir   = "_streams"   // StreamConfName: streams' configurations
 )
 
 // TempSuffix ends the name of every temp file eosink writes (staging
@@ -156,6 +157,21 @@ func ParsePartName(base string) (node string, checkpoint uint64, index int, ext 
 		return "", 0, 0, "", false
 	}
 	return m[1], id, idx, m[4], true
+}
+
+// StreamConfName returns the destination-relative name of a stream's
+// configuration document: _streams/<stream>.json.
+func StreamConfName(stream string) string { return StreamDir + "/" + stream + ".json" }
+
+// ParseStreamConfName parses a name made by StreamConfName; the stream
+// must be a valid stream name.
+func ParseStreamConfName(name string) (stream string, ok bool) {
+	rest, found := strings.CutPrefix(name, StreamDir+"/")
+	stream, isJSON := strings.CutSuffix(rest, ".json")
+	if !found || !isJSON || !Stream(stream) {
+		return "", false
+	}
+	return stream, true
 }
 
 // LeaseName returns the destination-relative name of a node's lease:
@@ -215,4 +231,36 @@ func IdempotencyKey(k string) bool {
 		}
 	}
 	return true
+}
+
+// DisplacedDir is the folder, inside a stream's folder, holding the part
+// files whose final name the destination refused after their checkpoint
+// was prepared (a file where the partition path needs a folder, a path
+// over the filesystem's limit, other content at the name): committed
+// there instead, so one unplaceable file never holds back every later
+// checkpoint. Readers that skip names starting with "_" skip it; the
+// manifest names the file where it is.
+const DisplacedDir = "_displaced"
+
+// DisplacedName returns where the part file final (destination-relative,
+// <stream>/<partition>/<part name>) is committed when its own name is
+// refused: <stream>/_displaced/<part name>. Part names are unique per
+// node, checkpoint and index, so displaced names never collide.
+// ParseDisplacedName reads it.
+func DisplacedName(final string) string {
+	stream, _, _ := strings.Cut(final, "/")
+	return stream + "/" + DisplacedDir + "/" + path.Base(final)
+}
+
+// ParseDisplacedName parses a name made by DisplacedName.
+func ParseDisplacedName(name string) (stream, part string, ok bool) {
+	stream, rest, found := strings.Cut(name, "/")
+	part, found2 := strings.CutPrefix(rest, DisplacedDir+"/")
+	if !found || !found2 || stream == "" || strings.Contains(part, "/") {
+		return "", "", false
+	}
+	if _, _, _, _, ok := ParsePartName(part); !ok {
+		return "", "", false
+	}
+	return stream, part, true
 }

@@ -92,3 +92,20 @@ func TestManifestNameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestDisplacedNameRoundTrip(t *testing.T) {
+	final := "clicks/dt=2026-12-02/region=eu/" + PartName("n1", 7, 3, "ndjson")
+	got := DisplacedName(final)
+	if want := "clicks/_displaced/" + PartName("n1", 7, 3, "ndjson"); got != want {
+		t.Fatalf("DisplacedName = %q, want %q", got, want)
+	}
+	stream, part, ok := ParseDisplacedName(got)
+	if !ok || stream != "clicks" || part != PartName("n1", 7, 3, "ndjson") {
+		t.Fatalf("ParseDisplacedName(%q) = %q %q %v", got, stream, part, ok)
+	}
+	for _, bad := range []string{"clicks/" + PartName("n1", 7, 3, "ndjson"), "clicks/_displaced/x/" + PartName("n1", 7, 3, "ndjson"), "clicks/_displaced/notapart", "/_displaced/" + PartName("n1", 7, 3, "ndjson")} {
+		if _, _, ok := ParseDisplacedName(bad); ok {
+			t.Errorf("ParseDisplacedName(%q) ok", bad)
+		}
+	}
+}

@@ -76,6 +76,17 @@ func TestStagingAndLeaseNames(t *testing.T) {
 			t.Errorf("ParseLeaseName(%q) accepted", bad)
 		}
 	}
+	if got := StreamConfName("clicks"); got != "_streams/clicks.json" {
+		t.Fatalf("StreamConfName = %q", got)
+	}
+	if s, ok := ParseStreamConfName("_streams/clicks.json"); !ok || s != "clicks" {
+		t.Fatalf("ParseStreamConfName = %q %v", s, ok)
+	}
+	for _, bad := range []string{"", "_streams/.json", "_streams/a/b.json", "_streams/a.jsonx", "streams/a.json", "_streams/_x.json", "_streams/A.json", "_streams/a..b.json"} {
+		if _, ok := ParseStreamConfName(bad); ok {
+			t.Errorf("ParseStreamConfName(%q) accepted", bad)
+		}
+	}
 	if got := TempName("/data/staging", "part-n1-00000000000000000001-0000.ndjson"); got != "/data/staging/part-n1-00000000000000000001-0000.ndjson.inprogress" || !IsTempName(got) {
 		t.Fatalf("TempName = %q", got)
 	}

@@ -205,8 +205,8 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 		case strings.HasPrefix(o.Path, "_staging/"):
 			r.Staging = append(r.Staging, o.Path)
 			continue
-		case strings.HasPrefix(o.Path, "_nodes/"):
-			continue // node leases: not data
+		case strings.HasPrefix(o.Path, "_nodes/"), strings.HasPrefix(o.Path, "_streams/"):
+			continue // node leases, stream configurations: not data
 		case strings.HasPrefix(o.Path, "_manifests/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
