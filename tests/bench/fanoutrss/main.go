@@ -1,0 +1,132 @@
+// Command fanoutrss measures the peak RSS (VmHWM) of an eosink binary
+// that is sent NDJSON bodies whose records all fall into distinct
+// partitions ({field:k}): issue 22 item 2. It starts the binary on a
+// loopback port with a fresh data dir, configures the stream, sends the
+// bodies (concurrently with -n), and prints VmHWM before and after with
+// each answer's status.
+//
+//	go build -o /tmp/eosink ./cmd/eosink
+//	go run ./tests/bench/fanoutrss -bin /tmp/eosink -mib 60 -n 1
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	bin := flag.String("bin", "", "eosink binary")
+	mib := flag.Int("mib", 60, "body size in MiB")
+	n := flag.Int("n", 1, "bodies sent at once")
+	flag.Parse()
+	if err := run(*bin, *mib, *n); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(bin string, mib, n int) error {
+	dir, err := os.MkdirTemp("", "fanoutrss-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--checkpoint-interval", "0",
+		"--max-body", "64MiB", "--max-inflight-body", "1GiB", "--log-level", "error")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	base := "http://" + addr
+	for i := 0; ; i++ {
+		if r, err := http.Get(base + "/readyz"); err == nil && r.StatusCode == 200 {
+			r.Body.Close()
+			break
+		}
+		if i > 200 {
+			return fmt.Errorf("not ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodPut, base+"/v1/streams/fan", strings.NewReader(`{"format":"ndjson","partition":"k={field:k}"}`))
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		return fmt.Errorf("put stream: %d %s", r.StatusCode, b)
+	}
+	// The PUT applies at the next barrier.
+	if r, err := http.Post(base+"/v1/checkpoints", "application/json", nil); err == nil {
+		r.Body.Close()
+	}
+	var body bytes.Buffer
+	for i := 0; body.Len() < mib<<20-32; i++ {
+		body.WriteString(`{"k":`)
+		body.WriteString(strconv.Itoa(i))
+		body.WriteString("}\n")
+	}
+	records := bytes.Count(body.Bytes(), []byte{'\n'})
+	before := hwm(cmd.Process.Pid)
+	var wg sync.WaitGroup
+	out := make([]string, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := http.Post(base+"/v1/streams/fan/records", "application/x-ndjson", bytes.NewReader(body.Bytes()))
+			if err != nil {
+				out[i] = err.Error()
+				return
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if len(b) > 160 {
+				b = b[:160]
+			}
+			out[i] = fmt.Sprintf("%d %s", r.StatusCode, bytes.TrimSpace(b))
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("body %d bytes, %d records, %d at once, %v\n", body.Len(), records, n, time.Since(start).Round(time.Millisecond))
+	for _, s := range out {
+		fmt.Println("answer:", s)
+	}
+	fmt.Printf("VmHWM before %s, after %s\n", before, hwm(cmd.Process.Pid))
+	return nil
+}
+
+func hwm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			return strings.Join(strings.Fields(line)[1:], " ")
+		}
+	}
+	return "?"
+}
