@@ -7,6 +7,7 @@
 //
 //	go build -o /tmp/eosink ./cmd/eosink
 //	go run ./tests/bench/fanoutrss -bin /tmp/eosink -mib 60 -n 1
+//	go run ./tests/bench/fanoutrss -bin /tmp/eosink -mib 60 -distinct 400
 package main
 
 import (
@@ -29,14 +30,15 @@ func main() {
 	bin := flag.String("bin", "", "eosink binary")
 	mib := flag.Int("mib", 60, "body size in MiB")
 	n := flag.Int("n", 1, "bodies sent at once")
+	distinct := flag.Int("distinct", 0, "distinct partitions of a body (k = record number modulo this); 0: every record its own")
 	flag.Parse()
-	if err := run(*bin, *mib, *n); err != nil {
+	if err := run(*bin, *mib, *n, *distinct); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, mib, n int) error {
+func run(bin string, mib, n, distinct int) error {
 	dir, err := os.MkdirTemp("", "fanoutrss-")
 	if err != nil {
 		return err
@@ -84,7 +86,11 @@ func run(bin string, mib, n int) error {
 	var body bytes.Buffer
 	for i := 0; body.Len() < mib<<20-32; i++ {
 		body.WriteString(`{"k":`)
-		body.WriteString(strconv.Itoa(i))
+		k := i
+		if distinct > 0 {
+			k = i % distinct
+		}
+		body.WriteString(strconv.Itoa(k))
 		body.WriteString("}\n")
 	}
 	records := bytes.Count(body.Bytes(), []byte{'\n'})
