@@ -489,36 +489,38 @@ func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) e
 }
 
 // roomLocked refuses a placed batch that needs more new transactions than
-// the open checkpoint can still open (--max-open-files, the stream's
-// max_partitions) before any is opened, and asks for the checkpoint to
-// end now: place refused the batches that could never fit, so after it
-// this one does. ErrBackpressure (429).
+// the open checkpoint can still open (--max-open-files), or more new
+// partitions of its stream (max_partitions; a roll is a new file, not a
+// new partition), before any is opened, and asks for the checkpoint to end
+// now: place refused the batches that could never fit, so after it this
+// one does. ErrBackpressure (429).
 func (e *Engine) roomLocked(stream string, p placed) error {
-	need, roll := 0, e.rollBytes(stream)
+	files, parts, roll := 0, 0, e.rollBytes(stream)
 	for _, pc := range p.pieces {
-		if ot := e.cur[staging.Key{Stream: stream, Partition: pc.part, Ext: p.ext}]; ot == nil || ot.txn.Size() >= roll {
-			need++
+		switch ot := e.cur[staging.Key{Stream: stream, Partition: pc.part, Ext: p.ext}]; {
+		case ot == nil:
+			files++
+			parts++
+		case ot.txn.Size() >= roll:
+			files++
 		}
 	}
-	if need == 0 {
-		return nil
-	}
-	if m := e.cfg.MaxOpenFiles; m > 0 && len(e.openTxns)+need > m {
+	if m := e.cfg.MaxOpenFiles; m > 0 && files > 0 && len(e.openTxns)+files > m {
 		e.earlyLocked()
 		return fmt.Errorf("stream %s: the batch needs %d more staging files, %d of the most %d per checkpoint are open (--max-open-files): %w",
-			stream, need, len(e.openTxns), m, ErrBackpressure)
+			stream, files, len(e.openTxns), m, ErrBackpressure)
 	}
-	if m := p.conf.cfg.MaxPartitions; m > 0 {
+	if m := p.conf.cfg.MaxPartitions; m > 0 && parts > 0 {
 		open := 0
-		for _, ot := range e.openTxns {
-			if ot.key.Stream == stream {
+		for k := range e.cur {
+			if k.Stream == stream {
 				open++
 			}
 		}
-		if open+need > m {
+		if open+parts > m {
 			e.earlyLocked()
 			return fmt.Errorf("stream %s: the batch needs %d more partitions, %d of its most %d per checkpoint are open (max_partitions): %w",
-				stream, need, open, m, ErrBackpressure)
+				stream, parts, open, m, ErrBackpressure)
 		}
 	}
 	return nil

@@ -297,3 +297,21 @@ func TestParquetRecordOverEncoderLimit(t *testing.T) {
 		t.Fatalf("checkpoint: %+v", res)
 	}
 }
+
+// TestMaxPartitionsNotRolls: max_partitions counts partitions, not the
+// files a partition rolls over to.
+func TestMaxPartitionsNotRolls(t *testing.T) {
+	r := newRig(t, nil)
+	r.foreign = true
+	e := r.start(nil)
+	configure(t, r, "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}", MaxPartitions: 1, RollSize: streamconf.MinRollSize})
+	rec := `{"k":"a","pad":"` + strings.Repeat("p", 3000) + `"}`
+	for i := range 4 {
+		if _, err := writeLines(e, "ev", rec, rec); err != nil {
+			t.Fatalf("batch %d into the one partition: %v", i, err)
+		}
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || len(res.Files) != 4 {
+		t.Fatalf("checkpoint: %s, %d files, want 4 (rolled)", res.State, len(res.Files))
+	}
+}

@@ -90,10 +90,11 @@ type Config struct {
 	Schema      *Schema `json:"schema,omitempty"`
 	RollSize    int64   `json:"roll_size,omitempty"`
 	Dedup       string  `json:"dedup,omitempty"`
-	// MaxPartitions bounds the partitions (files) one checkpoint of the
-	// stream opens: a batch needing more than this alone is refused (400
-	// invalid_partition), one that would pass it with what is open already
-	// waits for the next checkpoint (429).
+	// MaxPartitions bounds the partitions one checkpoint of the stream
+	// opens (each one file or more, as they roll): a batch needing more
+	// than this alone is refused (400 invalid_partition), one that would
+	// pass it with what is open already waits for the next checkpoint
+	// (429).
 	MaxPartitions int `json:"max_partitions,omitempty"`
 }
 
