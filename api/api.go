@@ -168,7 +168,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBody = DefaultMaxBody
 	}
 	if cfg.MaxRecord <= 0 {
-		cfg.MaxRecord = DefaultMaxRecord
+		cfg.MaxRecord = int(min(DefaultMaxRecord, cfg.MaxBody))
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = DefaultWaitTimeout

@@ -210,7 +210,9 @@ func (e *Engine) Stream(stream string) StreamInfo {
 func (e *Engine) streamInfoLocked(stream string) StreamInfo {
 	out := StreamInfo{Stream: stream, Config: defaultConf.cfg, ActiveVersion: e.confFor(stream).cfg.Version}
 	if rec, ok := e.streams.newest[stream]; ok {
-		out.Config, out.UpdatedAt, out.Configured = rec.Config, rec.UpdatedAt, true
+		// Defaults again: a configuration stored before a field existed
+		// shows the value in force (max_partitions).
+		out.Config, out.UpdatedAt, out.Configured = rec.Config.Defaults(), rec.UpdatedAt, true
 	}
 	return out
 }
