@@ -51,11 +51,12 @@ import (
 // fits that bound but not in what is left open now is backpressure (429)
 // and starts a checkpoint early (roomLocked): after it, it fits. The
 // pieces of a split batch are one buffer of the batch's size, held
-// against the API's in-flight body budget (Write.Hold). Should an append fail after an
-// earlier piece was appended, that earlier piece can't be taken back: the
-// transactions holding it are released, which makes the open checkpoint
-// abort at its pre-commit (as a failed write does), and the checkpoint is
-// asked to run now. The batch is refused; nothing of it ever commits.
+// against the API's in-flight body budget (Write.Hold).
+//
+// Should an append fail after an earlier piece was appended, that
+// earlier piece can't be taken back: the transactions holding it are
+// released, which makes the open checkpoint abort at its pre-commit (as a
+// failed write does), and the checkpoint is asked to run now. The batch is refused; nothing of it ever commits.
 // A producer's sequence number appears in the manifest ranges of every
 // file holding records of its batch.
 
