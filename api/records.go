@@ -368,9 +368,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 
 // holdPieces returns the Write.Hold of a write whose body is n bytes: the
 // pieces of a batch the engine splits over partitions are held against
-// the in-flight budget, as the body is, until unhold. A request that
-// holds (about) the whole budget alone is served anyway: else a body the
-// budget admits, split, could never be written.
+// the in-flight budget, as the body is, until unhold. A request alone
+// (nothing held but its own body) is served even when they don't fit:
+// else a body the budget admits could, split, never be written, and its
+// producer would retry forever.
 func (s *Server) holdPieces(n int64, coding string) (hold func(int64) error, unhold func()) {
 	// What this request holds for its body, at most: its steps, one
 	// joined copy, a step over, a zstd window.
