@@ -404,7 +404,7 @@ func (t *Template) checkSegment(seg []byte, next int) error {
 		// Only {field:...} values vary in length: CompileTemplate refused
 		// segments whose fixed parts alone are too long.
 		reason = fmt.Sprintf("path segment %d bytes long, at most %d", len(seg), MaxSegmentLen)
-	case ReservedElem(string(seg)):
+	case maybeReserved(seg) && ReservedElem(string(seg)):
 		reason = fmt.Sprintf("path segment %q would look like one of eosink's own names (a part file's or a temp file's)", seg)
 	default:
 		return nil
@@ -417,6 +417,13 @@ func (t *Template) checkSegment(seg []byte, next int) error {
 		}
 	}
 	return fmt.Errorf("partition segment %q: %s: %w", seg, reason, ErrInvalidPartition)
+}
+
+// maybeReserved is ReservedElem's cheap first look, without a string: a
+// reserved name starts with "part-" or ends with ".inprogress".
+func maybeReserved(seg []byte) bool {
+	n := len(seg)
+	return n >= 5 && (seg[0]|0x20 == 'p' || seg[n-1]|0x20 == 's')
 }
 
 func valueReason(s string) string {
