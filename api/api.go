@@ -177,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBody = DefaultMaxBody
 	}
 	if cfg.MaxRecord <= 0 {
-		cfg.MaxRecord = DefaultMaxRecord
+		cfg.MaxRecord = int(min(DefaultMaxRecord, cfg.MaxBody))
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = DefaultWaitTimeout
@@ -208,6 +208,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInflightBody <= 0 {
 		cfg.MaxInflightBody = max(DefaultMaxInflightBody, 2*cfg.MaxBody)
+	}
+	if int64(cfg.MaxRecord) > cfg.MaxBody {
+		return nil, fmt.Errorf("new api server: the record limit %d is above the body limit %d: no body could hold such a record", cfg.MaxRecord, cfg.MaxBody)
 	}
 	if cfg.MaxInflightBody < 2*cfg.MaxBody {
 		return nil, fmt.Errorf("new api server: the in-flight body limit %d is below twice the body limit %d: the largest body could never be read", cfg.MaxInflightBody, cfg.MaxBody)

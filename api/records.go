@@ -187,12 +187,15 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		s.writeFail(w, parseStatus(err), parseError(err))
 		return
 	}
+	hold, unhold := s.holdPieces(int64(len(body)), coding)
 	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey,
-		Body: body}) // Body: for a stream that dedups by body (server/streams.go)
+		Body: body, // for a stream that dedups by body (server/streams.go)
+		Hold: hold})
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.
 	body, b = nil, batch.Batch{}
+	unhold()
 	release()
 	if err != nil {
 		s.engineError(w, r, err, true)
@@ -383,6 +386,37 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 		body = append(body, c...)
 	}
 	return body, release, nil
+}
+
+// holdPieces returns the Write.Hold of a write whose body is n bytes: the
+// pieces of a batch the engine splits over partitions are held against
+// the in-flight budget, as the body is, until unhold. A request alone
+// (nothing held but its own body) is served even when they don't fit:
+// else a body the budget admits could, split, never be written, and its
+// producer would retry forever.
+func (s *Server) holdPieces(n int64, coding string) (hold func(int64) error, unhold func()) {
+	// What this request holds for its body, at most: its steps, one
+	// joined copy, a step over, a zstd window.
+	own := 2*n + bodyStep
+	if coding == "zstd" {
+		own += zstdMaxWindow
+	}
+	var held int64
+	hold = func(m int64) error {
+		if s.inflight.take(m) {
+			held += m
+			return nil
+		}
+		if s.inflight.inUse() <= own+held {
+			return nil
+		}
+		return errBodyBudget
+	}
+	unhold = func() {
+		s.inflight.give(held)
+		held = 0
+	}
+	return hold, unhold
 }
 
 // maxPooled keeps a rare huge body from being held by the pool.

@@ -143,6 +143,12 @@ func (s *Server) streamError(w http.ResponseWriter, err error) bool {
 	switch {
 	case errors.As(err, &re) && errors.Is(err, layout.ErrInvalidPartition):
 		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_partition", Line: re.Line, Field: re.Field, Message: err.Error()})
+	case errors.As(err, &re) && errors.Is(err, server.ErrRecordTooLarge):
+		s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large", Line: re.Line, Message: err.Error()})
+	case errors.Is(err, errBodyBudget):
+		w.Header().Set("Retry-After", s.retryAfter)
+		s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: "backpressure",
+			Message: fmt.Sprintf("request bodies in flight hold the limit of %d bytes (a batch split over partitions counts twice); retry later", s.inflight.limit)})
 	case errors.As(err, &re) && errors.Is(err, streamconf.ErrSchemaMismatch):
 		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "schema_mismatch", Line: re.Line, Field: re.Field, Message: err.Error()})
 	case errors.Is(err, layout.ErrInvalidPartition):

@@ -212,3 +212,20 @@ type Pager interface {
 	// once and every file present throughout.
 	ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, error)
 }
+
+// Limits bound the names a destination can hold. Zero means no bound.
+type Limits struct {
+	// MaxName is the longest destination-relative name (File.Final) in
+	// bytes, after the committer's own prefix or directory and anything
+	// else it builds from the name (an S3 staging key) is counted.
+	MaxName int
+	// MaxElem is the longest slash-separated element of a name, in bytes.
+	MaxElem int
+}
+
+// Limiter is implemented by committers whose destination bounds names
+// (S3 keys, file system paths), so that the engine refuses at write time
+// a record whose file could never be committed. Safe for concurrent use.
+type Limiter interface {
+	Limits() Limits
+}

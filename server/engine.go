@@ -37,6 +37,11 @@ type Write struct {
 	// "dedup": "body" (streams.go): a write with neither Producer nor Key
 	// is keyed by its SHA-256. The engine does not keep it.
 	Body []byte
+	// Hold, when set, is asked for the bytes a batch spanning partitions
+	// needs beyond Data while Write runs (streams.go place); its error
+	// refuses the batch, wrapped. The API holds them against its
+	// in-flight body budget.
+	Hold func(n int64) error
 }
 
 // WriteResult answers a Write.
@@ -160,7 +165,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	// Stream configuration hook (streams.go): place the batch by the
 	// configuration in force, outside the ingest lock.
 	key := w.Key
-	pl := e.confFor(w.Stream).place(now, &w)
+	pl := e.place(e.confFor(w.Stream), now, &w)
 	w.Key = pl.conf.dedupKey(&w, key)
 	e.mu.Lock()
 	defer func() {
@@ -172,7 +177,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	}
 	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
 	if sc := e.confFor(w.Stream); sc != pl.conf {
-		pl = sc.place(now, &w) // a barrier changed the configuration meanwhile
+		pl = e.place(sc, now, &w) // a barrier changed the configuration meanwhile
 		w.Key = sc.dedupKey(&w, key)
 	}
 	if w.Key != nil {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -33,11 +35,28 @@ import (
 // A batch whose records fall into several partitions goes to each
 // partition's transaction: every transaction is opened before anything is
 // appended (so a refused open — too many files, EMFILE — refuses the batch
-// whole), then the pieces are appended. Should an append fail after an
-// earlier piece was appended, that earlier piece can't be taken back: the
-// transactions holding it are released, which makes the open checkpoint
-// abort at its pre-commit (as a failed write does), and the checkpoint is
-// asked to run now. The batch is refused; nothing of it ever commits.
+// whole), then the pieces are appended.
+//
+// Record content is untrusted (DESIGN.md "Streams"): whatever would make
+// the pre-commit or commit of a record's file fail is refused when the
+// record is placed, naming its line, so it never aborts a checkpoint (and
+// with it every other stream's batches). place checks each record against
+// the schema and, for Parquet, the encoder's record limit; each new
+// partition against the destination's name limits (committer.Limiter) and
+// eosink's own names (layout.ReservedElem, in Template.Eval); and the
+// batch's distinct partitions against what one checkpoint of the stream
+// may ever open (max_partitions, --max-open-files): a batch needing more
+// is refused at the first record over (400), as soon as it is seen, so a
+// huge fan-out batch costs no more than that many partitions. A batch that
+// fits that bound but not in what is left open now is backpressure (429)
+// and starts a checkpoint early (roomLocked): after it, it fits. The
+// pieces of a split batch are one buffer of the batch's size, held
+// against the API's in-flight body budget (Write.Hold).
+//
+// Should an append fail after an earlier piece was appended, that
+// earlier piece can't be taken back: the transactions holding it are
+// released, which makes the open checkpoint abort at its pre-commit (as a
+// failed write does), and the checkpoint is asked to run now. The batch is refused; nothing of it ever commits.
 // A producer's sequence number appears in the manifest ranges of every
 // file holding records of its batch.
 
@@ -193,7 +212,9 @@ func (e *Engine) Stream(stream string) StreamInfo {
 func (e *Engine) streamInfoLocked(stream string) StreamInfo {
 	out := StreamInfo{Stream: stream, Config: defaultConf.cfg, ActiveVersion: e.confFor(stream).cfg.Version}
 	if rec, ok := e.streams.newest[stream]; ok {
-		out.Config, out.UpdatedAt, out.Configured = rec.Config, rec.UpdatedAt, true
+		// Defaults again: a configuration stored before a field existed
+		// shows the value in force (max_partitions).
+		out.Config, out.UpdatedAt, out.Configured = rec.Config.Defaults(), rec.UpdatedAt, true
 	}
 	return out
 }
@@ -233,8 +254,68 @@ func (e *RecordError) Error() string { return fmt.Sprintf("record %d: %v", e.Lin
 // Unwrap returns the cause.
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// ErrInvalidStream means a stream name that DESIGN's rule refuses.
-var ErrInvalidStream = errors.New("invalid stream name")
+// Errors of placing a batch (see the comment at the top of this file).
+var (
+	// ErrInvalidStream means a stream name that DESIGN's rule refuses.
+	ErrInvalidStream = errors.New("invalid stream name")
+	// ErrTooManyPartitions means a batch spans more partitions than one
+	// checkpoint of its stream may open; it can never be accepted. A
+	// RecordError names the first record over; the API answers 400
+	// invalid_partition.
+	ErrTooManyPartitions = fmt.Errorf("too many partitions in one batch: %w", layout.ErrInvalidPartition)
+	// ErrNameTooLong means a record's partition makes a file name longer
+	// than the destination takes (an S3 key over 1,024 bytes, a path over
+	// PATH_MAX or an element over NAME_MAX); 400 invalid_partition.
+	ErrNameTooLong = fmt.Errorf("file name too long for the destination: %w", layout.ErrInvalidPartition)
+	// ErrRecordTooLarge means a record is larger than its stream's
+	// encoding takes (Parquet: staging.MaxRecordBytes); 413 too_large.
+	ErrRecordTooLarge = errors.New("record too large for the stream's encoding")
+)
+
+// placeLimits bound what placing one batch may need; see Engine.place.
+type placeLimits struct {
+	parts     int // distinct partitions of one batch; 0: no bound
+	node      string
+	dest      committer.Limits
+	maxRecord int               // bytes of one record; 0: no bound
+	hold      func(int64) error // Write.Hold
+}
+
+// place places w by sc within the limits of this engine and its
+// destination.
+func (e *Engine) place(sc *streamConf, now time.Time, w *Write) placed {
+	l := placeLimits{parts: sc.cfg.MaxPartitions, node: e.cfg.Node, hold: w.Hold}
+	if m := e.cfg.MaxOpenFiles; m > 0 && (l.parts <= 0 || m < l.parts) {
+		l.parts = m
+	}
+	if dl, ok := e.cfg.Committer.(committer.Limiter); ok {
+		l.dest = dl.Limits()
+	}
+	if sc.cfg.Format == streamconf.FormatParquet {
+		l.maxRecord = staging.MaxRecordBytes
+	}
+	return sc.place(now, w, l)
+}
+
+// checkName refuses a partition whose files' names the destination can't
+// hold: stream/part/<the longest part name this node gives for ext>.
+func (l placeLimits) checkName(stream, part, ext string) error {
+	base := layout.MaxPartNameLen(l.node, ext)
+	if n := len(stream) + 1 + len(part) + 1 + base; l.dest.MaxName > 0 && n > l.dest.MaxName {
+		return fmt.Errorf("partition %q makes file names of up to %d bytes, the destination takes %d: %w", part, n, l.dest.MaxName, ErrNameTooLong)
+	}
+	if m := l.dest.MaxElem; m > 0 {
+		if len(stream) > m || base > m {
+			return fmt.Errorf("file names of stream %s are longer than the destination's %d bytes per name: %w", stream, m, ErrNameTooLong)
+		}
+		for seg := range strings.SplitSeq(part, "/") {
+			if len(seg) > m {
+				return fmt.Errorf("partition %q has a name of %d bytes, the destination takes %d: %w", part, len(seg), m, ErrNameTooLong)
+			}
+		}
+	}
+	return nil
+}
 
 // piece is the part of a batch bound for one partition.
 type piece struct {
@@ -251,8 +332,8 @@ type placed struct {
 	err    error
 }
 
-// place checks a batch against sc and splits it by partition.
-func (sc *streamConf) place(now time.Time, w *Write) placed {
+// place checks a batch against sc and splits it by partition, within l.
+func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 	p := placed{conf: sc}
 	ext, err := sc.cfg.Ext(w.Ext)
 	if err != nil {
@@ -263,10 +344,13 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 	if w.Records == 0 {
 		return p
 	}
-	if !sc.tmpl.NeedsRecord() && sc.schema == nil {
+	if !sc.tmpl.NeedsRecord() && sc.schema == nil && l.maxRecord == 0 {
 		part, err := sc.tmpl.Eval(now, nil)
+		if err == nil {
+			err = l.checkName(w.Stream, part, ext)
+		}
 		if err != nil {
-			p.err = err
+			p.err = &RecordError{Line: 1, Err: err}
 			return p
 		}
 		p.pieces = []piece{{part: part, data: w.Data, records: w.Records}}
@@ -279,7 +363,9 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 	var (
 		index = map[string]int{}
 		parts []string // partition of each distinct index
-		of    []int    // partition index of each record
+		sizes []int    // bytes of each partition's piece
+		recs  []int    // records of each partition's piece
+		of    []uint32 // partition index of each record, once there are two
 	)
 	data, line := w.Data, 0
 	for len(data) > 0 {
@@ -290,6 +376,10 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 			data = nil
 		}
 		line++
+		if l.maxRecord > 0 && len(rec) > l.maxRecord {
+			p.err = &RecordError{Line: line, Err: fmt.Errorf("%d bytes, a %s file takes records of at most %d: %w", len(rec), sc.cfg.Format, l.maxRecord, ErrRecordTooLarge)}
+			return p
+		}
 		if chk != nil {
 			if err := chk.Check(rec); err != nil {
 				var me *streamconf.MismatchError
@@ -313,20 +403,50 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 		}
 		i, ok := index[part]
 		if !ok {
+			if l.parts > 0 && len(parts) >= l.parts {
+				p.err = &RecordError{Line: line, Err: fmt.Errorf("the batch needs more than %d partitions, the most one checkpoint of stream %s opens (max_partitions, --max-open-files): split it: %w",
+					l.parts, w.Stream, ErrTooManyPartitions)}
+				return p
+			}
+			if err := l.checkName(w.Stream, part, ext); err != nil {
+				p.err = &RecordError{Line: line, Err: err}
+				return p
+			}
 			i = len(parts)
 			index[part] = i
-			parts = append(parts, part)
+			parts, sizes, recs = append(parts, part), append(sizes, 0), append(recs, 0)
+			if i == 1 {
+				// The batch splits: its pieces will take one buffer of its
+				// size, and of 4 bytes a record.
+				if l.hold != nil {
+					if err := l.hold(int64(len(w.Data)) + 4*int64(max(w.Records, line))); err != nil {
+						p.err = fmt.Errorf("split batch over partitions: %w", err)
+						return p
+					}
+				}
+				of = make([]uint32, line-1, max(w.Records, line))
+			}
 		}
-		of = append(of, i)
+		sizes[i] += len(rec) + 1
+		recs[i]++
+		if of != nil {
+			of = append(of, uint32(i))
+		}
 	}
 	if len(parts) == 1 {
-		p.pieces = []piece{{part: parts[0], data: w.Data, records: len(of)}}
+		p.pieces = []piece{{part: parts[0], data: w.Data, records: recs[0]}}
 		return p
 	}
+	// One buffer holds every piece, each at its offset, records in batch order.
+	total := 0
 	p.pieces = make([]piece, len(parts))
+	ends := make([]int, len(parts)) // where the next record of each piece goes
 	for i, part := range parts {
-		p.pieces[i].part = part
+		p.pieces[i] = piece{part: part, records: recs[i]}
+		ends[i] = total
+		total += sizes[i]
 	}
+	buf := make([]byte, total)
 	data = w.Data
 	for _, i := range of {
 		rec := data
@@ -335,8 +455,14 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 		} else {
 			data = nil
 		}
-		p.pieces[i].data = append(append(p.pieces[i].data, rec...), '\n')
-		p.pieces[i].records++
+		n := copy(buf[ends[i]:], rec)
+		buf[ends[i]+n] = '\n'
+		ends[i] += n + 1
+	}
+	start := 0
+	for i := range p.pieces {
+		p.pieces[i].data = buf[start:ends[i]:ends[i]]
+		start = ends[i]
 	}
 	return p
 }
@@ -344,6 +470,9 @@ func (sc *streamConf) place(now time.Time, w *Write) placed {
 // appendPlacedLocked appends a placed batch to its transactions, all or
 // nothing (see the package comment above).
 func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) error {
+	if err := e.roomLocked(w.Stream, p); err != nil {
+		return err
+	}
 	ots := make([]*openTxn, len(p.pieces))
 	for i, pc := range p.pieces {
 		ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: pc.part, Ext: p.ext})
@@ -358,6 +487,44 @@ func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) e
 				e.doomLocked(ots[:i])
 			}
 			return fmt.Errorf("append to stream %s: %w", w.Stream, err)
+		}
+	}
+	return nil
+}
+
+// roomLocked refuses a placed batch that needs more new transactions than
+// the open checkpoint can still open (--max-open-files), or more new
+// partitions of its stream (max_partitions; a roll is a new file, not a
+// new partition), before any is opened, and asks for the checkpoint to end
+// now: place refused the batches that could never fit, so after it this
+// one does. ErrBackpressure (429).
+func (e *Engine) roomLocked(stream string, p placed) error {
+	files, parts, roll := 0, 0, e.rollBytes(stream)
+	for _, pc := range p.pieces {
+		switch ot := e.cur[staging.Key{Stream: stream, Partition: pc.part, Ext: p.ext}]; {
+		case ot == nil:
+			files++
+			parts++
+		case ot.txn.Size() >= roll:
+			files++
+		}
+	}
+	if m := e.cfg.MaxOpenFiles; m > 0 && files > 0 && len(e.openTxns)+files > m {
+		e.earlyLocked()
+		return fmt.Errorf("stream %s: the batch needs %d more staging files, %d of the most %d per checkpoint are open (--max-open-files): %w",
+			stream, files, len(e.openTxns), m, ErrBackpressure)
+	}
+	if m := p.conf.cfg.MaxPartitions; m > 0 && parts > 0 {
+		open := 0
+		for k := range e.cur {
+			if k.Stream == stream {
+				open++
+			}
+		}
+		if open+parts > m {
+			e.earlyLocked()
+			return fmt.Errorf("stream %s: the batch needs %d more partitions, %d of its most %d per checkpoint are open (max_partitions): %w",
+				stream, parts, open, m, ErrBackpressure)
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -146,58 +145,6 @@ func TestStreamPartitionSplit(t *testing.T) {
 	want := map[string]int64{"ev/day=2026-11-29/h=09": 2, "ev/day=2025-11-30/h=10": 1}
 	if len(parts) != len(want) || parts["ev/day=2026-11-29/h=09"] != 2 || parts["ev/day=2025-11-30/h=10"] != 1 {
 		t.Fatalf("partitions %v, want %v", parts, want)
-	}
-}
-
-// TestStreamPartitionsBounded: partitions are transactions, bounded by
-// MaxOpenFiles: a batch needing more is refused whole with backpressure
-// (nothing of it appended, no empty file committed), and asks for an
-// early checkpoint; after it the batch goes in.
-func TestStreamPartitionsBounded(t *testing.T) {
-	r := newRig(t, nil)
-	r.foreign = true // records of its own: the end check skips their ranges
-	var mu sync.Mutex
-	var files []int64 // records of every committed file, whichever checkpoint committed it
-	r.tweak = func(c *Config) {
-		c.MaxOpenFiles = 2
-		c.Hooks.Checkpoint = func(res CheckpointResult) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, f := range res.Files {
-				files = append(files, f.Records)
-			}
-		}
-	}
-	committed := func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		out := files
-		files = nil
-		return out
-	}
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
-		t.Fatal(err)
-	}
-	r.checkpoint()
-	three := []byte(`{"k":"a"}` + "\n" + `{"k":"b"}` + "\n" + `{"k":"c"}` + "\n")
-	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"a"}` + "\n"), Records: 1}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: three, Records: 3})
-	if !errors.Is(err, ErrBackpressure) {
-		t.Fatalf("a batch over --max-open-files partitions: %v, want backpressure", err)
-	}
-	r.checkpoint() // after the early one the refusal started, if it has not run yet
-	if got := committed(); len(got) != 1 || got[0] != 1 {
-		t.Fatalf("committed files of %v records: want the one record, no empty file", got)
-	}
-	if _, err := e.Write(Write{Stream: "ev", Ext: "ndjson", Data: three[:20], Records: 2}); err != nil {
-		t.Fatal(err)
-	}
-	r.checkpoint()
-	if got := committed(); len(got) != 2 {
-		t.Fatalf("committed files of %v records, want 2 files", got)
 	}
 }
 

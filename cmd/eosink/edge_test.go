@@ -41,6 +41,8 @@ func TestExitCodes(t *testing.T) {
 		{"unknown flag", []string{"serve", "--frobnicate"}, "frobnicate"},
 		{"bad size", []string{"serve", "--max-body", "lots"}, "max-body"},
 		{"size overflow", []string{"serve", "--max-body", "9000000TiB"}, "max-body"},
+		{"record over body", []string{"serve", "--max-record", "128MiB"}, "--max-record"},
+		{"inflight under two bodies", []string{"serve", "--max-body", "200MiB", "--max-inflight-body", "256MiB"}, "--max-inflight-body"},
 		{"negative interval", []string{"serve", "--checkpoint-interval", "-1s"}, "--checkpoint-interval"},
 		{"negative linger", []string{"serve", "--commit-linger", "-1ms"}, "--commit-linger"},
 		{"negative min gap", []string{"serve", "--commit-min-gap", "-1ms"}, "--commit-min-gap"},

@@ -191,6 +191,12 @@ func (f *serveFlags) check() error {
 	if f.leaseTimeout < 300*time.Millisecond {
 		return fmt.Errorf("%w: --lease-timeout %v: want at least 300ms (renewals run every third of it)", errUsage, f.leaseTimeout)
 	}
+	if f.maxRecord > f.maxBody {
+		return fmt.Errorf("%w: --max-record %v is above --max-body %v: no body could hold such a record", errUsage, f.maxRecord, f.maxBody)
+	}
+	if f.maxInflight < 2*f.maxBody {
+		return fmt.Errorf("%w: --max-inflight-body %v is below twice --max-body %v: the largest body could never be read", errUsage, f.maxInflight, f.maxBody)
+	}
 	if f.pprofListen != "" && !isLoopback(f.pprofListen) {
 		return fmt.Errorf("%w: --pprof-listen %q: want a loopback host:port", errUsage, f.pprofListen)
 	}

@@ -28,6 +28,7 @@ var (
 	_ committer.Publisher = (*Local)(nil)
 	_ committer.Reader    = (*Local)(nil)
 	_ committer.Pager     = (*Local)(nil)
+	_ committer.Limiter   = (*Local)(nil)
 )
 
 // Local commits into Dest on FS. Temp files for published objects go to
@@ -56,6 +57,19 @@ func New(fsys afero.Fs, dest, staging string) *Local {
 }
 
 func (l *Local) abs(name string) string { return path.Join(l.Dest, name) }
+
+// Path limits of Linux (and most Unix) file systems: PATH_MAX counts the
+// terminating NUL, NAME_MAX does not.
+const (
+	maxPath = 4096 - 1
+	maxElem = 255
+)
+
+// Limits bounds final names so that Dest/<name> stays within PATH_MAX and
+// every element within NAME_MAX.
+func (l *Local) Limits() committer.Limits {
+	return committer.Limits{MaxName: maxPath - len(l.Dest) - 1, MaxElem: maxElem}
+}
 
 // Prepare does nothing: the synced staging file is already what Commit renames.
 func (l *Local) Prepare(_ context.Context, f committer.File) (committer.File, error) {

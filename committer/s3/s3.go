@@ -23,6 +23,7 @@ var (
 	_ committer.Publisher      = (*S3)(nil)
 	_ committer.Reader         = (*S3)(nil)
 	_ committer.Pager          = (*S3)(nil)
+	_ committer.Limiter        = (*S3)(nil)
 )
 
 // Errors of this package. They wrap with the committer sentinels where
@@ -171,6 +172,19 @@ func (s *S3) Key(name string) string {
 // StagingKey returns the key Copy mode stages final at.
 func (s *S3) StagingKey(final string) string {
 	return s.Key(layout.StagingName(s.node, final))
+}
+
+// maxKey is the longest object key S3 takes, in bytes of UTF-8.
+const maxKey = 1024
+
+// Limits bounds final names so that every key made from one fits in
+// maxKey: the final key, and in Copy mode the longer staging key.
+func (s *S3) Limits() committer.Limits {
+	longest := len(s.Key(""))
+	if s.mode == Copy {
+		longest = len(s.StagingKey(""))
+	}
+	return committer.Limits{MaxName: maxKey - longest}
 }
 
 // validName reports whether name can be a destination file: a clean

@@ -140,6 +140,30 @@ func PartName(node string, checkpoint uint64, index int, ext string) string {
 	return fmt.Sprintf("part-%s-%020d-%04d.%s", node, checkpoint, index, ext)
 }
 
+// MaxPartNameLen is the longest base name PartName gives for node and
+// ext: with an index of up to 9 digits, the most ParsePartName reads.
+func MaxPartNameLen(node, ext string) int { return len(PartName(node, 0, 0, ext)) + 5 }
+
+// ReservedElem reports whether a path element under a stream's folder
+// could be mistaken for one of eosink's own names: a part file's (in any
+// letter case, for case-insensitive file systems), a temp file's, or the
+// folder of displaced files (DisplacedDir). A partition segment equal to a
+// part file's name would need a directory where that file may be (after a
+// template gains a level), which no commit could ever make.
+func ReservedElem(elem string) bool {
+	if strings.EqualFold(elem, DisplacedDir) {
+		return true
+	}
+	if len(elem) >= len(TempSuffix) && strings.EqualFold(elem[len(elem)-len(TempSuffix):], TempSuffix) {
+		return true
+	}
+	if len(elem) < len("part-") || !strings.EqualFold(elem[:len("part-")], "part-") {
+		return false
+	}
+	_, _, _, _, ok := ParsePartName(strings.ToLower(elem))
+	return ok
+}
+
 var partRE = regexp.MustCompile(`^part-(.+)-([0-9]{20})-([0-9]{4,9})\.([A-Za-z0-9][A-Za-z0-9.]*)$`)
 
 // ParsePartName parses a base name made by PartName.

@@ -109,3 +109,26 @@ func TestDisplacedNameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedElem(t *testing.T) {
+	for elem, want := range map[string]bool{
+		PartName("n1", 7, 0, "ndjson"):              true,
+		PartName("eosink-0", 1<<40, 12345, "txt"):   true,
+		"Part-N1-00000000000000000007-0000.Parquet": true,
+		"a.inprogress":          true,
+		"_displaced":            true,
+		"_Displaced":            true,
+		"_displaced2":           false,
+		"a.enc.INPROGRESS":      true,
+		"part-a":                false,
+		"part-n1-7-0000.ndjson": false,
+		"parts":                 false,
+		"x.inprogres":           false,
+		"dt=2026-11-29":         false,
+		"inprogress":            false,
+	} {
+		if got := ReservedElem(elem); got != want {
+			t.Errorf("ReservedElem(%q) = %v, want %v", elem, got, want)
+		}
+	}
+}

@@ -128,7 +128,9 @@ type verb struct {
 // are kept, every other byte (of its UTF-8) is written %XX (upper-case hex);
 // a segment that would start with '.' or '_' has that byte written %2E or
 // %5F, so no segment is ".", ".." or hidden. An empty value, or one longer
-// than MaxValueLen bytes after encoding, is refused.
+// than MaxValueLen bytes after encoding, is refused, and so is a segment
+// that ReservedElem takes for one of eosink's own names (a part file's or
+// a temp file's), which no commit could make a directory of.
 type Template struct {
 	src    string
 	pieces []piece
@@ -393,20 +395,35 @@ func (t *Template) Eval(ingest time.Time, rec []byte) (string, error) {
 
 // checkSegment refuses a segment longer than a file name may be; the piece
 // index is used to name a field of that segment.
+// It also refuses a segment that ReservedElem would take for one of
+// eosink's own names.
 func (t *Template) checkSegment(seg []byte, next int) error {
-	if len(seg) <= MaxSegmentLen {
+	var reason string
+	switch {
+	case len(seg) > MaxSegmentLen:
+		// Only {field:...} values vary in length: CompileTemplate refused
+		// segments whose fixed parts alone are too long.
+		reason = fmt.Sprintf("path segment %d bytes long, at most %d", len(seg), MaxSegmentLen)
+	case maybeReserved(seg) && ReservedElem(string(seg)):
+		reason = fmt.Sprintf("path segment %q would look like one of eosink's own names (a part file's or a temp file's)", seg)
+	default:
 		return nil
 	}
-	// Only {field:...} values vary in length: CompileTemplate refused
-	// segments whose fixed parts alone are too long.
 	for i := next - 1; i >= 0; i-- {
 		if p := t.pieces[i]; p.kind == pieceField {
-			return &PartitionError{Field: t.fields[p.field], Reason: fmt.Sprintf("path segment %d bytes long, at most %d", len(seg), MaxSegmentLen)}
+			return &PartitionError{Field: t.fields[p.field], Reason: reason}
 		} else if p.segStart {
 			break
 		}
 	}
-	return fmt.Errorf("partition segment %q: %d bytes: %w", seg, len(seg), ErrInvalidPartition) // unreachable by CompileTemplate's check
+	return fmt.Errorf("partition segment %q: %s: %w", seg, reason, ErrInvalidPartition)
+}
+
+// maybeReserved is ReservedElem's cheap first look, without a string: a
+// reserved name starts with "part-" or ends with ".inprogress".
+func maybeReserved(seg []byte) bool {
+	n := len(seg)
+	return n >= 5 && (seg[0]|0x20 == 'p' || seg[n-1]|0x20 == 's')
 }
 
 func valueReason(s string) string {

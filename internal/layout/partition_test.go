@@ -172,6 +172,10 @@ func TestEvalErrors(t *testing.T) {
 		{"time bool", "{time:ts:%H}", `{"ts":false}`, "ts", "want an RFC 3339 string or epoch milliseconds"},
 		{"time range", "{time:ts:%Y}", `{"ts":9223372036854775807}`, "ts", "outside years"},
 		{"time missing", "a/{time:ts:%Y}", `{}`, "ts", "missing"},
+		{"part file name", "a/{field:r}", `{"r":"part-n1-00000000000000000007-0000.ndjson"}`, "r", "eosink's own names"},
+		{"part file name, other case", "{field:r}", `{"r":"PART-n1-00000000000000000007-0000.NDJSON.GZ"}`, "r", "eosink's own names"},
+		{"part file name made of a literal and a value", "part-{field:r}", `{"r":"n1-00000000000000000007-12345.parquet"}`, "r", "eosink's own names"},
+		{"temp file name", "{field:r}", `{"r":"a.inprogress"}`, "r", "eosink's own names"},
 		{"segment too long", "{field:a}{field:b}", `{"a":"` + strings.Repeat("a", 150) + `","b":"` + strings.Repeat("b", 150) + `"}`, "b", "path segment 300 bytes long"},
 	}
 	for _, tt := range tests {

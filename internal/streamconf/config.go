@@ -56,6 +56,11 @@ const (
 	MinRollSize = 4 << 10 // bytes; 0 means the server's --roll-size
 	MaxRollSize = 1 << 40
 	MaxFields   = 1024 // schema fields
+	// MaxPartitions bounds max_partitions; DefaultMaxPartitions is its
+	// default. Each partition of a checkpoint is a file (a transaction
+	// holding a descriptor until pre-commit).
+	MaxPartitions        = 100000
+	DefaultMaxPartitions = 1000
 )
 
 // ErrInvalid is what every *FieldError unwraps to.
@@ -85,6 +90,12 @@ type Config struct {
 	Schema      *Schema `json:"schema,omitempty"`
 	RollSize    int64   `json:"roll_size,omitempty"`
 	Dedup       string  `json:"dedup,omitempty"`
+	// MaxPartitions bounds the partitions one checkpoint of the stream
+	// opens (each one file or more, as they roll): a batch needing more
+	// than this alone is refused (400 invalid_partition), one that would
+	// pass it with what is open already waits for the next checkpoint
+	// (429).
+	MaxPartitions int `json:"max_partitions,omitempty"`
 }
 
 // Defaults returns c with every empty field set to its default: no
@@ -103,6 +114,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Dedup == "" {
 		c.Dedup = DedupNone
+	}
+	if c.MaxPartitions == 0 {
+		c.MaxPartitions = DefaultMaxPartitions
 	}
 	return c
 }
@@ -141,6 +155,10 @@ func Decode(body []byte) (Config, error) {
 			}
 		case "dedup":
 			if err := decodeValue(m.val, &c.Dedup, "dedup", "a string"); err != nil {
+				return c, err
+			}
+		case "max_partitions":
+			if err := decodeValue(m.val, &c.MaxPartitions, "max_partitions", "an integer"); err != nil {
 				return c, err
 			}
 		case "schema":
@@ -325,6 +343,9 @@ func (c Config) Validate() error {
 	case "", DedupNone, DedupBody:
 	default:
 		return fieldErr("dedup", "%q is not one of none, body", c.Dedup)
+	}
+	if c.MaxPartitions < 0 || c.MaxPartitions > MaxPartitions {
+		return fieldErr("max_partitions", "%d is outside 1..%d (0 for the default, %d)", c.MaxPartitions, MaxPartitions, DefaultMaxPartitions)
 	}
 	return nil
 }

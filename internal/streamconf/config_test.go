@@ -51,7 +51,7 @@ func TestDecodeDesignExample(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	got := Config{}.Defaults()
-	want := Config{Compression: "none", Partition: "dt={ingest:%Y-%m-%d}/hour={ingest:%H}", Dedup: "none"}
+	want := Config{Compression: "none", Partition: "dt={ingest:%Y-%m-%d}/hour={ingest:%H}", Dedup: "none", MaxPartitions: DefaultMaxPartitions}
 	if got != want {
 		t.Fatalf("Defaults = %+v, want %+v", got, want)
 	}
@@ -72,6 +72,7 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"format":1}`, "format", "must be a string"},
 		{`{"roll_size":"1MB"}`, "roll_size", "must be an integer"},
 		{`{"roll_size":1.5}`, "roll_size", "must be an integer"},
+		{`{"max_partitions":"many"}`, "max_partitions", "must be an integer"},
 		{`{"dedup":"body","dedup":"none"}`, "dedup", "appears twice"},
 		{`{"schema":[]}`, "schema", "must be a JSON object"},
 		{`{"schema":{"field":[]}}`, "schema.field", "unknown field"},
@@ -124,6 +125,9 @@ func TestValidate(t *testing.T) {
 		{"roll small", Config{RollSize: MinRollSize - 1}, "roll_size", "outside"},
 		{"roll negative", Config{RollSize: -1}, "roll_size", "outside"},
 		{"dedup", Config{Dedup: "key"}, "dedup", `"key" is not one of`},
+		{"max partitions", Config{MaxPartitions: 7}, "", ""},
+		{"max partitions negative", Config{MaxPartitions: -1}, "max_partitions", "outside 1..100000"},
+		{"max partitions too many", Config{MaxPartitions: MaxPartitions + 1}, "max_partitions", "outside 1..100000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,7 +200,7 @@ func TestExt(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(designExample))
-	f.Add([]byte(`{"format":"text","compression":"gzip","roll_size":4096,"dedup":"body","version":3}`))
+	f.Add([]byte(`{"format":"text","compression":"gzip","roll_size":4096,"dedup":"body","max_partitions":10,"version":3}`))
 	f.Add([]byte(`{"schema":{"fields":[{"name":"a","type":"json","required":false}]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c, err := Decode(body)
@@ -220,7 +224,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		again, err := Decode(b)
-		if err != nil || !reflect.DeepEqual(again, Config{Format: c.Format, Compression: c.Compression, Partition: c.Partition, Schema: c.Schema, RollSize: c.RollSize, Dedup: c.Dedup}) {
+		if err != nil || !reflect.DeepEqual(again, Config{Format: c.Format, Compression: c.Compression, Partition: c.Partition, Schema: c.Schema, RollSize: c.RollSize, Dedup: c.Dedup, MaxPartitions: c.MaxPartitions}) {
 			t.Fatalf("round trip of %s: %+v, %v", b, again, err)
 		}
 		if _, err := c.Template(); err != nil {

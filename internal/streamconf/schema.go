@@ -1,6 +1,7 @@
 package streamconf
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -114,14 +115,28 @@ type Checker struct {
 	strict bool
 	vals   [][]byte
 	seen   []bool
+	// byName indexes the fields of a schema larger than smallSchema: a
+	// scan per key would make a record's check quadratic in its fields
+	// (1,024 fields: ~85x slower per byte than 8).
+	byName map[string]int
 }
+
+// smallSchema is the size up to which a scan finds a key faster than a map.
+const smallSchema = 16
 
 // NewChecker returns a checker for s, which must be valid. strict refuses
 // record fields that are not in the schema: Parquet files keep only schema
 // fields, so for them an unknown field would be lost; an ndjson stream keeps
 // the whole line and checks only the fields the schema names.
 func (s *Schema) NewChecker(strict bool) *Checker {
-	return &Checker{s: s, strict: strict, vals: make([][]byte, len(s.Fields)), seen: make([]bool, len(s.Fields))}
+	c := &Checker{s: s, strict: strict, vals: make([][]byte, len(s.Fields)), seen: make([]bool, len(s.Fields))}
+	if len(s.Fields) > smallSchema {
+		c.byName = make(map[string]int, len(s.Fields))
+		for i, f := range s.Fields {
+			c.byName[f.Name] = i
+		}
+	}
+	return c
 }
 
 // Check returns nil if rec, one valid JSON record, matches the schema, or
@@ -183,6 +198,21 @@ func (c *Checker) Values(rec []byte) ([][]byte, error) {
 }
 
 func (c *Checker) find(key []byte) int {
+	if c.byName != nil {
+		if i, ok := c.byName[string(key)]; ok {
+			return i
+		}
+		// Field names are ASCII letters, digits and '_': only an escape
+		// can make another raw key one of them.
+		if bytes.IndexByte(key, '\\') < 0 {
+			return -1
+		}
+		k, err := jsontop.Key(key)
+		if i, ok := c.byName[k]; ok && err == nil {
+			return i
+		}
+		return -1
+	}
 	for i, f := range c.s.Fields {
 		if jsontop.KeyIs(key, f.Name) {
 			return i

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -240,5 +241,88 @@ func BenchmarkCheck(b *testing.B) {
 		if err := c.Check(rec); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// wideSchema has MaxFields int64 fields; wideRecord sets each, in reverse
+// order (the worst order for a checker that scans the schema per key).
+func wideSchema() (*Schema, []byte) {
+	s := &Schema{}
+	var rec []byte
+	for i := range MaxFields {
+		s.Fields = append(s.Fields, Field{Name: fmt.Sprintf("field_%04d", i), Type: TypeInt64})
+	}
+	rec = append(rec, '{')
+	for i := MaxFields - 1; i >= 0; i-- {
+		rec = fmt.Appendf(rec, `"field_%04d":%d`, i, i)
+		if i > 0 {
+			rec = append(rec, ',')
+		}
+	}
+	return s, append(rec, '}')
+}
+
+// TestCheckCostLinear: checking a record costs about the same per byte
+// whatever the schema's size. A checker that looked each key up by
+// scanning the schema checked a record of the largest schema (1,024
+// fields) ~25x slower per byte than a small one; a client could make the
+// write path that much slower by configuring such a schema.
+func TestCheckCostLinear(t *testing.T) {
+	if err := (Config{Format: FormatNDJSON, Schema: must(wideSchema())}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wide, wrec := wideSchema()
+	small := &Schema{Fields: wide.Fields[:8]}
+	srec := []byte(`{"field_0007":7,"field_0006":6,"field_0005":5,"field_0004":4,"field_0003":3,"field_0002":2,"field_0001":1,"field_0000":0}`)
+	perByte := func(s *Schema, rec []byte) float64 {
+		c := s.NewChecker(true)
+		best := time.Duration(1 << 62)
+		for range 5 {
+			n := max(1, (1<<20)/len(rec))
+			start := time.Now()
+			for range n {
+				if err := c.Check(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			best = min(best, time.Since(start)/time.Duration(n))
+		}
+		return float64(best) / float64(len(rec))
+	}
+	ratio := perByte(wide, wrec) / perByte(small, srec)
+	t.Logf("per byte, %d fields vs 8: %.1fx", MaxFields, ratio)
+	if ratio > 5 {
+		t.Fatalf("a record of a %d-field schema costs %.1fx per byte what one of 8 fields does; want about the same", MaxFields, ratio)
+	}
+}
+
+func must(s *Schema, _ []byte) *Schema { return s }
+
+func BenchmarkCheckWide(b *testing.B) {
+	s, rec := wideSchema()
+	c := s.NewChecker(true)
+	b.SetBytes(int64(len(rec)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Check(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestCheckWideEscapes: a large schema's index finds keys written with
+// escapes, as a scan does.
+func TestCheckWideEscapes(t *testing.T) {
+	s, _ := wideSchema()
+	c := s.NewChecker(true)
+	var me *MismatchError
+	if err := c.Check([]byte(`{"field_\u0030007":"x"}`)); !errors.As(err, &me) || me.Field != "field_0007" {
+		t.Fatalf("escaped key: %v, want a mismatch of field_0007", err)
+	}
+	if err := c.Check([]byte(`{"field_0007":7,"nope":1}`)); !errors.As(err, &me) || me.Field != "nope" {
+		t.Fatalf("unknown key: %v, want it named", err)
+	}
+	if err := c.Check([]byte(`{"field_0007":7}`)); err != nil {
+		t.Fatal(err)
 	}
 }
