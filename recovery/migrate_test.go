@@ -10,7 +10,7 @@ import (
 )
 
 // TestStoreMigratesVersion1: a version 1 store (producers with every
-// stream in one row, no pending index) opens as version 2 with the same
+// stream in one row, no pending index) opens as the current version with the same
 // state, once.
 func TestStoreMigratesVersion1(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "state.db")
@@ -78,7 +78,7 @@ func TestStoreMigratesVersion1(t *testing.T) {
 			t.Fatalf("last id %d", id)
 		}
 		if err := s.db.View(func(tx *bolt.Tx) error {
-			if v := tx.Bucket(bucketMeta).Get(keyVersion); binary.BigEndian.Uint64(v) != 2 {
+			if v := tx.Bucket(bucketMeta).Get(keyVersion); binary.BigEndian.Uint64(v) != storeVersion {
 				t.Fatalf("version %x", v)
 			}
 			return nil

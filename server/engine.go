@@ -33,6 +33,9 @@ type Write struct {
 	Producer *Producer // nil without idempotence headers
 	// Key is the batch's idempotency key, nil without; never with Producer.
 	Key *IdempotencyKey
+	// Scope is what keys are scoped by (idempotency.go): an identity of
+	// the client's token when tokens are on, "" without.
+	Scope string
 	// Body is the decoded request body, for a stream configured with
 	// "dedup": "body" (streams.go): a write with neither Producer nor Key
 	// is keyed by its SHA-256. The engine does not keep it.
@@ -174,7 +177,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		w.Key = sc.dedupKey(&w, key)
 	}
 	if w.Key != nil {
-		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
+		if dup, ok, err := e.keyLookupLocked(&w); ok || err != nil {
 			return dup, err
 		}
 	}
@@ -226,7 +229,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.acceptLocked(w, ss, &res)
 	}
 	if w.Key != nil {
-		e.keyAcceptLocked(w.Stream, w.Key)
+		e.keyAcceptLocked(&w)
 	}
 	if h := e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))
