@@ -188,7 +188,8 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey,
-		Body: body}) // Body: for a stream that dedups by body (server/streams.go)
+		Scope: s.keyScope(r), // keys are the token's, not the stream's
+		Body:  body})         // Body: for a stream that dedups by body (server/streams.go)
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.
