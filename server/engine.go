@@ -127,6 +127,10 @@ type Engine struct {
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
 
+	// lastPrepared is the newest checkpoint recorded prepared (a
+	// stream's PUT waits for it: streams.go).
+	lastPrepared uint64
+
 	status      atomic.Pointer[Status] // published under mu, read by Status without it
 	keys        keyTable               // idempotency keys (idempotency.go)
 	streams     streamTable            // stream configurations (streams.go)
@@ -198,6 +202,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			e.acceptLocked(w, ss, &res)
 		}
 		return res, nil
+	}
+	if err := e.switchLocked(w.Stream); err != nil { // streams.go: a PUT's barrier
+		e.reject("backpressure")
+		return res, err
 	}
 	if e.held > 0 && e.held+int64(len(w.Data)) > e.cfg.MaxUncommittedBytes {
 		e.reject("backpressure")

@@ -204,6 +204,18 @@ func (c *stuckCommitter) Commit(ctx context.Context, f committer.File) error {
 	return c.Committer.Commit(ctx, f)
 }
 
+// waitStuck waits until e's commit is failing and retried.
+func waitStuck(t *testing.T, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Status().Stuck == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit never got stuck")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestKeyCapKeepsUncommittedKeys: past the key cap, the keys of a
 // checkpoint prepared but not yet committed (its commit retried through
 // an outage) are kept: a new key is refused with backpressure, and the
@@ -226,13 +238,7 @@ func TestKeyCapKeepsUncommittedKeys(t *testing.T) {
 	sc.stuck.Store(true)
 	done := make(chan CheckpointResult, 1)
 	go func() { res, _ := e.Checkpoint(context.Background()); done <- res }()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Status().Stuck == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("the commit never got stuck")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitStuck(t, e)
 	// a and b are prepared, not committed: the cap may not drop them.
 	if _, err := keyed(e, "c", "s", 3, 1); !errors.Is(err, ErrBackpressure) {
 		t.Errorf("a new key past the cap with every key uncommitted: err %v, want ErrBackpressure", err)
