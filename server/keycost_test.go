@@ -19,12 +19,11 @@ import (
 //	go test ./server -run '^$' -bench KeyCost -benchtime 1x
 func BenchmarkKeyCost(b *testing.B) {
 	for _, size := range []int{0, 36, 255} {
-		b.Run(fmt.Sprintf("key%d", size), func(b *testing.B) { benchKeyCost(b, size) })
+		b.Run(fmt.Sprintf("key%d", size), func(b *testing.B) { benchKeyCost(b, size, 100_000, 10) })
 	}
 }
 
-func benchKeyCost(b *testing.B, size int) {
-	const keys, ckpts = 100_000, 10
+func benchKeyCost(b *testing.B, size, keys, ckpts int) {
 	pad := strings.Repeat("k", max(size-36, 0))
 	for range b.N {
 		r := newRig(b, nil)
@@ -57,8 +56,8 @@ func benchKeyCost(b *testing.B, size int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/keys, "heapB/key")
-		b.ReportMetric(float64(fi.Size())/keys, "dbB/key")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(keys), "heapB/key")
+		b.ReportMetric(float64(fi.Size())/float64(keys), "dbB/key")
 	}
 }
 
