@@ -83,18 +83,19 @@ type keyState struct {
 type keyTable struct {
 	m    map[keyID]keyState
 	open []recovery.Key // accepted into the open checkpoint, not prepared
-	// order holds the prepared keys by checkpoint, oldest first from
-	// head; the head group's ids before off are gone.
-	order []keyGroup
-	head  int
-	off   int
+	// ids holds the prepared keys by checkpoint, oldest first from iHead;
+	// groups says which checkpoint prepared which (from gHead on).
+	ids    []keyID
+	groups []keyGroup
+	iHead  int
+	gHead  int
 }
 
-// keyGroup is the keys one checkpoint prepared.
+// keyGroup is the keys one checkpoint prepared: ids up to end.
 type keyGroup struct {
 	ckpt uint64
-	at   time.Time
-	ids  []keyID
+	at   int64 // prepare time, Unix ns
+	end  int
 }
 
 func writeKeyID(w *Write) keyID { return recovery.KeyID(w.Scope, w.Stream, w.Key.Key) }
@@ -180,14 +181,15 @@ func (e *Engine) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPol
 // keyPreparedLocked files the keys of a prepared checkpoint by age: they
 // now survive crashes, and expire once committed.
 func (e *Engine) keyPreparedLocked(keys []recovery.Key) {
-	if len(keys) > 0 {
-		g := keyGroup{ckpt: keys[0].Checkpoint, at: keys[0].At, ids: make([]keyID, 0, len(keys))}
-		for _, k := range keys {
-			if ks, ok := e.keys.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
-				g.ids = append(g.ids, k.ID)
-			}
+	t := &e.keys
+	start := len(t.ids)
+	for _, k := range keys {
+		if ks, ok := t.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
+			t.ids = append(t.ids, k.ID)
 		}
-		e.keys.order = append(e.keys.order, g)
+	}
+	if len(t.ids) > start {
+		t.groups = append(t.groups, keyGroup{ckpt: keys[0].Checkpoint, at: keys[0].At.UnixNano(), end: len(t.ids)})
 	}
 	e.keyExpireLocked(e.cfg.Now(), 0)
 }
@@ -205,29 +207,18 @@ func (e *Engine) keyForgetLocked(keys []recovery.Key) {
 // keyLoadLocked restores the prepared keys at recovery, oldest first; a
 // newer row of an id wins over an older one.
 func (e *Engine) keyLoadLocked(keys []recovery.Key) {
-	e.keys = keyTable{m: make(map[keyID]keyState, len(keys))}
-	for i, k := range keys {
-		e.keys.m[k.ID] = keyState{hash: k.Hash, ckpt: k.Checkpoint}
-		t := &e.keys
-		if n := len(t.order); n == 0 || t.order[n-1].ckpt != k.Checkpoint || !t.order[n-1].at.Equal(k.At) {
-			t.order = append(t.order, keyGroup{ckpt: k.Checkpoint, at: k.At})
+	e.keys = keyTable{m: make(map[keyID]keyState, len(keys)), ids: make([]keyID, 0, len(keys))}
+	t := &e.keys
+	for _, k := range keys {
+		t.m[k.ID] = keyState{hash: k.Hash, ckpt: k.Checkpoint}
+		at := k.At.UnixNano()
+		if n := len(t.groups); n == 0 || t.groups[n-1].ckpt != k.Checkpoint || t.groups[n-1].at != at {
+			t.groups = append(t.groups, keyGroup{ckpt: k.Checkpoint, at: at})
 		}
-		g := &t.order[len(t.order)-1]
-		if g.ids == nil {
-			g.ids = make([]keyID, 0, countRun(keys[i:]))
-		}
-		g.ids = append(g.ids, k.ID)
+		t.ids = append(t.ids, k.ID)
+		t.groups[len(t.groups)-1].end = len(t.ids)
 	}
 	e.keyExpireLocked(e.cfg.Now(), 0)
-}
-
-// countRun counts the keys at the start of keys prepared together.
-func countRun(keys []recovery.Key) int {
-	n := 1
-	for n < len(keys) && keys[n].Checkpoint == keys[0].Checkpoint && keys[n].At.Equal(keys[0].At) {
-		n++
-	}
-	return n
 }
 
 // keyExpireLocked drops committed keys older than the window, then the
@@ -236,28 +227,32 @@ func countRun(keys []recovery.Key) int {
 // retry must stay a duplicate.
 func (e *Engine) keyExpireLocked(now time.Time, room int) {
 	t := &e.keys
-	for t.head < len(t.order) {
-		g := &t.order[t.head]
+	for t.gHead < len(t.groups) {
+		g := t.groups[t.gHead]
 		if g.ckpt > e.lastDone {
 			break
 		}
-		old := e.cfg.IdempotencyWindow > 0 && now.Sub(g.at) > e.cfg.IdempotencyWindow
-		for t.off < len(g.ids) && (old || len(t.m)+room > e.cfg.MaxKeys) {
-			id := g.ids[t.off]
-			t.off++
+		old := e.cfg.IdempotencyWindow > 0 && now.Sub(time.Unix(0, g.at)) > e.cfg.IdempotencyWindow
+		for t.iHead < g.end && (old || len(t.m)+room > e.cfg.MaxKeys) {
+			id := t.ids[t.iHead]
+			t.iHead++
 			if ks, ok := t.m[id]; ok && ks.ckpt == g.ckpt {
 				delete(t.m, id) // else accepted again since: a stale entry
 			}
 		}
-		if t.off < len(g.ids) {
+		if t.iHead < g.end {
 			break
 		}
-		*g = keyGroup{}
-		t.head, t.off = t.head+1, 0
+		t.gHead++
 	}
-	if t.head > 64 && t.head > len(t.order)/2 {
-		t.order = append([]keyGroup(nil), t.order[t.head:]...)
-		t.head = 0
+	// Give back what is gone once it is most of what is held.
+	if t.iHead > 1024 && t.iHead > len(t.ids)/2 || t.gHead > 64 && t.gHead > len(t.groups)/2 {
+		t.ids = append([]keyID(nil), t.ids[t.iHead:]...)
+		t.groups = append([]keyGroup(nil), t.groups[t.gHead:]...)
+		for i := range t.groups {
+			t.groups[i].end -= t.iHead
+		}
+		t.iHead, t.gHead = 0, 0
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -285,4 +286,52 @@ func TestKeysPerCheckpointBounded(t *testing.T) {
 	wantNew(t, res, err)
 	r.checkpoint()
 	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 0}: true, {Stream: "s", Seq: 1}: true, {Stream: "s", Seq: 2}: true}, Exact: true})
+}
+
+// TestKeyTableBounded drives the key table through many checkpoints past
+// the cap: the newest MaxKeys keys are kept, older ones dropped oldest
+// first, and what the table holds for them stays within a small multiple
+// of the cap (what is dropped is given back).
+func TestKeyTableBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := &Engine{cfg: Config{MaxKeys: 100, IdempotencyWindow: time.Hour, Now: func() time.Time { return now }}}
+	e.openID = 1
+	key := func(i int) *Write {
+		return &Write{Stream: "s", Key: NewIdempotencyKey(fmt.Sprint("k", i), []byte{byte(i)})}
+	}
+	n := 0
+	for range 300 {
+		for range 10 {
+			w := key(n)
+			if _, ok, err := e.keyLookupLocked(w); ok || err != nil {
+				t.Fatalf("key %d: known %v, err %v", n, ok, err)
+			}
+			e.keyAcceptLocked(w)
+			n++
+		}
+		keys, _ := e.keyBarrierLocked(now)
+		e.keyPreparedLocked(keys)
+		e.lastDone = e.openID
+		e.openID++
+		now = now.Add(time.Second)
+		if len(e.keys.m) > 100 {
+			t.Fatalf("%d keys held, cap 100", len(e.keys.m))
+		}
+		if held := len(e.keys.ids) - e.keys.iHead; held > 100 || len(e.keys.ids) > 2*100+1024 || len(e.keys.groups) > 2*64+20 {
+			t.Fatalf("table holds %d ids (%d live), %d groups", len(e.keys.ids), held, len(e.keys.groups))
+		}
+	}
+	for i := n - 100; i < n; i++ {
+		if res, ok, err := e.keyLookupLocked(key(i)); !ok || err != nil || !res.Committed {
+			t.Fatalf("key %d of the newest 100: %+v known %v err %v", i, res, ok, err)
+		}
+	}
+	if _, ok, _ := e.keyLookupLocked(key(n - 101)); ok {
+		t.Fatal("key past the cap still known")
+	}
+	// The window: an hour later every key is gone.
+	now = now.Add(2 * time.Hour)
+	if _, ok, _ := e.keyLookupLocked(key(n - 1)); ok || len(e.keys.m) != 0 {
+		t.Fatalf("past the window: newest known %v, %d keys held", ok, len(e.keys.m))
+	}
 }
