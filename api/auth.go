@@ -243,3 +243,16 @@ func (s *Server) allow(roles ...Role) func(http.Handler) http.Handler {
 		})
 	}
 }
+
+// keyScope is the identity a request's idempotency keys are scoped by
+// (server.Write.Scope), so one client can't take another's key: with
+// tokens on, a digest of the request's token (never the token itself);
+// "" without tokens. Only for requests allow admitted.
+func (s *Server) keyScope(r *http.Request) string {
+	if s.auth == nil {
+		return ""
+	}
+	token, _ := credentials(r)
+	sum := sha256.Sum256([]byte("eosink idempotency key scope\x00" + token))
+	return fmt.Sprintf("%x", sum[:16])
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -204,5 +205,39 @@ func TestIdempotencyKeyAnswers(t *testing.T) {
 	status, _, w := post(strings.Repeat("k", 255), `{"k":3}`+"\n")
 	if status != http.StatusAccepted || w.Duplicate {
 		t.Fatalf("255-character key: %d %+v", status, w)
+	}
+}
+
+// TestIdempotencyKeysScopedByToken: with tokens on, a key is the token's:
+// another client sending the same key (squatting it, or by chance) is a
+// batch of its own, stored, never refused as a reuse nor dropped as a
+// duplicate; each token's retry is still its duplicate. Before, keys were
+// per stream: the second client's batch was refused with 422.
+func TestIdempotencyKeysScopedByToken(t *testing.T) {
+	r := newRig(t, rigOpts{api: withAuth})
+	post := func(token, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		return r.do("POST", "/v1/streams/s/records", body, "Content-Type", "application/x-ndjson",
+			"Idempotency-Key", "batch-1", "Authorization", "Bearer "+token)
+	}
+	if rec := post(tokIngest, `{"who":"ingest"}`+"\n"); rec.Code != http.StatusAccepted {
+		t.Fatalf("ingest token: %d %s", rec.Code, rec.Body)
+	}
+	rec := post(tokAdmin, `{"who":"admin"}`+"\n")
+	if rec.Code != http.StatusAccepted || decode[WriteResponse](t, rec).Duplicate {
+		t.Fatalf("admin token, same key, its own body: %d %s, want 202 accepted as new", rec.Code, rec.Body)
+	}
+	for _, tok := range []string{tokIngest, tokAdmin} {
+		who := map[string]string{tokIngest: "ingest", tokAdmin: "admin"}[tok]
+		rec := post(tok, `{"who":"`+who+`"}`+"\n")
+		if rec.Code != http.StatusAccepted || !decode[WriteResponse](t, rec).Duplicate {
+			t.Fatalf("retry with the %s token: %d %s, want 202 duplicate", who, rec.Code, rec.Body)
+		}
+	}
+	r.checkpoint()
+	for _, who := range []string{"ingest", "admin"} {
+		if hits := grep(t, r.base, `{"who":"`+who+`"}`); len(hits) != 1 {
+			t.Fatalf("%s's batch stored in %v, want once", who, hits)
+		}
 	}
 }

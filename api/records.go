@@ -189,8 +189,9 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	hold, unhold := s.holdPieces(int64(len(body)), coding)
 	res, err := s.eng.Write(server.Write{Stream: stream, Ext: b.Kind.Ext(), Data: b.Data, Records: b.Records, Producer: prod, Key: ikey,
-		Body: body, // for a stream that dedups by body (server/streams.go)
-		Hold: hold})
+		Scope: s.keyScope(r), // keys are the token's, not the stream's
+		Body:  body,          // for a stream that dedups by body (server/streams.go)
+		Hold:  hold})
 	// The engine copied what it keeps: give the body's bytes back now,
 	// not after a wait=commit that may last the wait timeout, during
 	// which they would count against every other write's budget.

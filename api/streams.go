@@ -17,8 +17,10 @@ import (
 // configurations (*server.Engine has it). Without it PUT and GET
 // /v1/streams/{stream} answer 404 for every stream.
 type StreamConfigurer interface {
-	// PutStream records a configuration durably; it applies from the next
-	// checkpoint barrier. An invalid one is a *streamconf.FieldError.
+	// PutStream is a barrier over the stream's batches accepted so far,
+	// then records a configuration durably and puts it in force; a
+	// barrier that outlasts ctx returns ctx's error and changes nothing.
+	// An invalid one is a *streamconf.FieldError.
 	PutStream(ctx context.Context, stream string, c streamconf.Config) (server.StreamInfo, error)
 	// Stream returns a stream's configuration (the defaults when never
 	// configured).
@@ -36,8 +38,8 @@ type StreamConfig struct {
 	Stream string `json:"stream"`
 	streamconf.Config
 	// Version is the newest accepted configuration's (0: never
-	// configured); ActiveVersion the one in force for the open
-	// checkpoint, lower until the next barrier.
+	// configured); ActiveVersion the one in force, the same once a PUT
+	// answered.
 	Version       int64     `json:"version"`
 	ActiveVersion int64     `json:"active_version"`
 	UpdatedAt     time.Time `json:"updated_at,omitzero"`
@@ -100,7 +102,17 @@ func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: err.Error()})
 		return
 	}
-	info, err := sc.PutStream(r.Context(), stream, c)
+	// The barrier waits for the commit of what the stream holds, which an
+	// outage holds back: bounded like init's.
+	ctx, cancel := context.WithTimeout(r.Context(), s.wait)
+	defer cancel()
+	info, err := sc.PutStream(ctx, stream, c)
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		w.Header().Set("Retry-After", s.retryAfter)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+			Message: fmt.Sprintf("configure stream %s: the checkpoint holding its earlier batches is still committing; nothing changed: retry the PUT", stream)})
+		return
+	}
 	if errors.As(err, &fe) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Field: fe.Field, Message: fe.Error()})
 		return

@@ -2,19 +2,22 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eosink/eosink/internal/testing/enginetest"
+	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
-// TestStreamConfigAPI: PUT validates with the offending field, records a
-// new version, applies from the next barrier; GET answers config and
+// TestStreamConfigAPI: PUT validates with the offending field, commits
+// what the stream held, records a new version in force; GET answers config and
 // counts; roles as other admin routes.
 func TestStreamConfigAPI(t *testing.T) {
 	r := newRig(t, rigOpts{api: withAuth})
@@ -44,21 +47,20 @@ func TestStreamConfigAPI(t *testing.T) {
 	rec := r.do("GET", "/v1/streams/orders", "", "Authorization", "Bearer "+tokRead)
 	expectStatus(t, rec, http.StatusNotFound)
 
+	// Accepted before the PUT: placed by the defaults (the ingest hour,
+	// plain NDJSON), and committed by the PUT's barrier.
+	ingest := []string{"Content-Type", "application/x-ndjson", "Authorization", "Bearer " + tokIngest}
+	expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", ingest...), http.StatusAccepted)
 	body := `{"format":"ndjson","compression":"zstd","partition":"region={field:region}",
 		"schema":{"fields":[{"name":"id","type":"int64","required":true},{"name":"region","type":"string","required":true}]}}`
 	rec = r.admin("PUT", "/v1/streams/orders", body, "Content-Type", "application/json")
 	expectStatus(t, rec, http.StatusOK)
 	got := decode[StreamConfig](t, rec)
-	if got.Version != 1 || got.ActiveVersion != 0 || got.Compression != "zstd" || got.Dedup != "none" {
+	if got.Version != 1 || got.ActiveVersion != 1 || got.Compression != "zstd" || got.Dedup != "none" {
 		t.Fatalf("PUT answered %+v", got)
 	}
-	// Not in force before the barrier: this batch is placed by the
-	// defaults (the ingest hour, plain NDJSON).
-	ingest := []string{"Content-Type", "application/x-ndjson", "Authorization", "Bearer " + tokIngest}
-	expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", ingest...), http.StatusAccepted)
-	r.checkpoint()
 	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.ActiveVersion != 1 || d.Files != 1 || d.Records != 1 {
-		t.Fatalf("after the barrier: %+v", d)
+		t.Fatalf("after the PUT: %+v, want the batch before it committed", d)
 	}
 
 	// In force now: schema and partition refuse the whole batch, with the
@@ -122,7 +124,7 @@ func TestStreamConfigAPI(t *testing.T) {
 
 	// A second PUT is version 2; the store keeps it across a restart.
 	expectStatus(t, r.admin("PUT", "/v1/streams/orders", `{"format":"ndjson","compression":"gzip"}`, "Content-Type", "application/json"), http.StatusOK)
-	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.Version != 2 || d.ActiveVersion != 1 {
+	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.Version != 2 || d.ActiveVersion != 2 {
 		t.Fatalf("after the second PUT: %+v", d)
 	}
 }
@@ -175,4 +177,41 @@ func TestStreamDedupBody(t *testing.T) {
 		t.Fatalf("logs holds %d records, want 2", logs)
 	}
 	post("logs", `{"m":"a"}`+"\n", http.StatusOK, true) // committed duplicate
+}
+
+// TestStreamPutDuringOutage: a PUT's barrier waits for the commit of the
+// stream's batches, which an outage holds back: the answer is bounded by
+// --wait-timeout (503 not_ready, Retry-After) and nothing changed; once
+// the outage is over the retried PUT is in force. Before, the PUT
+// answered 200 at once, in force from a barrier that had not happened.
+func TestStreamPutDuringOutage(t *testing.T) {
+	var sc *stuckCommits
+	r := newRig(t, rigOpts{
+		engine: func(c *server.Config) { sc = &stuckCommits{Committer: c.Committer}; c.Committer = sc },
+		api:    func(c *Config) { c.WaitTimeout = 300 * time.Millisecond },
+	})
+	write := func() {
+		t.Helper()
+		expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", "Content-Type", "application/x-ndjson"), http.StatusAccepted)
+	}
+	write()
+	sc.stuck.Store(true)
+	go func() { _, _ = r.eng.Checkpoint(context.Background()) }()
+	for r.eng.Status().Stuck == "" {
+		time.Sleep(time.Millisecond)
+	}
+	write()
+	rec := r.admin("PUT", "/v1/streams/orders", `{"compression":"gzip"}`, "Content-Type", "application/json")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || decode[ErrorResponse](t, rec).Error != "not_ready" {
+		t.Fatalf("PUT during the outage: %d %s, Retry-After %q; want 503 not_ready with Retry-After", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.Version != 0 {
+		t.Fatalf("after the PUT that timed out: %+v, want never configured", d)
+	}
+	sc.stuck.Store(false)
+	rec = r.admin("PUT", "/v1/streams/orders", `{"compression":"gzip"}`, "Content-Type", "application/json")
+	expectStatus(t, rec, http.StatusOK)
+	if got := decode[StreamConfig](t, rec); got.Version != 1 || got.ActiveVersion != 1 {
+		t.Fatalf("PUT after the outage: %+v", got)
+	}
 }

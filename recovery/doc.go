@@ -1,12 +1,15 @@
 // Package recovery owns eosink's durable state and the replay on start.
 //
-// The state store is one bbolt file (<data>/state.db), format version 2.
-// Every value is JSON of the store's own record types (records.go:
-// checkpointRecord, fileRecord, partRecord, seqRecord, producerRecord,
-// keyRecord), converted at the boundary from the types the rest of eosink
-// uses, so renaming a field of committer.File or Checkpoint changes nothing
-// on disk; testdata/v2-state.db, written before those types, must open and
-// be written byte for byte the same (TestV2Fixture). The buckets:
+// The state store is one bbolt file (<data>/state.db), format version 3.
+// Every value but the idempotency keys' is JSON of the store's own record
+// types (records.go: checkpointRecord, fileRecord, partRecord, seqRecord,
+// producerRecord), converted at the boundary from the types the rest of
+// eosink uses, so renaming a field of committer.File or Checkpoint changes
+// nothing on disk; the keys are fixed-size binary rows (keys.go).
+// testdata/v2-state.db, written before those types, must open (migrated
+// to version 3), and today's code must write its rows byte for byte the
+// same, and its migrated keys as it writes keys (TestV2Fixture). The
+// buckets:
 //
 //	meta         "version" -> 2; "last_id" -> the highest checkpoint id ever
 //	             recorded or reserved (8 bytes big-endian), so ids are never
@@ -32,13 +35,19 @@
 //	intents      "<id:020d>/<final>" -> fileRecord: uploads started before the
 //	             "prepared" record, so recovery can abort them; kept until
 //	             an abort of them succeeded (or the checkpoint is prepared)
-//	idem_keys    stream 0x00 Idempotency-Key -> keyRecord: the SHA-256 of
-//	             the batch's decoded body, the checkpoint that prepared it,
-//	             when (keys.go); written in that checkpoint's "prepared"
-//	             transaction, so a key is never durable before its batch
-//	idem_order   prepare time (unix ns, 8 bytes big-endian) stream 0x00 key
-//	             -> empty: idem_keys by age, for expiry and the cap; meta
-//	             "idem_count" counts the keys
+//	idem         prepare time (unix ns, 8 bytes big-endian), key id (16
+//	             bytes) -> body hash (16 bytes), the checkpoint that
+//	             prepared it (8 bytes big-endian): one idempotency key
+//	             (keys.go). The id is the first 16 bytes of SHA-256(scope
+//	             0x00 stream 0x00 Idempotency-Key), the scope the client's
+//	             token identity ("" without tokens); the hash the first 16
+//	             bytes of the SHA-256 of the batch's decoded body. Written
+//	             in that checkpoint's "prepared" transaction, so a key is
+//	             never durable before its batch; by age, for expiry and the
+//	             cap, which pass over the keys of checkpoints beyond
+//	             last_committed. The same id may have a newer row (accepted
+//	             again after it expired): the newer wins. meta "idem_count"
+//	             counts the rows
 //
 // A checkpoint goes prepared -> committed, or is recorded aborted. The
 // "prepared" record, its pending entry and the producers' sequence state as
@@ -61,6 +70,15 @@
 // pending, seqs or active buckets. Open migrates it once, in one
 // transaction: producer rows are split, their activity set to the upgrade
 // time, prepared checkpoints indexed, and the newest committed id recorded.
+//
+// Version 2 kept idempotency keys as JSON rows by "stream 0x00 key"
+// (idem_keys: stream, key, the whole SHA-256 of the body, checkpoint,
+// prepare time) with an index by age (idem_order: prepare time, stream
+// 0x00 key -> empty), some 30 times the bytes of a version 3 row. Open
+// migrates them once, in the same transaction as any version 1 step: each
+// becomes an idem row with the empty scope's id (keys were not scoped by
+// token then) and its hash cut to 16 bytes, and the two buckets are
+// deleted.
 //
 // # Write failures
 //

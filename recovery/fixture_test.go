@@ -15,7 +15,8 @@ import (
 )
 
 // writeV2Sample does what testdata/genv2.go did to write
-// testdata/v2-state.db, with today's code.
+// testdata/v2-state.db, with today's code (and keys as version 3 records
+// them: the v2 key, unscoped, its hash cut to 16 bytes).
 func writeV2Sample(t *testing.T, s *Store) {
 	t.Helper()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -34,7 +35,7 @@ func writeV2Sample(t *testing.T, s *Store) {
 	must(s.Reserve(2048))
 	c1 := &Checkpoint{ID: 1, StartedAt: at, PreparedAt: at.Add(10 * time.Millisecond), Records: 2, Bytes: 42,
 		Files: []committer.File{v2Local}, Seqs: map[string]map[string]int64{"alice": {"clicks": 2}},
-		Keys: []Key{{Stream: "logs", Key: "k-1", Hash: [32]byte{1, 2, 3}, Checkpoint: 1, At: at}}}
+		Keys: []Key{{ID: KeyID("", "logs", "k-1"), Hash: [KeyHashSize]byte{1, 2, 3}, Checkpoint: 1, At: at}}}
 	must(s.Prepare(c1))
 	must(s.Commit(1, at.Add(20*time.Millisecond), 20, 1000))
 	must(s.Abort(&Checkpoint{ID: 2, StartedAt: at.Add(time.Second), Records: 1, Bytes: 9}, "pre-commit: disk full"))
@@ -107,10 +108,15 @@ func copyFixture(t *testing.T) string {
 	return p
 }
 
+// v3Only are the buckets version 3 changed: the key rows.
+var v3Only = map[string]bool{"idem_keys": true, "idem_order": true, "idem": true}
+
 // TestV2Fixture: a state.db written before the store had its own record
-// types (testdata/genv2.go) opens and reads back as written, and today's
-// code writes the same bytes for the same steps (the producer count, kept
-// since, aside).
+// types (testdata/genv2.go) opens and reads back as written, its keys
+// migrated to version 3's binary rows; today's code writes the same bytes
+// as the fixture for the same steps, key rows and version aside; and the
+// migrated fixture is byte for byte what today's code writes, key rows
+// included.
 func TestV2Fixture(t *testing.T) {
 	p := copyFixture(t)
 	s, err := Open(p)
@@ -147,8 +153,13 @@ func TestV2Fixture(t *testing.T) {
 		t.Errorf("producer count of a store that did not keep one: %d %v, want 2", n, err)
 	}
 	keys, err := s.Keys(time.Time{})
-	if err != nil || len(keys) != 1 || keys[0].Key != "k-1" || keys[0].Hash != [32]byte{1, 2, 3} || keys[0].Checkpoint != 1 {
+	if err != nil || len(keys) != 1 || keys[0].ID != KeyID("", "logs", "k-1") ||
+		keys[0].Hash != [KeyHashSize]byte{1, 2, 3} || keys[0].Checkpoint != 1 ||
+		!keys[0].At.Equal(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("keys: %+v %v", keys, err)
+	}
+	if n, err := s.KeyCount(); err != nil || n != 1 {
+		t.Errorf("key count: %d %v, want 1", n, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -163,22 +174,38 @@ func TestV2Fixture(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := dumpBuckets(t, "testdata/v2-state.db")
 	got := dumpBuckets(t, fresh, string(keyProducerCount))
+	// The fixture as written, but for what version 3 changed.
+	want := dumpBuckets(t, "testdata/v2-state.db", string(keyVersion), string(keyKeyCount))
+	gotV2 := dumpBuckets(t, fresh, string(keyProducerCount), string(keyVersion), string(keyKeyCount))
+	for name := range v3Only {
+		delete(want, name)
+		delete(gotV2, name)
+	}
+	compareDumps(t, "fixture as written", gotV2, want)
+	// The migrated fixture, key rows and version included.
+	compareDumps(t, "migrated fixture", got, dumpBuckets(t, p, string(keyProducerCount)))
+	if len(got["idem"]) != 1 {
+		t.Errorf("key rows written: %d, want 1", len(got["idem"]))
+	}
+}
+
+func compareDumps(t *testing.T, what string, got, want map[string]map[string]string) {
+	t.Helper()
 	for name, wm := range want {
 		for k, v := range wm {
 			if got[name][k] != v {
-				t.Errorf("bucket %s key %q:\n got %q\nwant %q", name, k, got[name][k], v)
+				t.Errorf("%s: bucket %s key %q:\n got %q\nwant %q", what, name, k, got[name][k], v)
 			}
 		}
 		for k := range got[name] {
 			if _, ok := wm[k]; !ok {
-				t.Errorf("bucket %s key %q: not in the fixture", name, k)
+				t.Errorf("%s: bucket %s key %q: not in the fixture", what, name, k)
 			}
 		}
 	}
 	if len(got) != len(want) {
-		t.Errorf("buckets: got %d, want %d", len(got), len(want))
+		t.Errorf("%s: buckets: got %d, want %d", what, len(got), len(want))
 	}
 }
 

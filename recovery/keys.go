@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -13,111 +14,161 @@ import (
 // sequence numbers (I5): a key accepted but not prepared is forgotten by a
 // crash, so the client's retry is accepted again.
 //
-// Two buckets hold them:
+// One bucket holds them, as fixed-size binary rows (doc.go):
 //
-//	idem_keys   <stream> 0x00 <key>            -> JSON Key
-//	idem_order  <at unix ns:8 BE> <stream> 0x00 <key> -> empty
+//	idem  <at unix ns:8 BE> <id:16>  ->  <body hash:16> <checkpoint:8 BE>
 //
-// idem_order sorts keys by the time they were prepared, so expiry and the
-// cap drop the oldest first without scanning every key. meta "idem_count"
-// counts the keys. A key's window runs from its prepare; the engine passes
-// the bounds (KeyPolicy) with each prepare.
+// ordered by the time they were prepared, so expiry and the cap drop the
+// oldest first without scanning every key, and a start reads the window
+// with one seek. meta "idem_count" counts the rows. A key's window runs
+// from its prepare; the engine passes the bounds (KeyPolicy) with each
+// prepare. A key of a checkpoint not yet committed is never dropped.
 var (
-	bucketKeys     = []byte("idem_keys")
-	bucketKeyOrder = []byte("idem_order")
-	keyKeyCount    = []byte("idem_count")
+	bucketKeyLog = []byte("idem")
+	keyKeyCount  = []byte("idem_count")
+	// The version 2 buckets, read once by migrate2.
+	bucketKeysV2     = []byte("idem_keys")
+	bucketKeyOrderV2 = []byte("idem_order")
 )
 
-// Key is one idempotency key as recorded.
+// KeyIDSize and KeyHashSize are the sizes of a key's id and body hash.
+const (
+	KeyIDSize   = 16
+	KeyHashSize = 16
+	keyRowKey   = 8 + KeyIDSize
+	keyRowValue = KeyHashSize + 8
+)
+
+// Key is one idempotency key as recorded: not the client's key itself but
+// its id, KeyID of (scope, stream, key).
 type Key struct {
-	Stream string
-	Key    string
-	// Hash is the SHA-256 of the decoded request body.
-	Hash [32]byte
+	ID [KeyIDSize]byte
+	// Hash is BodyHash of the decoded request body.
+	Hash [KeyHashSize]byte
 	// Checkpoint is the checkpoint that prepared the key's batch.
 	Checkpoint uint64
 	At         time.Time
 }
 
+// KeyID is the id an idempotency key is recorded by: the first 16 bytes
+// of the SHA-256 of scope, NUL, stream, NUL, key. Scope is what keys are
+// scoped by (the engine's caller: a digest of the client's token, "" when
+// tokens are off) and holds no NUL; a stream name and a key hold none
+// either, so distinct triples hash distinct inputs. 128 bits keep
+// accidental collisions out of reach at any cap, and a client can't aim
+// its key at another scope's without a second preimage.
+func KeyID(scope, stream, key string) [KeyIDSize]byte {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(stream))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	var id [KeyIDSize]byte
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// BodyHash is what a key records of its batch's decoded body: the first
+// 16 bytes of its SHA-256, enough to tell a retry from another body.
+func BodyHash(body []byte) [KeyHashSize]byte {
+	sum := sha256.Sum256(body)
+	var h [KeyHashSize]byte
+	copy(h[:], sum[:])
+	return h
+}
+
 // KeyPolicy bounds the recorded keys (I11): keys prepared before
 // ExpireBefore are dropped, and beyond Max keys the oldest are dropped
-// early. Zero values turn a bound off.
+// early; a key whose checkpoint is not committed yet is never dropped.
+// Zero values turn a bound off.
 type KeyPolicy struct {
 	ExpireBefore time.Time
 	Max          int
 }
 
-func keyID(stream, key string) []byte { return []byte(stream + "\x00" + key) }
-
-func orderKey(at time.Time, id []byte) []byte {
-	ns := at.UnixNano()
+func keyRow(k *Key) (key, value []byte) {
+	key = make([]byte, keyRowKey)
+	ns := k.At.UnixNano()
 	if ns < 0 {
 		ns = 0
 	}
-	out := make([]byte, 8, 8+len(id))
-	binary.BigEndian.PutUint64(out, uint64(ns))
-	return append(out, id...)
+	binary.BigEndian.PutUint64(key, uint64(ns))
+	copy(key[8:], k.ID[:])
+	value = make([]byte, keyRowValue)
+	copy(value, k.Hash[:])
+	binary.BigEndian.PutUint64(value[KeyHashSize:], k.Checkpoint)
+	return key, value
+}
+
+func decodeKeyRow(key, value []byte) (Key, bool) {
+	if len(key) != keyRowKey || len(value) != keyRowValue {
+		return Key{}, false
+	}
+	var k Key
+	k.At = time.Unix(0, int64(binary.BigEndian.Uint64(key))).UTC()
+	copy(k.ID[:], key[8:])
+	copy(k.Hash[:], value)
+	k.Checkpoint = binary.BigEndian.Uint64(value[KeyHashSize:])
+	return k, true
 }
 
 // putKeys records keys and applies the policy, inside a write transaction.
-// A key already recorded (a retry accepted after its first batch was
-// forgotten cannot be; this only guards replays) is replaced.
+// The same id recorded again (a retry accepted after its key expired) is a
+// second, newer row; the engine loads rows oldest first, so the newer one
+// wins, and the older one expires first.
 func putKeys(tx *bolt.Tx, keys []Key, pol KeyPolicy) error {
 	if len(keys) == 0 && pol.ExpireBefore.IsZero() && pol.Max <= 0 {
 		return nil
 	}
-	kb, err := tx.CreateBucketIfNotExists(bucketKeys)
-	if err != nil {
-		return fmt.Errorf("create bucket %s: %w", bucketKeys, err)
+	b := tx.Bucket(bucketKeyLog)
+	if b == nil {
+		var err error
+		if b, err = tx.CreateBucket(bucketKeyLog); err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketKeyLog, err)
+		}
 	}
-	ob, err := tx.CreateBucketIfNotExists(bucketKeyOrder)
-	if err != nil {
-		return fmt.Errorf("create bucket %s: %w", bucketKeyOrder, err)
-	}
+	// Rows arrive in time order, mostly at the end: full pages.
+	b.FillPercent = 1
 	meta := tx.Bucket(bucketMeta)
 	count := uint64(0)
 	if v := meta.Get(keyKeyCount); len(v) == 8 {
 		count = binary.BigEndian.Uint64(v)
 	}
+	committed := uint64(0)
+	if v := meta.Get(keyLastCommitted); len(v) == 8 {
+		committed = binary.BigEndian.Uint64(v)
+	}
 	for i := range keys {
-		k := &keys[i]
-		id := keyID(k.Stream, k.Key)
-		if old := kb.Get(id); old != nil {
-			if o, err := decodeKey(old); err == nil {
-				if err := ob.Delete(orderKey(o.At, id)); err != nil {
-					return err
-				}
-			}
-			count--
+		k, v := keyRow(&keys[i])
+		if b.Get(k) == nil {
+			count++
 		}
-		v, err := encodeKey(k)
-		if err != nil {
-			return fmt.Errorf("encode idempotency key: %w", err)
-		}
-		if err := kb.Put(id, v); err != nil {
+		if err := b.Put(k, v); err != nil {
 			return fmt.Errorf("put idempotency key: %w", err)
 		}
-		if err := ob.Put(orderKey(k.At, id), nil); err != nil {
-			return fmt.Errorf("put idempotency key order: %w", err)
-		}
-		count++
 	}
-	// Expire by time, then by count: oldest first.
-	c := ob.Cursor()
+	// Expire by time, then by count, oldest first; the keys of checkpoints
+	// not committed (the one being prepared) are passed over, never
+	// dropped, whatever the cap.
+	c := b.Cursor()
 	var drop [][]byte
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		at := time.Unix(0, int64(binary.BigEndian.Uint64(k[:8])))
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		over := pol.Max > 0 && count-uint64(len(drop)) > uint64(pol.Max)
-		if !over && (pol.ExpireBefore.IsZero() || !at.Before(pol.ExpireBefore)) {
+		old := false
+		if len(k) >= 8 && !pol.ExpireBefore.IsZero() {
+			old = time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))).Before(pol.ExpireBefore)
+		}
+		if !over && !old {
 			break
+		}
+		if len(v) == keyRowValue && binary.BigEndian.Uint64(v[KeyHashSize:]) > committed {
+			continue
 		}
 		drop = append(drop, append([]byte(nil), k...))
 	}
 	for _, k := range drop {
-		if err := ob.Delete(k); err != nil {
-			return err
-		}
-		if err := kb.Delete(k[8:]); err != nil {
+		if err := b.Delete(k); err != nil {
 			return err
 		}
 	}
@@ -129,27 +180,22 @@ func putKeys(tx *bolt.Tx, keys []Key, pol KeyPolicy) error {
 }
 
 // Keys returns every recorded idempotency key prepared at or after since,
-// oldest first. A record that does not decode is ErrCorrupt, naming the
+// oldest first. A row that does not decode is ErrCorrupt, naming the
 // file, as recovery refuses to guess what a key guarded.
 func (s *Store) Keys(since time.Time) ([]Key, error) {
 	var out []Key
 	err := s.view(func(tx *bolt.Tx) error {
-		kb, ob := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyOrder)
-		if kb == nil || ob == nil {
+		b := tx.Bucket(bucketKeyLog)
+		if b == nil {
 			return nil
 		}
-		c := ob.Cursor()
-		for k, _ := c.Seek(orderKey(since, nil)); k != nil; k, _ = c.Next() {
-			if len(k) < 9 {
-				return s.corrupt("idempotency key order entry %x", k)
-			}
-			v := kb.Get(k[8:])
-			if v == nil {
-				return s.corrupt("idempotency key %q: ordered but missing", k[8:])
-			}
-			key, err := decodeKey(v)
-			if err != nil || string(keyID(key.Stream, key.Key)) != string(k[8:]) {
-				return s.corrupt("idempotency key %q: undecodable record", k[8:])
+		from := Key{At: since}
+		seek, _ := keyRow(&from)
+		c := b.Cursor()
+		for k, v := c.Seek(seek[:8]); k != nil; k, v = c.Next() {
+			key, ok := decodeKeyRow(k, v)
+			if !ok {
+				return s.corrupt("idempotency key row %x: undecodable", k)
 			}
 			out = append(out, key)
 		}
@@ -161,7 +207,7 @@ func (s *Store) Keys(since time.Time) ([]Key, error) {
 	return out, nil
 }
 
-// KeyCount returns how many idempotency keys the store holds.
+// KeyCount returns how many idempotency key rows the store holds.
 func (s *Store) KeyCount() (int, error) {
 	n := 0
 	err := s.view(func(tx *bolt.Tx) error {

@@ -3,6 +3,7 @@ package recovery
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -62,5 +63,59 @@ func (s *Store) migrate1(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	return meta.Put(keyVersion, u64(storeVersion))
+	return meta.Put(keyVersion, u64(2))
+}
+
+// migrate2 turns a version 2 store into version 3, in the open
+// transaction, once: the idempotency keys, JSON rows by (stream, key)
+// with an index by age (idem_keys, idem_order), become the binary rows of
+// the one idem bucket (keys.go). Their id is the empty scope's: keys were
+// not scoped by token before version 3, so a key recorded before the
+// upgrade is matched by writes without tokens only. Their body hash is
+// the first 16 bytes of the SHA-256 recorded. Every row is checked, as a
+// start of version 2 read them; the old buckets are deleted.
+func (s *Store) migrate2(tx *bolt.Tx) error {
+	kb, ob := tx.Bucket(bucketKeysV2), tx.Bucket(bucketKeyOrderV2)
+	if kb != nil && ob != nil {
+		nb, err := tx.CreateBucketIfNotExists(bucketKeyLog)
+		if err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketKeyLog, err)
+		}
+		nb.FillPercent = 1
+		n := uint64(0)
+		c := ob.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) < 9 {
+				return s.corrupt("idempotency key order entry %x", k)
+			}
+			v := kb.Get(k[8:])
+			if v == nil {
+				return s.corrupt("idempotency key %q: ordered but missing", k[8:])
+			}
+			r, err := decodeKeyV2(v)
+			if err != nil || r.Stream+"\x00"+r.Key != string(k[8:]) {
+				return s.corrupt("idempotency key %q: undecodable record", k[8:])
+			}
+			key := Key{ID: KeyID("", r.Stream, r.Key), Checkpoint: r.Checkpoint, At: r.At}
+			copy(key.Hash[:], r.Hash[:])
+			rk, rv := keyRow(&key)
+			if nb.Get(rk) == nil {
+				n++
+			}
+			if err := nb.Put(rk, rv); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyKeyCount, u64(n)); err != nil {
+			return err
+		}
+	}
+	for _, name := range [][]byte{bucketKeysV2, bucketKeyOrderV2} {
+		if tx.Bucket(name) != nil {
+			if err := tx.DeleteBucket(name); err != nil {
+				return fmt.Errorf("delete bucket %s: %w", name, err)
+			}
+		}
+	}
+	return tx.Bucket(bucketMeta).Put(keyVersion, u64(storeVersion))
 }

@@ -97,8 +97,9 @@ type producerV1Record struct {
 	Streams map[string]seqRecord `json:"streams"`
 }
 
-// keyRecord is an idem_keys value.
-type keyRecord struct {
+// keyV2Record is an idem_keys value of a version 2 store; only migrate2
+// reads it. Version 3 keeps keys as binary rows (keys.go).
+type keyV2Record struct {
 	Stream     string    `json:"stream"`
 	Key        string    `json:"key"`
 	Hash       [32]byte  `json:"hash"`
@@ -187,14 +188,8 @@ func decodeSeq(v []byte) (StreamSeq, error) {
 	return StreamSeq{NextSeq: r.NextSeq, CommittedSeq: r.CommittedSeq, CommittedIn: r.CommittedIn}, nil
 }
 
-func encodeKey(k *Key) ([]byte, error) {
-	return json.Marshal(keyRecord{Stream: k.Stream, Key: k.Key, Hash: k.Hash, Checkpoint: k.Checkpoint, At: k.At})
-}
-
-func decodeKey(v []byte) (Key, error) {
-	var r keyRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return Key{}, err
-	}
-	return Key{Stream: r.Stream, Key: r.Key, Hash: r.Hash, Checkpoint: r.Checkpoint, At: r.At}, nil
+func decodeKeyV2(v []byte) (keyV2Record, error) {
+	var r keyV2Record
+	err := json.Unmarshal(v, &r)
+	return r, err
 }

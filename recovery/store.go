@@ -74,8 +74,9 @@ var (
 	keyProducerCount = []byte("producer_count")
 )
 
-// storeVersion is the state.db format (doc.go); Open migrates version 1.
-const storeVersion = 2
+// storeVersion is the state.db format (doc.go); Open migrates versions 1
+// and 2.
+const storeVersion = 3
 
 // checkOnOpen is how many of the newest checkpoint rows Open decodes to
 // catch a damaged file early; start time does not grow with history.
@@ -235,6 +236,13 @@ func (s *Store) init() error {
 			}
 		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
 			if err := s.migrate1(tx); err != nil {
+				return err
+			}
+			if err := s.migrate2(tx); err != nil {
+				return err
+			}
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == 2:
+			if err := s.migrate2(tx); err != nil {
 				return err
 			}
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:

@@ -19,7 +19,8 @@ import (
 // The bucket is created by the first PutStream; a store without it holds
 // no configured stream (every stream has the defaults, version 0). A
 // stream's row is written, durably, before PUT /v1/streams/{stream}
-// answers; the engine applies it from the next checkpoint barrier, and
+// answers, once the stream's batches accepted under the old configuration
+// are prepared (the PUT's barrier), and the engine applies it at once;
 // each file records the version it was written with (committer.File
 // SchemaVersion), so a checkpoint's files name their configuration.
 // The bucket holds one row per configured stream: it grows only with PUTs

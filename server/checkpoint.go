@@ -118,6 +118,7 @@ func (e *Engine) recordPrepared(c *cut) error {
 	}
 	e.diskOK()
 	e.mu.Lock()
+	e.lastPrepared = c.ck.ID
 	e.keyPreparedLocked(c.ck.Keys)
 	e.prods.prepared(c.ck.Seqs)
 	e.mu.Unlock()
@@ -199,7 +200,6 @@ func (e *Engine) openNextLocked() {
 	e.openID++
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
 	e.openBytes, e.openRecords, e.early = 0, 0, false
-	e.applyStreamsLocked() // streams.go: configurations change at barriers
 	e.outcomes[e.openID] = newOutcome()
 	e.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.

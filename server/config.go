@@ -44,10 +44,13 @@ type Config struct {
 
 	// IdempotencyWindow is how long an idempotency key is kept after its
 	// batch was prepared; 0 means DefaultIdempotencyWindow. MaxKeys caps
-	// the keys held (memory and store); 0 means DefaultMaxKeys. See
-	// idempotency.go for what happens past the cap.
+	// the keys held (memory and store); 0 means DefaultMaxKeys.
+	// MaxOpenKeys caps the keys one checkpoint accepts; 0 means a
+	// quarter of MaxKeys (all of a cap up to 1024).
+	// See idempotency.go for what happens past them.
 	IdempotencyWindow time.Duration
 	MaxKeys           int
+	MaxOpenKeys       int
 	// CommitLinger: a Wait on the open checkpoint starts a checkpoint
 	// within this delay (group commit); 0 leaves waits to the interval and
 	// explicit checkpoints. CommitMinGap is the least time between two

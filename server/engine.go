@@ -33,6 +33,9 @@ type Write struct {
 	Producer *Producer // nil without idempotence headers
 	// Key is the batch's idempotency key, nil without; never with Producer.
 	Key *IdempotencyKey
+	// Scope is what keys are scoped by (idempotency.go): an identity of
+	// the client's token when tokens are on, "" without.
+	Scope string
 	// Body is the decoded request body, for a stream configured with
 	// "dedup": "body" (streams.go): a write with neither Producer nor Key
 	// is keyed by its SHA-256. The engine does not keep it.
@@ -130,6 +133,10 @@ type Engine struct {
 	diskFull    error     // the last write refused for space, until a write succeeds
 	diskFullAt  time.Time // when
 
+	// lastPrepared is the newest checkpoint recorded prepared (a
+	// stream's PUT waits for it: streams.go).
+	lastPrepared uint64
+
 	status      atomic.Pointer[Status] // published under mu, read by Status without it
 	displaced   atomic.Int64           // part files committed displaced (status.go)
 	keys        keyTable               // idempotency keys (idempotency.go)
@@ -181,7 +188,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		w.Key = sc.dedupKey(&w, key)
 	}
 	if w.Key != nil {
-		if dup, ok, err := e.keyLookupLocked(w.Stream, w.Key); ok || err != nil {
+		if dup, ok, err := e.keyLookupLocked(&w); ok || err != nil {
 			return dup, err
 		}
 	}
@@ -202,6 +209,10 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			e.acceptLocked(w, ss, &res)
 		}
 		return res, nil
+	}
+	if err := e.switchLocked(w.Stream); err != nil { // streams.go: a PUT's barrier
+		e.reject("backpressure")
+		return res, err
 	}
 	if e.held > 0 && e.held+int64(len(w.Data)) > e.cfg.MaxUncommittedBytes {
 		e.reject("backpressure")
@@ -233,7 +244,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 		e.acceptLocked(w, ss, &res)
 	}
 	if w.Key != nil {
-		e.keyAcceptLocked(w.Stream, w.Key)
+		e.keyAcceptLocked(&w)
 	}
 	if h := e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))

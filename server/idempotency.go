@@ -10,7 +10,9 @@ import (
 )
 
 // Idempotency keys (DESIGN "Idempotency keys"): for writes without
-// producer headers, a key per stream makes a retry safe.
+// producer headers, a key per (scope, stream) makes a retry safe. The
+// scope is Write.Scope: the client's token when tokens are on, so one
+// client can't take another's key; "" without tokens.
 //
 // Life of a key, all under the ingest lock:
 //
@@ -22,15 +24,23 @@ import (
 //     retry 200.
 //   - forgotten: N (or the checkpoint before it, which aborts N along) was
 //     aborted, or the process died before N's prepare: the retry is
-//     accepted as new. And, once prepared, after the window or when the
+//     accepted as new. And, once committed, after the window or when the
 //     cap pushes it out.
 //
 // Bounds (I11): keys are kept for Config.IdempotencyWindow after their
-// prepare and at most Config.MaxKeys of them, in memory and in the store.
-// Past the cap the oldest prepared keys are dropped early, which shortens
-// the window for everyone rather than refuse writes: a retry of a dropped
-// key would be written again. The keys of unprepared batches are bounded by
-// MaxUncommittedBytes (each holds a batch) and never dropped.
+// prepare and at most Config.MaxKeys of them, in memory and in the store;
+// at most Config.MaxOpenKeys are accepted into one checkpoint (a
+// quarter of the cap by default). A key is
+// never forgotten while its batch is not committed, whatever the bounds:
+// past the cap the oldest committed keys are dropped early (a retry of one
+// would be written again: the window is shorter for everyone), and when
+// none is left to drop, or the open checkpoint holds its most, a new key
+// is refused with ErrBackpressure and the open checkpoint is asked to end
+// now, which makes room.
+//
+// A key costs a fixed few dozen bytes whatever its length: the engine and
+// the store keep its id (recovery.KeyID, 16 bytes) and its body's hash
+// (recovery.BodyHash, 16 bytes), never the key.
 
 // Defaults of the idempotency key bounds.
 const (
@@ -38,15 +48,15 @@ const (
 	DefaultMaxKeys           = 1_000_000
 )
 
-// IdempotencyKey is a write's key with the SHA-256 of its decoded body.
+// IdempotencyKey is a write's key with the hash of its decoded body.
 type IdempotencyKey struct {
 	Key  string
-	Hash [32]byte
+	Hash [recovery.KeyHashSize]byte
 }
 
 // NewIdempotencyKey keys body by key.
 func NewIdempotencyKey(key string, body []byte) *IdempotencyKey {
-	return &IdempotencyKey{Key: key, Hash: sha256.Sum256(body)}
+	return &IdempotencyKey{Key: key, Hash: recovery.BodyHash(body)}
 }
 
 // BodyKey keys a body by its own content: the key is the hex SHA-256 of
@@ -54,66 +64,103 @@ func NewIdempotencyKey(key string, body []byte) *IdempotencyKey {
 // the window is then a duplicate too, retried or not.
 func BodyKey(body []byte) *IdempotencyKey {
 	sum := sha256.Sum256(body)
-	return &IdempotencyKey{Key: hex.EncodeToString(sum[:]), Hash: sum}
+	k := &IdempotencyKey{Key: hex.EncodeToString(sum[:])}
+	copy(k.Hash[:], sum[:])
+	return k
 }
 
+type keyID = [recovery.KeyIDSize]byte
+
+// keyState is a known key: its body's hash and the checkpoint holding its
+// batch. Checkpoints commit in order and never abort once prepared, so the
+// batch is committed once lastDone reached ckpt; before, it is live.
 type keyState struct {
-	hash     [32]byte
-	ckpt     uint64 // the checkpoint holding the batch
-	prepared bool
-	at       time.Time // when prepared
+	hash [recovery.KeyHashSize]byte
+	ckpt uint64
 }
 
 // keyTable is the engine's idempotency keys, guarded by Engine.mu.
 type keyTable struct {
-	m     map[string]*keyState // by stream 0x00 key
-	open  []recovery.Key       // accepted into the open checkpoint, not prepared
-	order []keyOrder           // prepared keys, oldest first, from head
-	head  int
+	m    map[keyID]keyState
+	open []recovery.Key // accepted into the open checkpoint, not prepared
+	// ids holds the prepared keys by checkpoint, oldest first from iHead;
+	// groups says which checkpoint prepared which (from gHead on).
+	ids    []keyID
+	groups []keyGroup
+	iHead  int
+	gHead  int
 }
 
-type keyOrder struct {
-	id string
-	at time.Time
+// keyGroup is the keys one checkpoint prepared: ids up to end.
+type keyGroup struct {
+	ckpt uint64
+	at   int64 // prepare time, Unix ns
+	end  int
 }
 
-func keyID(stream, key string) string { return stream + "\x00" + key }
+func writeKeyID(w *Write) keyID { return recovery.KeyID(w.Scope, w.Stream, w.Key.Key) }
+
+// maxOpenKeys is the most keys one checkpoint accepts: a quarter of the
+// cap, so the open and the in-flight checkpoint's keys leave half of it to
+// committed ones, but no fewer than a small cap's whole.
+func (e *Engine) maxOpenKeys() int {
+	if e.cfg.MaxOpenKeys > 0 {
+		return e.cfg.MaxOpenKeys
+	}
+	return max(e.cfg.MaxKeys/4, min(e.cfg.MaxKeys, 1024))
+}
 
 // keyLookupLocked answers a write whose key was seen: ok is false when the
-// key is unknown (or expired) and the write goes on as new.
-func (e *Engine) keyLookupLocked(stream string, k *IdempotencyKey) (res WriteResult, ok bool, err error) {
-	id := keyID(stream, k.Key)
-	ks := e.keys.m[id]
-	if ks == nil {
-		return res, false, nil
+// key is unknown (or expired) and the write goes on as new. A new key
+// that can't be kept is refused with ErrBackpressure.
+func (e *Engine) keyLookupLocked(w *Write) (res WriteResult, ok bool, err error) {
+	e.keyExpireLocked(e.cfg.Now(), 0)
+	id := writeKeyID(w)
+	ks, known := e.keys.m[id]
+	if !known {
+		return res, false, e.keyRoomLocked(w.Stream)
 	}
-	if ks.prepared && e.cfg.IdempotencyWindow > 0 && e.cfg.Now().Sub(ks.at) > e.cfg.IdempotencyWindow {
-		delete(e.keys.m, id) // its order entry is skipped when reached
-		return res, false, nil
-	}
-	if ks.hash != k.Hash {
+	if ks.hash != w.Key.Hash {
 		e.reject("idempotency_key_reused")
-		return res, true, fmt.Errorf("stream %s key %q: %w", stream, k.Key, ErrKeyReused)
+		return res, true, fmt.Errorf("stream %s key %q: %w", w.Stream, w.Key.Key, ErrKeyReused)
 	}
-	// Checkpoints commit in order and never abort once prepared, so a
-	// prepared key's checkpoint is committed once lastDone reached it.
-	res = WriteResult{Checkpoint: ks.ckpt, Duplicate: true, Committed: ks.prepared && ks.ckpt <= e.lastDone}
+	res = WriteResult{Checkpoint: ks.ckpt, Duplicate: true, Committed: ks.ckpt <= e.lastDone}
 	if h := e.cfg.Hooks.Duplicate; h != nil {
-		h(stream)
+		h(w.Stream)
 	}
 	return res, true, nil
 }
 
-// keyAcceptLocked records k for a batch appended to the open checkpoint.
-func (e *Engine) keyAcceptLocked(stream string, k *IdempotencyKey) {
+// keyRoomLocked makes room for one more key, dropping the oldest committed
+// ones past the cap, or refuses it.
+func (e *Engine) keyRoomLocked(stream string) error {
+	if n := len(e.keys.open); n >= e.maxOpenKeys() {
+		e.earlyLocked()
+		e.reject("backpressure")
+		return fmt.Errorf("stream %s: %d idempotency keys in the open checkpoint, the most per checkpoint: %w", stream, n, ErrBackpressure)
+	}
+	if len(e.keys.m) < e.cfg.MaxKeys {
+		return nil
+	}
+	e.keyExpireLocked(e.cfg.Now(), 1)
+	if n := len(e.keys.m); n >= e.cfg.MaxKeys {
+		// Every key held is of a batch not committed yet: none may go.
+		e.earlyLocked()
+		e.reject("backpressure")
+		return fmt.Errorf("stream %s: %d idempotency keys held, none committed (--idempotency-max-keys): %w", stream, n, ErrBackpressure)
+	}
+	return nil
+}
+
+// keyAcceptLocked records w's key for its batch, appended to the open
+// checkpoint.
+func (e *Engine) keyAcceptLocked(w *Write) {
 	if e.keys.m == nil {
-		e.keys.m = map[string]*keyState{}
+		e.keys.m = map[keyID]keyState{}
 	}
-	if e.cfg.MaxKeys > 0 && len(e.keys.m) >= e.cfg.MaxKeys {
-		e.keyExpireLocked(e.cfg.Now(), 1)
-	}
-	e.keys.m[keyID(stream, k.Key)] = &keyState{hash: k.Hash, ckpt: e.openID}
-	e.keys.open = append(e.keys.open, recovery.Key{Stream: stream, Key: k.Key, Hash: k.Hash, Checkpoint: e.openID})
+	id := writeKeyID(w)
+	e.keys.m[id] = keyState{hash: w.Key.Hash, ckpt: e.openID}
+	e.keys.open = append(e.keys.open, recovery.Key{ID: id, Hash: w.Key.Hash, Checkpoint: e.openID})
 }
 
 // keyBarrierLocked takes the open checkpoint's keys for its prepare, at
@@ -131,14 +178,18 @@ func (e *Engine) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPol
 	return keys, pol
 }
 
-// keyPreparedLocked marks keys prepared: they now survive crashes.
+// keyPreparedLocked files the keys of a prepared checkpoint by age: they
+// now survive crashes, and expire once committed.
 func (e *Engine) keyPreparedLocked(keys []recovery.Key) {
+	t := &e.keys
+	start := len(t.ids)
 	for _, k := range keys {
-		id := keyID(k.Stream, k.Key)
-		if ks := e.keys.m[id]; ks != nil && ks.ckpt == k.Checkpoint {
-			ks.prepared, ks.at = true, k.At
-			e.keys.order = append(e.keys.order, keyOrder{id, k.At})
+		if ks, ok := t.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
+			t.ids = append(t.ids, k.ID)
 		}
+	}
+	if len(t.ids) > start {
+		t.groups = append(t.groups, keyGroup{ckpt: keys[0].Checkpoint, at: keys[0].At.UnixNano(), end: len(t.ids)})
 	}
 	e.keyExpireLocked(e.cfg.Now(), 0)
 }
@@ -147,46 +198,61 @@ func (e *Engine) keyPreparedLocked(keys []recovery.Key) {
 // are accepted.
 func (e *Engine) keyForgetLocked(keys []recovery.Key) {
 	for _, k := range keys {
-		id := keyID(k.Stream, k.Key)
-		if ks := e.keys.m[id]; ks != nil && ks.ckpt == k.Checkpoint && !ks.prepared {
-			delete(e.keys.m, id)
+		if ks, ok := e.keys.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
+			delete(e.keys.m, k.ID)
 		}
 	}
 }
 
-// keyLoadLocked restores the prepared keys at recovery, oldest first.
+// keyLoadLocked restores the prepared keys at recovery, oldest first; a
+// newer row of an id wins over an older one.
 func (e *Engine) keyLoadLocked(keys []recovery.Key) {
-	e.keys = keyTable{m: make(map[string]*keyState, len(keys))}
+	e.keys = keyTable{m: make(map[keyID]keyState, len(keys)), ids: make([]keyID, 0, len(keys))}
+	t := &e.keys
 	for _, k := range keys {
-		id := keyID(k.Stream, k.Key)
-		e.keys.m[id] = &keyState{hash: k.Hash, ckpt: k.Checkpoint, prepared: true, at: k.At}
-		e.keys.order = append(e.keys.order, keyOrder{id, k.At})
+		t.m[k.ID] = keyState{hash: k.Hash, ckpt: k.Checkpoint}
+		at := k.At.UnixNano()
+		if n := len(t.groups); n == 0 || t.groups[n-1].ckpt != k.Checkpoint || t.groups[n-1].at != at {
+			t.groups = append(t.groups, keyGroup{ckpt: k.Checkpoint, at: at})
+		}
+		t.ids = append(t.ids, k.ID)
+		t.groups[len(t.groups)-1].end = len(t.ids)
 	}
 	e.keyExpireLocked(e.cfg.Now(), 0)
 }
 
-// keyExpireLocked drops prepared keys older than the window, then the
-// oldest while more than MaxKeys-room are held.
+// keyExpireLocked drops committed keys older than the window, then the
+// oldest committed ones while more than MaxKeys-room are held. It stops at
+// the first key not committed: its batch may still be written, so its
+// retry must stay a duplicate.
 func (e *Engine) keyExpireLocked(now time.Time, room int) {
 	t := &e.keys
-	for t.head < len(t.order) {
-		o := t.order[t.head]
-		ks := t.m[o.id]
-		if ks == nil || !ks.prepared || !ks.at.Equal(o.at) {
-			t.head++ // expired at lookup, maybe accepted again since: a stale entry
-			continue
-		}
-		old := e.cfg.IdempotencyWindow > 0 && now.Sub(ks.at) > e.cfg.IdempotencyWindow
-		full := e.cfg.MaxKeys > 0 && len(t.m)+room > e.cfg.MaxKeys
-		if !old && !full {
+	for t.gHead < len(t.groups) {
+		g := t.groups[t.gHead]
+		if g.ckpt > e.lastDone {
 			break
 		}
-		delete(t.m, o.id)
-		t.head++
+		old := e.cfg.IdempotencyWindow > 0 && now.Sub(time.Unix(0, g.at)) > e.cfg.IdempotencyWindow
+		for t.iHead < g.end && (old || len(t.m)+room > e.cfg.MaxKeys) {
+			id := t.ids[t.iHead]
+			t.iHead++
+			if ks, ok := t.m[id]; ok && ks.ckpt == g.ckpt {
+				delete(t.m, id) // else accepted again since: a stale entry
+			}
+		}
+		if t.iHead < g.end {
+			break
+		}
+		t.gHead++
 	}
-	if t.head > 1024 && t.head > len(t.order)/2 {
-		t.order = append([]keyOrder(nil), t.order[t.head:]...)
-		t.head = 0
+	// Give back what is gone once it is most of what is held.
+	if t.iHead > 1024 && t.iHead > len(t.ids)/2 || t.gHead > 64 && t.gHead > len(t.groups)/2 {
+		t.ids = append([]keyID(nil), t.ids[t.iHead:]...)
+		t.groups = append([]keyGroup(nil), t.groups[t.gHead:]...)
+		for i := range t.groups {
+			t.groups[i].end -= t.iHead
+		}
+		t.iHead, t.gHead = 0, 0
 	}
 }
 

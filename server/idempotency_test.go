@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
@@ -184,5 +188,150 @@ func TestBodyKey(t *testing.T) {
 	}
 	if c := BodyKey([]byte("y\n")); c.Key == a.Key {
 		t.Fatal("different bodies, same key")
+	}
+}
+
+// stuckCommitter fails every Commit as an outage would while stuck is
+// set: the checkpoint stays prepared and its commit is retried.
+type stuckCommitter struct {
+	committer.Committer
+	stuck atomic.Bool
+}
+
+func (c *stuckCommitter) Commit(ctx context.Context, f committer.File) error {
+	if c.stuck.Load() {
+		return committer.ErrTransient
+	}
+	return c.Committer.Commit(ctx, f)
+}
+
+// waitStuck waits until e's commit is failing and retried.
+func waitStuck(t *testing.T, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Status().Stuck == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit never got stuck")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestKeyCapKeepsUncommittedKeys: past the key cap, the keys of a
+// checkpoint prepared but not yet committed (its commit retried through
+// an outage) are kept: a new key is refused with backpressure, and the
+// retry of a kept key is a duplicate, never written twice. Before, the cap
+// dropped the oldest prepared key, committed or not, and its retry was
+// written again.
+func TestKeyCapKeepsUncommittedKeys(t *testing.T) {
+	var sc *stuckCommitter
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) {
+		c.MaxKeys = 2
+		sc = &stuckCommitter{Committer: c.Committer}
+		c.Committer = sc
+	}
+	e := r.start(nil)
+	a, err := keyed(e, "a", "s", 1, 1)
+	wantNew(t, a, err)
+	b, err := keyed(e, "b", "s", 2, 1)
+	wantNew(t, b, err)
+	sc.stuck.Store(true)
+	done := make(chan CheckpointResult, 1)
+	go func() { res, _ := e.Checkpoint(context.Background()); done <- res }()
+	waitStuck(t, e)
+	// a and b are prepared, not committed: the cap may not drop them.
+	if _, err := keyed(e, "c", "s", 3, 1); !errors.Is(err, ErrBackpressure) {
+		t.Errorf("a new key past the cap with every key uncommitted: err %v, want ErrBackpressure", err)
+	}
+	res, err := keyed(e, "a", "s", 1, 1)
+	wantDup(t, res, err, a.Checkpoint, false)
+	sc.stuck.Store(false)
+	if got := <-done; got.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", got)
+	}
+	// Committed now: the cap drops the oldest for a new key.
+	c, err := keyed(e, "c", "s", 3, 1)
+	wantNew(t, c, err)
+	res, err = keyed(e, "b", "s", 2, 1)
+	wantDup(t, res, err, b.Checkpoint, true)
+	r.checkpoint()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 1}: true, {Stream: "s", Seq: 2}: true, {Stream: "s", Seq: 3}: true}, Exact: true})
+}
+
+// TestKeysPerCheckpointBounded: the open checkpoint accepts at most
+// MaxOpenKeys keys; the next is refused with backpressure and the
+// checkpoint ends at once (interval 0: nothing else would end it), after
+// which the retry is accepted. Before, keys of unprepared batches were
+// bounded only by the bytes their batches held.
+func TestKeysPerCheckpointBounded(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.MaxKeys = 100; c.MaxOpenKeys = 2 }
+	e := r.start(nil)
+	for i := range 2 {
+		res, err := keyed(e, string(rune('a'+i)), "s", int64(i), 1)
+		wantNew(t, res, err)
+	}
+	if _, err := keyed(e, "c", "s", 2, 1); !errors.Is(err, ErrBackpressure) {
+		t.Fatalf("a third key in the open checkpoint: err %v, want ErrBackpressure", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Status().LastDone == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the open checkpoint was not ended early")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res, err := keyed(e, "c", "s", 2, 1)
+	wantNew(t, res, err)
+	r.checkpoint()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 0}: true, {Stream: "s", Seq: 1}: true, {Stream: "s", Seq: 2}: true}, Exact: true})
+}
+
+// TestKeyTableBounded drives the key table through many checkpoints past
+// the cap: the newest MaxKeys keys are kept, older ones dropped oldest
+// first, and what the table holds for them stays within a small multiple
+// of the cap (what is dropped is given back).
+func TestKeyTableBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := &Engine{cfg: Config{MaxKeys: 100, IdempotencyWindow: time.Hour, Now: func() time.Time { return now }}}
+	e.openID = 1
+	key := func(i int) *Write {
+		return &Write{Stream: "s", Key: NewIdempotencyKey(fmt.Sprint("k", i), []byte{byte(i)})}
+	}
+	n := 0
+	for range 300 {
+		for range 10 {
+			w := key(n)
+			if _, ok, err := e.keyLookupLocked(w); ok || err != nil {
+				t.Fatalf("key %d: known %v, err %v", n, ok, err)
+			}
+			e.keyAcceptLocked(w)
+			n++
+		}
+		keys, _ := e.keyBarrierLocked(now)
+		e.keyPreparedLocked(keys)
+		e.lastDone = e.openID
+		e.openID++
+		now = now.Add(time.Second)
+		if len(e.keys.m) > 100 {
+			t.Fatalf("%d keys held, cap 100", len(e.keys.m))
+		}
+		if held := len(e.keys.ids) - e.keys.iHead; held > 100 || len(e.keys.ids) > 2*100+1024 || len(e.keys.groups) > 2*64+20 {
+			t.Fatalf("table holds %d ids (%d live), %d groups", len(e.keys.ids), held, len(e.keys.groups))
+		}
+	}
+	for i := n - 100; i < n; i++ {
+		if res, ok, err := e.keyLookupLocked(key(i)); !ok || err != nil || !res.Committed {
+			t.Fatalf("key %d of the newest 100: %+v known %v err %v", i, res, ok, err)
+		}
+	}
+	if _, ok, _ := e.keyLookupLocked(key(n - 101)); ok {
+		t.Fatal("key past the cap still known")
+	}
+	// The window: an hour later every key is gone.
+	now = now.Add(2 * time.Hour)
+	if _, ok, _ := e.keyLookupLocked(key(n - 1)); ok || len(e.keys.m) != 0 {
+		t.Fatalf("past the window: newest known %v, %d keys held", ok, len(e.keys.m))
 	}
 }

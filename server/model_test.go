@@ -109,6 +109,15 @@ func (l *checkpointLog) state(id uint64) (recovery.State, bool) {
 	return s, ok
 }
 
+// s0Confs are the configurations the model puts s0 in, mid-flight: each
+// fits the test records, each changes how files are written.
+var s0Confs = []streamconf.Config{
+	{},
+	{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionGzip},
+	{Format: streamconf.FormatNDJSON, Partition: "s={field:s}/h={ingest:%H}"},
+	{Format: streamconf.FormatNDJSON, Schema: testSchema, Compression: streamconf.CompressionZstd},
+}
+
 func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	base := faultfs.NewCrashFS()
@@ -147,6 +156,10 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	r.checkpoint()
 	km := &keyModel{}
 	defer func() { t.Logf("keyed: %s", km.st) }()
+	puts, putBarriers := 0, 0
+	defer func() {
+		t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", puts, putBarriers)
+	}()
 	m := newModel()
 	producers := []string{"p0", "p1", "p2", "p3"}
 	streams := []string{"s0", "s1", "s2"}
@@ -301,6 +314,34 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		}
 		if rng.IntN(12) == 0 {
 			note("%s", km.step(t, rng, m, e, ans, streams, fail))
+			continue
+		}
+		if rng.IntN(60) == 0 { // s0's configuration changes mid-flight: a barrier, like init
+			puts++
+			conf := s0Confs[rng.IntN(len(s0Confs))]
+			open := e.Status().OpenID
+			snap := m.snapshot()
+			armed := crash
+			ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
+			_, err := e.PutStream(ctx, "s0", conf)
+			cancel()
+			note("put s0 %+v: %v", conf, err)
+			if err != nil {
+				// A fault stopped the engine or refused the record, or the
+				// crash point hid the barrier's end: the store decides.
+				pendingID, pendingSnap = open, snap
+				restart(rng.IntN(2) == 0)
+				fullCheck()
+				continue
+			}
+			if state, ran := ckLog.state(open); ran && e.Status().OpenID > open {
+				putBarriers++
+				m.checkpointed(snap, state == recovery.Committed)
+				m.resolveAnon(t, e)
+			}
+			if got := e.Stream("s0"); got.ActiveVersion != got.Config.Version {
+				fail("put s0: answered with version %d in force, newest %d", got.ActiveVersion, got.Config.Version)
+			}
 			continue
 		}
 		p := producers[rng.IntN(len(producers))]

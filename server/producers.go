@@ -506,14 +506,11 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		e.prods.m[id] = p
 	}
 	p.epoch = rec.Epoch
-	pending := e.prods.unprepared(p)
 	e.mu.Unlock()
 	e.initMu.Unlock()
 
-	if pending {
-		if _, err := e.Checkpoint(ctx); err != nil {
-			return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
-		}
+	if err := e.awaitBarrier(ctx, func() bool { return e.prods.unprepared(p) }); err != nil {
+		return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -527,4 +524,24 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		out.Streams[s] = recovery.StreamSeq{NextSeq: ss.durable.NextSeq, CommittedSeq: ss.durable.CommittedSeq}
 	}
 	return out, nil
+}
+
+// awaitBarrier is the barrier of a producer's init and of a stream's PUT
+// (streams.go): once it returns nil, every batch that unprepared (called
+// under the ingest lock) stands for — accepted before the call, and no
+// more of them accepted since — is prepared (bound to commit) or aborted.
+// When unprepared reports any, it runs a checkpoint, whose barrier comes
+// after the checkpoint in flight and takes everything the open one
+// accepted, and waits for its end, bounded by ctx (a destination outage
+// holds a commit back: the caller answers "retry", and the barrier goes
+// on; a retry finds those batches prepared).
+func (e *Engine) awaitBarrier(ctx context.Context, unprepared func() bool) error {
+	e.mu.Lock()
+	pending := unprepared()
+	e.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	_, err := e.Checkpoint(ctx)
+	return err
 }

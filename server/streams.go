@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,18 +20,35 @@ import (
 
 // Stream configuration in the engine (DESIGN.md "Streams").
 //
-// A PUT is recorded in the state store (recovery.PutStream) before it is
-// answered, and waits in streamTable.pending until the next barrier, where
-// openNextLocked makes it the configuration in force (streamTable.live).
+// A PUT is a barrier, like a producer's init (awaitBarrier): it answers
+// once every batch accepted under the old configuration is prepared
+// (bound to commit) or aborted, and the new one is in force, so no batch
+// accepted under the old one can come back, resent after a crash or an
+// abort, to be judged by the new one. In order:
+//
+//  1. The stream is switching: its new batches are refused with
+//     ErrBackpressure (a client retries after Retry-After), so none is
+//     accepted under the old configuration from here on.
+//  2. The barrier: when the open checkpoint holds a transaction of the
+//     stream, or the checkpoint in flight is not prepared yet, a
+//     checkpoint runs and the PUT waits for its end (bounded by its ctx:
+//     a PUT that times out changes nothing, and the stream is written
+//     again under the old configuration).
+//  3. The configuration is recorded in the state store
+//     (recovery.PutStream): a crash from here on restarts with it, and
+//     nothing accepted under the old one is unprepared.
+//  4. It is put in force (streamTable.live), and the stream accepts
+//     writes again.
+//
 // Every transaction takes the configuration in force when it opens, and
-// all transactions of a checkpoint open between two barriers, so each file
-// has exactly one configuration; its file record (and manifest entry) names
-// format, compression and the configuration version.
+// a stream has no transaction open when its configuration changes, so
+// each file has exactly one configuration; its file record (and manifest
+// entry) names format, compression and the configuration version.
 //
 // The write path reads live without the ingest lock to place records
 // (partition template, schema check), then checks under the lock that
 // the configuration it used is still the one in force, and places the batch
-// again if a barrier changed it in between.
+// again if a PUT changed it in between.
 //
 // A batch whose records fall into several partitions goes to each
 // partition's transaction: every transaction is opened before anything is
@@ -90,12 +108,13 @@ func compileConf(c streamconf.Config) (*streamConf, error) {
 	return &streamConf{cfg: c, tmpl: t, schema: c.Schema, strict: c.Format == streamconf.FormatParquet, enc: staging.EncodingFor(c)}, nil
 }
 
-// streamTable holds the configurations; live is replaced whole at a
-// barrier (under Engine.mu) and read without it.
+// streamTable holds the configurations; live is replaced whole by a PUT
+// (under Engine.mu) and read without it.
 type streamTable struct {
-	live    atomic.Pointer[map[string]*streamConf]
-	pending map[string]*streamConf // accepted since the last barrier; under Engine.mu
-	newest  map[string]recovery.StreamConfig
+	live      atomic.Pointer[map[string]*streamConf]
+	newest    map[string]recovery.StreamConfig // under Engine.mu
+	switching map[string]bool                  // streams a PUT is changing; under Engine.mu
+	putMu     sync.Mutex                       // serialises PUTs
 }
 
 // confFor returns the configuration in force for stream.
@@ -129,22 +148,26 @@ func (e *Engine) loadStreams() error {
 	return nil
 }
 
-// applyStreamsLocked puts the configurations accepted since the last
-// barrier in force; called by openNextLocked, at every barrier.
-func (e *Engine) applyStreamsLocked() {
-	if len(e.streams.pending) == 0 {
-		return
+// switchLocked refuses a batch of a stream whose configuration a PUT is
+// changing (step 1 above): accepted under the old one, it could be lost
+// after the barrier and come back to be judged by the new one.
+func (e *Engine) switchLocked(stream string) error {
+	if e.streams.switching[stream] {
+		return fmt.Errorf("stream %s: its configuration is being changed: %w", stream, ErrBackpressure)
 	}
-	old := e.streams.live.Load()
-	live := make(map[string]*streamConf, len(*old)+len(e.streams.pending))
-	for k, v := range *old {
-		live[k] = v
+	return nil
+}
+
+// streamUnpreparedLocked reports whether a batch of stream may be
+// accepted and not prepared: the open checkpoint holds a transaction of
+// it, or the checkpoint past its barrier is not prepared yet.
+func (e *Engine) streamUnpreparedLocked(stream string) bool {
+	for _, ot := range e.openTxns {
+		if ot.key.Stream == stream {
+			return true
+		}
 	}
-	for k, v := range e.streams.pending {
-		live[k] = v
-	}
-	e.streams.live.Store(&live)
-	e.streams.pending = nil
+	return e.inflight != 0 && e.lastPrepared < e.inflight
 }
 
 // StreamInfo is a stream's configuration as the engine knows it.
@@ -154,15 +177,18 @@ type StreamInfo struct {
 	// Version 0 for a stream never configured.
 	Config    streamconf.Config
 	UpdatedAt time.Time
-	// ActiveVersion is the version in force for the open checkpoint:
-	// lower than Config.Version until the next barrier.
+	// ActiveVersion is the version in force: Config.Version once a PUT
+	// answered.
 	ActiveVersion int64
 	Configured    bool
 }
 
-// PutStream validates c and records it durably as stream's configuration;
-// it applies from the next checkpoint barrier. An invalid c is a
-// *streamconf.FieldError (errors.Is streamconf.ErrInvalid).
+// PutStream validates c, and, after a barrier over the batches accepted
+// under stream's current configuration (see the comment at the top),
+// records it durably and puts it in force: every write answered after it
+// uses c. An invalid c is a *streamconf.FieldError (errors.Is
+// streamconf.ErrInvalid). A barrier that outlasts ctx returns ctx's error
+// and changes nothing.
 func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Config) (StreamInfo, error) {
 	if !layout.Stream(stream) {
 		return StreamInfo{}, fmt.Errorf("stream %q: %w", stream, ErrInvalidStream)
@@ -177,11 +203,31 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 	if err != nil {
 		return StreamInfo{}, err
 	}
-	// Serialised with producer inits: both are admin-rate store writes,
-	// and versions must follow the order of the records.
+	e.streams.putMu.Lock()
+	defer e.streams.putMu.Unlock()
+	// 1. No batch of the stream is accepted under the old configuration
+	// from here on.
+	e.mu.Lock()
+	if e.streams.switching == nil {
+		e.streams.switching = map[string]bool{}
+	}
+	e.streams.switching[stream] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.streams.switching, stream)
+		e.mu.Unlock()
+	}()
+	// 2. Those accepted before are prepared or aborted.
+	if err := e.awaitBarrier(ctx, func() bool { return e.streamUnpreparedLocked(stream) }); err != nil {
+		return StreamInfo{}, fmt.Errorf("configure stream %s: barrier: %w", stream, err)
+	}
+	// 3. Durable (in the state store, then in the destination: see
+	// streamstore.go). Serialised with producer inits: both are admin-rate
+	// store writes.
 	e.initMu.Lock()
-	defer e.initMu.Unlock()
 	rec, err := e.store.PutStream(stream, c, e.cfg.Now())
+	e.initMu.Unlock()
 	if err != nil {
 		if errors.Is(err, durable.ErrDiskFull) {
 			e.noteDiskFull(err)
@@ -190,12 +236,16 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 		e.failOn(err)
 		return StreamInfo{}, err
 	}
+	// 4. In force.
 	e.mu.Lock()
-	if e.streams.pending == nil {
-		e.streams.pending = map[string]*streamConf{}
-	}
 	sc.cfg.Version = rec.Config.Version
-	e.streams.pending[stream] = sc
+	old := e.streams.live.Load()
+	live := make(map[string]*streamConf, len(*old)+1)
+	for k, v := range *old {
+		live[k] = v
+	}
+	live[stream] = sc
+	e.streams.live.Store(&live)
 	e.streams.newest[stream] = rec
 	info := e.streamInfoLocked(stream)
 	e.mu.Unlock()

@@ -45,8 +45,8 @@ func configureTestStreams(t testing.TB, e *Engine) {
 	}
 }
 
-// TestStreamConfigBarrierAndRestart: a configuration applies from the
-// next barrier (the open checkpoint's files keep the old one), each file
+// TestStreamConfigBarrierAndRestart: a configuration applies once its
+// PUT's barrier committed what was written before (with the old one), each file
 // record names its encoding and version, the configuration survives a
 // restart, and the invariant checker reads the encoded files back.
 func TestStreamConfigBarrierAndRestart(t *testing.T) {
@@ -64,17 +64,19 @@ func TestStreamConfigBarrierAndRestart(t *testing.T) {
 	}
 	write(zstdStream)
 	write(parquetStream)
-	configureTestStreams(t, e)
-	write(zstdStream)
-	res := r.checkpoint()
-	for _, f := range res.Files {
+	configureTestStreams(t, e) // its barrier commits both, as they were accepted
+	before, err := e.store.Get(e.Status().LastDone)
+	if err != nil || len(before.Files) != 2 {
+		t.Fatalf("the PUT's barrier: %+v %v, want the two files written before it", before, err)
+	}
+	for _, f := range before.Files {
 		if f.Format != streamconf.FormatNDJSON || f.Compression != streamconf.CompressionNone || f.SchemaVersion != 0 || !strings.HasSuffix(f.Final, ".ndjson") {
-			t.Errorf("checkpoint before the barrier wrote %+v; want the defaults", f)
+			t.Errorf("checkpoint of the barrier wrote %+v; want the defaults", f)
 		}
 	}
 	write(zstdStream)
 	write(parquetStream)
-	res = r.checkpoint()
+	res := r.checkpoint()
 	got := map[string]string{}
 	for _, f := range res.Files {
 		got[f.Stream] = f.Final[strings.LastIndexByte(f.Final, '/')+1:] + " " + f.Format + " " + f.Compression
@@ -102,7 +104,7 @@ func TestStreamConfigBarrierAndRestart(t *testing.T) {
 	// A record that breaks the schema refuses the batch, naming line and
 	// field; nothing of it is kept.
 	bad := append(invariant.Batch(invariant.BatchID{Stream: parquetStream, Seq: 99}, 1), `{"s":"pq","q":"x","i":0,"n":1}`+"\n"...)
-	_, err := e.Write(Write{Stream: parquetStream, Ext: "ndjson", Data: bad, Records: 2})
+	_, err = e.Write(Write{Stream: parquetStream, Ext: "ndjson", Data: bad, Records: 2})
 	var re *RecordError
 	if !errors.As(err, &re) || !errors.Is(err, streamconf.ErrSchemaMismatch) || re.Line != 2 || re.Field != "q" {
 		t.Fatalf("bad record: %v", err)

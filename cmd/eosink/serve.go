@@ -89,7 +89,7 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.commitLinger, "commit-linger", 10*time.Millisecond, "how soon a ?wait=commit write starts a checkpoint, shared by every write waiting then (group commit); 0 leaves waits to --checkpoint-interval")
 	fs.DurationVar(&f.commitMinGap, "commit-min-gap", 0, "least time between two checkpoints started by waiting writes: fewer, larger files under steady waiting load, for at least this latency")
 	fs.DurationVar(&f.idemWindow, "idempotency-window", server.DefaultIdempotencyWindow, "how long Idempotency-Key values are kept after their batch was prepared")
-	fs.IntVar(&f.idemMaxKeys, "idempotency-max-keys", server.DefaultMaxKeys, "most Idempotency-Key values kept (memory and state store); past it the oldest are forgotten early")
+	fs.IntVar(&f.idemMaxKeys, "idempotency-max-keys", server.DefaultMaxKeys, "most Idempotency-Key values kept (memory and state store); past it the oldest committed ones are forgotten early, and new keys get 429 when none is committed")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", server.DefaultLeaseTimeout, "how long the node's lease (<dest>/_nodes/<node>.json) outlives its last renewal: a second process with the same --node refuses to start until then")
 	fs.Var(&f.trustedProxies, "trusted-proxies", "comma-separated CIDR prefixes (or addresses) of proxies whose X-Forwarded-For or X-Real-IP names the client: failed tokens are then counted per client, not per proxy; empty trusts none")
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
