@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -107,6 +108,8 @@ func copyFixture(t *testing.T) string {
 	return p
 }
 
+var epochsRE = regexp.MustCompile(`,"epochs":\{[^{}]*(\{[^{}]*\}[^{}]*)*\}`)
+
 // TestV2Fixture: a state.db written before the store had its own record
 // types (testdata/genv2.go) opens and reads back as written, and today's
 // code writes the same bytes for the same steps (the producer count, kept
@@ -165,6 +168,11 @@ func TestV2Fixture(t *testing.T) {
 	}
 	want := dumpBuckets(t, "testdata/v2-state.db")
 	got := dumpBuckets(t, fresh, string(keyProducerCount))
+	// Prepared records keep their producers' epochs since (issue 23): the
+	// fixture's rows are today's without them.
+	for k, v := range got["checkpoints"] {
+		got["checkpoints"][k] = epochsRE.ReplaceAllString(v, "")
+	}
 	for name, wm := range want {
 		for k, v := range wm {
 			if got[name][k] != v {
@@ -201,6 +209,7 @@ func TestFileRecordCarriesEveryField(t *testing.T) {
 		}
 	}
 	f.Producers = map[string]committer.SeqRanges{"p": {{1, 2}}}
+	f.Epochs = map[string]committer.ProducerEpoch{"p": {Epoch: 4, Incarnation: 3}}
 	f.Parts = []committer.Part{{Number: 1, ETag: "e", Size: 3}}
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {
