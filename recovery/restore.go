@@ -44,6 +44,7 @@ func (s *Store) Restore(rb *Rebuilt) error {
 			if err != nil {
 				return err
 			}
+			changed := true
 			switch {
 			case h == nil:
 				if h, err = newHead(tx, id, rp.Epoch); err != nil {
@@ -51,6 +52,7 @@ func (s *Store) Restore(rb *Rebuilt) error {
 				}
 				h.Born = max(rp.Incarnation, 0)
 			case rp.Incarnation < 0 || rp.Incarnation == h.Born:
+				changed = rp.Epoch > h.Epoch
 				h.Epoch = max(h.Epoch, rp.Epoch)
 			case rp.Incarnation > h.Born:
 				// The store's incarnation was forgotten after this copy
@@ -63,9 +65,11 @@ func (s *Store) Restore(rb *Rebuilt) error {
 			default:
 				continue // the store's is newer than anything committed
 			}
-			// Active from now, so expiry counts its idle time from the rebuild.
-			if err := putHead(tx, h, now); err != nil {
-				return err
+			if changed {
+				// Active from now, so expiry counts its idle time from the rebuild.
+				if err := putHead(tx, h, now); err != nil {
+					return err
+				}
 			}
 			for stream, c := range rp.Streams {
 				cur, ok, err := getSeq(tx, id, stream)
