@@ -87,6 +87,8 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	for _, en := range entries {
 		n, id, ok := layout.ParseManifestName(en.Path)
 		switch {
+		case layout.IsTempName(en.Path):
+			// A publish a crash cut short: never a manifest.
 		case !ok:
 			skip(en.Path, "not a manifest name", nil)
 		case n != node:

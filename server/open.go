@@ -310,6 +310,8 @@ func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestI
 	for _, en := range entries {
 		node, id, ok := layout.ParseManifestName(en.Path)
 		switch {
+		case layout.IsTempName(en.Path):
+			// A publish a crash cut short: never a manifest.
 		case !ok || node != e.cfg.Node:
 			bad++
 			example = en.Path

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -245,5 +246,115 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 			must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 1}] = true
 			r.check(invariant.Expect{Must: must, Exact: true})
 		})
+	}
+}
+
+// Issue 23 item 5, with a node lease: a consistent planted set (a data
+// file and its manifest) beyond the checkpoint ids the node reserved is
+// not this node's and is ignored, though its files are there. Failed
+// before: the store looked behind and the rebuild believed the ranges.
+func TestPlantedManifestBeyondReservedIDs(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) {
+		c.Leaser, c.LeaseTimeout = local.New(c.FS, rigDest, rigStaging), time.Hour
+	}
+	e := r.start(nil)
+	ctx := t.Context()
+	st, err := e.InitProducer(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p", Epoch: st.Epoch}
+	if _, err := send(e, p, "a", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	res := r.checkpoint()
+	if res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.stop()
+	id := res.ID + 1<<20
+	data := []byte("{\"planted\":true}\n")
+	part := "a/" + layout.PartName(rigNode, id, 0, "ndjson")
+	m := &layout.Manifest{Checkpoint: id, Node: rigNode, CommittedAt: time.Now().UTC(),
+		Files: []layout.ManifestFile{{Path: part, Stream: "a", Bytes: int64(len(data)), Records: 1,
+			Producers: map[string]committer.SeqRanges{"p": {{0, 100}}}}}}
+	b, err := layout.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant(t, r.fs, part, data)
+	plant(t, r.fs, m.Name(), b)
+	r.broken = "a planted manifest"
+	e = r.start(nil)
+	res1, err := send(e, p, "a", 1, 1)
+	if err != nil || res1.Duplicate {
+		t.Fatalf("p's next batch after a planted manifest beyond the reserved ids: %+v %v, want accepted", res1, err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID <= id {
+		t.Fatalf("checkpoint after the planted manifest: %+v, want committed beyond the planted id %d", res, id)
+	}
+	for _, name := range []string{part, m.Name()} {
+		if err := r.fs.Remove(rigDest + "/" + name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.broken = ""
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true}, Exact: true})
+}
+
+// Issue 23 items 1 and 2 together: the store comes back as a copy taken
+// before the producer was deleted and created again. The copy holds the
+// first incarnation; the destination's newest is the second, which must
+// win. Failed before: the copy was believed (committed_seq 2).
+func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
+	r := newRig(t, nil)
+	r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
+	e := r.start(nil)
+	ctx := t.Context()
+	st, err := e.InitProducer(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &Producer{ID: "p", Epoch: st.Epoch}
+	for seq := range int64(3) {
+		if _, err := send(e, first, "a", seq, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	backup, err := os.ReadFile(r.storePath) // a live snapshot
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DeleteProducer(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = e.InitProducer(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	second := &Producer{ID: "p", Epoch: st.Epoch}
+	if _, err := send(e, second, "b", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.stop()
+	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e = r.start(nil)
+	if _, err := send(e, first, "a", 3, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the first incarnation writes after the copy came back: %v, want fenced", err)
+	}
+	got, ok := e.Producer("p")
+	if !ok || got.Epoch != second.Epoch || len(got.Streams) != 1 || got.Streams["b"].NextSeq != 1 {
+		t.Fatalf("producer after the copy came back: %+v, want the second incarnation (epoch %d, only b at next 1)", got, second.Epoch)
+	}
+	if res, err := send(e, second, "a", 0, 1); err != nil || res.Duplicate {
+		t.Fatalf("the second incarnation's a/0: %+v %v, want accepted", res, err)
 	}
 }
