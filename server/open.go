@@ -241,15 +241,17 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 
 // manifestLimit returns the highest checkpoint id this node may have
 // written a manifest for: the highest reserved in the store or in the
-// node's lease (ids are reserved in both before any is used). 0 when
-// there is no lease: then a lost store leaves nothing to tell this node's
-// manifests from planted ones by id.
+// node's lease (ids are reserved in both before any is used). Without a
+// lease a lost store leaves nothing to tell this node's manifests from
+// planted ones by id, but no node counts to MaxCheckpoint/2 (2^61):
+// that is the limit then, and always.
 func (e *Engine) manifestLimit(lastID uint64) uint64 {
+	const never = layout.MaxCheckpoint / 2
 	r := e.leaseReserved()
 	if r == 0 {
-		return 0
+		return never
 	}
-	return max(r, lastID)
+	return min(max(r, lastID), never)
 }
 
 // firstOpenID returns the id of the first checkpoint to open. Ids are
@@ -279,7 +281,7 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 // manifestIDs is what a listing of this node's manifest prefix shows.
 type manifestIDs struct {
 	ours uint64 // the highest id within the limit: this node's, as far as ids tell
-	top  uint64 // the highest id of any manifest name that parses (planted ones too)
+	top  uint64 // the highest id of any manifest name that parses, planted ones up to MaxCheckpoint/2 too
 }
 
 // behind reports whether the destination holds a manifest of this node
@@ -290,8 +292,8 @@ func (m manifestIDs) behind(newest uint64) bool { return m.ours > newest }
 // when there are none or the destination cannot be listed (neither the
 // publisher nor the committer is a committer.Reader). Names that do not
 // parse (layout.ParseManifestName, which bounds the id) and ids beyond
-// limit (when not 0: the ids this node reserved) were not written by this
-// node: they are reported and not believed.
+// limit (manifestLimit) were not written by this node: they are reported
+// and not believed.
 func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestIDs, error) {
 	var out manifestIDs
 	r, ok := e.cfg.Publisher.(committer.Reader)
@@ -315,10 +317,15 @@ func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestI
 		case !ok || node != e.cfg.Node:
 			bad++
 			example = en.Path
-		case limit > 0 && id > limit:
+		case id > limit:
 			beyond++
 			example = en.Path
-			out.top = max(out.top, id)
+			if id <= layout.MaxCheckpoint/2 {
+				// Not ours, but its name is taken: ids go past it, while
+				// that leaves room (beyond, a collision is 2^61
+				// checkpoints away).
+				out.top = max(out.top, id)
+			}
 		default:
 			out.ours = max(out.ours, id)
 			out.top = max(out.top, id)

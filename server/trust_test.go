@@ -195,6 +195,9 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 		"id near 2^64": func(uint64) (string, []byte) {
 			return layout.ManifestName(rigNode, 1<<64-10), []byte("{}")
 		},
+		"id at the bound": func(uint64) (string, []byte) {
+			return layout.ManifestName(rigNode, layout.MaxCheckpoint), []byte("{}")
+		},
 	}
 	for name, make := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -229,7 +232,7 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 			if err := e2.WaitReady(wctx); err != nil {
 				t.Fatalf("not ready with a planted manifest: %v (status %+v)", err, e2.Status())
 			}
-			if open := e2.Status().OpenID; open <= res.ID || open > 1<<62 {
+			if open := e2.Status().OpenID; open <= res.ID || open > layout.MaxCheckpoint/2 {
 				t.Fatalf("open checkpoint %d after the planted manifest (last committed %d)", open, res.ID)
 			}
 			res1, err := send(e2, p, "a", 1, 1)
