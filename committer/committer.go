@@ -58,6 +58,11 @@ type File struct {
 	Records   int64                `json:"records"`
 	CRC32C    string               `json:"crc32c"`
 	Producers map[string]SeqRanges `json:"producers,omitempty"`
+	// Epochs holds, for each producer of Producers, its epoch and
+	// incarnation as of the "prepared" record, so that a rebuild from the
+	// destination tells a producer's incarnations apart and restores its
+	// epoch (recovery.Rebuild). Nil in records written before it was kept.
+	Epochs map[string]ProducerEpoch `json:"epochs,omitempty"`
 	// The file's encoding (DESIGN.md "Streams"): format ndjson, text or
 	// parquet; compression none, gzip or zstd (Parquet: its page codec);
 	// the version of the stream configuration it was written with (0: the
@@ -71,6 +76,16 @@ type File struct {
 	Parts      []Part `json:"parts,omitempty"`
 	StagingKey string `json:"staging_key,omitempty"`
 	ETag       string `json:"etag,omitempty"`
+}
+
+// ProducerEpoch is a producer's epoch and incarnation when a file's
+// checkpoint was prepared. The incarnation is the epoch the producer was
+// created at: a producer forgotten (DELETE, expiry) and created again
+// starts above every epoch it had (the store's epoch floor), so each
+// incarnation of one producer id has its own.
+type ProducerEpoch struct {
+	Epoch       int64 `json:"epoch"`
+	Incarnation int64 `json:"incarnation"`
 }
 
 // SeqRanges are one producer's exact sequence numbers in one file: ascending,

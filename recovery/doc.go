@@ -21,12 +21,15 @@
 //	             "producer_count" -> the producers bucket's rows (counted
 //	             once at open in a store written before it was kept)
 //	checkpoints  id (8 bytes big-endian) -> checkpointRecord: the newest
-//	             --checkpoint-retention rows, and every prepared one
+//	             --checkpoint-retention rows, and every prepared one; each
+//	             file's "epochs" holds its producers' epoch and incarnation
+//	             at the "prepared" record, for the manifest (absent before)
 //	pending      id (8 bytes big-endian) -> empty: the prepared, not yet
 //	             committed checkpoints, so a start reads only those rows
-//	producers    producer id -> producerRecord {"producer","epoch","active"}: the epoch and
+//	producers    producer id -> producerRecord {"producer","epoch","active","born"}: the epoch,
 //	             the last activity (its init, or the barrier of the newest
-//	             checkpoint that prepared its batches)
+//	             checkpoint that prepared its batches) and the epoch it was
+//	             created at, its incarnation (absent: 0)
 //	seqs         producer id, NUL, stream -> seqRecord: the next and
 //	             committed sequence numbers as of the last prepared
 //	             checkpoint; a checkpoint rewrites only the entries it changed

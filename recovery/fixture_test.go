@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -111,6 +112,8 @@ func copyFixture(t *testing.T) string {
 // v3Only are the buckets version 3 changed: the key rows.
 var v3Only = map[string]bool{"idem_keys": true, "idem_order": true, "idem": true}
 
+var epochsRE = regexp.MustCompile(`,"epochs":\{[^{}]*(\{[^{}]*\}[^{}]*)*\}`)
+
 // TestV2Fixture: a state.db written before the store had its own record
 // types (testdata/genv2.go) opens and reads back as written, its keys
 // migrated to version 3's binary rows; today's code writes the same bytes
@@ -175,9 +178,19 @@ func TestV2Fixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := dumpBuckets(t, fresh, string(keyProducerCount))
+	// Prepared records keep their producers' epochs since (issue 23): the
+	// fixture's rows are today's without them.
+	for _, d := range []map[string]map[string]string{got} {
+		for k, v := range d["checkpoints"] {
+			d["checkpoints"][k] = epochsRE.ReplaceAllString(v, "")
+		}
+	}
 	// The fixture as written, but for what version 3 changed.
 	want := dumpBuckets(t, "testdata/v2-state.db", string(keyVersion), string(keyKeyCount))
 	gotV2 := dumpBuckets(t, fresh, string(keyProducerCount), string(keyVersion), string(keyKeyCount))
+	for k, v := range gotV2["checkpoints"] {
+		gotV2["checkpoints"][k] = epochsRE.ReplaceAllString(v, "")
+	}
 	for name := range v3Only {
 		delete(want, name)
 		delete(gotV2, name)
@@ -228,6 +241,7 @@ func TestFileRecordCarriesEveryField(t *testing.T) {
 		}
 	}
 	f.Producers = map[string]committer.SeqRanges{"p": {{1, 2}}}
+	f.Epochs = map[string]committer.ProducerEpoch{"p": {Epoch: 4, Incarnation: 3}}
 	f.Parts = []committer.Part{{Number: 1, ETag: "e", Size: 3}}
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {

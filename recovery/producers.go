@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -59,12 +60,38 @@ func addProducers(tx *bolt.Tx, n int64) error {
 }
 
 // newHead returns the head of a producer the store does not know, at
-// epoch, counted.
+// epoch and born there (a new incarnation), counted.
 func newHead(tx *bolt.Tx, id string, epoch int64) (*producerRecord, error) {
 	if err := addProducers(tx, 1); err != nil {
 		return nil, err
 	}
-	return &producerRecord{ID: id, Epoch: epoch}, nil
+	return &producerRecord{ID: id, Epoch: epoch, Born: epoch}, nil
+}
+
+// stampEpochs records in each file its producers' epochs and
+// incarnations as the store holds them now (the "prepared" record's), for
+// the manifest; a producer already stamped or without a head is left.
+func stampEpochs(tx *bolt.Tx, files []committer.File) error {
+	for i := range files {
+		f := &files[i]
+		for pid := range f.Producers {
+			if _, ok := f.Epochs[pid]; ok {
+				continue
+			}
+			h, err := getHead(tx, pid)
+			if err != nil {
+				return err
+			}
+			if h == nil {
+				continue
+			}
+			if f.Epochs == nil {
+				f.Epochs = make(map[string]committer.ProducerEpoch, len(f.Producers))
+			}
+			f.Epochs[pid] = committer.ProducerEpoch{Epoch: h.Epoch, Incarnation: h.Born}
+		}
+	}
+	return nil
 }
 
 // putHead writes h with its last activity at, moving its index entry.
@@ -202,18 +229,7 @@ func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 		if err := addProducers(tx, -1); err != nil {
 			return err
 		}
-		pre := seqPrefix(id)
-		var keys [][]byte
-		c := tx.Bucket(bucketSeqs).Cursor()
-		for k, _ := c.Seek(pre); k != nil && bytes.HasPrefix(k, pre); k, _ = c.Next() {
-			keys = append(keys, bytes.Clone(k))
-		}
-		for _, k := range keys {
-			if err := tx.Bucket(bucketSeqs).Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
+		return deleteSeqs(tx, id)
 	})
 	if err != nil {
 		return fmt.Errorf("delete producer %s: %w", id, err)

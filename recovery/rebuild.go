@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -14,27 +15,59 @@ import (
 // Rebuilt is what the destination says about a node whose state store was
 // lost or is older than its manifests (recovery step 5).
 type Rebuilt struct {
-	Manifests int    // manifests read
+	Manifests int    // manifests believed
 	Highest   uint64 // the highest checkpoint id among them
-	// Producers holds, per producer and stream, the highest sequence
-	// number committed and the checkpoint that committed it.
-	Producers map[string]map[string]StreamSeq
+	// Skipped counts the manifests not believed: not parsed, beyond the
+	// ids this node reserved, or naming files the destination does not
+	// hold with their size. Each is logged.
+	Skipped int
+	// Producers holds, per producer, its newest incarnation's committed
+	// sequence numbers per stream and the highest epoch seen.
+	Producers map[string]*RebuiltProducer
+	// MaxEpoch is the highest epoch any believed manifest records.
+	MaxEpoch int64
+}
+
+// RebuiltProducer is one producer as the manifests show it.
+type RebuiltProducer struct {
+	// Incarnation is the newest incarnation seen (the epoch it was born
+	// at, committer.ProducerEpoch); manifests written before epochs were
+	// kept count as incarnation 0. -1: unknown, the store's is taken.
+	Incarnation int64
+	// Epoch is the highest epoch recorded for it, over every incarnation:
+	// it is restored at least there, so a fenced client stays fenced (I6).
+	Epoch int64
+	// Streams holds, per stream, the highest sequence number the newest
+	// incarnation committed and the checkpoint that committed it.
+	Streams map[string]StreamSeq
 }
 
 // rebuildLogEvery is how often a long rebuild logs its progress.
 const rebuildLogEvery = 5 * time.Second
 
+// maxSkipLogged bounds the skipped manifests logged one by one.
+const maxSkipLogged = 100
+
 // Rebuild reads every manifest of node in the destination and returns each
-// producer's committed sequence numbers per stream: the highest last
-// sequence number of its ranges across the manifests (sequence numbers of
-// a producer on a stream are committed in order, so everything up to it is
-// committed). It costs one read per manifest, so recovery runs it only
-// when the store is behind the destination.
+// producer's committed sequence numbers per stream: for its newest
+// incarnation, the highest last sequence number of its ranges across the
+// manifests (sequence numbers of a producer on a stream are committed in
+// order, so everything up to it is committed). It costs one read per
+// manifest and one listing per stream, so recovery runs it only when the
+// store is behind the destination.
+//
+// What the destination holds is checked before it is believed (DESIGN
+// "Several nodes"): a manifest that does not parse, whose id is beyond
+// limit (the highest id this node reserved, 0: unknown), or that names a
+// file the destination does not hold with the size it states is skipped
+// and logged, never a reason to call a batch committed.
 //
 // What it cannot recover: batches accepted but not committed (they were
-// never in a manifest), producers' epochs (not in manifests) and their
-// sequence numbers accepted but not committed; idempotency keys.
-func Rebuild(ctx context.Context, r committer.Reader, node string, log *slog.Logger) (*Rebuilt, error) {
+// never in a manifest), epochs handed out after a producer's last
+// committed checkpoint, sequence numbers accepted but not committed, a
+// producer forgotten and created again before manifests kept epochs (both
+// count as one), and idempotency keys.
+func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64, log *slog.Logger) (*Rebuilt, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -43,29 +76,71 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("rebuild from destination: list manifests: %w", err)
 	}
-	out := &Rebuilt{Producers: map[string]map[string]StreamSeq{}}
+	out := &Rebuilt{Producers: map[string]*RebuiltProducer{}}
+	skip := func(name, why string, err error) {
+		out.Skipped++
+		if out.Skipped <= maxSkipLogged {
+			log.Error("manifest not believed: skipped by the rebuild", "op", "rebuild", "path", name, "why", why, "err", err)
+		}
+	}
 	var todo []string
 	for _, en := range entries {
-		if n, _, ok := layout.ParseManifestName(en.Path); ok && n == node {
+		n, id, ok := layout.ParseManifestName(en.Path)
+		switch {
+		case layout.IsTempName(en.Path):
+			// A publish a crash cut short: never a manifest.
+		case !ok:
+			skip(en.Path, "not a manifest name", nil)
+		case n != node:
+			// Another node's, under this node's prefix: not ours to read.
+			skip(en.Path, "another node's manifest", nil)
+		case limit > 0 && id > limit:
+			skip(en.Path, fmt.Sprintf("beyond the highest checkpoint id this node reserved (%d): not written by it", limit), nil)
+		default:
 			todo = append(todo, en.Path)
 		}
 	}
+	// Per producer and incarnation, each stream's highest committed seq.
+	type prod struct {
+		epoch int64
+		incs  map[int64]map[string]StreamSeq
+	}
+	seen := map[string]*prod{}
+	files := fileSizes{r: r, by: map[string]map[string]int64{}}
 	begin, logged := time.Now(), time.Now()
 	for i, name := range todo {
 		m, err := ReadManifest(ctx, r, name)
+		if errors.Is(err, layout.ErrBadManifest) {
+			skip(name, "does not parse", err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rebuild from destination: %s: %w", name, err)
+		}
+		if why, err := files.check(ctx, m); err != nil {
+			return nil, fmt.Errorf("rebuild from destination: %s: %w", name, err)
+		} else if why != "" {
+			skip(name, why, nil)
+			continue
 		}
 		out.Manifests++
 		out.Highest = max(out.Highest, m.Checkpoint)
 		for _, f := range m.Files {
 			for p, ranges := range f.Producers {
+				ep := f.Epochs[p] // zero for manifests without epochs: incarnation 0
+				pr := seen[p]
+				if pr == nil {
+					pr = &prod{incs: map[int64]map[string]StreamSeq{}}
+					seen[p] = pr
+				}
+				pr.epoch = max(pr.epoch, ep.Epoch)
+				out.MaxEpoch = max(out.MaxEpoch, ep.Epoch)
+				streams := pr.incs[ep.Incarnation]
+				if streams == nil {
+					streams = map[string]StreamSeq{}
+					pr.incs[ep.Incarnation] = streams
+				}
 				for _, rg := range ranges {
-					streams := out.Producers[p]
-					if streams == nil {
-						streams = map[string]StreamSeq{}
-						out.Producers[p] = streams
-					}
 					cur, ok := streams[f.Stream]
 					if !ok || rg[1] > cur.CommittedSeq {
 						streams[f.Stream] = StreamSeq{NextSeq: rg[1] + 1, CommittedSeq: rg[1], CommittedIn: m.Checkpoint}
@@ -76,8 +151,49 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, log *slog.Log
 		if time.Since(logged) >= rebuildLogEvery {
 			logged = time.Now()
 			log.Info("rebuilding from the destination's manifests", "op", "rebuild", "read", i+1, "of", len(todo),
-				"producers", len(out.Producers), "elapsed_ms", time.Since(begin).Milliseconds())
+				"producers", len(seen), "elapsed_ms", time.Since(begin).Milliseconds())
 		}
 	}
+	for p, pr := range seen {
+		newest := int64(-1)
+		for inc := range pr.incs {
+			newest = max(newest, inc)
+		}
+		out.Producers[p] = &RebuiltProducer{Incarnation: newest, Epoch: pr.epoch, Streams: pr.incs[newest]}
+	}
 	return out, nil
+}
+
+// fileSizes answers whether the destination holds a file with a size,
+// listing each stream's folder once.
+type fileSizes struct {
+	r  committer.Reader
+	by map[string]map[string]int64 // stream -> path -> bytes
+}
+
+// check returns why m is not believed ("" if it is): a file it names is
+// missing or has another size.
+func (s *fileSizes) check(ctx context.Context, m *Manifest) (string, error) {
+	for _, f := range m.Files {
+		sizes, ok := s.by[f.Stream]
+		if !ok {
+			entries, err := s.r.List(ctx, f.Stream+"/")
+			if err != nil {
+				return "", fmt.Errorf("list stream %s: %w", f.Stream, err)
+			}
+			sizes = make(map[string]int64, len(entries))
+			for _, en := range entries {
+				sizes[en.Path] = en.Bytes
+			}
+			s.by[f.Stream] = sizes
+		}
+		got, ok := sizes[f.Path]
+		if !ok {
+			return fmt.Sprintf("names %s, which the destination does not hold", f.Path), nil
+		}
+		if got != f.Bytes {
+			return fmt.Sprintf("names %s of %d bytes, which holds %d", f.Path, f.Bytes, got), nil
+		}
+	}
+	return "", nil
 }

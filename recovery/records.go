@@ -57,15 +57,24 @@ type fileRecord struct {
 	CRC32C  string `json:"crc32c"`
 	// Producers: [[first, last], ...] per producer; committer.SeqRanges
 	// also decodes the older single [first, last] pair.
-	Producers  map[string]committer.SeqRanges `json:"producers,omitempty"`
-	UploadID   string                         `json:"upload_id,omitempty"`
-	Parts      []partRecord                   `json:"parts,omitempty"`
-	StagingKey string                         `json:"staging_key,omitempty"`
-	ETag       string                         `json:"etag,omitempty"`
+	Producers map[string]committer.SeqRanges `json:"producers,omitempty"`
+	// Epochs: each producer's epoch and incarnation at the prepared
+	// record, for the manifest; absent in records written before.
+	Epochs     map[string]epochRecord `json:"epochs,omitempty"`
+	UploadID   string                 `json:"upload_id,omitempty"`
+	Parts      []partRecord           `json:"parts,omitempty"`
+	StagingKey string                 `json:"staging_key,omitempty"`
+	ETag       string                 `json:"etag,omitempty"`
 	// How the file is encoded (stream configuration); empty for plain.
 	Format        string `json:"format,omitempty"`
 	Compression   string `json:"compression,omitempty"`
 	SchemaVersion int64  `json:"schema_version,omitempty"`
+}
+
+// epochRecord is one producer's committer.ProducerEpoch.
+type epochRecord struct {
+	Epoch       int64 `json:"epoch"`
+	Incarnation int64 `json:"incarnation"`
 }
 
 // partRecord is one uploaded part of a multipart upload.
@@ -87,6 +96,10 @@ type producerRecord struct {
 	ID     string    `json:"producer"`
 	Epoch  int64     `json:"epoch"`
 	Active time.Time `json:"active,omitzero"`
+	// Born is the epoch the producer was created at: its incarnation
+	// (committer.ProducerEpoch). 0 in records written before it was kept,
+	// which were then all of the first incarnation the manifests show.
+	Born int64 `json:"born,omitempty"`
 }
 
 // producerV1Record is a producers-bucket value of a version 1 store,
@@ -141,6 +154,12 @@ func fileToRecord(f *committer.File) fileRecord {
 	r := fileRecord{Stream: f.Stream, Temp: f.Temp, Final: f.Final, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C,
 		Producers: f.Producers, UploadID: f.UploadID, StagingKey: f.StagingKey, ETag: f.ETag,
 		Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion}
+	if f.Epochs != nil {
+		r.Epochs = make(map[string]epochRecord, len(f.Epochs))
+		for p, e := range f.Epochs {
+			r.Epochs[p] = epochRecord{Epoch: e.Epoch, Incarnation: e.Incarnation}
+		}
+	}
 	if f.Parts != nil {
 		r.Parts = make([]partRecord, len(f.Parts))
 		for i, p := range f.Parts {
@@ -154,6 +173,12 @@ func (r *fileRecord) file() committer.File {
 	f := committer.File{Stream: r.Stream, Temp: r.Temp, Final: r.Final, Bytes: r.Bytes, Records: r.Records, CRC32C: r.CRC32C,
 		Producers: r.Producers, UploadID: r.UploadID, StagingKey: r.StagingKey, ETag: r.ETag,
 		Format: r.Format, Compression: r.Compression, SchemaVersion: r.SchemaVersion}
+	if r.Epochs != nil {
+		f.Epochs = make(map[string]committer.ProducerEpoch, len(r.Epochs))
+		for p, e := range r.Epochs {
+			f.Epochs[p] = committer.ProducerEpoch{Epoch: e.Epoch, Incarnation: e.Incarnation}
+		}
+	}
 	if r.Parts != nil {
 		f.Parts = make([]committer.Part, len(r.Parts))
 		for i, p := range r.Parts {

@@ -477,6 +477,9 @@ func getCheckpoint(tx *bolt.Tx, id uint64) (*Checkpoint, error) {
 func (s *Store) Prepare(c *Checkpoint) error {
 	c.State = Prepared
 	return s.update("prepare", func(tx *bolt.Tx) error {
+		if err := stampEpochs(tx, c.Files); err != nil {
+			return err
+		}
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
 		}

@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // TestModel drives the engine with a seeded random mix of writes from
@@ -60,11 +63,13 @@ func TestModel(t *testing.T) {
 type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
+	copiesTaken, copiesRestored, forgotten, expiries, planted                                                                      int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses, %d starts killed partway",
-		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.startsKilled)
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses, %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry), %d manifests planted by another writer",
+		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.startsKilled,
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.planted)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -254,7 +259,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			m.next[k] = m.prepared[k]
 		}
 		for p := range epochUnsure {
-			ps, ok := e.Producer(p)
+			ps, ok := e.Producer(wireID(p))
 			if !ok || (ps.Epoch != m.epoch[p] && ps.Epoch != m.epoch[p]+1) {
 				fail("init of %s cut by a crash: epoch %d (known %v), want %d or %d", p, ps.Epoch, ok, m.epoch[p], m.epoch[p]+1)
 			}
@@ -308,6 +313,118 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		st.checks++
 	}
 
+	// older is a copy of the live state.db taken at an earlier step; a
+	// later step restores it (a volume snapshot or backup brought back).
+	var older []byte
+	incarnation := 0
+	zombies := map[string]int64{} // forgotten incarnations' last epochs, by name
+	// forget forgets one producer (DELETE) or, with expire, every idle
+	// one (the expiry), once everything is committed; each comes back at
+	// once as a new incarnation of the same id (its records name it
+	// p~N, sent as p: wireID), inits from seq 0 and commits a batch.
+	forget := func(expire bool) {
+		commitAll(t, e, m, "forget producers", fail)
+		var gone []int
+		if expire {
+			st.expiries++
+			if _, err := e.ExpireProducers(time.Now().AddDate(100, 0, 0)); err != nil {
+				fail("expire producers: %v", err)
+			}
+			for i, p := range producers {
+				if _, inited := m.epoch[p]; !inited {
+					continue
+				}
+				if _, ok := e.Producer(wireID(p)); !ok {
+					gone = append(gone, i)
+				}
+			}
+		} else {
+			i := rng.IntN(len(producers))
+			if _, inited := m.epoch[producers[i]]; !inited {
+				return
+			}
+			if err := e.DeleteProducer(t.Context(), wireID(producers[i])); err != nil {
+				fail("delete producer %s: %v", producers[i], err)
+			}
+			gone = append(gone, i)
+		}
+		for _, i := range gone {
+			p := producers[i]
+			st.forgotten++
+			for k, next := range m.prepared {
+				if k[0] != p {
+					continue
+				}
+				for q := range next {
+					m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
+				}
+				delete(m.prepared, k)
+				delete(m.next, k)
+			}
+			zombies[p] = m.epoch[p]
+			delete(m.epoch, p)
+			incarnation++
+			np := fmt.Sprintf("%s~%d", wireID(p), incarnation)
+			producers[i] = np
+			ps, err := e.InitProducer(t.Context(), wireID(np))
+			if err != nil {
+				fail("init %s after it was forgotten: %v", np, err)
+			}
+			for s, ss := range ps.Streams {
+				if ss.NextSeq != 0 {
+					fail("init %s after it was forgotten: stream %s next_seq %d, want 0", np, s, ss.NextSeq)
+				}
+			}
+			m.epoch[np] = ps.Epoch
+			if err := modelWrite(t, m, e, ans, np, streams[rng.IntN(len(streams))], 1); err != nil {
+				fail("write %s after it was forgotten: %v", np, err)
+			}
+			note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
+		}
+		commitAll(t, e, m, "forget producers", fail)
+	}
+	// plantManifest plants a manifest under this node's prefix as another
+	// writer of the bucket could: ranges for a live producer naming files
+	// that are not there (beyond the ids the node reserved, or within
+	// them), a document that is not JSON, or a name with an id near 2^64.
+	// After a crash the node must start, and believe none of it (I5,
+	// checked by restart); then the planted document is removed.
+	plantManifest := func() {
+		open := e.Status().OpenID
+		victim := producers[rng.IntN(len(producers))]
+		var id uint64
+		var body []byte
+		kind := rng.IntN(4)
+		switch kind {
+		case 0, 1:
+			id = open + 1 // reserved, never committed: the store looks behind
+			if kind == 0 {
+				id = open + 1<<20 // beyond every id the node reserved
+			}
+			mf := &layout.Manifest{Checkpoint: id, Node: rigNode, CommittedAt: clock,
+				Files: []layout.ManifestFile{{Path: "s0/" + layout.PartName(rigNode, id, 0, "ndjson"), Stream: "s0", Bytes: 10, Records: 1,
+					Producers: map[string]committer.SeqRanges{wireID(victim): {{0, 1 << 20}}}}}}
+			var err error
+			if body, err = layout.EncodeManifest(mf); err != nil {
+				fail("plant manifest: %v", err)
+			}
+		case 2:
+			id, body = open+1, []byte("<html>not a manifest</html>")
+		default:
+			id, body = 1<<64-10, []byte("{}")
+		}
+		name := rigDest + "/" + layout.ManifestName(rigNode, id)
+		if err := afero.WriteFile(base, name, body, 0o644); err != nil {
+			fail("plant manifest: %v", err)
+		}
+		st.planted++
+		note("planted %s (kind %d, ranges of %s)", name, kind, victim)
+		restart(false)
+		if err := base.Remove(name); err != nil {
+			fail("remove planted manifest: %v", err)
+		}
+	}
+
 	for step := range steps {
 		if crash != nil && crash.Crashed() || e.Err() != nil {
 			restart(rng.IntN(2) == 0)
@@ -355,7 +472,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			snap := m.snapshot()
 			armed := crash
 			ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
-			ps, err := e.InitProducer(ctx, p)
+			ps, err := e.InitProducer(ctx, wireID(p))
 			cancel()
 			if err != nil {
 				// A fault stopped the engine, or the crash point hid the
@@ -420,7 +537,15 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			b := invariant.BatchID{Producer: p, Stream: s, Seq: seq}
 			if res.Committed {
 				st.dupsCommitted++
-				if c, err := e.store.Get(res.Checkpoint); err != nil || c.State != recovery.Committed {
+				c, err := e.store.Get(res.Checkpoint)
+				if errors.Is(err, recovery.ErrNotFound) {
+					// Rebuilt from the destination after a store loss: the
+					// checkpoint is known by its manifest only.
+					if ok, _ := afero.Exists(base, rigDest+"/"+layout.ManifestName(rigNode, res.Checkpoint)); ok {
+						c, err = &recovery.Checkpoint{ID: res.Checkpoint, State: recovery.Committed}, nil
+					}
+				}
+				if err != nil || c.State != recovery.Committed {
 					fail("I9/8a: committed duplicate %s names checkpoint %d: %+v %v", b, res.Checkpoint, c, err)
 				}
 				committedDups = append(committedDups, dupClaim{b, res.Checkpoint})
@@ -590,12 +715,23 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			sw.Set(crash)
 			note("crash armed")
 		case x < 96:
-			if crash == nil && cutFS == nil && e.Err() == nil && rng.IntN(10) == 0 {
+			if crash != nil || cutFS != nil || e.Err() != nil {
+				restart(rng.IntN(2) == 0)
+				break
+			}
+			switch y := rng.IntN(40); {
+			case y < 4: // the state store is lost, or an older copy comes back
 				sw.Set(nil) // the loss is the fault of this step
-				st.storeLosses++
-				e = loseStore(t, r, e, m, producers, st.storeLosses, fail)
+				var copyOf []byte
+				if y >= 2 && older != nil {
+					copyOf, older = older, nil
+					st.copiesRestored++
+				} else {
+					st.storeLosses++
+				}
+				e = loseStore(t, r, e, m, copyOf, zombies, fail)
 				km.storeLost()
-				note("state store lost")
+				note("state store lost (older copy: %v)", copyOf != nil)
 				// Ids answered but never committed left no trace in the
 				// destination, so a lost store can't keep them out of
 				// reach (recovery step 5 continues after the manifests;
@@ -615,9 +751,46 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 					}
 				}
 				fullCheck()
-				continue
+			case y < 6: // a snapshot of the live state.db, restored at a later step
+				data, err := os.ReadFile(r.storePath)
+				if err != nil {
+					fail("copy state.db: %v", err)
+				}
+				older = data
+				st.copiesTaken++
+				note("state.db copied")
+				if rng.IntN(2) == 0 {
+					break // restored at a later step, if at all
+				}
+				// Restored soon, before the node reserves more ids: the
+				// copy's reserved block still covers every manifest since.
+				sw.Set(nil)
+				for range 1 + rng.IntN(3) {
+					for range 3 {
+						p := producers[rng.IntN(len(producers))]
+						if _, inited := m.epoch[p]; inited {
+							if err := modelWrite(t, m, e, ans, p, streams[rng.IntN(len(streams))], 1); err != nil {
+								fail("write before the copy comes back: %v", err)
+							}
+						}
+					}
+					commitAll(t, e, m, "before the copy comes back", fail)
+				}
+				e = loseStore(t, r, e, m, older, zombies, fail)
+				older = nil
+				st.copiesRestored++
+				km.storeLost()
+				note("state.db replaced by the copy")
+				fullCheck()
+			case y < 8: // producers forgotten (DELETE, expiry), created again from seq 0
+				sw.Set(nil)
+				forget(rng.IntN(3) == 0)
+			case y < 10: // a manifest planted under this node's prefix
+				sw.Set(nil)
+				plantManifest()
+			default:
+				restart(rng.IntN(2) == 0)
 			}
-			restart(rng.IntN(2) == 0)
 		case x < 97: // the hour turns: new partitions
 			clock = clock.Add(time.Hour)
 		default:
@@ -650,7 +823,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 func checkI5(t *testing.T, m *model, e *Engine, fail func(string, ...any)) {
 	t.Helper()
 	for k, want := range m.prepared {
-		st, ok := e.Producer(k[0])
+		st, ok := e.Producer(wireID(k[0]))
 		if !ok {
 			fail("I5: producer %s lost", k[0])
 		}

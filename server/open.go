@@ -191,25 +191,57 @@ func (e *Engine) retry(what string, shown func(error) string, fn func() error) b
 
 // replay runs the recovery replay (recovery.Replay) and, when the store is
 // behind the destination, rebuilds the producers from it (step 5). It
-// returns the replay's result and the highest manifest id found.
+// returns the replay's result and the highest manifest id found that
+// recovery must continue after.
+//
+// The store is behind when the destination holds a manifest of this node
+// newer than the store's newest committed checkpoint: every manifest is
+// published after its "prepared" record, and the replay has just
+// committed every prepared checkpoint, so a store that kept up has
+// committed every manifest's id. That holds for a lost store and for an
+// older copy of it alike, however many checkpoints ago it was taken.
 func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
 	var res *recovery.Result
-	var inDest uint64
+	var top uint64
 	ok := e.retry("recovery failed", error.Error, func() error {
 		var err error
 		if res, err = rp.Run(e.ctx); err != nil {
 			return err
 		}
-		if inDest, err = e.highestManifestID(e.ctx); err != nil {
+		newest, err := e.store.NewestCommitted()
+		if err != nil {
 			return err
 		}
-		if inDest > 0 && inDest+2 > res.LastID {
-			return e.rebuildProducers()
+		limit := e.manifestLimit(res.LastID)
+		ours, err := e.highestManifestID(e.ctx, limit)
+		if err != nil {
+			return err
+		}
+		top = ours.top
+		if ours.behind(newest) {
+			e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
+				"store", e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
+			return e.rebuildProducers(limit)
 		}
 		return nil
 	})
-	return res, inDest, ok
+	return res, top, ok
+}
+
+// manifestLimit returns the highest checkpoint id this node may have
+// written a manifest for: the highest reserved in the store or in the
+// node's lease (ids are reserved in both before any is used). Without a
+// lease a lost store leaves nothing to tell this node's manifests from
+// planted ones by id, but no node counts to MaxCheckpoint/2 (2^61):
+// that is the limit then, and always.
+func (e *Engine) manifestLimit(lastID uint64) uint64 {
+	const never = layout.MaxCheckpoint / 2
+	r := e.leaseReserved(lastID)
+	if r == 0 {
+		return never
+	}
+	return min(max(r, lastID), never)
 }
 
 // firstOpenID returns the id of the first checkpoint to open. Ids are
@@ -217,6 +249,8 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 // block reserved durably beforehand (see reserveIDs), so every id a former
 // run may have named is at most lastID, or the highest id any former
 // incarnation reserved in the lease (also when the store was lost, I8).
+// inDest is the highest manifest id under this node's prefix that is
+// within bounds, written by this node or not: none is ever reused.
 func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 	open := max(lastID, e.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
@@ -228,33 +262,68 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
 		open = max(open, inDest+e.cfg.idBlock+2, e.lostIDsFloor(inDest)) // lease.go
-		e.log.Error("the state store is behind the destination (lost, or an older copy): continuing beyond the highest manifest id found",
+		e.log.Error("the destination holds manifests beyond the state store's checkpoint ids: continuing beyond the highest found",
 			"store", e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
 	return open
 }
 
-// highestManifestID returns the highest checkpoint id among this node's
-// manifests in the destination, 0 when there are none or the destination
-// cannot be listed (neither the publisher nor the committer is a
-// committer.Reader).
-func (e *Engine) highestManifestID(ctx context.Context) (uint64, error) {
+// manifestIDs is what a listing of this node's manifest prefix shows.
+type manifestIDs struct {
+	ours uint64 // the highest id within the limit: this node's, as far as ids tell
+	top  uint64 // the highest id of any manifest name that parses, planted ones up to MaxCheckpoint/2 too
+}
+
+// behind reports whether the destination holds a manifest of this node
+// newer than newest, the store's newest committed checkpoint.
+func (m manifestIDs) behind(newest uint64) bool { return m.ours > newest }
+
+// highestManifestID lists this node's manifests in the destination; zero
+// when there are none or the destination cannot be listed (neither the
+// publisher nor the committer is a committer.Reader). Names that do not
+// parse (layout.ParseManifestName, which bounds the id) and ids beyond
+// limit (manifestLimit) were not written by this node: they are reported
+// and not believed.
+func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestIDs, error) {
+	var out manifestIDs
 	r, ok := e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
-			return 0, nil
+			return out, nil
 		}
 	}
 	dir := path.Dir(recovery.ManifestPath(e.cfg.Node, 0)) + "/"
 	entries, err := r.List(ctx, dir)
 	if err != nil {
-		return 0, fmt.Errorf("list manifests: %w", err)
+		return out, fmt.Errorf("list manifests: %w", err)
 	}
-	var top uint64
+	var bad, beyond int
+	var example string
 	for _, en := range entries {
-		if node, id, ok := layout.ParseManifestName(en.Path); ok && node == e.cfg.Node {
-			top = max(top, id)
+		node, id, ok := layout.ParseManifestName(en.Path)
+		switch {
+		case layout.IsTempName(en.Path):
+			// A publish a crash cut short: never a manifest.
+		case !ok || node != e.cfg.Node:
+			bad++
+			example = en.Path
+		case id > limit:
+			beyond++
+			example = en.Path
+			if id <= layout.MaxCheckpoint/2 {
+				// Not ours, but its name is taken: ids go past it, while
+				// that leaves room (beyond, a collision is 2^61
+				// checkpoints away).
+				out.top = max(out.top, id)
+			}
+		default:
+			out.ours = max(out.ours, id)
+			out.top = max(out.top, id)
 		}
 	}
-	return top, nil
+	if bad+beyond > 0 {
+		e.log.Error("documents under this node's manifest prefix that it did not write: ignored (check who can write the bucket, docs/production.md)",
+			"op", "recovery", "not_manifest_names", bad, "beyond_reserved_ids", beyond, "reserved_checkpoint", limit, "path", example)
+	}
+	return out, nil
 }

@@ -14,7 +14,11 @@ import (
 // the store on first use.
 // A client resending after the loss is then deduplicated against what was
 // committed. Only called when the store is behind: it reads every manifest.
-func (e *Engine) rebuildProducers() error {
+//
+// limit is the highest checkpoint id this node reserved (0: unknown):
+// manifests beyond it are not believed. What cannot be rebuilt is logged
+// as an error: an operator restoring a copy must know it.
+func (e *Engine) rebuildProducers(limit uint64) error {
 	r, ok := e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
@@ -22,15 +26,17 @@ func (e *Engine) rebuildProducers() error {
 		}
 	}
 	begin := time.Now()
-	rb, err := recovery.Rebuild(e.ctx, r, e.cfg.Node, e.log)
+	rb, err := recovery.Rebuild(e.ctx, r, e.cfg.Node, limit, e.log)
 	if err != nil {
 		return err
 	}
-	if err := e.store.RestoreProducers(rb.Producers); err != nil {
+	if err := e.store.Restore(rb); err != nil {
 		return err
 	}
-	e.log.Warn("rebuilt producers from the destination's manifests: clients must init again (their epochs are not in the destination); batches accepted but not committed before the loss are gone",
-		"op", "rebuild", "manifests", rb.Manifests, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
+	e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
+		"idempotency keys of batches committed after the store's copy (a keyed resend of one is written again), "+
+		"batches accepted but not committed before the loss, and epochs handed out after a producer's last commit (a client with a newer epoch must init again)",
+		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
 		"duration_ms", time.Since(begin).Milliseconds())
 	return nil
 }

@@ -51,9 +51,16 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	}
 	e = r.start(nil)
 
-	// The old epoch is unknown (restored at 0): the client must init again.
-	if _, err := send(e, p, "a", 5, 2); !errors.Is(err, ErrInvalidEpoch) {
-		t.Fatalf("write with the epoch before the loss: %v, want invalid_epoch (init again)", err)
+	// Restored at the epoch the manifests record (issue 23 item 3): the
+	// first init's epoch stays fenced (I6), a newer one must init again.
+	if got, ok := e.Producer("p"); !ok || got.Epoch != p.Epoch {
+		t.Fatalf("rebuilt producer: %+v, want epoch %d (the manifests')", got, p.Epoch)
+	}
+	if _, err := send(e, &Producer{ID: "p", Epoch: p.Epoch - 1}, "a", 5, 2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("write with the fenced epoch before the loss: %v, want producer_fenced", err)
+	}
+	if _, err := send(e, &Producer{ID: "p", Epoch: p.Epoch + 1}, "a", 5, 2); !errors.Is(err, ErrInvalidEpoch) {
+		t.Fatalf("write with an epoch the manifests do not show: %v, want invalid_epoch (init again)", err)
 	}
 	st, err = e.InitProducer(ctx, "p")
 	if err != nil {

@@ -3,9 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -93,31 +92,27 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 
 // loseStore is the model test's "loss of the state store" step (recovery
 // step 5): after a committed checkpoint, the engine stops, state.db is
-// deleted and a new engine starts on the same destination. What was
-// committed must stay (the model keeps it as must-have batches); producers
-// start over, so the model renames them (a batch id names one batch for
-// the checker); the new engine must open beyond every id it handed out
-// (I8). It returns the new engine.
-func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, gen int, fail func(string, ...any)) *Engine {
+// deleted — or replaced by older, an older copy of it (a snapshot or
+// backup restored) — and a new engine starts on the same destination.
+// What was committed must stay (the model keeps it as must-have batches);
+// the new engine must open beyond every id it handed out (I8) and rebuild
+// every producer from the manifests: each client inits again and must be
+// told exactly what the model knows committed (I12), whatever incarnations
+// the producer id had. It returns the new engine.
+//
+// zombies holds, by name, the last epoch of producer incarnations that
+// were forgotten and created again: a client still holding one must stay
+// fenced after the rebuild (I6).
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, fail func(string, ...any)) *Engine {
 	t.Helper()
+	how := "lost"
+	if older != nil {
+		how = "replaced by an older copy"
+	}
 	// A checkpoint that commits first: then nothing is prepared and
 	// uncommitted, which a lost store would lose. (One may abort on a
 	// staging file that an earlier fault left failed; the next is clean.)
-	for try := 0; ; try++ {
-		snap := m.snapshot()
-		res, err := checkpointUntil(e, func() bool { return false })
-		if err != nil {
-			fail("store loss: the checkpoint before it: %v", err)
-		}
-		m.checkpointed(snap, res.State == recovery.Committed)
-		m.resolveAnon(t, e)
-		if res.State == recovery.Committed {
-			break
-		}
-		if try == 2 {
-			fail("store loss: the checkpoint before it, without faults: %+v", res)
-		}
-	}
+	commitAll(t, e, m, "store "+how, fail)
 	for k, next := range m.prepared {
 		for q := range next {
 			m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
@@ -125,7 +120,12 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, ge
 	}
 	r.stop()
 	if err := os.Remove(r.storePath); err != nil {
-		fail("store loss: %v", err)
+		fail("store %s: %v", how, err)
+	}
+	if older != nil {
+		if err := os.WriteFile(r.storePath, older, 0o600); err != nil {
+			fail("store %s: %v", how, err)
+		}
 	}
 	// A new store cannot prove the last process dead (it may still hold
 	// the old file's lock), so the next start waits for the lease to
@@ -134,14 +134,14 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, ge
 	if data, err := afero.ReadFile(r.fs, leasePath); err == nil {
 		var l Lease
 		if err := json.Unmarshal(data, &l); err != nil {
-			fail("store loss: decode lease: %v", err)
+			fail("store %s: decode lease: %v", how, err)
 		}
 		l.ExpiresAt = time.Time{}
 		if data, err = json.Marshal(&l); err == nil {
 			err = afero.WriteFile(r.fs, leasePath, data, 0o644)
 		}
 		if err != nil {
-			fail("store loss: expire lease: %v", err)
+			fail("store %s: expire lease: %v", how, err)
 		}
 	}
 	// Every id that carried data has a manifest. (Ids of empty
@@ -156,15 +156,68 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, producers []string, ge
 	}
 	e = r.start(nil)
 	if open := e.Status().OpenID; open <= withData {
-		fail("store loss: open checkpoint %d, but the destination has a manifest of %d (I8)", open, withData)
+		fail("store %s: open checkpoint %d, but the destination has a manifest of %d (I8)", how, open, withData)
 	}
 	if len(m.anon) > 0 {
-		fail("store loss: anonymous batches of unended checkpoints: %v", m.anon)
+		fail("store %s: anonymous batches of unended checkpoints: %v", how, m.anon)
 	}
-	m.epoch, m.next, m.prepared = map[string]int64{}, map[[2]string]int64{}, map[[2]string]int64{}
-	for i, p := range producers {
-		base, _, _ := strings.Cut(p, ":")
-		producers[i] = fmt.Sprintf("%s:%d", base, gen)
+	for name, epoch := range zombies {
+		if _, err := send(e, &Producer{ID: name, Epoch: epoch}, "s0", 0, 1); !errors.Is(err, ErrFenced) {
+			fail("I6: store %s: a zombie of %s's forgotten incarnation %s at epoch %d writes: %v, want producer_fenced", how, wireID(name), name, epoch, err)
+		}
+	}
+	// Every client inits again (its epoch may be newer than what the
+	// manifests show) and must be told what is committed: a stale
+	// committed_seq would have it resend, and the engine store, committed
+	// batches twice; a higher one would drop its batches.
+	for p := range m.epoch {
+		ps, err := e.InitProducer(t.Context(), wireID(p))
+		if err != nil {
+			fail("store %s: init %s: %v", how, p, err)
+		}
+		streams := map[string]bool{}
+		for s := range ps.Streams {
+			streams[s] = true
+		}
+		for k := range m.prepared {
+			if k[0] == p {
+				streams[k[1]] = true
+			}
+		}
+		for s := range streams {
+			k := [2]string{p, s}
+			got, ok := ps.Streams[s]
+			if !ok {
+				got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+			}
+			if want := m.prepared[k]; got.NextSeq != want || got.CommittedSeq != want-1 {
+				fail("I12: store %s: init %s/%s: next_seq %d committed_seq %d, committed next %d", how, p, s, got.NextSeq, got.CommittedSeq, want)
+			}
+			m.next[k] = m.prepared[k]
+		}
+		m.epoch[p] = ps.Epoch
 	}
 	return e
+}
+
+// commitAll runs checkpoints until one commits, so that nothing accepted
+// is uncommitted (one may abort on a staging file an earlier fault left
+// failed; the next is clean).
+func commitAll(t *testing.T, e *Engine, m *model, what string, fail func(string, ...any)) {
+	t.Helper()
+	for try := 0; ; try++ {
+		snap := m.snapshot()
+		res, err := checkpointUntil(e, func() bool { return false })
+		if err != nil {
+			fail("%s: the checkpoint before it: %v", what, err)
+		}
+		m.checkpointed(snap, res.State == recovery.Committed)
+		m.resolveAnon(t, e)
+		if res.State == recovery.Committed {
+			return
+		}
+		if try == 2 {
+			fail("%s: the checkpoint before it, without faults: %+v", what, res)
+		}
+	}
 }

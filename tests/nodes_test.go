@@ -205,7 +205,7 @@ func TestRebuildFromDestination(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := prod.Init(t.Context()); err != nil { // epoch 1: the restored 0 is older
+			if err := prod.Init(t.Context()); err != nil { // epoch 1: 0 is fenced, also after the rebuild
 				t.Fatal(err)
 			}
 			rng, _ := testRand(t)
@@ -235,9 +235,14 @@ func TestRebuildFromDestination(t *testing.T) {
 			}
 			took := startWhenFree(t, p, 10*time.Second)
 
+			// Restored at the epoch the manifests record: an older one stays
+			// fenced (I6), a newer one must init again.
 			old := prod.epoch
-			if ans := prod.post(t.Context(), "events", &rawBatch{seq: committed, body: bodies[committed]}, old, false); ans.Code != "invalid_epoch" {
-				t.Fatalf("write with the epoch before the loss: %d %s, want invalid_epoch", ans.Status, ans.Code)
+			if ans := prod.post(t.Context(), "events", &rawBatch{seq: committed, body: bodies[committed]}, old-1, false); ans.Code != "producer_fenced" {
+				t.Fatalf("write with an epoch fenced before the loss: %d %s, want producer_fenced", ans.Status, ans.Code)
+			}
+			if ans := prod.post(t.Context(), "events", &rawBatch{seq: committed, body: bodies[committed]}, old+1, false); ans.Code != "invalid_epoch" {
+				t.Fatalf("write with an epoch the manifests do not show: %d %s, want invalid_epoch", ans.Status, ans.Code)
 			}
 			if err := prod.Init(t.Context()); err != nil {
 				t.Fatal(err)

@@ -79,8 +79,10 @@ func TestHostileNamesAreEscaped(t *testing.T) {
 	// And each hostile name does show, as text.
 	expectContains(t, r.page(t, "/ui/files/clicks/dt=evil/"), "&lt;script&gt;alert(1)&lt;/", "&#39;&gt;&lt;img src=x onerror=alert(10)&gt;.ndjson")
 	expectContains(t, r.page(t, "/ui/files/"+escapePath(evilFile)), "&lt;img src=x onerror=alert(2)&gt;", "&lt;script&gt;alert(3)&lt;/script&gt;")
-	expectContains(t, r.page(t, "/ui/files/"+escapePath(evilPart)), "&lt;script&gt;alert(5)&lt;/script&gt;",
-		"&lt;script&gt;alert(6)&lt;/script&gt;", "&lt;/pre&gt;&lt;script&gt;alert(9)")
+	// The planted manifest names a stream and a producer that are not
+	// names: it is refused whole (layout.CheckManifest), so its crc32c
+	// and producer never reach a page; the file's own content does.
+	expectContains(t, r.page(t, "/ui/files/"+escapePath(evilPart)), "&lt;/pre&gt;&lt;script&gt;alert(9)")
 	expectContains(t, r.page(t, "/ui/producers"), "p.1:&lt;script&gt;alert(7)&lt;/script&gt;", "&lt;i&gt;stream&lt;/i&gt;")
 	expectContains(t, r.page(t, "/ui/files/"), `href="/ui/files/javascript:alert%288%29/"`, `href="/ui/files/%22%3E%3Csvg%20onload=alert%284%29%3E/"`)
 }

@@ -1,6 +1,9 @@
 package catalog
 
 import (
+	"encoding/json"
+	"github.com/eosink/eosink/internal/layout"
+
 	"context"
 	"errors"
 	"fmt"
@@ -223,5 +226,27 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 	d.commit("n1", 99, 1, "late")
 	if m, err := c.Manifest(ctx, "n1", 99); m == nil || err != nil {
 		t.Fatalf("manifest published later: %v %v", m, err)
+	}
+}
+
+// A lease planted by another writer of the bucket (an expiry in 9999,
+// ids near 2^64) is shown as not valid, never as a live holder. Failed
+// before: the node showed live until 9999.
+func TestPlantedLeaseIsNotLive(t *testing.T) {
+	d := newDest(t)
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	b, err := json.Marshal(map[string]any{"node": "n9", "incarnation": "x", "renewed_at": now.Add(-time.Second),
+		"expires_at": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "reserved_checkpoint": uint64(1<<64 - 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.write(layout.LeaseName("n9"), b)
+	c := d.catalog(Config{Node: "n1", Now: func() time.Time { return now }})
+	ns, _, err := c.Nodes(t.Context())
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("nodes %+v: %v", ns, err)
+	}
+	if n := ns[0]; n.Live || !strings.Contains(n.LeaseErr, "not a valid lease") {
+		t.Fatalf("planted lease: %+v, want not live, with the reason", n)
 	}
 }

@@ -27,6 +27,7 @@ type leaseDoc struct {
 	Listen      string    `json:"listen"`
 	RenewedAt   time.Time `json:"renewed_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
+	Reserved    uint64    `json:"reserved_checkpoint"`
 }
 
 // NodeStatus is one node of the destination: one that holds or held a
@@ -97,6 +98,11 @@ func (c *Catalog) leases(ctx context.Context, get func(id string) *NodeStatus) e
 	return c.Walk(ctx, NodesDir, "", ListChunk, func(e committer.Entry) (string, bool) {
 		doc, err := c.readLease(ctx, e.Path)
 		id := doc.Node
+		if err == nil && layout.LeaseName(id) == e.Path {
+			// Bounded like every document read from the destination: a
+			// planted lease is shown as such, never as a live holder.
+			err = layout.CheckLease(e.Path, layout.LeaseFields{Node: doc.Node, RenewedAt: doc.RenewedAt, ExpiresAt: doc.ExpiresAt, Reserved: doc.Reserved}, now)
+		}
 		if err != nil || layout.LeaseName(id) != e.Path {
 			// Not a lease eosink wrote for this name: shown by its name.
 			id = strings.TrimSuffix(strings.TrimPrefix(e.Path, NodesDir), ".json")

@@ -9,8 +9,11 @@ package layout
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -18,6 +21,17 @@ import (
 
 // MaxManifest bounds the bytes of one manifest a reader accepts.
 const MaxManifest = 1 << 30
+
+// MaxSeq bounds a sequence number a manifest may state: far beyond what a
+// producer counting from 0 reaches, far enough below 2^63 that next_seq
+// (last + 1) never wraps.
+const MaxSeq = 1 << 62
+
+// ErrBadManifest means a document at a manifest name is not a manifest
+// eosink wrote there: not JSON, beyond a bound, or naming what cannot be
+// (another name, a file of another node or checkpoint). Readers report it
+// and skip the document; it is never a reason to believe its ranges.
+var ErrBadManifest = errors.New("not a valid manifest")
 
 // Manifest is the JSON document written for every committed checkpoint at
 // _manifests/<node>/<checkpoint:020d>.json.
@@ -37,6 +51,11 @@ type ManifestFile struct {
 	CRC32C  string `json:"crc32c"`
 	// Producers holds each producer's exact sequence numbers in the file.
 	Producers map[string]committer.SeqRanges `json:"producers"`
+	// Epochs holds each producer's epoch and incarnation as of the
+	// checkpoint's "prepared" record: what a rebuild needs to tell a
+	// producer's incarnations apart and to restore it above every epoch
+	// it had. Absent in manifests written before it was kept.
+	Epochs map[string]committer.ProducerEpoch `json:"epochs,omitempty"`
 	// Format, Compression and SchemaVersion say how the file is encoded
 	// (see committer.File); empty for plain NDJSON and text.
 	Format        string `json:"format,omitempty"`
@@ -55,7 +74,7 @@ func NewManifest(node string, id uint64, at time.Time, files []committer.File) *
 		if p == nil {
 			p = map[string]committer.SeqRanges{}
 		}
-		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p,
+		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p, Epochs: f.Epochs,
 			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion})
 	}
 	return m
@@ -75,17 +94,76 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 }
 
 // DecodeManifest reads the manifest published at name (a destination
-// path) from r, at most MaxManifest bytes, and checks that it belongs
-// there: its node and checkpoint give name back.
+// path) from r, at most MaxManifest bytes, and checks it (CheckManifest):
+// its node and checkpoint give name back. Every failure wraps
+// ErrBadManifest.
 func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
 	var m Manifest
 	if err := json.NewDecoder(io.LimitReader(r, MaxManifest)).Decode(&m); err != nil {
-		return nil, fmt.Errorf("manifest is not valid JSON: %w", err)
+		return nil, fmt.Errorf("%w: %s is not valid JSON: %w", ErrBadManifest, name, err)
 	}
-	if want := m.Name(); want != name {
-		return nil, fmt.Errorf("manifest names checkpoint %d of node %q, which belongs at %s", m.Checkpoint, m.Node, want)
+	if err := CheckManifest(name, &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+// CheckManifest checks that m is what eosink writes at name: its node and
+// checkpoint give name back (so the id is within ParseManifestName's
+// bounds), every file is a part file of that node and checkpoint under
+// its stream's folder with non-negative counts, and every producer range
+// and epoch is well formed and bounded (ascending, disjoint, within
+// MaxSeq). Errors wrap ErrBadManifest.
+func CheckManifest(name string, m *Manifest) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrBadManifest, name, fmt.Sprintf(format, args...))
+	}
+	if !Node(m.Node) {
+		return bad("node %q is not a node id", m.Node)
+	}
+	if want := m.Name(); want != name {
+		return bad("names checkpoint %d of node %q, which belongs at %s", m.Checkpoint, m.Node, want)
+	}
+	if _, _, ok := ParseManifestName(name); !ok {
+		return bad("not a manifest name")
+	}
+	for i := range m.Files {
+		f := &m.Files[i]
+		if !Stream(f.Stream) {
+			return bad("file %d: stream %q is not a stream name", i, f.Stream)
+		}
+		if path.Clean(f.Path) != f.Path || !strings.HasPrefix(f.Path, f.Stream+"/") {
+			return bad("file %q is not under its stream's folder %s/", f.Path, f.Stream)
+		}
+		node, id, _, _, ok := ParsePartName(path.Base(f.Path))
+		if !ok || node != m.Node || id != m.Checkpoint {
+			return bad("file %q is not a part file of checkpoint %d of node %s", f.Path, m.Checkpoint, m.Node)
+		}
+		if f.Bytes < 0 || f.Records < 0 {
+			return bad("file %q: negative size or count", f.Path)
+		}
+		for p, rs := range f.Producers {
+			if !Producer(p) {
+				return bad("file %q: producer %q is not a producer id", f.Path, p)
+			}
+			prev := int64(-1)
+			for _, r := range rs {
+				if r[0] <= prev || r[1] < r[0] || r[1] >= MaxSeq {
+					return bad("file %q: producer %s: ranges %v are not ascending, disjoint and within [0, %d)", f.Path, p, rs, int64(MaxSeq))
+				}
+				prev = r[1]
+			}
+		}
+		for p, ep := range f.Epochs {
+			if _, ok := f.Producers[p]; !ok {
+				return bad("file %q: epoch of producer %q, which has no ranges", f.Path, p)
+			}
+			if ep.Incarnation < 0 || ep.Epoch < ep.Incarnation || ep.Epoch >= MaxSeq {
+				return bad("file %q: producer %s: epoch %d, incarnation %d", f.Path, p, ep.Epoch, ep.Incarnation)
+			}
+		}
+	}
+	return nil
 }
 
 // ReadManifest opens the manifest at name (a destination path) through r

@@ -212,6 +212,12 @@ func ParseLeaseName(name string) (node string, ok bool) {
 	return node, true
 }
 
+// MaxCheckpoint bounds the checkpoint ids a name read from the
+// destination may carry: ParseManifestName refuses larger ones, so that an
+// id planted near 2^64 cannot make the ids after it wrap (I8). A node
+// counting from 1 never reaches it.
+const MaxCheckpoint = 1 << 62
+
 // ManifestName returns the destination-relative name of a node's manifest
 // of a checkpoint: _manifests/<node>/<checkpoint:020d>.json.
 // ParseManifestName reads it.
@@ -219,7 +225,8 @@ func ManifestName(node string, checkpoint uint64) string {
 	return fmt.Sprintf("%s/%s/%020d.json", ManifestDir, node, checkpoint)
 }
 
-// ParseManifestName parses a name made by ManifestName.
+// ParseManifestName parses a name made by ManifestName: a node id, then
+// exactly 20 digits of an id at most MaxCheckpoint.
 func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
 	rest, found := strings.CutPrefix(name, ManifestDir+"/")
 	if !found {
@@ -227,7 +234,7 @@ func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
 	}
 	node, file, found := strings.Cut(rest, "/")
 	digits, isJSON := strings.CutSuffix(file, ".json")
-	if !found || node == "" || !isJSON || len(digits) != 20 {
+	if !found || !Node(node) || !isJSON || len(digits) != 20 {
 		return "", 0, false
 	}
 	for i := 0; i < len(digits); i++ {
@@ -236,7 +243,7 @@ func ParseManifestName(name string) (node string, checkpoint uint64, ok bool) {
 		}
 	}
 	id, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil {
+	if err != nil || id > MaxCheckpoint {
 		return "", 0, false
 	}
 	return node, id, true

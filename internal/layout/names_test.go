@@ -76,7 +76,7 @@ func TestManifestNameRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		node string
 		id   uint64
-	}{{"n1", 1}, {"e2e", 18446744073709551615}, {"a.b", 0}} {
+	}{{"n1", 1}, {"e2e", MaxCheckpoint}, {"a.b", 0}} {
 		name := ManifestName(c.node, c.id)
 		node, id, ok := ParseManifestName(name)
 		if !ok || node != c.node || id != c.id {
@@ -86,7 +86,10 @@ func TestManifestNameRoundTrip(t *testing.T) {
 	for _, name := range []string{"", "_manifests/", "_manifests/n1/", "_manifests/n1/1.json",
 		"_manifests//00000000000000000001.json", "_manifests/n1/0000000000000000000x.json",
 		"_manifests/n1/00000000000000000001.json.tmp", "_manifests/n1/sub/00000000000000000001.json",
-		"x/_manifests/n1/00000000000000000001.json", "_manifests/n1/99999999999999999999.json"} {
+		"x/_manifests/n1/00000000000000000001.json", "_manifests/n1/99999999999999999999.json",
+		"_manifests/n1/18446744073709551615.json", // beyond MaxCheckpoint: planted ids must not wrap
+		"_manifests/-x/00000000000000000001.json", // not a node id
+	} {
 		if node, _, ok := ParseManifestName(name); ok {
 			t.Errorf("ParseManifestName(%q) accepted, node %q", name, node)
 		}

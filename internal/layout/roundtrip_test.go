@@ -2,6 +2,7 @@ package layout
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"reflect"
 	"regexp"
@@ -132,21 +133,41 @@ func TestDecodeManifestRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct{ at, body string }{
-		"not JSON":       {ManifestName("eosink-0", 42), "{"},
-		"other node":     {ManifestName("n2", 42), string(good)},
-		"other id":       {ManifestName("eosink-0", 43), string(good)},
-		"wrong seqs":     {ManifestName("n", 1), `{"checkpoint":1,"node":"n","files":[{"producers":{"p":"x"}}]}`},
-		"not a manifest": {"clicks/x.json", string(good)},
+		"not JSON":                    {ManifestName("eosink-0", 42), "{"},
+		"other node":                  {ManifestName("n2", 42), string(good)},
+		"other id":                    {ManifestName("eosink-0", 43), string(good)},
+		"wrong seqs":                  {ManifestName("n", 1), `{"checkpoint":1,"node":"n","files":[{"producers":{"p":"x"}}]}`},
+		"not a manifest":              {"clicks/x.json", string(good)},
+		"id beyond MaxCheckpoint":     {ManifestName("n", 1<<64-1), `{"checkpoint":18446744073709551615,"node":"n","files":[]}`},
+		"another node's file":         {ManifestName("n", 1), manifestOf(`{"path":"a/part-m-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"another checkpoint's file":   {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000002-0000.ndjson","stream":"a"}`)},
+		"outside its stream":          {ManifestName("n", 1), manifestOf(`{"path":"b/part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"dot dot":                     {ManifestName("n", 1), manifestOf(`{"path":"a/../part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"negative bytes":              {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","bytes":-1}`)},
+		"bad producer":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"-p":[[0,1]]}}`)},
+		"reversed range":              {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[5,4]]}}`)},
+		"overlapping ranges":          {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,4],[4,6]]}}`)},
+		"seq near 2^63":               {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,9223372036854775807]]}}`)},
+		"negative seq":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[-2,-1]]}}`)},
+		"epoch below its incarnation": {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"p":{"epoch":1,"incarnation":2}}}`)},
+		"epoch without ranges":        {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"q":{"epoch":1,"incarnation":0}}}`)},
 	} {
-		if _, err := DecodeManifest(c.at, strings.NewReader(c.body)); err == nil {
-			t.Errorf("%s: decoded", name)
+		_, err := DecodeManifest(c.at, strings.NewReader(c.body))
+		if !errors.Is(err, ErrBadManifest) {
+			t.Errorf("%s: %v, want ErrBadManifest", name, err)
 		}
 	}
-	// The older one-pair form of producer ranges still decodes.
-	m, err := DecodeManifest(ManifestName("n", 1), strings.NewReader(`{"checkpoint":1,"node":"n","files":[{"path":"a/b","producers":{"p":[3,4]}}]}`))
+	// The older one-pair form of producer ranges still decodes, and a
+	// manifest without epochs (written before they were kept).
+	m, err := DecodeManifest(ManifestName("n", 1), strings.NewReader(manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[3,4]}}`)))
 	if err != nil || !reflect.DeepEqual(m.Files[0].Producers["p"], committer.SeqRanges{{3, 4}}) {
 		t.Fatalf("one-pair form: %+v, %v", m, err)
 	}
+}
+
+// manifestOf returns checkpoint 1 of node n with one file, as JSON.
+func manifestOf(file string) string {
+	return `{"checkpoint":1,"node":"n","files":[` + file + `]}`
 }
 
 // extRE is what a part name's extension may be (ParsePartName).
@@ -180,7 +201,11 @@ func FuzzManifestName(f *testing.F) {
 		if Node(node) {
 			got := ManifestName(node, id)
 			n, gotID, ok := ParseManifestName(got)
-			if !ok || n != node || gotID != id {
+			if id > MaxCheckpoint {
+				if ok {
+					t.Fatalf("ParseManifestName(%q) accepts an id beyond MaxCheckpoint", got)
+				}
+			} else if !ok || n != node || gotID != id {
 				t.Fatalf("ParseManifestName(%q) = %q %d %v", got, n, gotID, ok)
 			}
 		}
@@ -193,6 +218,7 @@ func FuzzManifestName(f *testing.F) {
 // FuzzManifest: a manifest encodes, decodes at its own name to the same
 // document, and encodes again to the same bytes.
 func FuzzManifest(f *testing.F) {
+	f.Add("eosink-0", uint64(42), int64(1796000000), "clicks/dt=2026-11-29/part-eosink-0-00000000000000000042-0000.ndjson", "clicks", int64(120), int64(3), "0a1b2c3d", "p:1", int64(0), int64(9))
 	f.Add("eosink-0", uint64(42), int64(1796000000), "clicks/part-x", "clicks", int64(120), int64(3), "0a1b2c3d", "p:1", int64(0), int64(9))
 	f.Add("n1", uint64(0), int64(0), "", "", int64(0), int64(0), "", "", int64(-1), int64(-2))
 	f.Fuzz(func(t *testing.T, node string, id uint64, sec int64, path, stream string, size, records int64, crc, producer string, first, last int64) {
@@ -212,6 +238,13 @@ func FuzzManifest(f *testing.F) {
 			t.Fatal(err)
 		}
 		got, err := DecodeManifest(ManifestName(node, id), bytes.NewReader(b))
+		if cerr := CheckManifest(m.Name(), m); cerr != nil {
+			// Not what eosink writes: refused, whatever else it holds.
+			if !errors.Is(err, ErrBadManifest) {
+				t.Fatalf("decode of a manifest CheckManifest refuses (%v): %v, want ErrBadManifest", cerr, err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("decode %s: %v", b, err)
 		}

@@ -86,6 +86,9 @@ type manifestEntry struct {
 	Records   int64                          `json:"records"`
 	CRC32C    string                         `json:"crc32c"`
 	Producers map[string]committer.SeqRanges `json:"producers"`
+	// Epochs tells a producer id's incarnations apart: each claims its
+	// own sequence numbers.
+	Epochs map[string]committer.ProducerEpoch `json:"epochs"`
 }
 
 // Checker checks a destination. Keep one per destination across a test so
@@ -100,6 +103,11 @@ type Checker struct {
 	// producer headers: their manifest entries carry no ranges. Nil means
 	// the producer "".
 	Anonymous func(producer string) bool
+	// Wire maps the producer a batch names to the producer id it was
+	// sent under, which the manifest's ranges name: tests that reuse a
+	// producer id for a new incarnation tell the incarnations' batches
+	// apart by name. Nil: the same.
+	Wire func(producer string) string
 	// Foreign allows lines that are not test records (tests that write
 	// records of their own): the files that hold any are checked against
 	// their manifest entry but not its ranges.
@@ -320,6 +328,9 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			}
 			for p, rs := range f.Producers {
 				k := [2]string{p, f.Stream}
+				if ep, ok := f.Epochs[p]; ok {
+					k[0] = fmt.Sprintf("%s (incarnation %d)", p, ep.Incarnation)
+				}
 				for _, rg := range rs {
 					claims[k] = append(claims[k], claim{rg, f.Path})
 				}
@@ -499,7 +510,11 @@ func (c *Checker) checkRanges(r *Report, name string, manifest map[string]commit
 	seqs := map[string][]int64{}
 	for _, b := range found {
 		if !c.anonymous(b.Producer) {
-			seqs[b.Producer] = append(seqs[b.Producer], b.Seq)
+			p := b.Producer
+			if c.Wire != nil {
+				p = c.Wire(p)
+			}
+			seqs[p] = append(seqs[p], b.Seq)
 		}
 	}
 	for p := range manifest {
