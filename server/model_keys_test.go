@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -25,19 +26,38 @@ import (
 //     forgotten: a retry is accepted as new (a duplicate answer would lose
 //     the batch for good), and so is another body;
 //   - a duplicate answered committed names the committed checkpoint.
+//
+// The model runs with a small key cap (modelMaxKeys, below the pool's
+// size), so the cap is reached all the time: the engine may then drop a
+// key whose batch is committed (its retry would be stored again, the
+// documented cost of the cap) but never one whose batch is open or
+// prepared, and refuses a new key with backpressure when it cannot drop
+// one. A committed key is retried only while the cap was not reached
+// since it was accepted, when it must still be known.
 type keyModel struct {
-	pool []*keyedBatch // keys that may be retried, oldest first
-	n    int
-	st   keyStats
+	pool    []*keyedBatch // keys that may be retried, oldest first
+	n       int
+	st      keyStats
+	capHits int // keyed writes after which the engine held modelMaxKeys keys
+	failf   func(string, ...any)
+	// kicked: a key refused at the cap asked the engine to end the open
+	// checkpoint early, in the background; the model settles it before
+	// any producer writes again (runModel).
+	kicked     bool
+	kickedOpen uint64 // the open checkpoint at the first kick
 }
+
+// modelMaxKeys is the model's key cap (Config.MaxKeys).
+const modelMaxKeys = 12
 
 type keyStats struct {
 	writes, retries, dups, dupsCommitted, reaccepted, reused, reusedAccepted, errs int
+	capRefused, capDropped                                                         int // new keys refused at the cap; committed keys no longer retried
 }
 
 func (s keyStats) String() string {
-	return fmt.Sprintf("%d keyed writes, %d retries (%d duplicates, %d of them committed; %d accepted again after an abort or crash), %d keys reused with another body (%d accepted: forgotten), %d refused by faults",
-		s.writes, s.retries, s.dups, s.dupsCommitted, s.reaccepted, s.reused, s.reusedAccepted, s.errs)
+	return fmt.Sprintf("%d keyed writes, %d retries (%d duplicates, %d of them committed; %d accepted again after an abort or crash), %d keys reused with another body (%d accepted: forgotten), %d refused by faults or the cap (%d with backpressure at the cap of %d keys), %d committed keys no longer retried once the cap was reached",
+		s.writes, s.retries, s.dups, s.dupsCommitted, s.reaccepted, s.reused, s.reusedAccepted, s.errs, s.capRefused, modelMaxKeys, s.capDropped)
 }
 
 type keyedBatch struct {
@@ -45,6 +65,7 @@ type keyedBatch struct {
 	b           invariant.BatchID // the body the key stands for now
 	size        int
 	last        uint64 // checkpoint of the last acceptance as new; 0: none
+	capHits     int    // keyModel.capHits at that acceptance
 }
 
 // maxKeyPool bounds the keys the model keeps retrying.
@@ -72,7 +93,29 @@ func (km *keyModel) remembered(t *testing.T, e *Engine, kb *keyedBatch) bool {
 
 func (km *keyModel) write(e *Engine, kb *keyedBatch, b invariant.BatchID) (WriteResult, error) {
 	data := invariant.Batch(b, kb.size)
-	return e.Write(Write{Stream: kb.stream, Ext: "ndjson", Data: data, Records: kb.size, Key: NewIdempotencyKey(kb.key, data)})
+	res, err := e.Write(Write{Stream: kb.stream, Ext: "ndjson", Data: data, Records: kb.size, Key: NewIdempotencyKey(kb.key, data)})
+	if k := e.Status().Keys; k > modelMaxKeys {
+		km.failf("keyed: %d keys held, over the cap of %d", k, modelMaxKeys)
+	} else if k == modelMaxKeys {
+		km.capHits++
+	}
+	if errors.Is(err, ErrBackpressure) {
+		km.st.capRefused++
+		if !km.kicked {
+			km.kicked, km.kickedOpen = true, e.Status().OpenID
+		}
+	}
+	return res, err
+}
+
+// committed reports whether kb's last batch is committed.
+func (km *keyModel) committed(t *testing.T, e *Engine, kb *keyedBatch) bool {
+	t.Helper()
+	if kb.last == 0 || kb.last >= e.Status().OpenID {
+		return false
+	}
+	c, err := e.store.Get(kb.last)
+	return err == nil && c.State == recovery.Committed
 }
 
 // accepted records b accepted as new in checkpoint id under kb's key.
@@ -81,7 +124,7 @@ func (km *keyModel) accepted(t *testing.T, m *model, e *Engine, ans answers, kb 
 	// resolve first, so that the earlier verdict is not applied after this one.
 	m.resolveAnon(t, e)
 	delete(m.mustNot, b)
-	kb.b, kb.last = b, id
+	kb.b, kb.last, kb.capHits = b, id, km.capHits
 	m.anon[id] = append(m.anon[id], b)
 	ans.add(id, b)
 }
@@ -90,33 +133,41 @@ func (km *keyModel) accepted(t *testing.T, m *model, e *Engine, ans answers, kb 
 // used key.
 func (km *keyModel) step(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans answers, streams []string, fail func(string, ...any)) string {
 	t.Helper()
+	km.failf = fail
 	x := rng.IntN(10)
-	if len(km.pool) == 0 || x < 4 {
-		km.n++
-		m.anonSeq++
-		kb := &keyedBatch{key: fmt.Sprintf("key-%d", km.n), stream: streams[rng.IntN(len(streams))],
-			b: invariant.BatchID{Stream: "", Seq: m.anonSeq}, size: 1 + rng.IntN(3)}
-		kb.b.Stream = kb.stream
-		km.st.writes++
-		res, err := km.write(e, kb, kb.b)
-		if err != nil {
-			if errors.Is(err, ErrKeyReused) {
-				fail("keyed: new key %s refused as reused", kb.key)
+	if x == 0 && rng.IntN(2) == 0 {
+		// A burst of new keys in one checkpoint: more than the cap holds
+		// (uncommitted keys are never dropped: backpressure instead).
+		// Then the shipper, answered 429 for some, resends the whole
+		// burst: each key accepted must be a duplicate.
+		n := 6 + rng.IntN(12)
+		var out []string
+		for range n {
+			out = append(out, km.newKey(t, rng, m, e, ans, streams, fail))
+		}
+		for _, kb := range km.pool[max(len(km.pool)-n, 0):] {
+			if kb.last < e.Status().OpenID || !km.remembered(t, e, kb) {
+				continue // taken by a checkpoint or an abort meanwhile
 			}
-			km.st.errs++
-			return fmt.Sprintf("keyed new %s: %v", kb.key, err)
+			res, err := km.write(e, kb, kb.b)
+			if err == nil && !res.Duplicate {
+				fail("keyed: resent burst key %s (batch %s in the open checkpoint %d) written again in %d", kb.key, kb.b, kb.last, res.Checkpoint)
+			}
+			km.st.retries++
 		}
-		if res.Duplicate {
-			fail("keyed: new key %s answered as a duplicate %+v", kb.key, res)
-		}
-		km.accepted(t, m, e, ans, kb, kb.b, res.Checkpoint)
-		km.pool = append(km.pool, kb)
-		if len(km.pool) > maxKeyPool {
-			km.pool = km.pool[1:]
-		}
-		return fmt.Sprintf("keyed new %s %s in %d", kb.key, kb.b, res.Checkpoint)
+		return fmt.Sprintf("keyed burst of %d: %s", n, strings.Join(out, "; "))
 	}
-	kb := km.pool[rng.IntN(len(km.pool))]
+	if len(km.pool) == 0 || x < 4 {
+		return km.newKey(t, rng, m, e, ans, streams, fail)
+	}
+	i := rng.IntN(len(km.pool))
+	kb := km.pool[i]
+	if km.capHits != kb.capHits && km.committed(t, e, kb) {
+		// The cap may have dropped it: a retry would be stored again.
+		km.pool = append(km.pool[:i], km.pool[i+1:]...)
+		km.st.capDropped++
+		return fmt.Sprintf("keyed %s: committed, may be dropped by the cap: not retried", kb.key)
+	}
 	known := km.remembered(t, e, kb)
 	if x == 9 { // the key again, with another body
 		km.st.reused++
@@ -173,6 +224,34 @@ func (km *keyModel) step(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans 
 	km.st.reaccepted++
 	km.accepted(t, m, e, ans, kb, kb.b, res.Checkpoint)
 	return fmt.Sprintf("keyed retry %s: %s accepted again in %d", kb.key, kb.b, res.Checkpoint)
+}
+
+// newKey writes a new keyed batch.
+func (km *keyModel) newKey(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans answers, streams []string, fail func(string, ...any)) string {
+	t.Helper()
+	km.n++
+	m.anonSeq++
+	kb := &keyedBatch{key: fmt.Sprintf("key-%d", km.n), stream: streams[rng.IntN(len(streams))],
+		b: invariant.BatchID{Stream: "", Seq: m.anonSeq}, size: 1 + rng.IntN(3)}
+	kb.b.Stream = kb.stream
+	km.st.writes++
+	res, err := km.write(e, kb, kb.b)
+	if err != nil {
+		if errors.Is(err, ErrKeyReused) {
+			fail("keyed: new key %s refused as reused", kb.key)
+		}
+		km.st.errs++
+		return fmt.Sprintf("keyed new %s: %v", kb.key, err)
+	}
+	if res.Duplicate {
+		fail("keyed: new key %s answered as a duplicate %+v", kb.key, res)
+	}
+	km.accepted(t, m, e, ans, kb, kb.b, res.Checkpoint)
+	km.pool = append(km.pool, kb)
+	if len(km.pool) > maxKeyPool {
+		km.pool = km.pool[1:]
+	}
+	return fmt.Sprintf("keyed new %s %s in %d", kb.key, kb.b, res.Checkpoint)
 }
 
 // storeLost forgets every key: a lost state store lost them with it, so

@@ -139,6 +139,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
 		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
+		c.MaxKeys = modelMaxKeys                  // the cap is reached: committed keys are dropped, never live ones (keyModel)
 		// A node lease that never expires on this clock: every start must
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
@@ -189,6 +190,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		t.Helper()
 		t.Fatalf("seed %d: "+format+"\nlast steps:\n  %s", append(append([]any{seed}, args...), strings.Join(trace, "\n  "))...)
 	}
+	m.fatal = fail
 
 	// restart stops the engine as a crash would, optionally power-cuts,
 	// starts again and checks I5. A checkpoint whose result the crash hid
@@ -431,6 +433,24 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		}
 		if rng.IntN(12) == 0 {
 			note("%s", km.step(t, rng, m, e, ans, streams, fail))
+			if km.kicked {
+				// The cap's early checkpoint runs in the background: the
+				// open checkpoint ends by it or by this one, whichever
+				// comes first, holding what the producers sent so far.
+				km.kicked = false
+				open, snap, armed := km.kickedOpen, m.snapshot(), crash
+				res, err := checkpointUntil(e, func() bool { return armed != nil && armed.Crashed() })
+				state, ran := ckLog.state(open)
+				note("checkpoint after the key cap's kick: %d %s (asked: %d %s %v)", open, state, res.ID, res.State, err)
+				switch {
+				case err == nil && ran:
+					m.checkpointed(snap, state == recovery.Committed)
+					m.resolveAnon(t, e)
+				default:
+					pendingID, pendingSnap = open, snap
+					restart(rng.IntN(2) == 0)
+				}
+			}
 			continue
 		}
 		if rng.IntN(60) == 0 { // s0's configuration changes mid-flight: a barrier, like init

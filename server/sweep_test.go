@@ -28,6 +28,9 @@ type model struct {
 	must     map[invariant.BatchID]bool
 	mustNot  map[invariant.BatchID]bool
 	anonSeq  int64
+	// fatal, when set, reports a client-visible violation with the
+	// caller's context (the model test's recent steps); else t.Fatalf.
+	fatal func(string, ...any)
 }
 
 func newModel() *model {
@@ -42,6 +45,14 @@ func (m *model) write(t testing.TB, e *Engine, p, s string, n int) error {
 	return err
 }
 
+func (m *model) fatalf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if m.fatal != nil {
+		m.fatal(format, args...)
+	}
+	t.Fatalf(format, args...)
+}
+
 // writeResult is write that also returns the engine's answer.
 func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteResult, error) {
 	k := [2]string{p, s}
@@ -49,7 +60,7 @@ func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteR
 	res, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, n)
 	if err != nil {
 		if errors.Is(err, ErrUnknownProducer) || errors.Is(err, ErrFenced) || errors.Is(err, ErrInvalidEpoch) || errors.Is(err, ErrOutOfOrder) {
-			t.Fatalf("write %s/%s/%d: producer error for a correct batch (I12: the client is wedged): %v", p, s, seq, err)
+			m.fatalf(t, "write %s/%s/%d: producer error for a correct batch (I12: the client is wedged): %v", p, s, seq, err)
 		}
 		return res, err
 	}
