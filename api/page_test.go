@@ -54,6 +54,7 @@ func TestListLimits(t *testing.T) {
 		{"/v1/streams?after=Bad..Name", "invalid_stream"},
 		{"/v1/streams?after=_manifests", "invalid_stream"},
 		{"/v1/files?after=a%00b", "invalid_path"},
+		{"/v1/producers?after=-bad", "invalid_producer"}, // was invalid_after, a code in no list
 	} {
 		rec := r.do("GET", tc.target, "")
 		expectStatus(t, rec, http.StatusBadRequest)

@@ -29,7 +29,7 @@ func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
 	}
 	after := r.URL.Query().Get("after")
 	if after != "" && !validProducer(after) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_after", Message: fmt.Sprintf("after %q: not a producer id", after)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a producer id", after)})
 		return
 	}
 	if !s.readyOr503(w) {
