@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"errors"
+	"github.com/eosink/eosink/internal/layout"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestFinishComparesExistingManifest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.existing != nil {
-				if err := l.Publish(t.Context(), ManifestPath("n1", 3), c.existing(own)); err != nil {
+				if err := l.Publish(t.Context(), layout.ManifestName("n1", 3), c.existing(own)); err != nil {
 					t.Fatal(err)
 				}
 			}

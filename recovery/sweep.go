@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"sort"
 
@@ -130,7 +131,7 @@ func (s *Sweep) Orphans(ctx context.Context) ([]committer.Leftover, error) {
 		claimed[f.Final] = true
 	}
 	for _, c := range pending {
-		claimed[ManifestPath(s.Node, c.ID)] = true
+		claimed[layout.ManifestName(s.Node, c.ID)] = true
 		for _, f := range c.Files {
 			claimed[f.Final] = true
 		}

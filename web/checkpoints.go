@@ -2,6 +2,7 @@ package web
 
 import (
 	"errors"
+	"github.com/eosink/eosink/internal/layout"
 	"net/http"
 	"net/url"
 	"slices"
@@ -290,9 +291,9 @@ func (u *ui) ownFiles(r *http.Request, d *checkpointData, c *recovery.Checkpoint
 			cf.Producers = producerRanges(f.Producers)
 			d.Files = append(d.Files, cf)
 		}
-		if n := catalog.ParsePath(c.Files[0].Final); committed && n.Kind == catalog.Part {
+		if n := layout.ParsePath(c.Files[0].Final); committed && n.Kind == layout.PartPath {
 			if m, err := u.cat.Manifest(r.Context(), n.Node, c.ID); err == nil && m != nil {
-				d.Manifest = browseURL(recovery.ManifestPath(n.Node, c.ID), false)
+				d.Manifest = browseURL(layout.ManifestName(n.Node, c.ID), false)
 			}
 		}
 	case d.Row.Files > 0 && committed && u.node != "":
@@ -313,7 +314,7 @@ func (u *ui) manifestFiles(r *http.Request, d *checkpointData, node string, id u
 	if m == nil {
 		return false
 	}
-	d.Manifest = browseURL(recovery.ManifestPath(node, id), false)
+	d.Manifest = browseURL(layout.ManifestName(node, id), false)
 	d.FilesN = len(m.Paths)
 	for _, p := range m.Paths[min(from, len(m.Paths)):min(from+ckptFilesPage, len(m.Paths))] {
 		f := m.Files[p]

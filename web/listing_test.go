@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"github.com/eosink/eosink/internal/layout"
 	"html"
 	"io"
 	"net/http"
@@ -28,14 +29,14 @@ func bigDir(n int) (*memReader, string) {
 	base := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	mod := map[string]time.Time{}
 	size := map[string]int64{}
-	manifests := map[uint64][]recovery.ManifestFile{}
+	manifests := map[uint64][]layout.ManifestFile{}
 	for i := range n {
 		ck := uint64(i/1000 + 1)
 		p := fmt.Sprintf("%s/part-n1-%020d-%04d.ndjson", dir, ck, i%1000)
 		files[p] = []byte("{\"i\":" + strconv.Itoa(i) + "}\n")
 		size[p] = int64(n - i)
 		mod[p] = base.Add(time.Duration(i) * time.Second)
-		manifests[ck] = append(manifests[ck], recovery.ManifestFile{Path: p, Stream: "clicks", Bytes: int64(n - i), Records: int64(i%7 + 1)})
+		manifests[ck] = append(manifests[ck], layout.ManifestFile{Path: p, Stream: "clicks", Bytes: int64(n - i), Records: int64(i%7 + 1)})
 	}
 	for ck, fs := range manifests {
 		var b strings.Builder
@@ -47,7 +48,7 @@ func bigDir(n int) (*memReader, string) {
 			fmt.Fprintf(&b, `{"path":%q,"stream":"clicks","bytes":%d,"records":%d,"crc32c":"00000000","producers":{}}`, f.Path, f.Bytes, f.Records)
 		}
 		b.WriteString("]}")
-		files[recovery.ManifestPath("n1", ck)] = []byte(b.String())
+		files[layout.ManifestName("n1", ck)] = []byte(b.String())
 	}
 	m := newMemReader(files, base)
 	for i := range m.entries {

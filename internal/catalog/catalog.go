@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path"
 	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -60,14 +58,6 @@ const (
 	// ListChunk is how many entries one destination listing call reads
 	// at most.
 	ListChunk = 1000
-)
-
-// Destination folders that are eosink's own.
-const (
-	ManifestDir = "_manifests/"
-	NodesDir    = "_nodes/"
-	StreamsDir  = "_streams/" // streams' configurations (layout.StreamConfName)
-	StagingDir  = "_staging/"
 )
 
 // Config holds a Catalog's dependencies.
@@ -137,37 +127,6 @@ func (noState) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 
 func (noState) CheckpointRecords(uint64, int) ([]recovery.Checkpoint, error) { return nil, nil }
 func (noState) StateVersion() uint64                                         { return 0 }
-
-// Kind tells what a destination path is.
-type Kind int
-
-// Kinds of destination paths.
-const (
-	Other    Kind = iota // a stray, a lease, a staging object
-	Part                 // a committed data file, part-<node>-<checkpoint>-<index>.<ext>
-	Manifest             // _manifests/<node>/<checkpoint>.json
-)
-
-// Name is what a destination path's name tells.
-type Name struct {
-	Kind       Kind
-	Node       string
-	Checkpoint uint64
-}
-
-// ParsePath tells what p is, through internal/layout's parsers.
-func ParsePath(p string) Name {
-	if strings.HasPrefix(p, "_") {
-		if node, id, ok := layout.ParseManifestName(p); ok {
-			return Name{Kind: Manifest, Node: node, Checkpoint: id}
-		}
-		return Name{}
-	}
-	if node, id, _, _, ok := layout.ParsePartName(path.Base(p)); ok {
-		return Name{Kind: Part, Node: node, Checkpoint: id}
-	}
-	return Name{}
-}
 
 // AfterPast returns the smallest cursor that sorts after every path under
 // the folder dir ("x/"): '0' is the byte after '/'.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/layout"
 	"slices"
 	"strings"
 	"time"
@@ -157,17 +158,17 @@ type NodeCheckpoint struct {
 // node, this one's included, read from the destination. Each manifest is
 // read through the cache.
 func (c *Catalog) NodeCheckpoints(ctx context.Context, node string, after uint64, limit int) ([]NodeCheckpoint, bool, error) {
-	prefix := ManifestDir + node + "/"
+	prefix := layout.ManifestDir + "/" + node + "/"
 	start := ""
 	if after > 0 {
-		start = recovery.ManifestPath(node, after)
+		start = layout.ManifestName(node, after)
 	}
 	limit = max(limit, 1)
 	var out []NodeCheckpoint
 	more := false
 	err := c.Walk(ctx, prefix, start, limit+1, func(e committer.Entry) (string, bool) {
-		n := ParsePath(e.Path)
-		if n.Kind != Manifest || n.Node != node {
+		n := layout.ParsePath(e.Path)
+		if n.Kind != layout.ManifestPath || n.Node != node {
 			return "", false
 		}
 		if len(out) == limit {

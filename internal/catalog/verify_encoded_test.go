@@ -65,7 +65,7 @@ func TestVerifyEncodedFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 				_ = fs.MkdirAll(path.Join(dest, "_manifests/n1"), 0o755)
-				if err := afero.WriteFile(fs, path.Join(dest, recovery.ManifestPath("n1", 1)), body, 0o644); err != nil {
+				if err := afero.WriteFile(fs, path.Join(dest, layout.ManifestName("n1", 1)), body, 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cat, err := New(Config{Files: local.New(fs, dest, stg)})

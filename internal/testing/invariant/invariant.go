@@ -207,15 +207,15 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 	var manifests []string
 	for _, o := range objs {
 		switch {
-		case strings.HasSuffix(o.Path, ".inprogress"):
+		case layout.IsTempName(o.Path):
 			r.bad("I1: temp file in destination: %s", o.Path)
 			continue
-		case strings.HasPrefix(o.Path, "_staging/"):
+		case strings.HasPrefix(o.Path, layout.StagingDir+"/"):
 			r.Staging = append(r.Staging, o.Path)
 			continue
-		case strings.HasPrefix(o.Path, "_nodes/"), strings.HasPrefix(o.Path, "_streams/"):
+		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"):
 			continue // node leases, stream configurations: not data
-		case strings.HasPrefix(o.Path, "_manifests/"):
+		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
 				continue
