@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"net/http"
 	"path"
@@ -37,25 +38,6 @@ func filePath(r *http.Request) (string, bool) {
 	return name, layout.CleanPath(name)
 }
 
-// contentType returns the media type a file is served with.
-func contentType(name string) string {
-	switch path.Ext(name) {
-	case ".ndjson":
-		return "application/x-ndjson"
-	case ".txt":
-		return "text/plain; charset=utf-8"
-	case ".json":
-		return "application/json"
-	case ".gz":
-		return "application/gzip"
-	case ".zst":
-		return "application/zstd"
-	case ".parquet":
-		return "application/vnd.apache.parquet"
-	}
-	return "application/octet-stream"
-}
-
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	name, ok := filePath(r)
 	if !ok {
@@ -84,7 +66,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Range", ranges)
 		}
 	}
-	w.Header().Set("Content-Type", contentType(name))
+	w.Header().Set("Content-Type", format.MediaType(name))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// A committed file never changes (I7) and its name is never reused
 	// (I8); private: with tokens on, shared caches must not keep it.

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/eosink/eosink/staging"
-	"github.com/klauspost/compress/zstd"
 )
 
 // Previews of encoded files (DESIGN.md "Streams"): zstd NDJSON is
@@ -32,29 +31,6 @@ const (
 type previewTable struct {
 	Columns []string
 	Rows    [][]string
-}
-
-type zstdPreview struct{ d *zstd.Decoder }
-
-// Read passes the decoder's bytes; its errors other than io.EOF are not
-// io errors to the preview (a 2-byte file is not "an empty file").
-func (z zstdPreview) Read(p []byte) (int, error) {
-	n, err := z.d.Read(p)
-	if err != nil && err != io.EOF {
-		err = errors.New("zstd: " + err.Error())
-	}
-	return n, err
-}
-
-func (z zstdPreview) Close() { z.d.Close() }
-
-func newZstdPreview(r io.Reader) (zstdPreview, error) {
-	d, err := zstd.NewReader(io.LimitReader(r, previewCompressed), zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(previewZstdWindow))
-	if err != nil {
-		return zstdPreview{}, err
-	}
-	return zstdPreview{d}, nil
 }
 
 // readParquetPreview reads the first rows of a Parquet file. It needs
