@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +93,7 @@ type Config struct {
 	// Registerer takes the HTTP request metrics (httpmetrics.go); nil keeps none.
 	Registerer prometheus.Registerer
 	// Auth holds the tokens; nil turns authorization off.
-	Auth *Tokens
+	Auth *auth.Tokens
 	// Hosts are the Host names served besides the loopback ones when Auth
 	// is nil (the --listen address; an unspecified address such as 0.0.0.0
 	// admits every IP literal): without tokens, a request naming another
@@ -143,8 +143,8 @@ type Server struct {
 	answers    *memo.Cache[[]byte]
 	files      committer.Reader
 	cat        *catalog.Catalog
-	auth       *Tokens
-	gate       *Gate // nil when auth is
+	auth       *auth.Tokens
+	gate       *auth.Gate // nil when auth is
 	metrics    http.Handler
 	httpm      *httpMetrics
 	log        *slog.Logger
@@ -233,8 +233,8 @@ func New(cfg Config) (*Server, error) {
 		stall:      cfg.DownloadStall,
 	}
 	if cfg.Auth != nil {
-		s.gate = &Gate{tokens: cfg.Auth, fails: newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
-			proxies: slices.Clone(cfg.TrustedProxies)}
+		s.gate = auth.NewGate(auth.GateConfig{Tokens: cfg.Auth, Failures: cfg.AuthFailures, Window: cfg.AuthFailureWindow,
+			Table: cfg.AuthFailureTable, Proxies: cfg.TrustedProxies})
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error
@@ -257,7 +257,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	s.Mount(r)
-	r.With(s.allow(RoleRead)).Get("/", s.index)
+	r.With(s.allow(auth.RoleRead)).Get("/", s.index)
 	return r
 }
 
@@ -277,9 +277,9 @@ func (s *Server) Mount(r chi.Router) {
 	})
 
 	// Who may call what; admin passes every check.
-	ingest := s.allow(RoleIngest)
-	producers := s.allow(RoleIngest, RoleRead)
-	read := s.allow(RoleRead)
+	ingest := s.allow(auth.RoleIngest)
+	producers := s.allow(auth.RoleIngest, auth.RoleRead)
+	read := s.allow(auth.RoleRead)
 	admin := s.allow()
 
 	r.Get("/healthz", s.healthz) // open

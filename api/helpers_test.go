@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"io/fs"
 	"net/http"
@@ -17,7 +18,7 @@ import (
 	"github.com/spf13/afero"
 )
 
-// Tokens of the test rigs with authorization.
+// auth.Tokens of the test rigs with authorization.
 const (
 	tokIngest = "ingest-token-0123456789"
 	tokRead   = "read-token-0123456789"
@@ -70,14 +71,14 @@ func newServer(t *testing.T, eng *server.Engine, files committer.Reader, mod fun
 func (r *rig) waitReady() { r.t.Helper(); r.WaitReady() }
 
 func withAuth(c *Config) {
-	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
+	c.Auth = mustTokens(map[string]auth.Role{tokIngest: auth.RoleIngest, tokRead: auth.RoleRead, tokAdmin: auth.RoleAdmin})
 	// The tables send many invalid tokens from httptest's one address;
 	// TestAuthFailureLimit tests the limit.
 	c.AuthFailures = 1 << 20
 }
 
-func mustTokens(m map[string]Role) *Tokens {
-	t, err := NewTokens(m)
+func mustTokens(m map[string]auth.Role) *auth.Tokens {
+	t, err := auth.NewTokens(m)
 	if err != nil {
 		panic(err)
 	}

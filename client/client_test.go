@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -604,7 +605,7 @@ func TestRefusals(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond)
-	tokens, err := api.NewTokens(map[string]api.Role{"ingest-token-0123456789": api.RoleIngest})
+	tokens, err := auth.NewTokens(map[string]auth.Role{"ingest-token-0123456789": auth.RoleIngest})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -327,8 +328,8 @@ func TestLogin(t *testing.T) {
 		t.Fatalf("cookies %v", cs)
 	}
 	c := cs[0]
-	if c.Name != api.CookieName || c.Value != tokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
-		t.Errorf("cookie %+v: want %s, HttpOnly, SameSite=Strict, Path=/", c, api.CookieName)
+	if c.Name != auth.CookieName || c.Value != tokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		t.Errorf("cookie %+v: want %s, HttpOnly, SameSite=Strict, Path=/", c, auth.CookieName)
 	}
 	for _, c := range []struct {
 		token string

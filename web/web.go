@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/memo"
@@ -38,14 +38,14 @@ type Engine interface {
 	catalog.State
 }
 
-// Authenticator tells a token's role (*api.Gate, shared with the API so
+// Authenticator tells a token's role (*auth.Gate, shared with the API so
 // that the UI's form and cookies count against the same limit of invalid
 // tokens). It must be safe for concurrent use and take the same time
 // whichever token matches. ok is false for an unknown token; wait is then
 // non-zero when the request's client address sent too many of them: the
 // answer is 429 with Retry-After. A valid token is always served.
 type Authenticator interface {
-	Authenticate(r *http.Request, token string) (role api.Role, ok bool, wait time.Duration)
+	Authenticate(r *http.Request, token string) (role auth.Role, ok bool, wait time.Duration)
 }
 
 var _ Engine = (*server.Engine)(nil)
@@ -114,7 +114,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("new web ui: engine and files are required")
 	}
 	if v := reflect.ValueOf(cfg.Auth); cfg.Auth != nil && v.Kind() == reflect.Pointer && v.IsNil() {
-		cfg.Auth = nil // a nil *api.Gate means no auth, as in api.Config
+		cfg.Auth = nil // a nil *auth.Gate means no auth, as in api.Config
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

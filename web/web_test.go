@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -189,7 +189,7 @@ func TestSecurityHeaders(t *testing.T) {
 }
 
 func withCookie(q *http.Request, token string) *http.Request {
-	q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+	q.AddCookie(&http.Cookie{Name: auth.CookieName, Value: token})
 	return q
 }
 

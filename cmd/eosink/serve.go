@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"log/slog"
 	"math"
@@ -224,7 +225,7 @@ func (p *proxyList) String() string {
 }
 
 func (p *proxyList) Set(v string) error {
-	l, err := api.ParseTrustedProxies(v)
+	l, err := auth.ParseTrustedProxies(v)
 	if err != nil {
 		return err
 	}

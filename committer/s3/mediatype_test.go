@@ -14,7 +14,7 @@ func TestPutOptionsMediaType(t *testing.T) {
 		"s/part-n1-00000000000000000001-0000.txt.zst":   "application/zstd",
 		"s/part-n1-00000000000000000001-0000.txt":       "text/plain; charset=utf-8",
 		"_manifests/n1/00000000000000000001.json":       "application/json",
-		"s/other.bin":                                   "application/octet-stream",
+		"s/other.bin": "application/octet-stream",
 	} {
 		if got := (&S3{}).putOptions(name, "00000000").ContentType; got != want {
 			t.Errorf("%s: stored as %q, want %q", name, got, want)
