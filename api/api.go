@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/auth"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"

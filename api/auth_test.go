@@ -1,12 +1,12 @@
 package api
 
 import (
-	"github.com/eosink/eosink/internal/auth"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/go-chi/chi/v5"
 )
 

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/format"
-	"github.com/eosink/eosink/internal/layout"
 	"net/http"
 	"path"
 	"slices"
@@ -15,6 +13,8 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/go-chi/chi/v5"
 )
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"io/fs"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"

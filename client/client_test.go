@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/auth"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 )

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
-	"golang.org/x/sync/errgroup"
 	"io"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
+	"golang.org/x/sync/errgroup"
 )
 
 // The commit step, shared by the live checkpoint (server) and the replay on

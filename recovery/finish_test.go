@@ -2,12 +2,12 @@ package recovery
 
 import (
 	"errors"
-	"github.com/eosink/eosink/internal/layout"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
 

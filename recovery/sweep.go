@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"sort"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Sweep removes what this node started in the destination that no prepared

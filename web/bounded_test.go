@@ -3,7 +3,6 @@ package web
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"net/http"
 	"path"
 	"regexp"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"errors"
-	"github.com/eosink/eosink/internal/layout"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 func (u *ui) browse(w http.ResponseWriter, r *http.Request, s *session) {

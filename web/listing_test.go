@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"html"
 	"io"
 	"net/http"
@@ -17,7 +16,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/server"
 )
 
@@ -224,15 +224,15 @@ func TestPreview(t *testing.T) {
 }
 
 func TestChart(t *testing.T) {
-	var cs []recovery.Checkpoint
+	var cs []catalog.Checkpoint
 	for i := 100; i >= 1; i-- {
-		state := recovery.Committed
+		state := catalog.Committed
 		if i == 50 {
-			state = recovery.Aborted
+			state = catalog.Aborted
 		}
-		cs = append(cs, recovery.Checkpoint{ID: uint64(i), State: state, DurationMS: int64(i), Bytes: int64(i) << 10})
+		cs = append(cs, catalog.Checkpoint{ID: uint64(i), State: state, DurationMS: int64(i), Bytes: int64(i) << 10})
 	}
-	c := barChart("Duration", "ms", false, cs, func(c *recovery.Checkpoint) float64 { return float64(c.DurationMS) }, func(v float64) string { return fmtMS(int64(v)) })
+	c := barChart("Duration", "ms", false, cs, func(c *catalog.Checkpoint) float64 { return float64(c.DurationMS) }, func(v float64) string { return fmtMS(int64(v)) })
 	if len(c.Bars) != 100 || c.Empty {
 		t.Fatalf("%d bars", len(c.Bars))
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
 
@@ -36,7 +35,7 @@ const streamCountCap = 1000
 // newest barrier at least catalog.RateWindow ago (or the oldest known): committed
 // checkpoints after it plus the open one. Records of checkpoint k were
 // accepted between barrier k-1 and barrier k, its StartedAt.
-func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (records, bytes float64, since time.Time, ok bool) {
+func ingestRate(cs []catalog.Checkpoint, st server.Status, now time.Time) (records, bytes float64, since time.Time, ok bool) {
 	r, b := st.OpenRecords, st.OpenBytes
 	for i := range cs {
 		c := &cs[i]
@@ -50,7 +49,7 @@ func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (reco
 		if i == len(cs)-1 {
 			break // the oldest known barrier: its own records came before it
 		}
-		if c.State == recovery.Committed {
+		if c.State == catalog.Committed {
 			r, b = r+c.Records, b+c.Bytes
 		}
 	}
@@ -96,7 +95,7 @@ type overviewData struct {
 // kept until then (u.overviews): a dashboard polling the overview costs
 // the ingest path little more than a probe does.
 type overviewState struct {
-	cs                     []recovery.Checkpoint
+	cs                     []catalog.Checkpoint
 	window, files          int
 	records, bytes         int64
 	active                 int // streams of the newest checkpoints; the first topStreams are in streamRows
@@ -119,7 +118,7 @@ func (u *ui) overviewState() (overviewState, error) {
 		}
 		o.cs, o.window = cs, len(cs)
 		for i := range cs {
-			if cs[i].State == recovery.Committed {
+			if cs[i].State == catalog.Committed {
 				o.files += max(cs[i].FileCount, len(cs[i].Files))
 				o.records += cs[i].Records
 				o.bytes += cs[i].Bytes

@@ -1,9 +1,10 @@
 package web
 
 import (
-	"github.com/eosink/eosink/internal/layout"
 	"net/url"
 	"strings"
+
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // splitEscaped splits an escaped URL path ("/ui/files/a/b%20c/") into its

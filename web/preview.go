@@ -6,12 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/eosink/eosink/internal/format"
-	"github.com/eosink/eosink/internal/streamconf"
 	"io"
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/streamconf"
 )
 
 // Preview limits.

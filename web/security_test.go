@@ -2,7 +2,6 @@ package web
 
 import (
 	"fmt"
-	"github.com/eosink/eosink/internal/auth"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"

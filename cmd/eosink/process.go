@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"

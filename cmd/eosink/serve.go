@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/eosink/eosink/internal/auth"
 	"io"
 	"log/slog"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/format"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/afero"

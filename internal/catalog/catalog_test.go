@@ -2,11 +2,11 @@ package catalog
 
 import (
 	"encoding/json"
-	"github.com/eosink/eosink/internal/layout"
 
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"slices"
 	"strings"

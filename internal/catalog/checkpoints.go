@@ -5,26 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
-
-// Checkpoint returns this node's checkpoint id with its files, or an error
-// wrapping recovery.ErrNotFound.
-func (c *Catalog) Checkpoint(id uint64) (*recovery.Checkpoint, error) {
-	return c.state.CheckpointRecord(id)
-}
-
-// Checkpoints returns up to limit of this node's checkpoints with ids
-// below before (0: no bound), newest first, without their files.
-func (c *Catalog) Checkpoints(before uint64, limit int) ([]recovery.Checkpoint, error) {
-	return c.state.CheckpointRecords(before, limit)
-}
 
 // RateWindow is the least time an ingest rate is measured over.
 const RateWindow = time.Minute
@@ -42,14 +30,14 @@ type ActiveQuery struct {
 // with their committed records per second over the checkpoints of the
 // last RateWindow or more: the files of those checkpoints, over the time
 // between their barriers.
-func (c *Catalog) Active(cs []recovery.Checkpoint, q ActiveQuery) ([]StreamStat, error) {
+func (c *Catalog) Active(cs []Checkpoint, q ActiveQuery) ([]StreamStat, error) {
 	rateIDs, span := rateCheckpoints(cs)
 	by := map[string]*StreamStat{}
 	var out []*StreamStat
 	read, files := 0, 0
 	for i := range cs {
 		ck := &cs[i]
-		if ck.State != recovery.Committed || max(ck.FileCount, len(ck.Files)) == 0 {
+		if ck.State != Committed || ck.FileCount == 0 {
 			continue
 		}
 		if read == q.Checkpoints || files >= q.Files {
@@ -109,7 +97,7 @@ func (c *Catalog) Active(cs []recovery.Checkpoint, q ActiveQuery) ([]StreamStat,
 // files make the per-stream rates, and the seconds they span: those of the
 // last RateWindow or more of barriers, the oldest barrier bounding the
 // window (its own files came before it).
-func rateCheckpoints(cs []recovery.Checkpoint) ([]uint64, float64) {
+func rateCheckpoints(cs []Checkpoint) ([]uint64, float64) {
 	var ids []uint64
 	var first, last time.Time
 	for i := range cs {
@@ -124,7 +112,7 @@ func rateCheckpoints(cs []recovery.Checkpoint) ([]uint64, float64) {
 		if last.Sub(c.StartedAt) >= RateWindow {
 			break
 		}
-		if c.State == recovery.Committed && c.FileCount > 0 {
+		if c.State == Committed && c.FileCount > 0 {
 			ids = append(ids, c.ID)
 		}
 	}

@@ -3,13 +3,13 @@ package catalog
 import (
 	"context"
 	"fmt"
-	"github.com/eosink/eosink/internal/layout"
 	"hash/crc32"
 	"io"
 	"sort"
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/staging"
 )
 
