@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/parquet-go/parquet-go"
@@ -174,11 +175,11 @@ func TestEncodeRoundTrip(t *testing.T) {
 				t.Fatalf("plain copy changed the bytes")
 			}
 			r := bytes.NewReader(data)
-			n, err := Count(r, int64(len(data)), tt.name)
+			n, err := format.Count(r, int64(len(data)), tt.name)
 			if err != nil || n != int64(len(recs)) {
 				t.Fatalf("Count = %d, %v", n, err)
 			}
-			all, err := Preview(r, int64(len(data)), tt.name, len(recs)+1, 0)
+			all, err := format.Preview(r, int64(len(data)), tt.name, len(recs)+1, 0)
 			if err != nil || len(all) != len(recs) {
 				t.Fatalf("Preview: %d records, %v", len(all), err)
 			}
@@ -208,7 +209,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 					t.Fatalf("columns %v, want the schema's order", cols)
 				}
 			}
-			short, err := Preview(r, int64(len(data)), tt.name, 2, 5)
+			short, err := format.Preview(r, int64(len(data)), tt.name, 2, 5)
 			if err != nil || len(short) != 2 || len(short[0]) != 5 {
 				t.Fatalf("Preview(2, 5 bytes) = %q, %v", short, err)
 			}
@@ -232,8 +233,8 @@ func TestEncodeEmptyFile(t *testing.T) {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		data, _ := afero.ReadFile(fs, got.Temp)
-		if n, err := Count(bytes.NewReader(data), int64(len(data)), tt.name); err != nil || n != 0 || got.Records != 0 {
-			t.Fatalf("%s: Count = %d, %v; summary %+v", tt.name, n, err, got)
+		if n, err := format.Count(bytes.NewReader(data), int64(len(data)), tt.name); err != nil || n != 0 || got.Records != 0 {
+			t.Fatalf("%s: format.Count = %d, %v; summary %+v", tt.name, n, err, got)
 		}
 	}
 }
@@ -364,9 +365,9 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"x.parquet", []byte("PAR1PAR1")},
 	}
 	for i, tt := range tests {
-		_, err := Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
-		if !errors.Is(err, ErrCorrupt) {
-			t.Errorf("case %d %s: err = %v, want ErrCorrupt", i, tt.name, err)
+		_, err := format.Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
+		if !errors.Is(err, format.ErrCorrupt) {
+			t.Errorf("case %d %s: err = %v, want format.ErrCorrupt", i, tt.name, err)
 		}
 	}
 	// Concatenated gzip members and zstd frames are one valid file.
@@ -374,12 +375,12 @@ func TestDecodeCorrupt(t *testing.T) {
 		name string
 		data []byte
 	}{{"x.ndjson.gz", append(bytes.Clone(gz), gz...)}, {"x.ndjson.zst", append(bytes.Clone(zs), zs...)}} {
-		n, err := Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
+		n, err := format.Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
 		if err != nil || n != 2*int64(len(recs)) {
-			t.Errorf("%s twice: Count = %d, %v", tt.name, n, err)
+			t.Errorf("%s twice: format.Count = %d, %v", tt.name, n, err)
 		}
 	}
-	if _, err := Count(bytes.NewReader(nil), 0, "x.csv"); !errors.Is(err, ErrUnsupported) {
+	if _, err := format.Count(bytes.NewReader(nil), 0, "x.csv"); !errors.Is(err, format.ErrUnsupported) {
 		t.Errorf("unknown extension: %v", err)
 	}
 }
@@ -392,9 +393,9 @@ func FuzzDecode(f *testing.F) {
 	names := []string{"f.ndjson", "f.ndjson.gz", "f.txt.zst", "f.parquet"}
 	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
 		name := names[int(kind)%len(names)]
-		recs, err := OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+		recs, err := format.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupported) {
+			if !errors.Is(err, format.ErrCorrupt) && !errors.Is(err, format.ErrUnsupported) {
 				t.Fatalf("%s: open error %v has no class", name, err)
 			}
 			return
@@ -406,8 +407,8 @@ func FuzzDecode(f *testing.F) {
 				return
 			}
 			if err != nil {
-				if !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("%s: error %v is not ErrCorrupt", name, err)
+				if !errors.Is(err, format.ErrCorrupt) {
+					t.Fatalf("%s: error %v is not format.ErrCorrupt", name, err)
 				}
 				return
 			}
@@ -421,10 +422,10 @@ func TestParquetHugeFooterClaim(t *testing.T) {
 	data := []byte("PAR1\xff\xff\xff\x7fPAR1")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Count(bytes.NewReader(data), int64(len(data)), "x.parquet")
+	_, err := format.Count(bytes.NewReader(data), int64(len(data)), "x.parquet")
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("err = %v, want ErrCorrupt", err)
+	if !errors.Is(err, format.ErrCorrupt) {
+		t.Fatalf("err = %v, want format.ErrCorrupt", err)
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 		t.Fatalf("allocated %d bytes for a 12-byte file", grew)

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/eosink/eosink/staging"
+	"github.com/eosink/eosink/internal/format"
 )
 
 // Previews of encoded files (DESIGN.md "Streams"): zstd NDJSON is
 // decompressed like gzip (previewCompressed bytes at most, a bounded
 // window), and a Parquet file shows its first rows as a table, decoded by
-// staging's reader.
+// internal/format's reader.
 
 const (
 	// previewZstdWindow bounds the window a zstd file may ask the preview
@@ -46,11 +46,11 @@ func readParquetPreview(ctx context.Context, r io.Reader, name string) (preview,
 	if err != nil {
 		return preview{}, err
 	}
-	recs, err := staging.Preview(ra, size, name, previewRows+1, previewBytes)
-	if errors.Is(err, staging.ErrCorrupt) {
+	recs, err := format.Preview(ra, size, name, previewRows+1, previewBytes)
+	if errors.Is(err, format.ErrCorrupt) {
 		return preview{Note: "This Parquet file does not decode."}, nil
 	}
-	if errors.Is(err, staging.ErrTooLargeToPreview) {
+	if errors.Is(err, format.ErrTooLargeToPreview) {
 		return preview{Note: "This Parquet file's pages are too large to preview; download it to read it."}, nil
 	}
 	if err != nil {

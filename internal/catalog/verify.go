@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/staging"
 )
 
 // Problem is one thing Verify found wrong.
@@ -125,7 +125,7 @@ func (c *Catalog) check(ctx context.Context, f layout.ManifestFile, rep *VerifyR
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d bytes, manifest says %d", size, f.Bytes)})
 	case sum != f.CRC32C:
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, f.CRC32C)})
-	case staging.Encoded(f.Path):
+	case format.Encoded(f.Path):
 		// Compressed or Parquet: decode it and count (verify_encoded.go).
 		if err := checkEncoded(ctx, c.files, f.Path, size, f.Records); err != nil {
 			rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: err.Error()})

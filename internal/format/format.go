@@ -1,7 +1,6 @@
 package format
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -30,9 +29,6 @@ func MediaType(name string) string {
 	}
 	return "application/octet-stream"
 }
-
-// ErrCorrupt means a compressed stream does not decode cleanly.
-var ErrCorrupt = errors.New("file does not decode")
 
 // Decompress returns a reader of the bytes that r, the start of a file
 // named name, holds once decompressed by its extension: gzip (".gz",

@@ -42,9 +42,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/internal/streamconf"
-	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -540,13 +539,12 @@ func (c *Checker) checkRanges(r *Report, name string, manifest map[string]commit
 
 // decodeLines returns a data file's records as NDJSON lines: a plain
 // file's bytes as they are, a compressed or Parquet one's decoded by
-// staging's readers (encoded true).
+// internal/format's readers (encoded true).
 func decodeLines(name string, data []byte) (lines []byte, encoded bool, err error) {
-	format, compression, _, ok := streamconf.ParseExt(name)
-	if !ok || format != streamconf.FormatParquet && compression == streamconf.CompressionNone {
+	if !format.Encoded(name) {
 		return data, false, nil
 	}
-	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	recs, err := format.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
 	if err != nil {
 		return nil, true, err
 	}
