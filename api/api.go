@@ -17,7 +17,6 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,11 +135,7 @@ type Config struct {
 
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
 type Server struct {
-	eng Engine
-	// answers keeps encoded answers made of the state store alone (the
-	// producer and checkpoint lists) until it changes: a loop polling them
-	// costs the writers about what a probe does (storeAnswer).
-	answers    *memo.Cache[[]byte]
+	eng        Engine
 	files      committer.Reader
 	cat        *catalog.Catalog
 	auth       *auth.Tokens
@@ -217,7 +212,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		eng:        cfg.Engine,
-		answers:    memo.New[[]byte](answerCacheBytes),
 		files:      cfg.Files,
 		cat:        cfg.Catalog,
 		auth:       cfg.Auth,

@@ -16,7 +16,6 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"
 )
 
@@ -97,9 +96,6 @@ type ui struct {
 	download string
 	pageSize int
 	ckptWait time.Duration
-	// overviews keeps what the overview reads from the state store until
-	// the store changes (overview.go).
-	overviews *memo.Cache[overviewState]
 
 	csrfKey []byte
 	origin  *http.CrossOriginProtection
@@ -154,20 +150,19 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("new web ui: %w", err)
 	}
 	u := &ui{
-		eng:       cfg.Engine,
-		cat:       cfg.Catalog,
-		auth:      cfg.Auth,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		node:      cfg.Node,
-		download:  cfg.DownloadPrefix,
-		pageSize:  cfg.PageSize,
-		ckptWait:  cfg.CheckpointTimeout,
-		overviews: memo.New[overviewState](overviewCacheBytes),
-		csrfKey:   key,
-		origin:    http.NewCrossOriginProtection(),
-		pages:     pages,
-		static:    static,
+		eng:      cfg.Engine,
+		cat:      cfg.Catalog,
+		auth:     cfg.Auth,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		node:     cfg.Node,
+		download: cfg.DownloadPrefix,
+		pageSize: cfg.PageSize,
+		ckptWait: cfg.CheckpointTimeout,
+		csrfKey:  key,
+		origin:   http.NewCrossOriginProtection(),
+		pages:    pages,
+		static:   static,
 	}
 	return u.routes(), nil
 }

@@ -52,3 +52,40 @@ func TestCheckpointAt(t *testing.T) {
 		t.Errorf("open while recovering: %v", err)
 	}
 }
+
+// versioned is a State whose version the test moves.
+type versioned struct {
+	oneState
+	v *uint64
+}
+
+func (s versioned) StateVersion() uint64 { return *s.v }
+
+// Answer keeps a value until the state's version changes; an error is
+// not kept.
+func TestAnswerKeptUntilStateChanges(t *testing.T) {
+	var v uint64 = 1
+	c := newDest(t).catalog(Config{State: versioned{v: &v}})
+	calls := 0
+	get := func(fail bool) (any, error) {
+		return c.Answer("k", func() (any, int, error) {
+			calls++
+			if fail {
+				return calls, 8, errors.New("store read failed")
+			}
+			return calls, 8, nil
+		})
+	}
+	if _, err := get(true); err == nil {
+		t.Fatal("the error was lost")
+	}
+	for range 3 {
+		if got, err := get(false); err != nil || got != 2 {
+			t.Fatalf("got %v %v, want the second computation kept", got, err)
+		}
+	}
+	v++
+	if got, _ := get(false); got != 3 {
+		t.Fatalf("after a state change got %v, want a new computation", got)
+	}
+}
