@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/spf13/afero"
@@ -17,7 +18,7 @@ func benchSource(b *testing.B, fs afero.Fs, name string, size int) Summary {
 	b.Helper()
 	// Distinct records: repeating a few would let zstd's window find whole
 	// repeats and flatter it against per-flush frames.
-	return stage(b, fs, name, orderRecords(b, 42, size/100))
+	return stage(b, fs, name, orders.Records(b, 42, size/100))
 }
 
 // benchDir is a directory on tmpfs when there is one, so that Encode's
@@ -48,8 +49,8 @@ func BenchmarkEncode(b *testing.B) {
 		{"plain", Encoding{Format: "ndjson", Compression: "none"}},
 		{"gzip", Encoding{Format: "ndjson", Compression: "gzip"}},
 		{"zstd", Encoding{Format: "ndjson", Compression: "zstd"}},
-		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: ordersSchema}},
-		{"parquet-snappy", Encoding{Format: "parquet", Compression: "snappy", Schema: ordersSchema}},
+		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: orders.Schema}},
+		{"parquet-snappy", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			fs := afero.NewBasePathFs(afero.NewOsFs(), benchDir(b))

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"strings"
 	"syscall"
@@ -17,52 +15,10 @@ import (
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/parquet-go/parquet-go"
 	"github.com/spf13/afero"
 )
-
-var ordersSchema = &streamconf.Schema{Fields: []streamconf.Field{
-	{Name: "id", Type: streamconf.TypeInt64, Required: true},
-	{Name: "region", Type: streamconf.TypeString, Required: true},
-	{Name: "amount", Type: streamconf.TypeDouble},
-	{Name: "paid", Type: streamconf.TypeBool},
-	{Name: "ts", Type: streamconf.TypeTimestamp, Required: true},
-	{Name: "meta", Type: streamconf.TypeJSON},
-}}
-
-// orderRecords returns n records matching ordersSchema, seeded.
-func orderRecords(t testing.TB, seed uint64, n int) [][]byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 0))
-	regions := []string{"eu-west", "us-east", "ap \"south\"", "é"}
-	base := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	out := make([][]byte, n)
-	for i := range out {
-		ts := base.Add(time.Duration(rng.IntN(48*3600)) * time.Second)
-		var tsJSON string
-		if i%2 == 0 {
-			tsJSON = fmt.Sprintf("%q", ts.In(time.FixedZone("", 3600)).Format(time.RFC3339))
-		} else {
-			tsJSON = fmt.Sprint(ts.UnixMilli())
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, `{"id":%d,"region":%q,"ts":%s`, i, regions[rng.IntN(len(regions))], tsJSON)
-		if i%3 != 0 {
-			fmt.Fprintf(&b, `,"amount":%d.%02d`, rng.IntN(10000), rng.IntN(100))
-		}
-		if i%5 == 0 {
-			b.WriteString(`,"paid":true`)
-		} else if i%5 == 1 {
-			b.WriteString(`,"paid":null`)
-		}
-		if i%7 == 0 {
-			fmt.Fprintf(&b, `,"meta":{"k":[%d, "v"]}`, i)
-		}
-		b.WriteString("}")
-		out[i] = []byte(b.String())
-	}
-	return out
-}
 
 // stage writes records through a Txn in batches and pre-commits it.
 func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
@@ -95,12 +51,12 @@ func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
 // nulls dropped, times in UTC RFC 3339, numbers as float64/int64.
 func canonical(t testing.TB, rec []byte) string {
 	t.Helper()
-	vals, err := ordersSchema.NewChecker(true).Values(rec)
+	vals, err := orders.Schema.NewChecker(true).Values(rec)
 	if err != nil {
 		t.Fatalf("record %s: %v", rec, err)
 	}
 	m := map[string]any{}
-	for i, f := range ordersSchema.Fields {
+	for i, f := range orders.Schema.Fields {
 		if vals[i] == nil {
 			continue
 		}
@@ -133,7 +89,7 @@ func canonical(t testing.TB, rec []byte) string {
 }
 
 func TestEncodeRoundTrip(t *testing.T) {
-	recs := orderRecords(t, 1, 1000)
+	recs := orders.Records(t, 1, 1000)
 	tests := []struct {
 		name string // final name: its extension chooses the reader
 		enc  Encoding
@@ -143,10 +99,10 @@ func TestEncodeRoundTrip(t *testing.T) {
 		{"a.ndjson.zst", Encoding{Format: "ndjson", Compression: "zstd"}},
 		{"a.txt.gz", Encoding{Format: "text", Compression: "gzip"}},
 		{"a.txt.zst", Encoding{Compression: "zstd"}},
-		{"zstd.parquet", Encoding{Format: "parquet", Schema: ordersSchema}},
-		{"snappy.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: ordersSchema}},
-		{"gzip.parquet", Encoding{Format: "parquet", Compression: "gzip", Schema: ordersSchema}},
-		{"none-groups.parquet", Encoding{Format: "parquet", Compression: "none", Schema: ordersSchema, RowGroupBytes: 10 << 10}},
+		{"zstd.parquet", Encoding{Format: "parquet", Schema: orders.Schema}},
+		{"snappy.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema}},
+		{"gzip.parquet", Encoding{Format: "parquet", Compression: "gzip", Schema: orders.Schema}},
+		{"none-groups.parquet", Encoding{Format: "parquet", Compression: "none", Schema: orders.Schema, RowGroupBytes: 10 << 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,7 +180,7 @@ func TestEncodeEmptyFile(t *testing.T) {
 	}{
 		{"e.ndjson.gz", Encoding{Compression: "gzip"}},
 		{"e.ndjson.zst", Encoding{Compression: "zstd"}},
-		{"e.parquet", Encoding{Format: "parquet", Schema: ordersSchema}},
+		{"e.parquet", Encoding{Format: "parquet", Schema: orders.Schema}},
 	} {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, tt.name, nil)
@@ -241,7 +197,7 @@ func TestEncodeEmptyFile(t *testing.T) {
 
 // A temp file that no longer holds what its Summary says is not encoded.
 func TestEncodeSourceChanged(t *testing.T) {
-	recs := orderRecords(t, 2, 50)
+	recs := orders.Records(t, 2, 50)
 	tests := []struct {
 		name   string
 		change func(Summary) Summary
@@ -250,7 +206,7 @@ func TestEncodeSourceChanged(t *testing.T) {
 		{"bytes", func(s Summary) Summary { s.Bytes--; return s }},
 		{"records", func(s Summary) Summary { s.Records++; return s }},
 	}
-	for _, enc := range []Encoding{{Compression: "zstd"}, {Format: "parquet", Schema: ordersSchema}} {
+	for _, enc := range []Encoding{{Compression: "zstd"}, {Format: "parquet", Schema: orders.Schema}} {
 		for _, tt := range tests {
 			fs := afero.NewMemMapFs()
 			src := tt.change(stage(t, fs, "c.ndjson", recs))
@@ -271,7 +227,7 @@ func TestEncodeParquetRefusesMismatch(t *testing.T) {
 	for _, rec := range []string{`{"id":1,"region":"x","ts":0,"extra":1}`, `{"id":"1","region":"x","ts":0}`, `[1]`} {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, "m.parquet", [][]byte{[]byte(`{"id":0,"region":"x","ts":0}`), []byte(rec)})
-		_, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: ordersSchema})
+		_, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: orders.Schema})
 		if !errors.Is(err, streamconf.ErrSchemaMismatch) || !strings.Contains(err.Error(), "record 2") {
 			t.Fatalf("%s: err = %v, want a schema mismatch of record 2", rec, err)
 		}
@@ -282,8 +238,8 @@ func TestEncodeParquetRefusesMismatch(t *testing.T) {
 // full disk or an I/O error — fails the encode; none is retried, and the
 // error keeps its class (ENOSPC is ErrDiskFull, a failed fsync ErrSync).
 func TestEncodeFaults(t *testing.T) {
-	recs := orderRecords(t, 3, 300)
-	for _, enc := range []Encoding{{Compression: "gzip"}, {Compression: "zstd"}, {Format: "parquet", Schema: ordersSchema, RowGroupBytes: 4 << 10}} {
+	recs := orders.Records(t, 3, 300)
+	for _, enc := range []Encoding{{Compression: "gzip"}, {Compression: "zstd"}, {Format: "parquet", Schema: orders.Schema, RowGroupBytes: 4 << 10}} {
 		kinds := faultfs.Kinds(faultfs.OpOpen, faultfs.OpWrite, faultfs.OpSync, faultfs.OpClose, faultfs.OpRead)
 		for n := int64(0); ; n++ {
 			base := afero.NewMemMapFs()
@@ -330,7 +286,7 @@ func TestEncodeFaults(t *testing.T) {
 }
 
 func TestDecodeCorrupt(t *testing.T) {
-	recs := orderRecords(t, 4, 200)
+	recs := orders.Records(t, 4, 200)
 	encode := func(name string, enc Encoding) []byte {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, name, recs)
@@ -346,7 +302,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	}
 	gz := encode("x.ndjson.gz", Encoding{Compression: "gzip"})
 	zs := encode("x.ndjson.zst", Encoding{Compression: "zstd"})
-	pq := encode("x.parquet", Encoding{Format: "parquet", Schema: ordersSchema})
+	pq := encode("x.parquet", Encoding{Format: "parquet", Schema: orders.Schema})
 	flip := func(b []byte, i int) []byte { c := bytes.Clone(b); c[i] ^= 0x40; return c }
 	tests := []struct {
 		name string

@@ -2,62 +2,15 @@ package format
 
 import (
 	"bufio"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/orders"
 )
-
-var ordersSchema = &streamconf.Schema{Fields: []streamconf.Field{
-	{Name: "id", Type: streamconf.TypeInt64, Required: true},
-	{Name: "region", Type: streamconf.TypeString, Required: true},
-	{Name: "amount", Type: streamconf.TypeDouble},
-	{Name: "paid", Type: streamconf.TypeBool},
-	{Name: "ts", Type: streamconf.TypeTimestamp, Required: true},
-	{Name: "meta", Type: streamconf.TypeJSON},
-}}
-
-// orderRecords returns n records matching ordersSchema, seeded.
-func orderRecords(t testing.TB, seed uint64, n int) [][]byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 0))
-	regions := []string{"eu-west", "us-east", "ap \"south\"", "é"}
-	base := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	out := make([][]byte, n)
-	for i := range out {
-		ts := base.Add(time.Duration(rng.IntN(48*3600)) * time.Second)
-		var tsJSON string
-		if i%2 == 0 {
-			tsJSON = fmt.Sprintf("%q", ts.In(time.FixedZone("", 3600)).Format(time.RFC3339))
-		} else {
-			tsJSON = fmt.Sprint(ts.UnixMilli())
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, `{"id":%d,"region":%q,"ts":%s`, i, regions[rng.IntN(len(regions))], tsJSON)
-		if i%3 != 0 {
-			fmt.Fprintf(&b, `,"amount":%d.%02d`, rng.IntN(10000), rng.IntN(100))
-		}
-		if i%5 == 0 {
-			b.WriteString(`,"paid":true`)
-		} else if i%5 == 1 {
-			b.WriteString(`,"paid":null`)
-		}
-		if i%7 == 0 {
-			fmt.Fprintf(&b, `,"meta":{"k":[%d, "v"]}`, i)
-		}
-		b.WriteString("}")
-		out[i] = []byte(b.String())
-	}
-	return out
-}
 
 // The memory of a Parquet encode is bounded by its row group size, not by
 // the file's size: measured (live heap after full GCs) each time a row
@@ -72,7 +25,7 @@ func TestParquetMemoryBound(t *testing.T) {
 	}
 	src := filepath.Join(t.TempDir(), "m.ndjson")
 	var all []byte
-	for _, r := range orderRecords(t, 5, 330000) { // ~24 MiB, each record its own
+	for _, r := range orders.Records(t, 5, 330000) { // ~24 MiB, each record its own
 		all = append(append(all, r...), '\n')
 	}
 	if err := os.WriteFile(src, all, 0o644); err != nil {
@@ -90,7 +43,7 @@ func TestParquetMemoryBound(t *testing.T) {
 	for i, group := range []int64{1 << 20, 1 << 20, DefaultRowGroupBytes, 16 << 20} {
 		base := live()
 		var at []int64 // live heap above base at each full row group
-		enc := Encoding{Format: "parquet", Schema: ordersSchema, RowGroupBytes: group}
+		enc := Encoding{Format: "parquet", Schema: orders.Schema, RowGroupBytes: group}
 		enc.beforeRowGroup = func() { at = append(at, live()-base) }
 		in, err := os.Open(src)
 		if err != nil {
