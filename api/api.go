@@ -9,15 +9,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,7 +92,7 @@ type Config struct {
 	// Registerer takes the HTTP request metrics (httpmetrics.go); nil keeps none.
 	Registerer prometheus.Registerer
 	// Auth holds the tokens; nil turns authorization off.
-	Auth *Tokens
+	Auth *auth.Tokens
 	// Hosts are the Host names served besides the loopback ones when Auth
 	// is nil (the --listen address; an unspecified address such as 0.0.0.0
 	// admits every IP literal): without tokens, a request naming another
@@ -136,15 +135,11 @@ type Config struct {
 
 // Server answers the HTTP API. Its handlers are safe for concurrent use.
 type Server struct {
-	eng Engine
-	// answers keeps encoded answers made of the state store alone (the
-	// producer and checkpoint lists) until it changes: a loop polling them
-	// costs the writers about what a probe does (storeAnswer).
-	answers    *memo.Cache[[]byte]
+	eng        Engine
 	files      committer.Reader
 	cat        *catalog.Catalog
-	auth       *Tokens
-	gate       *Gate // nil when auth is
+	auth       *auth.Tokens
+	gate       *auth.Gate // nil when auth is
 	metrics    http.Handler
 	httpm      *httpMetrics
 	log        *slog.Logger
@@ -217,7 +212,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		eng:        cfg.Engine,
-		answers:    memo.New[[]byte](answerCacheBytes),
 		files:      cfg.Files,
 		cat:        cfg.Catalog,
 		auth:       cfg.Auth,
@@ -233,8 +227,8 @@ func New(cfg Config) (*Server, error) {
 		stall:      cfg.DownloadStall,
 	}
 	if cfg.Auth != nil {
-		s.gate = &Gate{tokens: cfg.Auth, fails: newFailLimiter(cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthFailureTable),
-			proxies: slices.Clone(cfg.TrustedProxies)}
+		s.gate = auth.NewGate(auth.GateConfig{Tokens: cfg.Auth, Failures: cfg.AuthFailures, Window: cfg.AuthFailureWindow,
+			Table: cfg.AuthFailureTable, Proxies: cfg.TrustedProxies})
 	}
 	s.hosts, s.anyIP = hostNames(cfg.Hosts)
 	var err error
@@ -257,7 +251,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	s.Mount(r)
-	r.With(s.allow(RoleRead)).Get("/", s.index)
+	r.With(s.allow(auth.RoleRead)).Get("/", s.index)
 	return r
 }
 
@@ -277,9 +271,9 @@ func (s *Server) Mount(r chi.Router) {
 	})
 
 	// Who may call what; admin passes every check.
-	ingest := s.allow(RoleIngest)
-	producers := s.allow(RoleIngest, RoleRead)
-	read := s.allow(RoleRead)
+	ingest := s.allow(auth.RoleIngest)
+	producers := s.allow(auth.RoleIngest, auth.RoleRead)
+	read := s.allow(auth.RoleRead)
 	admin := s.allow()
 
 	r.Get("/healthz", s.healthz) // open

@@ -2,12 +2,11 @@ package api
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -80,7 +79,7 @@ func TestAuthTable(t *testing.T) {
 	type cred struct {
 		name string
 		hdr  []string
-		role Role // 0: no valid token
+		role auth.Role // 0: no valid token
 	}
 	creds := []cred{
 		{"none", nil, 0},
@@ -88,13 +87,13 @@ func TestAuthTable(t *testing.T) {
 		{"token prefix", []string{"Authorization", "Bearer " + tokAdmin[:10]}, 0},
 		{"basic scheme", []string{"Authorization", "Basic " + tokAdmin}, 0},
 		{"empty bearer", []string{"Authorization", "Bearer "}, 0},
-		{"ingest", []string{"Authorization", "Bearer " + tokIngest}, RoleIngest},
-		{"read", []string{"Authorization", "Bearer " + tokRead}, RoleRead},
-		{"admin", []string{"Authorization", "bearer " + tokAdmin}, RoleAdmin},
-		{"read cookie", []string{"Cookie", CookieName + "=" + tokRead}, RoleRead},
-		{"admin cookie", []string{"Cookie", CookieName + "=" + tokAdmin}, RoleAdmin},
-		{"ingest cookie", []string{"Cookie", CookieName + "=" + tokIngest}, RoleIngest},
-		{"bad header beats good cookie", []string{"Authorization", "Bearer nope", "Cookie", CookieName + "=" + tokAdmin}, 0},
+		{"ingest", []string{"Authorization", "Bearer " + tokIngest}, auth.RoleIngest},
+		{"read", []string{"Authorization", "Bearer " + tokRead}, auth.RoleRead},
+		{"admin", []string{"Authorization", "bearer " + tokAdmin}, auth.RoleAdmin},
+		{"read cookie", []string{"Cookie", auth.CookieName + "=" + tokRead}, auth.RoleRead},
+		{"admin cookie", []string{"Cookie", auth.CookieName + "=" + tokAdmin}, auth.RoleAdmin},
+		{"ingest cookie", []string{"Cookie", auth.CookieName + "=" + tokIngest}, auth.RoleIngest},
+		{"bad header beats good cookie", []string{"Authorization", "Bearer nope", "Cookie", auth.CookieName + "=" + tokAdmin}, 0},
 	}
 	for _, rt := range routes {
 		method := strings.Fields(rt.pattern)[0]
@@ -105,10 +104,10 @@ func TestAuthTable(t *testing.T) {
 			}
 			want := rt.ok
 			if rt.who != open {
-				allowed := role == RoleAdmin ||
-					rt.who == ingestOnly && role == RoleIngest ||
-					rt.who == producers && (role == RoleIngest || role == RoleRead) ||
-					rt.who == readOnly && role == RoleRead
+				allowed := role == auth.RoleAdmin ||
+					rt.who == ingestOnly && role == auth.RoleIngest ||
+					rt.who == producers && (role == auth.RoleIngest || role == auth.RoleRead) ||
+					rt.who == readOnly && role == auth.RoleRead
 				switch {
 				case role == 0:
 					want = http.StatusUnauthorized
@@ -139,57 +138,6 @@ func TestAuthTable(t *testing.T) {
 				t.Errorf("%s as %s: no %s", rt.pattern, c.name, CheckpointHeader)
 			}
 		}
-	}
-}
-
-func TestParseTokens(t *testing.T) {
-	good := "# eosink tokens\n\nadmin  a-very-long-admin-token\t# the operator\n  read r-token-0123456789\ningest i-token-0123456789 # a pipeline\n"
-	tk, err := ParseTokens(strings.NewReader(good))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for tok, want := range map[string]Role{"a-very-long-admin-token": RoleAdmin, "r-token-0123456789": RoleRead, "i-token-0123456789": RoleIngest} {
-		if got, ok := tk.lookup(tok); !ok || got != want {
-			t.Errorf("%s: %v %v", tok, got, ok)
-		}
-	}
-	for _, tok := range []string{"", "r-token-012345678", "r-token-0123456789x", "R-TOKEN-0123456789", "#"} {
-		if _, ok := tk.lookup(tok); ok {
-			t.Errorf("%q accepted", tok)
-		}
-	}
-	for _, tc := range []struct{ in, err string }{
-		{"", "no tokens"},
-		{"# only a comment\n", "no tokens"},
-		{"read token-one-0123456789\nwrite token-two-0123456789\n", `line 2: unknown role "write"`},
-		{"read\n", "line 1: want"},
-		{"read token-one-0123456789\n\nadmin token-two-0123456789 extra\n", "line 3: want"},
-		{"read token-one-0123456789\nadmin token-one-0123456789\n", "line 2: token listed twice"},
-		{"Admin token-one-0123456789\n", "line 1: unknown role"},
-		{"read token-one-0123456789\nadmin 0123456789abcde\n", "line 2: token shorter than 16 bytes"},
-	} {
-		_, err := ParseTokens(strings.NewReader(tc.in))
-		if err == nil || !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("%q: %v, want %q", tc.in, err, tc.err)
-		}
-	}
-
-	dir := t.TempDir()
-	p := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(p, []byte("read token-one-0123456789\nbogus token-two-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadTokens(p); err == nil || !strings.Contains(err.Error(), p+": line 2") {
-		t.Errorf("load: %v", err)
-	}
-	if _, err := LoadTokens(filepath.Join(dir, "missing")); err == nil {
-		t.Error("missing file loaded")
-	}
-	if err := os.WriteFile(p, []byte(good), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadTokens(p); err != nil {
-		t.Error(err)
 	}
 }
 

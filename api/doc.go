@@ -56,7 +56,7 @@
 //	read    every GET
 //	admin   everything (POST /v1/checkpoints needs it)
 //
-// The token file (LoadTokens) holds one "<role> <token>" per line; blank
+// The token file (auth.LoadTokens) holds one "<role> <token>" per line; blank
 // lines and '#' comments are skipped; a token may appear once.
 //
 // /healthz and /readyz are open. A missing or unknown token is 401

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -15,81 +13,29 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/go-chi/chi/v5"
 )
 
-// validPrefix reports whether a listing prefix is a relative path that
-// cannot leave the destination. Its last segment may be partial or empty.
-func validPrefix(p string) bool {
-	if len(p) > 4096 || strings.HasPrefix(p, "/") || !cleanChars(p) {
-		return false
-	}
-	segs := strings.Split(p, "/")
-	for i, seg := range segs {
-		if seg == "." || seg == ".." || (seg == "" && i < len(segs)-1) {
-			return false
-		}
-	}
-	return true
-}
-
-// cleanChars reports whether s holds no backslash and no control byte.
-func cleanChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
 // filePath returns the destination-relative name a download asks for, or
-// false if it is not a clean relative path: no empty, "." or ".." segment,
-// no escaped '/', no backslash or control byte.
+// false if it is not a clean relative path (layout.CleanPath). chi matched
+// on the raw path when the request had one: each segment is unescaped
+// then, so an escaped '/' is refused, not split.
 func filePath(r *http.Request) (string, bool) {
 	raw := chi.URLParam(r, "*")
-	escaped := r.URL.RawPath != "" // chi matched on the raw path: unescape each segment
 	if raw == "" {
 		return "", false
 	}
-	segs := strings.Split(raw, "/")
-	for i, seg := range segs {
-		if escaped {
-			u, err := url.PathUnescape(seg)
-			if err != nil {
-				return "", false
-			}
-			seg = u
-		}
-		if seg == "" || seg == "." || seg == ".." || strings.Contains(seg, "/") || !cleanChars(seg) {
-			return "", false
-		}
-		segs[i] = seg
+	if r.URL.RawPath == "" {
+		return raw, layout.CleanPath(raw)
 	}
-	name := strings.Join(segs, "/")
-	if !fs.ValidPath(name) {
+	segs, ok := layout.SplitEscaped(raw)
+	if !ok {
 		return "", false
 	}
-	return name, true
-}
-
-// contentType returns the media type a file is served with.
-func contentType(name string) string {
-	switch path.Ext(name) {
-	case ".ndjson":
-		return "application/x-ndjson"
-	case ".txt":
-		return "text/plain; charset=utf-8"
-	case ".json":
-		return "application/json"
-	case ".gz":
-		return "application/gzip"
-	case ".zst":
-		return "application/zstd"
-	case ".parquet":
-		return "application/vnd.apache.parquet"
-	}
-	return "application/octet-stream"
+	name := strings.Join(segs, "/")
+	return name, layout.CleanPath(name)
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +66,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Range", ranges)
 		}
 	}
-	w.Header().Set("Content-Type", contentType(name))
+	w.Header().Set("Content-Type", format.MediaType(name))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// A committed file never changes (I7) and its name is never reused
 	// (I8); private: with tokens on, shared caches must not keep it.
@@ -270,19 +216,19 @@ func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
-	if !validPrefix(prefix) {
+	if !layout.CleanPrefix(prefix) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_prefix", Message: fmt.Sprintf("prefix %q: want a relative path without \".\" or \"..\" segments", prefix)})
 		return
 	}
 	after := q.Get("after")
-	if len(after) > 4096 || !cleanChars(after) {
+	if len(after) > 4096 || !layout.CleanChars(after) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "after: want the next cursor of the previous page"})
 		return
 	}
 	node := q.Get("node")
 	// Any id is looked for (one of no node matches nothing); the node-name
 	// rule is internal/layout's, applied where nodes start.
-	if len(node) > 255 || !cleanChars(node) || strings.Contains(node, "/") {
+	if len(node) > 255 || !layout.CleanChars(node) || strings.Contains(node, "/") {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_node", Message: fmt.Sprintf("node %q: want a node id", node)})
 		return
 	}
@@ -298,7 +244,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	out := FileList{Files: make([]File, 0, len(files)), Next: next}
 	for _, f := range files {
 		wf := File{Path: f.Path, Bytes: f.Bytes, Modified: f.Modified, Node: f.Name.Node}
-		if f.Name.Kind != catalog.Other {
+		if f.Name.Kind != layout.OtherPath {
 			id := f.Name.Checkpoint
 			wf.Checkpoint = &id
 		}

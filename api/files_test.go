@@ -82,7 +82,7 @@ func TestListFilesAndStreams(t *testing.T) {
 
 	// A file whose manifest is not there (yet) has no record count.
 	r.Broken("removes a manifest")
-	if err := r.base.Remove(enginetest.Dest + "/" + recovery.ManifestPath(enginetest.Node, *fl.Files[1].Checkpoint)); err != nil {
+	if err := r.base.Remove(enginetest.Dest + "/" + layout.ManifestName(enginetest.Node, *fl.Files[1].Checkpoint)); err != nil {
 		t.Fatal(err)
 	}
 	cat, err := catalog.New(catalog.Config{Files: r.srv.files, State: r.srv.eng}) // empty cache
@@ -399,7 +399,7 @@ func TestListFilesTwoNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string][]byte{other: data, recovery.ManifestPath("n2", 7): m} {
+	for name, b := range map[string][]byte{other: data, layout.ManifestName("n2", 7): m} {
 		if err := r.base.MkdirAll(path.Dir(enginetest.Dest+"/"+name), 0o755); err != nil {
 			t.Fatal(err)
 		}

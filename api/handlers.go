@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 )
 
 func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
@@ -75,25 +75,16 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("checkpoint id %q: want an unsigned integer", raw)})
 		return
 	}
-	c, err := s.cat.Checkpoint(id)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, checkpointFromStore(c, true))
-		return
-	case !errors.Is(err, recovery.ErrNotFound):
-		s.internal(w, r, err)
-		return
-	}
 	// Not in the store: the open checkpoint, or one between its barrier
 	// and its "prepared" record (or its abort record).
-	st := s.eng.Status()
+	c, err := s.cat.CheckpointAt(id, func() catalog.Live { return liveOf(s.eng.Status()) })
 	switch {
-	case st.Ready && id == st.OpenID:
-		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateOpen, FileCount: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes})
-	case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
-		writeJSON(w, http.StatusOK, Checkpoint{ID: id, State: StateRunning})
-	default:
+	case errors.Is(err, catalog.ErrNoCheckpoint):
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("checkpoint %d is not known", id)})
+	case err != nil:
+		s.internal(w, r, err)
+	default: // files only of a stored one: "files" is absent for open and running
+		writeJSON(w, http.StatusOK, checkpointFrom(&c, c.State != catalog.Open && c.State != catalog.Running))
 	}
 }
 
@@ -113,7 +104,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.storeAnswer(w, r, "checkpoints\x00"+after+"\x00"+strconv.Itoa(limit), func() (any, error) {
-		var cs []recovery.Checkpoint
+		var cs []catalog.Checkpoint
 		if before > 0 || after == "" {
 			var err error
 			if cs, err = s.cat.Checkpoints(before, limit+1); err != nil {
@@ -122,7 +113,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		}
 		out := CheckpointList{Checkpoints: make([]Checkpoint, 0, min(len(cs), limit))}
 		for i := range cs[:min(len(cs), limit)] {
-			out.Checkpoints = append(out.Checkpoints, checkpointFromStore(&cs[i], false))
+			out.Checkpoints = append(out.Checkpoints, checkpointFrom(&cs[i], false))
 		}
 		if len(cs) > limit {
 			out.Next = strconv.FormatUint(cs[limit-1].ID, 10)

@@ -11,13 +11,14 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )
 
-// Tokens of the test rigs with authorization.
+// auth.Tokens of the test rigs with authorization.
 const (
 	tokIngest = "ingest-token-0123456789"
 	tokRead   = "read-token-0123456789"
@@ -70,14 +71,14 @@ func newServer(t *testing.T, eng *server.Engine, files committer.Reader, mod fun
 func (r *rig) waitReady() { r.t.Helper(); r.WaitReady() }
 
 func withAuth(c *Config) {
-	c.Auth = mustTokens(map[string]Role{tokIngest: RoleIngest, tokRead: RoleRead, tokAdmin: RoleAdmin})
+	c.Auth = mustTokens(map[string]auth.Role{tokIngest: auth.RoleIngest, tokRead: auth.RoleRead, tokAdmin: auth.RoleAdmin})
 	// The tables send many invalid tokens from httptest's one address;
 	// TestAuthFailureLimit tests the limit.
 	c.AuthFailures = 1 << 20
 }
 
-func mustTokens(m map[string]Role) *Tokens {
-	t, err := NewTokens(m)
+func mustTokens(m map[string]auth.Role) *auth.Tokens {
+	t, err := auth.NewTokens(m)
 	if err != nil {
 		panic(err)
 	}

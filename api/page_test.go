@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/enginetest"
-	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -233,20 +233,20 @@ func TestPaginationWhileWriting(t *testing.T) {
 // and its manifest, straight into the destination of fsys.
 func writeStreams(t *testing.T, fsys afero.Fs, n int) {
 	t.Helper()
-	m := recovery.Manifest{Checkpoint: 1, Node: enginetest.Node, CommittedAt: time.Now().UTC()}
+	m := layout.Manifest{Checkpoint: 1, Node: enginetest.Node, CommittedAt: time.Now().UTC()}
 	for i := range n {
 		p := fmt.Sprintf("stream-%05d/dt=2026-11-29/hour=09/part-%s-%020d-%04d.ndjson", i, enginetest.Node, 1, i)
 		if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, p), []byte("{\"n\":1}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m.Files = append(m.Files, recovery.ManifestFile{Path: p, Stream: fmt.Sprintf("stream-%05d", i), Bytes: 8, Records: 1,
+		m.Files = append(m.Files, layout.ManifestFile{Path: p, Stream: fmt.Sprintf("stream-%05d", i), Bytes: 8, Records: 1,
 			Producers: map[string]committer.SeqRanges{}})
 	}
 	b, err := json.Marshal(&m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, recovery.ManifestPath(enginetest.Node, 1)), b, 0o644); err != nil {
+	if err := afero.WriteFile(fsys, path.Join(enginetest.Dest, layout.ManifestName(enginetest.Node, 1)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

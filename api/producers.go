@@ -48,14 +48,10 @@ func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// answerCacheBytes bounds the kept answers: some 25 of the largest (a
-// page of 10,000 producers).
-const answerCacheBytes = 16 << 20
-
 // storeAnswer answers 200 with what answer returns, encoded: an answer
 // made of the state store alone, kept under key until the store changes.
 func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string, answer func() (any, error)) {
-	body, err := s.answers.Get(s.eng.StateVersion(), key, func() ([]byte, int, error) {
+	body, err := s.cat.Answer("api\x00"+key, func() (any, int, error) {
 		v, err := answer()
 		if err != nil {
 			return nil, 0, err
@@ -67,7 +63,7 @@ func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string,
 		s.internal(w, r, err)
 		return
 	}
-	writeJSONBody(w, http.StatusOK, body)
+	writeJSONBody(w, http.StatusOK, body.([]byte))
 }
 
 // deleteProducer answers DELETE /v1/producers/{producer} (admin): 204, 404

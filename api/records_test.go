@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
@@ -140,7 +141,7 @@ func TestWriteErrors(t *testing.T) {
 		{name: "no token", noAuth: true, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
 		{name: "wrong token", noAuth: true, hdr: []string{"Authorization", "Bearer nope"}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
 		{name: "read token", noAuth: true, hdr: []string{"Authorization", "Bearer " + tokRead}, body: `{"m":"%s"}`, status: 403, code: "forbidden"},
-		{name: "cookie on POST", noAuth: true, hdr: []string{"Cookie", CookieName + "=" + tokIngest}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
+		{name: "cookie on POST", noAuth: true, hdr: []string{"Cookie", auth.CookieName + "=" + tokIngest}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
 		{name: "bad wait", target: "/v1/streams/s/records?wait=soon", body: `{"m":"%s"}`, status: 400, code: "invalid_wait"},
 	}
 	es := envs(t)

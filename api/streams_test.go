@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/staging"
@@ -105,7 +106,7 @@ func TestStreamConfigAPI(t *testing.T) {
 			t.Errorf("download of %s: %d bytes (stored %d), Content-Encoding %q, Content-Type %q", f.Path, dl.Body.Len(), len(raw),
 				dl.Header().Get("Content-Encoding"), dl.Header().Get("Content-Type"))
 		}
-		recs, err := staging.Preview(bytes.NewReader(raw), int64(len(raw)), f.Path, 10, 1<<20)
+		recs, err := format.Preview(bytes.NewReader(raw), int64(len(raw)), f.Path, 10, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}

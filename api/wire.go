@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/server"
 )
 
@@ -71,8 +71,8 @@ type CheckpointFile struct {
 // Checkpoint states beyond recovery's: the open checkpoint taking writes,
 // and one between its barrier and its "prepared" record.
 const (
-	StateOpen    = "open"
-	StateRunning = "running"
+	StateOpen    = catalog.Open
+	StateRunning = catalog.Running
 )
 
 // Checkpoint is one checkpoint. Files is absent in lists and holds [] when
@@ -154,8 +154,17 @@ func checkpointFromResult(r server.CheckpointResult) Checkpoint {
 		Bytes: r.Bytes, DurationMS: r.DurationMS, Error: r.Error}
 }
 
-func checkpointFromStore(c *recovery.Checkpoint, withFiles bool) Checkpoint {
-	out := Checkpoint{ID: c.ID, State: string(c.State), FileCount: max(c.FileCount, len(c.Files)), Records: c.Records,
+// liveOf is what the catalog needs of the engine's status to tell open and
+// running checkpoints.
+func liveOf(st server.Status) catalog.Live {
+	return catalog.Live{Ready: st.Ready, OpenID: st.OpenID, OpenFiles: st.OpenFiles, OpenRecords: st.OpenRecords,
+		OpenBytes: st.OpenBytes, LastDone: st.LastDone, FirstID: st.FirstID}
+}
+
+// checkpointFrom is the wire form of a checkpoint of the catalog: a stored
+// one, the open one (its counts so far) or a running one.
+func checkpointFrom(c *catalog.Checkpoint, withFiles bool) Checkpoint {
+	out := Checkpoint{ID: c.ID, State: c.State, FileCount: c.FileCount, Records: c.Records,
 		Bytes: c.Bytes, DurationMS: c.DurationMS, StartedAt: c.StartedAt, PreparedAt: c.PreparedAt,
 		CommittedAt: c.CommittedAt, Error: c.Error}
 	if withFiles {

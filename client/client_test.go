@@ -16,6 +16,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/server"
 )
@@ -604,7 +605,7 @@ func TestRefusals(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond)
-	tokens, err := api.NewTokens(map[string]api.Role{"ingest-token-0123456789": api.RoleIngest})
+	tokens, err := auth.NewTokens(map[string]auth.Role{"ingest-token-0123456789": auth.RoleIngest})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sync/errgroup"
 	"io"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
+	"golang.org/x/sync/errgroup"
 )
 
 // The commit step, shared by the live checkpoint (server) and the replay on
@@ -73,7 +74,7 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	name := ManifestPath(f.Node, c.ID)
+	name := layout.ManifestName(f.Node, c.ID)
 	if err := f.fence(); err != nil {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}

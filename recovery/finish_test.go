@@ -7,6 +7,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
 
@@ -43,7 +44,7 @@ func TestFinishComparesExistingManifest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.existing != nil {
-				if err := l.Publish(t.Context(), ManifestPath("n1", 3), c.existing(own)); err != nil {
+				if err := l.Publish(t.Context(), layout.ManifestName("n1", 3), c.existing(own)); err != nil {
 					t.Fatal(err)
 				}
 			}

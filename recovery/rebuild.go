@@ -109,7 +109,7 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	files := fileSizes{r: r, by: map[string]map[string]int64{}}
 	begin, logged := time.Now(), time.Now()
 	for i, name := range todo {
-		m, err := ReadManifest(ctx, r, name)
+		m, err := layout.ReadManifest(ctx, r, name)
 		if errors.Is(err, layout.ErrBadManifest) {
 			skip(name, "does not parse", err)
 			continue
@@ -173,7 +173,7 @@ type fileSizes struct {
 
 // check returns why m is not believed ("" if it is): a file it names is
 // missing or has another size.
-func (s *fileSizes) check(ctx context.Context, m *Manifest) (string, error) {
+func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, error) {
 	for _, f := range m.Files {
 		sizes, ok := s.by[f.Stream]
 		if !ok {

@@ -11,16 +11,9 @@ import (
 	"github.com/spf13/afero"
 )
 
-// The manifest document lives in internal/layout; these aliases keep
-// recovery's callers as they were.
-type (
-	// Manifest is layout.Manifest.
-	Manifest = layout.Manifest
-	// ManifestFile is layout.ManifestFile.
-	ManifestFile = layout.ManifestFile
-)
-
 // ManifestPath returns the destination-relative manifest name.
+//
+// Deprecated: use layout.ManifestName; kept only for server/.
 func ManifestPath(node string, id uint64) string { return layout.ManifestName(node, id) }
 
 // BuildManifest renders c's manifest. The time is the prepare time, so a

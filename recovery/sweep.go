@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Sweep removes what this node started in the destination that no prepared
@@ -130,7 +131,7 @@ func (s *Sweep) Orphans(ctx context.Context) ([]committer.Leftover, error) {
 		claimed[f.Final] = true
 	}
 	for _, c := range pending {
-		claimed[ManifestPath(s.Node, c.ID)] = true
+		claimed[layout.ManifestName(s.Node, c.ID)] = true
 		for _, f := range c.Files {
 			claimed[f.Final] = true
 		}

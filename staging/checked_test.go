@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/spf13/afero"
 )
 
@@ -22,7 +23,7 @@ func FuzzParquetEncodesChecked(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	check := ordersSchema.NewChecker(true)
+	check := orders.Schema.NewChecker(true)
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		if !json.Valid(rec) || !utf8.Valid(rec) || check.Check(rec) != nil {
 			return // refused at write time
@@ -44,7 +45,7 @@ func FuzzParquetEncodesChecked(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: ordersSchema}); err != nil {
+		if _, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: orders.Schema}); err != nil {
 			t.Fatalf("a record the write path accepts does not encode: %s: %v", rec, err)
 		}
 	})

@@ -14,10 +14,10 @@
 //
 // A temp file is always plain NDJSON or text. Compressed and Parquet files
 // are made from it at pre-commit by Encode, as a second temp file named
-// EncodedName(temp) (see encode.go for the order of steps and why), and
-// read back by OpenRecords, Count and Preview (decode.go) for previews and
-// `eosink verify`. The format of a file is named by its extension
-// (streamconf.Ext, streamconf.ParseExt).
+// EncodedName(temp) (see encode.go for the order of steps and why). The
+// codecs themselves (gzip, zstd, Parquet, and the readers previews and
+// `eosink verify` use) are internal/format's. The format of a file is
+// named by its extension (streamconf.Ext, streamconf.ParseExt).
 //
 // A Txn is not safe for concurrent use; the coordinator serialises appends.
 package staging

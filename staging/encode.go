@@ -12,9 +12,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/spf13/afero"
 )
 
@@ -58,65 +57,28 @@ import (
 // compressed or Parquet stream's commit latency grows with roll_size;
 // per-flush frames remain the fix if that latency turns out to matter.
 
-// Default sizes for encoding.
-const (
-	// DefaultRowGroupBytes bounds a Parquet row group: a new row group starts
-	// after this many bytes of source records. The Parquet writer holds one
-	// row group in memory, as compressed pages plus one uncompressed page
-	// buffer (256 KiB) per column, so this bounds an encode's memory
-	// whatever the file's size: at most RowGroupBytes + 8 MiB of live heap
-	// (TestParquetMemoryBound; measured ~3.5 MiB at this default, flat
-	// across a file's row groups). parquet-go's buffer pools add garbage
-	// that the GC reclaims (up to ~40 MiB seen in HeapInuse at 8-16 MiB
-	// groups). 8 MiB of NDJSON makes row groups of about 0.5 MiB of zstd
-	// pages for typical records: small by warehouse standards, fine for
-	// DuckDB; a stream that is scanned more than written can raise it.
-	DefaultRowGroupBytes = 8 << 20
-	encodeBufferSize     = 256 << 10
-	// MaxRecordBytes bounds one record (line) that Encode and the readers
-	// accept; larger ones are refused rather than buffered.
-	MaxRecordBytes = 64 << 20
+// encodeBufferSize is the size of Encode's read and write buffers.
+const encodeBufferSize = 256 << 10
+
+// The codecs are internal/format's; these names keep server/'s calls as
+// they were.
+type (
+	// Encoding is format.Encoding.
+	Encoding = format.Encoding
 )
+
+// MaxRecordBytes is format.MaxRecordBytes.
+const MaxRecordBytes = format.MaxRecordBytes
+
+// EncodingFor is format.EncodingFor.
+func EncodingFor(c streamconf.Config) Encoding { return format.EncodingFor(c) }
 
 // More errors of this package.
 var (
 	// ErrSourceChanged means a plain temp file does not hold what its
 	// Summary says (size, CRC-32C or records): it changed after PreCommit.
 	ErrSourceChanged = errors.New("staging file differs from its summary")
-	// ErrUnsupported means an encoding or file kind this package can't do.
-	ErrUnsupported = errors.New("unsupported encoding")
 )
-
-// Encoding says how a plain temp file becomes its final file.
-type Encoding struct {
-	// Format is streamconf.FormatNDJSON, FormatText, FormatParquet, or
-	// FormatAuto (the same as ndjson/text: the bytes are the records).
-	Format string
-	// Compression: for ndjson and text, none, gzip or zstd, the whole file
-	// one stream; for Parquet, the page codec: none, snappy, gzip or zstd
-	// ("" is zstd).
-	Compression string
-	// Schema is the Parquet schema; required for Parquet.
-	Schema *streamconf.Schema
-	// RowGroupBytes bounds Parquet row groups in source bytes; 0 means
-	// DefaultRowGroupBytes.
-	RowGroupBytes int64
-
-	// beforeRowGroup, if set, runs when a Parquet row group is complete in
-	// memory, just before it is written: the memory test measures there.
-	beforeRowGroup func()
-}
-
-// EncodingFor returns the encoding of a validated stream configuration.
-func EncodingFor(c streamconf.Config) Encoding {
-	return Encoding{Format: c.Format, Compression: c.Compression, Schema: c.Schema}
-}
-
-// Plain reports whether the final bytes are the temp file's bytes, so no
-// Encode is needed.
-func (e Encoding) Plain() bool {
-	return e.Format != streamconf.FormatParquet && (e.Compression == "" || e.Compression == streamconf.CompressionNone)
-}
 
 // EncodedName returns the name of the encoded temp file for the plain temp
 // file temp: "<final>.enc.inprogress". It ends in Suffix, and starts with
@@ -149,19 +111,7 @@ func Encode(fs afero.Fs, src Summary, dst string, e Encoding) (Summary, error) {
 	srcCheck := &countingWriter{w: io.Discard, lines: true}
 	r := io.TeeReader(bufio.NewReaderSize(in, encodeBufferSize), srcCheck)
 
-	var records int64
-	switch {
-	case e.Format == streamconf.FormatParquet:
-		records, err = encodeParquet(bw, r, e)
-	case e.Compression == streamconf.CompressionGzip:
-		err = encodeGzip(bw, r)
-	case e.Compression == streamconf.CompressionZstd:
-		err = encodeZstd(bw, r)
-	case e.Plain():
-		_, err = io.Copy(bw, r)
-	default:
-		err = fmt.Errorf("%w: format %q, compression %q", ErrUnsupported, e.Format, e.Compression)
-	}
+	records, err := format.Encode(bw, r, e)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -217,41 +167,4 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 		c.records += int64(bytes.Count(p[:n], []byte{'\n'}))
 	}
 	return n, err
-}
-
-func encodeGzip(w io.Writer, r io.Reader) error {
-	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
-	if err != nil {
-		return fmt.Errorf("start gzip: %w", err)
-	}
-	if _, err := io.Copy(zw, r); err != nil {
-		_ = zw.Close() // the copy's error is the one to report
-		return fmt.Errorf("gzip: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("finish gzip: %w", err)
-	}
-	return nil
-}
-
-// zstdWindow bounds zstd's memory; 1 MiB loses little ratio on records.
-const zstdWindow = 1 << 20
-
-func encodeZstd(w io.Writer, r io.Reader) error {
-	zw, err := zstd.NewWriter(w,
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithWindowSize(zstdWindow),
-		zstd.WithEncoderCRC(true))
-	if err != nil {
-		return fmt.Errorf("start zstd: %w", err)
-	}
-	if _, err := zw.ReadFrom(r); err != nil {
-		_ = zw.Close() // the copy's error is the one to report
-		return fmt.Errorf("zstd: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("finish zstd: %w", err)
-	}
-	return nil
 }

@@ -2,13 +2,12 @@ package staging
 
 import (
 	"bytes"
-	"fmt"
 	"os"
-	"runtime"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/spf13/afero"
@@ -19,7 +18,7 @@ func benchSource(b *testing.B, fs afero.Fs, name string, size int) Summary {
 	b.Helper()
 	// Distinct records: repeating a few would let zstd's window find whole
 	// repeats and flatter it against per-flush frames.
-	return stage(b, fs, name, orderRecords(b, 42, size/100))
+	return stage(b, fs, name, orders.Records(b, 42, size/100))
 }
 
 // benchDir is a directory on tmpfs when there is one, so that Encode's
@@ -50,8 +49,8 @@ func BenchmarkEncode(b *testing.B) {
 		{"plain", Encoding{Format: "ndjson", Compression: "none"}},
 		{"gzip", Encoding{Format: "ndjson", Compression: "gzip"}},
 		{"zstd", Encoding{Format: "ndjson", Compression: "zstd"}},
-		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: ordersSchema}},
-		{"parquet-snappy", Encoding{Format: "parquet", Compression: "snappy", Schema: ordersSchema}},
+		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: orders.Schema}},
+		{"parquet-snappy", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			fs := afero.NewBasePathFs(afero.NewOsFs(), benchDir(b))
@@ -88,7 +87,8 @@ func BenchmarkIngestFrames(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	zw, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(zstdWindow), zstd.WithEncoderCRC(true))
+	// 1 MiB: internal/format's zstd window.
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20), zstd.WithEncoderCRC(true))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func BenchmarkIngestFrames(b *testing.B) {
 					p = p[n:]
 				}
 			}
-			if n, err := Count(bytes.NewReader(out.Bytes()), int64(out.Len()), "b.ndjson."+map[string]string{"zstd": "zst", "gzip": "gz"}[bc.name]); err != nil || n != src.Records {
+			if n, err := format.Count(bytes.NewReader(out.Bytes()), int64(out.Len()), "b.ndjson."+map[string]string{"zstd": "zst", "gzip": "gz"}[bc.name]); err != nil || n != src.Records {
 				b.Fatalf("frames decode to %d records, %v", n, err)
 			}
 			reportCPU(b, cpuTime()-cpu0, src)
@@ -136,69 +136,4 @@ func reportCPU(b *testing.B, cpu time.Duration, src Summary) {
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(src.Records), "cpu-ns/record")
 	b.ReportMetric(float64(src.Bytes)*float64(b.N)/cpu.Seconds()/1e6, "cpu-MB/s")
-}
-
-// The memory of a Parquet encode is bounded by its row group size, not by
-// the file's size: measured (live heap after full GCs) each time a row
-// group is complete in memory, it stays under RowGroupBytes + 8 MiB, and
-// it does not grow over the row groups of a 24 MiB file. The writer keeps a
-// row group as compressed pages plus one uncompressed page buffer per
-// column; measured here: ~2 MiB for 1 MiB groups, ~3.5 MiB for 8 MiB,
-// ~5 MiB for 16 MiB.
-func TestParquetMemoryBound(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("encodes 24 MiB four times; memory means nothing under the race detector")
-	}
-	fs := afero.NewOsFs()
-	dir := t.TempDir()
-	all := orderRecords(t, 5, 330000) // ~24 MiB, each record its own
-	tx, err := Create(fs, TempName(dir, "m.parquet"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(all); i += 1000 {
-		var batch []byte
-		for _, r := range all[i:min(i+1000, len(all))] {
-			batch = append(append(batch, r...), '\n')
-		}
-		if err := tx.Append(batch, min(i+1000, len(all))-i, "", 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src, err := tx.PreCommit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := func() int64 {
-		runtime.GC()
-		runtime.GC() // the second clears sync.Pool victims
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	for i, group := range []int64{1 << 20, 1 << 20, DefaultRowGroupBytes, 16 << 20} {
-		base := live()
-		var at []int64 // live heap above base at each full row group
-		enc := Encoding{Format: "parquet", Schema: ordersSchema, RowGroupBytes: group}
-		enc.beforeRowGroup = func() { at = append(at, live()-base) }
-		if _, err := Encode(fs, src, EncodedName(src.Temp)+fmt.Sprint(i), enc); err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			continue // warm-up: parquet-go and zstd keep pools across files
-		}
-		full := at[:len(at)-1] // the last is the partial group before Close
-		if want := int(src.Bytes / group); len(full) != want {
-			t.Fatalf("row groups of %d MiB: %d full groups, want %d", group>>20, len(full), want)
-		}
-		lo, hi := slices.Min(full), slices.Max(full)
-		t.Logf("source %d MiB, row groups of %d MiB of source: %d groups, live heap +%.1f..+%.1f MiB",
-			src.Bytes>>20, group>>20, len(full), float64(lo)/(1<<20), float64(hi)/(1<<20))
-		if limit := group + 8<<20; hi > limit {
-			t.Errorf("row groups of %d MiB: live heap +%d bytes, want at most %d", group>>20, hi, limit)
-		}
-		if len(full) > 10 && hi-lo > 4<<20 {
-			t.Errorf("row groups of %d MiB: live heap grew from +%d to +%d bytes over %d row groups", group>>20, lo, hi, len(full))
-		}
-	}
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"strings"
 	"syscall"
@@ -14,54 +12,13 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/parquet-go/parquet-go"
 	"github.com/spf13/afero"
 )
-
-var ordersSchema = &streamconf.Schema{Fields: []streamconf.Field{
-	{Name: "id", Type: streamconf.TypeInt64, Required: true},
-	{Name: "region", Type: streamconf.TypeString, Required: true},
-	{Name: "amount", Type: streamconf.TypeDouble},
-	{Name: "paid", Type: streamconf.TypeBool},
-	{Name: "ts", Type: streamconf.TypeTimestamp, Required: true},
-	{Name: "meta", Type: streamconf.TypeJSON},
-}}
-
-// orderRecords returns n records matching ordersSchema, seeded.
-func orderRecords(t testing.TB, seed uint64, n int) [][]byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 0))
-	regions := []string{"eu-west", "us-east", "ap \"south\"", "é"}
-	base := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	out := make([][]byte, n)
-	for i := range out {
-		ts := base.Add(time.Duration(rng.IntN(48*3600)) * time.Second)
-		var tsJSON string
-		if i%2 == 0 {
-			tsJSON = fmt.Sprintf("%q", ts.In(time.FixedZone("", 3600)).Format(time.RFC3339))
-		} else {
-			tsJSON = fmt.Sprint(ts.UnixMilli())
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, `{"id":%d,"region":%q,"ts":%s`, i, regions[rng.IntN(len(regions))], tsJSON)
-		if i%3 != 0 {
-			fmt.Fprintf(&b, `,"amount":%d.%02d`, rng.IntN(10000), rng.IntN(100))
-		}
-		if i%5 == 0 {
-			b.WriteString(`,"paid":true`)
-		} else if i%5 == 1 {
-			b.WriteString(`,"paid":null`)
-		}
-		if i%7 == 0 {
-			fmt.Fprintf(&b, `,"meta":{"k":[%d, "v"]}`, i)
-		}
-		b.WriteString("}")
-		out[i] = []byte(b.String())
-	}
-	return out
-}
 
 // stage writes records through a Txn in batches and pre-commits it.
 func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
@@ -94,12 +51,12 @@ func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
 // nulls dropped, times in UTC RFC 3339, numbers as float64/int64.
 func canonical(t testing.TB, rec []byte) string {
 	t.Helper()
-	vals, err := ordersSchema.NewChecker(true).Values(rec)
+	vals, err := orders.Schema.NewChecker(true).Values(rec)
 	if err != nil {
 		t.Fatalf("record %s: %v", rec, err)
 	}
 	m := map[string]any{}
-	for i, f := range ordersSchema.Fields {
+	for i, f := range orders.Schema.Fields {
 		if vals[i] == nil {
 			continue
 		}
@@ -132,7 +89,7 @@ func canonical(t testing.TB, rec []byte) string {
 }
 
 func TestEncodeRoundTrip(t *testing.T) {
-	recs := orderRecords(t, 1, 1000)
+	recs := orders.Records(t, 1, 1000)
 	tests := []struct {
 		name string // final name: its extension chooses the reader
 		enc  Encoding
@@ -142,10 +99,10 @@ func TestEncodeRoundTrip(t *testing.T) {
 		{"a.ndjson.zst", Encoding{Format: "ndjson", Compression: "zstd"}},
 		{"a.txt.gz", Encoding{Format: "text", Compression: "gzip"}},
 		{"a.txt.zst", Encoding{Compression: "zstd"}},
-		{"zstd.parquet", Encoding{Format: "parquet", Schema: ordersSchema}},
-		{"snappy.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: ordersSchema}},
-		{"gzip.parquet", Encoding{Format: "parquet", Compression: "gzip", Schema: ordersSchema}},
-		{"none-groups.parquet", Encoding{Format: "parquet", Compression: "none", Schema: ordersSchema, RowGroupBytes: 10 << 10}},
+		{"zstd.parquet", Encoding{Format: "parquet", Schema: orders.Schema}},
+		{"snappy.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema}},
+		{"gzip.parquet", Encoding{Format: "parquet", Compression: "gzip", Schema: orders.Schema}},
+		{"none-groups.parquet", Encoding{Format: "parquet", Compression: "none", Schema: orders.Schema, RowGroupBytes: 10 << 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,11 +131,11 @@ func TestEncodeRoundTrip(t *testing.T) {
 				t.Fatalf("plain copy changed the bytes")
 			}
 			r := bytes.NewReader(data)
-			n, err := Count(r, int64(len(data)), tt.name)
+			n, err := format.Count(r, int64(len(data)), tt.name)
 			if err != nil || n != int64(len(recs)) {
 				t.Fatalf("Count = %d, %v", n, err)
 			}
-			all, err := Preview(r, int64(len(data)), tt.name, len(recs)+1, 0)
+			all, err := format.Preview(r, int64(len(data)), tt.name, len(recs)+1, 0)
 			if err != nil || len(all) != len(recs) {
 				t.Fatalf("Preview: %d records, %v", len(all), err)
 			}
@@ -208,7 +165,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 					t.Fatalf("columns %v, want the schema's order", cols)
 				}
 			}
-			short, err := Preview(r, int64(len(data)), tt.name, 2, 5)
+			short, err := format.Preview(r, int64(len(data)), tt.name, 2, 5)
 			if err != nil || len(short) != 2 || len(short[0]) != 5 {
 				t.Fatalf("Preview(2, 5 bytes) = %q, %v", short, err)
 			}
@@ -223,7 +180,7 @@ func TestEncodeEmptyFile(t *testing.T) {
 	}{
 		{"e.ndjson.gz", Encoding{Compression: "gzip"}},
 		{"e.ndjson.zst", Encoding{Compression: "zstd"}},
-		{"e.parquet", Encoding{Format: "parquet", Schema: ordersSchema}},
+		{"e.parquet", Encoding{Format: "parquet", Schema: orders.Schema}},
 	} {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, tt.name, nil)
@@ -232,15 +189,15 @@ func TestEncodeEmptyFile(t *testing.T) {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		data, _ := afero.ReadFile(fs, got.Temp)
-		if n, err := Count(bytes.NewReader(data), int64(len(data)), tt.name); err != nil || n != 0 || got.Records != 0 {
-			t.Fatalf("%s: Count = %d, %v; summary %+v", tt.name, n, err, got)
+		if n, err := format.Count(bytes.NewReader(data), int64(len(data)), tt.name); err != nil || n != 0 || got.Records != 0 {
+			t.Fatalf("%s: format.Count = %d, %v; summary %+v", tt.name, n, err, got)
 		}
 	}
 }
 
 // A temp file that no longer holds what its Summary says is not encoded.
 func TestEncodeSourceChanged(t *testing.T) {
-	recs := orderRecords(t, 2, 50)
+	recs := orders.Records(t, 2, 50)
 	tests := []struct {
 		name   string
 		change func(Summary) Summary
@@ -249,7 +206,7 @@ func TestEncodeSourceChanged(t *testing.T) {
 		{"bytes", func(s Summary) Summary { s.Bytes--; return s }},
 		{"records", func(s Summary) Summary { s.Records++; return s }},
 	}
-	for _, enc := range []Encoding{{Compression: "zstd"}, {Format: "parquet", Schema: ordersSchema}} {
+	for _, enc := range []Encoding{{Compression: "zstd"}, {Format: "parquet", Schema: orders.Schema}} {
 		for _, tt := range tests {
 			fs := afero.NewMemMapFs()
 			src := tt.change(stage(t, fs, "c.ndjson", recs))
@@ -270,7 +227,7 @@ func TestEncodeParquetRefusesMismatch(t *testing.T) {
 	for _, rec := range []string{`{"id":1,"region":"x","ts":0,"extra":1}`, `{"id":"1","region":"x","ts":0}`, `[1]`} {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, "m.parquet", [][]byte{[]byte(`{"id":0,"region":"x","ts":0}`), []byte(rec)})
-		_, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: ordersSchema})
+		_, err := Encode(fs, src, EncodedName(src.Temp), Encoding{Format: "parquet", Schema: orders.Schema})
 		if !errors.Is(err, streamconf.ErrSchemaMismatch) || !strings.Contains(err.Error(), "record 2") {
 			t.Fatalf("%s: err = %v, want a schema mismatch of record 2", rec, err)
 		}
@@ -281,8 +238,8 @@ func TestEncodeParquetRefusesMismatch(t *testing.T) {
 // full disk or an I/O error — fails the encode; none is retried, and the
 // error keeps its class (ENOSPC is ErrDiskFull, a failed fsync ErrSync).
 func TestEncodeFaults(t *testing.T) {
-	recs := orderRecords(t, 3, 300)
-	for _, enc := range []Encoding{{Compression: "gzip"}, {Compression: "zstd"}, {Format: "parquet", Schema: ordersSchema, RowGroupBytes: 4 << 10}} {
+	recs := orders.Records(t, 3, 300)
+	for _, enc := range []Encoding{{Compression: "gzip"}, {Compression: "zstd"}, {Format: "parquet", Schema: orders.Schema, RowGroupBytes: 4 << 10}} {
 		kinds := faultfs.Kinds(faultfs.OpOpen, faultfs.OpWrite, faultfs.OpSync, faultfs.OpClose, faultfs.OpRead)
 		for n := int64(0); ; n++ {
 			base := afero.NewMemMapFs()
@@ -329,7 +286,7 @@ func TestEncodeFaults(t *testing.T) {
 }
 
 func TestDecodeCorrupt(t *testing.T) {
-	recs := orderRecords(t, 4, 200)
+	recs := orders.Records(t, 4, 200)
 	encode := func(name string, enc Encoding) []byte {
 		fs := afero.NewMemMapFs()
 		src := stage(t, fs, name, recs)
@@ -345,7 +302,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	}
 	gz := encode("x.ndjson.gz", Encoding{Compression: "gzip"})
 	zs := encode("x.ndjson.zst", Encoding{Compression: "zstd"})
-	pq := encode("x.parquet", Encoding{Format: "parquet", Schema: ordersSchema})
+	pq := encode("x.parquet", Encoding{Format: "parquet", Schema: orders.Schema})
 	flip := func(b []byte, i int) []byte { c := bytes.Clone(b); c[i] ^= 0x40; return c }
 	tests := []struct {
 		name string
@@ -364,9 +321,9 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"x.parquet", []byte("PAR1PAR1")},
 	}
 	for i, tt := range tests {
-		_, err := Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
-		if !errors.Is(err, ErrCorrupt) {
-			t.Errorf("case %d %s: err = %v, want ErrCorrupt", i, tt.name, err)
+		_, err := format.Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
+		if !errors.Is(err, format.ErrCorrupt) {
+			t.Errorf("case %d %s: err = %v, want format.ErrCorrupt", i, tt.name, err)
 		}
 	}
 	// Concatenated gzip members and zstd frames are one valid file.
@@ -374,12 +331,12 @@ func TestDecodeCorrupt(t *testing.T) {
 		name string
 		data []byte
 	}{{"x.ndjson.gz", append(bytes.Clone(gz), gz...)}, {"x.ndjson.zst", append(bytes.Clone(zs), zs...)}} {
-		n, err := Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
+		n, err := format.Count(bytes.NewReader(tt.data), int64(len(tt.data)), tt.name)
 		if err != nil || n != 2*int64(len(recs)) {
-			t.Errorf("%s twice: Count = %d, %v", tt.name, n, err)
+			t.Errorf("%s twice: format.Count = %d, %v", tt.name, n, err)
 		}
 	}
-	if _, err := Count(bytes.NewReader(nil), 0, "x.csv"); !errors.Is(err, ErrUnsupported) {
+	if _, err := format.Count(bytes.NewReader(nil), 0, "x.csv"); !errors.Is(err, format.ErrUnsupported) {
 		t.Errorf("unknown extension: %v", err)
 	}
 }
@@ -392,9 +349,9 @@ func FuzzDecode(f *testing.F) {
 	names := []string{"f.ndjson", "f.ndjson.gz", "f.txt.zst", "f.parquet"}
 	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
 		name := names[int(kind)%len(names)]
-		recs, err := OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+		recs, err := format.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupported) {
+			if !errors.Is(err, format.ErrCorrupt) && !errors.Is(err, format.ErrUnsupported) {
 				t.Fatalf("%s: open error %v has no class", name, err)
 			}
 			return
@@ -406,8 +363,8 @@ func FuzzDecode(f *testing.F) {
 				return
 			}
 			if err != nil {
-				if !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("%s: error %v is not ErrCorrupt", name, err)
+				if !errors.Is(err, format.ErrCorrupt) {
+					t.Fatalf("%s: error %v is not format.ErrCorrupt", name, err)
 				}
 				return
 			}
@@ -421,10 +378,10 @@ func TestParquetHugeFooterClaim(t *testing.T) {
 	data := []byte("PAR1\xff\xff\xff\x7fPAR1")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Count(bytes.NewReader(data), int64(len(data)), "x.parquet")
+	_, err := format.Count(bytes.NewReader(data), int64(len(data)), "x.parquet")
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("err = %v, want ErrCorrupt", err)
+	if !errors.Is(err, format.ErrCorrupt) {
+		t.Fatalf("err = %v, want format.ErrCorrupt", err)
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 		t.Fatalf("allocated %d bytes for a 12-byte file", grew)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/spf13/afero"
 )
@@ -58,10 +59,10 @@ func TestCheckRecordsEOFAtEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckRecords(eofAtEnd{bytes.NewReader(data)}, int64(len(data)), c.name, 40); err != nil {
+		if err := format.CheckRecords(eofAtEnd{bytes.NewReader(data)}, int64(len(data)), c.name, 40); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
-		if err := CheckRecords(eofAtEnd{bytes.NewReader(data)}, int64(len(data)), c.name, 41); err == nil {
+		if err := format.CheckRecords(eofAtEnd{bytes.NewReader(data)}, int64(len(data)), c.name, 41); err == nil {
 			t.Errorf("%s: a wrong count passed", c.name)
 		}
 	}

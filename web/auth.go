@@ -11,24 +11,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/auth"
 )
 
 // session is who is asking.
 type session struct {
-	AuthOn bool     // tokens are required
-	Role   api.Role // 0 without a valid token
-	token  string   // the valid token, "" without one (or without auth)
+	AuthOn bool      // tokens are required
+	Role   auth.Role // 0 without a valid token
+	token  string    // the valid token, "" without one (or without auth)
 	// wait is set when the request carried an invalid token and its
 	// address sent too many: how long until it may try again.
 	wait time.Duration
 }
 
 // CanRead reports whether the session may see the pages.
-func (s *session) CanRead() bool { return s.Role == api.RoleRead || s.Role == api.RoleAdmin }
+func (s *session) CanRead() bool { return s.Role == auth.RoleRead || s.Role == auth.RoleAdmin }
 
 // Admin reports whether the session may run a checkpoint.
-func (s *session) Admin() bool { return s.Role == api.RoleAdmin }
+func (s *session) Admin() bool { return s.Role == auth.RoleAdmin }
 
 // LoggedIn reports whether a token is in use.
 func (s *session) LoggedIn() bool { return s.token != "" }
@@ -45,7 +45,7 @@ func (s *session) RoleName() string {
 // Bearer" or from the cookie, and its role. Without auth everyone is admin.
 func (u *ui) session(r *http.Request) *session {
 	if u.auth == nil {
-		return &session{Role: api.RoleAdmin}
+		return &session{Role: auth.RoleAdmin}
 	}
 	s := &session{AuthOn: true}
 	token := ""
@@ -53,7 +53,7 @@ func (u *ui) session(r *http.Request) *session {
 		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
 			token = strings.TrimSpace(tok)
 		}
-	} else if c, err := r.Cookie(api.CookieName); err == nil {
+	} else if c, err := r.Cookie(auth.CookieName); err == nil {
 		token = c.Value
 	}
 	if token == "" {
@@ -176,20 +176,20 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request, s *session) {
 	case !ok:
 		again(http.StatusUnauthorized, "That token is not valid.")
 		return
-	case role != api.RoleRead && role != api.RoleAdmin:
+	case role != auth.RoleRead && role != auth.RoleAdmin:
 		again(http.StatusForbidden, "That token has the role "+role.String()+"; the web UI needs a read or admin token.")
 		return
 	case !cookieSafe(token):
 		again(http.StatusBadRequest, "That token holds characters a cookie cannot carry (\" , ; \\ or space).")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: api.CookieName, Value: token, Path: "/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: token, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (u *ui) logout(w http.ResponseWriter, r *http.Request, _ *session) {
-	http.SetCookie(w, &http.Cookie{Name: api.CookieName, Value: "", Path: "/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: "", Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
 	target := "/ui/login"
 	if u.auth == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -41,16 +42,16 @@ func bigDest(t *testing.T) (committer.Reader, *fakeStore) {
 		}
 	}
 	manifest := func(id uint64, files []committer.File) {
-		m := recovery.Manifest{Checkpoint: id, Node: enginetest.Node, CommittedAt: at}
+		m := layout.Manifest{Checkpoint: id, Node: enginetest.Node, CommittedAt: at}
 		for _, f := range files {
-			m.Files = append(m.Files, recovery.ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records,
+			m.Files = append(m.Files, layout.ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records,
 				CRC32C: f.CRC32C, Producers: map[string]committer.SeqRanges{}})
 		}
 		b, err := json.Marshal(&m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(recovery.ManifestPath(enginetest.Node, id), b)
+		write(layout.ManifestName(enginetest.Node, id), b)
 	}
 	var one, big []committer.File
 	seqs := map[string]map[string]int64{}

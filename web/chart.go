@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 )
 
 // Chart geometry, in SVG user units; the stylesheet scales the SVG to its
@@ -86,7 +86,7 @@ func niceStep(peak float64, binary bool) float64 {
 // barChart charts value over checkpoints given newest first, drawn oldest
 // on the left.
 // Binary tells niceStep to step in KiB, MiB, ...
-func barChart(title, unit string, binary bool, cs []recovery.Checkpoint, value func(*recovery.Checkpoint) float64, format func(float64) string) chart {
+func barChart(title, unit string, binary bool, cs []catalog.Checkpoint, value func(*catalog.Checkpoint) float64, format func(float64) string) chart {
 	c := chart{Title: title, Unit: unit, W: chartW, H: chartH, PlotX: chartLeft, PlotY: chartTop,
 		PlotW: chartW - chartLeft - chartRight, PlotH: chartH - chartTop - chartBottom}
 	c.Bottom, c.PlotR = c.PlotY+c.PlotH, c.PlotX+c.PlotW
@@ -121,9 +121,9 @@ func barChart(title, unit string, binary bool, cs []recovery.Checkpoint, value f
 		x := left + slot*float64(j) + (slot-w)/2
 		class := "bar"
 		switch {
-		case ck.State == recovery.Aborted:
+		case ck.State == catalog.Aborted:
 			class += " bar-aborted"
-		case ck.State != recovery.Committed:
+		case ck.State != catalog.Committed:
 			class += " bar-pending"
 		}
 		c.Bars = append(c.Bars, bar{

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 type checkpointsData struct {
@@ -90,7 +90,7 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	st := u.eng.Status()
 	d := checkpointsData{Limit: q.limit, Node: q.node}
-	var cs []recovery.Checkpoint
+	var cs []catalog.Checkpoint
 	var err error
 	if q.node != "" {
 		cs, d.Later, err = u.nodeCheckpoints(r, q)
@@ -113,9 +113,9 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 		row := rowFrom(&cs[i])
 		row.Node = q.node
 		switch cs[i].State {
-		case recovery.Committed:
+		case catalog.Committed:
 			d.Committed++
-		case recovery.Aborted:
+		case catalog.Aborted:
 			d.Aborted++
 		}
 		if ran != 0 && row.ID == ran && q.node == "" {
@@ -129,9 +129,9 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Ran = u.ranRow(ran, r.URL.Query().Get("empty") == "1")
 	}
 	n := min(len(cs), chartCheckpoints)
-	d.Duration = barChart("Duration", "ms", false, cs[:n], func(c *recovery.Checkpoint) float64 { return float64(c.DurationMS) },
+	d.Duration = barChart("Duration", "ms", false, cs[:n], func(c *catalog.Checkpoint) float64 { return float64(c.DurationMS) },
 		func(v float64) string { return fmtMS(int64(v)) })
-	d.Bytes = barChart("Bytes committed", "bytes", true, cs[:n], func(c *recovery.Checkpoint) float64 { return float64(c.Bytes) },
+	d.Bytes = barChart("Bytes committed", "bytes", true, cs[:n], func(c *catalog.Checkpoint) float64 { return float64(c.Bytes) },
 		func(v float64) string { return fmtBytes(int64(v)) })
 	u.render(w, r, http.StatusOK, "checkpoints.html", &view{Title: "Checkpoints", Nav: "checkpoints", Sess: s, Data: d})
 }
@@ -142,11 +142,11 @@ func (u *ui) ranRow(id uint64, empty bool) *ckptRow {
 	c, err := u.cat.Checkpoint(id)
 	switch {
 	case err == nil:
-		row := rowFrom(c)
+		row := rowFrom(&c)
 		return &row
-	case errors.Is(err, recovery.ErrNotFound) && empty:
+	case errors.Is(err, catalog.ErrNoCheckpoint) && empty:
 		// A checkpoint with nothing to commit records nothing.
-		row := rowFrom(&recovery.Checkpoint{ID: id, State: recovery.Committed})
+		row := rowFrom(&catalog.Checkpoint{ID: id, State: catalog.Committed})
 		return &row
 	}
 	return nil
@@ -154,12 +154,12 @@ func (u *ui) ranRow(id uint64, empty bool) *ckptRow {
 
 // nodeCheckpoints returns a page of another node's checkpoints from its
 // manifests, as rows of the state store's shape, and the next page's URL.
-func (u *ui) nodeCheckpoints(r *http.Request, q checkpointsQuery) ([]recovery.Checkpoint, string, error) {
+func (u *ui) nodeCheckpoints(r *http.Request, q checkpointsQuery) ([]catalog.Checkpoint, string, error) {
 	ncs, more, err := u.cat.NodeCheckpoints(r.Context(), q.node, q.after, q.limit)
 	if err != nil {
 		return nil, "", err
 	}
-	cs := make([]recovery.Checkpoint, 0, len(ncs))
+	cs := make([]catalog.Checkpoint, 0, len(ncs))
 	for _, nc := range ncs {
 		cs = append(cs, manifestCheckpoint(nc))
 	}
@@ -172,11 +172,11 @@ func (u *ui) nodeCheckpoints(r *http.Request, q checkpointsQuery) ([]recovery.Ch
 
 // manifestCheckpoint is a checkpoint as its manifest tells it: committed,
 // or aborted with the reason its manifest could not be read.
-func manifestCheckpoint(nc catalog.NodeCheckpoint) recovery.Checkpoint {
-	c := recovery.Checkpoint{ID: nc.ID, State: recovery.Committed, FileCount: nc.Files, Records: nc.Records,
+func manifestCheckpoint(nc catalog.NodeCheckpoint) catalog.Checkpoint {
+	c := catalog.Checkpoint{ID: nc.ID, State: catalog.Committed, FileCount: nc.Files, Records: nc.Records,
 		Bytes: nc.DataBytes, CommittedAt: nc.CommittedAt, Error: nc.Err}
 	if nc.Err != "" {
-		c.State = recovery.Aborted
+		c.State = catalog.Aborted
 	}
 	return c
 }
@@ -251,34 +251,29 @@ func (u *ui) checkpointPage(w http.ResponseWriter, r *http.Request, s *session) 
 	if id < st.OpenID {
 		d.Next = u.ckptURL("", id+1)
 	}
-	c, err := u.cat.Checkpoint(id)
+	c, err := u.cat.CheckpointAt(id, func() catalog.Live { return liveOf(st) })
 	switch {
-	case errors.Is(err, recovery.ErrNotFound):
-		switch {
-		case st.Ready && id == st.OpenID:
-			d.Row = openRow(st)
-		case st.Ready && id < st.OpenID && id > st.LastDone && id >= st.FirstID:
-			d.Row = ckptRow{ID: id, State: "running"}
-		default:
-			u.fail(w, r, http.StatusNotFound, "No such checkpoint", "The state store holds no checkpoint "+strconv.FormatUint(id, 10)+".")
-			return
-		}
-		u.render(w, r, http.StatusOK, "checkpoint.html", &view{Title: title, Nav: "checkpoints", Sess: s, Data: d})
+	case errors.Is(err, catalog.ErrNoCheckpoint):
+		u.fail(w, r, http.StatusNotFound, "No such checkpoint", "The state store holds no checkpoint "+strconv.FormatUint(id, 10)+".")
 		return
 	case err != nil:
 		u.internal(w, r, err)
 		return
+	case c.State == catalog.Open || c.State == catalog.Running:
+		d.Row = rowFrom(&c)
+		u.render(w, r, http.StatusOK, "checkpoint.html", &view{Title: title, Nav: "checkpoints", Sess: s, Data: d})
+		return
 	}
-	d.Row = rowFrom(c)
-	u.ownFiles(r, &d, c, from)
+	d.Row = rowFrom(&c)
+	u.ownFiles(r, &d, &c, from)
 	d.Seqs, d.SeqsN = seqRows(c.Seqs)
 	u.render(w, r, http.StatusOK, "checkpoint.html", &view{Title: title, Nav: "checkpoints", Sess: s, Data: d})
 }
 
 // ownFiles fills d with a page of this node's checkpoint c's files: from
 // the state store, or from its manifest once the store dropped them.
-func (u *ui) ownFiles(r *http.Request, d *checkpointData, c *recovery.Checkpoint, from int) {
-	committed := c.State == recovery.Committed
+func (u *ui) ownFiles(r *http.Request, d *checkpointData, c *catalog.Checkpoint, from int) {
+	committed := c.State == catalog.Committed
 	switch {
 	case len(c.Files) > 0:
 		d.FilesN = len(c.Files)
@@ -290,9 +285,9 @@ func (u *ui) ownFiles(r *http.Request, d *checkpointData, c *recovery.Checkpoint
 			cf.Producers = producerRanges(f.Producers)
 			d.Files = append(d.Files, cf)
 		}
-		if n := catalog.ParsePath(c.Files[0].Final); committed && n.Kind == catalog.Part {
+		if n := layout.ParsePath(c.Files[0].Final); committed && n.Kind == layout.PartPath {
 			if m, err := u.cat.Manifest(r.Context(), n.Node, c.ID); err == nil && m != nil {
-				d.Manifest = browseURL(recovery.ManifestPath(n.Node, c.ID), false)
+				d.Manifest = browseURL(layout.ManifestName(n.Node, c.ID), false)
 			}
 		}
 	case d.Row.Files > 0 && committed && u.node != "":
@@ -313,7 +308,7 @@ func (u *ui) manifestFiles(r *http.Request, d *checkpointData, node string, id u
 	if m == nil {
 		return false
 	}
-	d.Manifest = browseURL(recovery.ManifestPath(node, id), false)
+	d.Manifest = browseURL(layout.ManifestName(node, id), false)
 	d.FilesN = len(m.Paths)
 	for _, p := range m.Paths[min(from, len(m.Paths)):min(from+ckptFilesPage, len(m.Paths))] {
 		f := m.Files[p]
@@ -353,7 +348,7 @@ func (d *checkpointData) pages(node string, id uint64, from int) {
 
 // nodeCheckpointPage shows another node's checkpoint from its manifest.
 func (u *ui) nodeCheckpointPage(w http.ResponseWriter, r *http.Request, s *session, node string, id uint64, from int) {
-	d := checkpointData{Node: node, Row: ckptRow{ID: id, Node: node, State: string(recovery.Committed)}}
+	d := checkpointData{Node: node, Row: ckptRow{ID: id, Node: node, State: catalog.Committed}}
 	if !u.manifestFiles(r, &d, node, id, from) {
 		u.fail(w, r, http.StatusNotFound, "No such checkpoint", "The destination holds no manifest of checkpoint "+
 			strconv.FormatUint(id, 10)+" of node "+node+".")

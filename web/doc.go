@@ -21,14 +21,14 @@
 // It reads through consumer-owned interfaces: [Engine] (status, producers,
 // checkpoints), [Store] (the state store's checkpoints), a
 // committer.Reader (the destination, local or S3 alike) and an
-// [Authenticator] (*api.Tokens). Downloads go to the API's
+// [Authenticator] (*auth.Gate). Downloads go to the API's
 // GET /v1/files/{path}, which takes the same cookie for GET.
 //
 // # Authorization
 //
 // With Config.Auth nil every visitor is admin (the command then serves only
 // loopback addresses). Otherwise pages need a token of role read or admin,
-// from the cookie "eosink_token" (api.CookieName) that the login form sets
+// from the cookie "eosink_token" (auth.CookieName) that the login form sets
 // (HttpOnly, SameSite=Strict, Path=/, Secure over TLS) or from an
 // "Authorization: Bearer" header. A visitor without one is sent to
 // /ui/login. Only admin sees and may use "Checkpoint now".

@@ -12,7 +12,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 func (u *ui) browse(w http.ResponseWriter, r *http.Request, s *session) {
@@ -25,7 +25,7 @@ func (u *ui) browse(w http.ResponseWriter, r *http.Request, s *session) {
 		http.Redirect(w, r, "/ui/files/", http.StatusSeeOther)
 		return
 	}
-	if name+"/" == catalog.NodesDir || strings.HasPrefix(name, catalog.NodesDir) {
+	if name+"/" == layout.LeaseDir+"/" || strings.HasPrefix(name, layout.LeaseDir+"/") {
 		u.fail(w, r, http.StatusNotFound, "No such file", "The destination holds no committed file at this path.")
 		return
 	}
@@ -160,10 +160,10 @@ func (u *ui) folderRow(ctx context.Context, prefix, node string, e catalog.DirEn
 		}
 		return row
 	}
-	if n := catalog.ParsePath(full); n.Kind != catalog.Other {
+	if n := layout.ParsePath(full); n.Kind != layout.OtherPath {
 		row.HasCkpt, row.Ckpt, row.Node = true, n.Checkpoint, n.Node
 		row.CkptURL = u.ckptURL(n.Node, n.Checkpoint)
-		if n.Kind == catalog.Part {
+		if n.Kind == layout.PartPath {
 			if rec, ok := u.cat.Records(ctx, full); ok {
 				row.Records = rec
 			}
@@ -208,8 +208,8 @@ type fileData struct {
 func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, ent committer.Entry, rc io.Reader) {
 	d := fileData{Path: ent.Path, Name: path.Base(ent.Path), Crumbs: crumbs(ent.Path, false), Bytes: ent.Bytes,
 		Modified: ent.Modified, Records: -1, Download: u.download + escapePath(ent.Path)}
-	if n := catalog.ParsePath(ent.Path); n.Kind != catalog.Other {
-		d.IsManifest, d.HasCkpt, d.Node, d.Ckpt = n.Kind == catalog.Manifest, true, n.Node, n.Checkpoint
+	if n := layout.ParsePath(ent.Path); n.Kind != layout.OtherPath {
+		d.IsManifest, d.HasCkpt, d.Node, d.Ckpt = n.Kind == layout.ManifestPath, true, n.Node, n.Checkpoint
 	}
 	if dir := path.Dir(ent.Path); dir != "." && !d.IsManifest {
 		d.Stream, d.Partition, _ = strings.Cut(dir, "/")
@@ -219,7 +219,7 @@ func (u *ui) file(w http.ResponseWriter, r *http.Request, s *session, ent commit
 		d.CkptURL = u.ckptURL(d.Node, d.Ckpt)
 	}
 	if d.HasCkpt && !d.IsManifest {
-		d.ManifestPath = recovery.ManifestPath(d.Node, d.Ckpt)
+		d.ManifestPath = layout.ManifestName(d.Node, d.Ckpt)
 		m, err := u.cat.Manifest(r.Context(), d.Node, d.Ckpt)
 		if err != nil {
 			u.log.Warn("read manifest", "path", d.ManifestPath, "op", "file page", "err", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
@@ -33,7 +34,7 @@ const (
 	tokAdmin  = "admin-token-0123456789"
 )
 
-var testTokens = map[string]api.Role{tokIngest: api.RoleIngest, tokRead: api.RoleRead, tokAdmin: api.RoleAdmin}
+var testTokens = map[string]auth.Role{tokIngest: auth.RoleIngest, tokRead: auth.RoleRead, tokAdmin: auth.RoleAdmin}
 
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
@@ -92,11 +93,11 @@ func newRig(t *testing.T, o rigOpts) *rig {
 }
 
 // newAPI builds the API over eng: the one place the tests build one.
-func newAPI(t testing.TB, eng *server.Engine, files committer.Reader, auth bool) *api.Server {
+func newAPI(t testing.TB, eng *server.Engine, files committer.Reader, withAuth bool) *api.Server {
 	t.Helper()
 	cfg := api.Config{Engine: eng, Files: files}
-	if auth {
-		toks, err := api.NewTokens(testTokens)
+	if withAuth {
+		toks, err := auth.NewTokens(testTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func (r *rig) serve(q *http.Request) *httptest.ResponseRecorder {
 func (r *rig) get(target, token string) *httptest.ResponseRecorder {
 	q := req("GET", target, "")
 	if token != "" {
-		q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+		q.AddCookie(&http.Cookie{Name: auth.CookieName, Value: token})
 	}
 	return r.serve(q)
 }
@@ -268,7 +269,7 @@ func csrfOf(t *testing.T, body string) string {
 func (r *rig) form(target, token string, values url.Values, hdr ...string) *httptest.ResponseRecorder {
 	q := req("POST", target, values.Encode(), append(hdr, "Content-Type", "application/x-www-form-urlencoded")...)
 	if token != "" {
-		q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+		q.AddCookie(&http.Cookie{Name: auth.CookieName, Value: token})
 	}
 	return r.serve(q)
 }

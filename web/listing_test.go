@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/server"
 )
 
@@ -28,14 +29,14 @@ func bigDir(n int) (*memReader, string) {
 	base := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	mod := map[string]time.Time{}
 	size := map[string]int64{}
-	manifests := map[uint64][]recovery.ManifestFile{}
+	manifests := map[uint64][]layout.ManifestFile{}
 	for i := range n {
 		ck := uint64(i/1000 + 1)
 		p := fmt.Sprintf("%s/part-n1-%020d-%04d.ndjson", dir, ck, i%1000)
 		files[p] = []byte("{\"i\":" + strconv.Itoa(i) + "}\n")
 		size[p] = int64(n - i)
 		mod[p] = base.Add(time.Duration(i) * time.Second)
-		manifests[ck] = append(manifests[ck], recovery.ManifestFile{Path: p, Stream: "clicks", Bytes: int64(n - i), Records: int64(i%7 + 1)})
+		manifests[ck] = append(manifests[ck], layout.ManifestFile{Path: p, Stream: "clicks", Bytes: int64(n - i), Records: int64(i%7 + 1)})
 	}
 	for ck, fs := range manifests {
 		var b strings.Builder
@@ -47,7 +48,7 @@ func bigDir(n int) (*memReader, string) {
 			fmt.Fprintf(&b, `{"path":%q,"stream":"clicks","bytes":%d,"records":%d,"crc32c":"00000000","producers":{}}`, f.Path, f.Bytes, f.Records)
 		}
 		b.WriteString("]}")
-		files[recovery.ManifestPath("n1", ck)] = []byte(b.String())
+		files[layout.ManifestName("n1", ck)] = []byte(b.String())
 	}
 	m := newMemReader(files, base)
 	for i := range m.entries {
@@ -223,15 +224,15 @@ func TestPreview(t *testing.T) {
 }
 
 func TestChart(t *testing.T) {
-	var cs []recovery.Checkpoint
+	var cs []catalog.Checkpoint
 	for i := 100; i >= 1; i-- {
-		state := recovery.Committed
+		state := catalog.Committed
 		if i == 50 {
-			state = recovery.Aborted
+			state = catalog.Aborted
 		}
-		cs = append(cs, recovery.Checkpoint{ID: uint64(i), State: state, DurationMS: int64(i), Bytes: int64(i) << 10})
+		cs = append(cs, catalog.Checkpoint{ID: uint64(i), State: state, DurationMS: int64(i), Bytes: int64(i) << 10})
 	}
-	c := barChart("Duration", "ms", false, cs, func(c *recovery.Checkpoint) float64 { return float64(c.DurationMS) }, func(v float64) string { return fmtMS(int64(v)) })
+	c := barChart("Duration", "ms", false, cs, func(c *catalog.Checkpoint) float64 { return float64(c.DurationMS) }, func(v float64) string { return fmtMS(int64(v)) })
 	if len(c.Bars) != 100 || c.Empty {
 		t.Fatalf("%d bars", len(c.Bars))
 	}

@@ -27,7 +27,7 @@ func twoNodes(t *testing.T, now time.Time) *memReader {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data[recovery.ManifestPath(node, id)] = m
+		data[layout.ManifestName(node, id)] = m
 	}
 	commit("n1", 1, "clicks")
 	commit("n2", 1, "clicks")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
 
@@ -36,7 +35,7 @@ const streamCountCap = 1000
 // newest barrier at least catalog.RateWindow ago (or the oldest known): committed
 // checkpoints after it plus the open one. Records of checkpoint k were
 // accepted between barrier k-1 and barrier k, its StartedAt.
-func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (records, bytes float64, since time.Time, ok bool) {
+func ingestRate(cs []catalog.Checkpoint, st server.Status, now time.Time) (records, bytes float64, since time.Time, ok bool) {
 	r, b := st.OpenRecords, st.OpenBytes
 	for i := range cs {
 		c := &cs[i]
@@ -50,7 +49,7 @@ func ingestRate(cs []recovery.Checkpoint, st server.Status, now time.Time) (reco
 		if i == len(cs)-1 {
 			break // the oldest known barrier: its own records came before it
 		}
-		if c.State == recovery.Committed {
+		if c.State == catalog.Committed {
 			r, b = r+c.Records, b+c.Bytes
 		}
 	}
@@ -96,22 +95,19 @@ type overviewData struct {
 // kept until then (u.overviews): a dashboard polling the overview costs
 // the ingest path little more than a probe does.
 type overviewState struct {
-	cs                     []recovery.Checkpoint
+	cs                     []catalog.Checkpoint
 	window, files          int
 	records, bytes         int64
 	active                 int // streams of the newest checkpoints; the first topStreams are in streamRows
 	streamRows, recentHTML template.HTML
 }
 
-// overviewCacheBytes bounds the kept overview state (one entry).
-const overviewCacheBytes = 8 << 20
-
 // errActive marks an overview state whose streams could not be read: the
 // page shows the rest and says so.
 var errActive = errors.New("read the streams of the recent checkpoints")
 
 func (u *ui) overviewState() (overviewState, error) {
-	return u.overviews.Get(u.eng.StateVersion(), "overview", func() (overviewState, int, error) {
+	v, err := u.cat.Answer("ui\x00overview", func() (any, int, error) {
 		var o overviewState
 		cs, err := u.cat.Checkpoints(0, chartCheckpoints)
 		if err != nil {
@@ -119,7 +115,7 @@ func (u *ui) overviewState() (overviewState, error) {
 		}
 		o.cs, o.window = cs, len(cs)
 		for i := range cs {
-			if cs[i].State == recovery.Committed {
+			if cs[i].State == catalog.Committed {
 				o.files += max(cs[i].FileCount, len(cs[i].Files))
 				o.records += cs[i].Records
 				o.bytes += cs[i].Bytes
@@ -142,6 +138,8 @@ func (u *ui) overviewState() (overviewState, error) {
 		}
 		return o, 256*len(cs) + len(o.streamRows) + len(o.recentHTML), nil
 	})
+	o, _ := v.(overviewState) // with an error too: the page shows what was read
+	return o, err
 }
 
 func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {

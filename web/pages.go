@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/server"
 )
 
@@ -65,16 +65,22 @@ func (u *ui) ckptURL(node string, id uint64) string {
 	return ckptURL(node, id)
 }
 
-func rowFrom(c *recovery.Checkpoint) ckptRow {
-	files := max(c.FileCount, len(c.Files))
-	return ckptRow{ID: c.ID, State: string(c.State), Files: files, Records: c.Records, Bytes: c.Bytes,
+func rowFrom(c *catalog.Checkpoint) ckptRow {
+	return ckptRow{ID: c.ID, State: c.State, Files: c.FileCount, Records: c.Records, Bytes: c.Bytes,
 		DurationMS: c.DurationMS, StartedAt: c.StartedAt, PreparedAt: c.PreparedAt, CommittedAt: c.CommittedAt,
-		Error: c.Error, Empty: files == 0 && c.Records == 0}
+		Error: c.Error, Empty: c.Empty()}
 }
 
 // openRow is the open checkpoint, taking writes.
 func openRow(st server.Status) ckptRow {
-	return ckptRow{ID: st.OpenID, State: "open", Files: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes}
+	return ckptRow{ID: st.OpenID, State: catalog.Open, Files: st.OpenFiles, Records: st.OpenRecords, Bytes: st.OpenBytes}
+}
+
+// liveOf is what the catalog needs of the engine's status to tell open and
+// running checkpoints.
+func liveOf(st server.Status) catalog.Live {
+	return catalog.Live{Ready: st.Ready, OpenID: st.OpenID, OpenFiles: st.OpenFiles, OpenRecords: st.OpenRecords,
+		OpenBytes: st.OpenBytes, LastDone: st.LastDone, FirstID: st.FirstID}
 }
 
 // crumb is one step of a breadcrumb trail.
@@ -113,7 +119,7 @@ func (u *ui) checkpointNow(w http.ResponseWriter, r *http.Request, s *session) {
 	switch {
 	case err == nil:
 		to := "/ui/checkpoints?ran=" + strconv.FormatUint(res.ID, 10)
-		if res.State == recovery.Committed && len(res.Files) == 0 && res.Records == 0 {
+		if string(res.State) == catalog.Committed && len(res.Files) == 0 && res.Records == 0 {
 			to += "&empty=1"
 		}
 		http.Redirect(w, r, to, http.StatusSeeOther)

@@ -1,46 +1,28 @@
 package web
 
 import (
-	"io/fs"
 	"net/url"
 	"strings"
-)
 
-// maxPath bounds the length of a request path.
-const maxPath = 4096
+	"github.com/eosink/eosink/internal/layout"
+)
 
 // splitEscaped splits an escaped URL path ("/ui/files/a/b%20c/") into its
 // unescaped segments, the leading "/" dropped; a trailing "/" leaves a last
-// empty segment. It refuses a path that is not clean: an empty segment
-// elsewhere ("//"), a "." or ".." segment (%2e%2e too), or a segment that
-// unescapes to hold '/' (%2F), '\\', NUL or another control byte.
+// empty segment. It refuses a path that is not clean (layout.SplitEscaped):
+// an empty segment elsewhere ("//"), a "." or ".." segment (%2e%2e too), or
+// a segment that unescapes to hold '/' (%2F), '\\', NUL or another control
+// byte.
 func splitEscaped(p string) ([]string, bool) {
-	if p == "" || p[0] != '/' || len(p) > maxPath {
+	if p == "" || p[0] != '/' {
 		return nil, false
 	}
-	segs := strings.Split(p[1:], "/")
-	for i, seg := range segs {
-		s, err := url.PathUnescape(seg)
-		if err != nil {
-			return nil, false
-		}
-		if s == "" && i < len(segs)-1 || s == "." || s == ".." || !cleanChars(s) {
-			return nil, false
-		}
-		segs[i] = s
-	}
-	return segs, true
+	return layout.SplitEscaped(p[1:])
 }
 
-// cleanChars reports whether s holds no '/', '\\' or control byte.
-func cleanChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f || c == '\\' || c == '/' {
-			return false
-		}
-	}
-	return true
-}
+// cleanChars reports whether s holds no '/', '\\' or control byte: a
+// cursor or filter of one folder.
+func cleanChars(s string) bool { return layout.CleanChars(s) && !strings.Contains(s, "/") }
 
 // destPath returns the destination path that the URL path below /ui/files/
 // names, and whether it names a folder (a trailing '/', or the root). It
@@ -62,7 +44,7 @@ func destPath(escaped string) (name string, dir bool, ok bool) {
 		segs = segs[:len(segs)-1]
 	}
 	name = strings.Join(segs, "/")
-	if !fs.ValidPath(name) {
+	if !layout.CleanPath(name) {
 		return "", false, false
 	}
 	return name, dir, true

@@ -3,7 +3,6 @@ package web
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,9 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/streamconf"
 )
 
 // Preview limits.
@@ -60,27 +62,20 @@ type preview struct {
 // It stops with ctx's error when the request is gone.
 func readPreview(ctx context.Context, r io.Reader, name string) (preview, error) {
 	switch path.Ext(name) {
-	case ".gz":
-		zr, err := gzip.NewReader(io.LimitReader(r, previewCompressed))
+	case streamconf.ExtGzip, streamconf.ExtZstd:
+		zr, err := format.Decompress(io.LimitReader(r, previewCompressed), name, previewZstdWindow)
 		if err != nil {
-			return preview{Note: "This file is not valid gzip."}, nil
+			return preview{Note: map[string]string{streamconf.ExtGzip: "This file is not valid gzip.", streamconf.ExtZstd: "This file is not valid zstd."}[path.Ext(name)]}, nil
 		}
 		defer zr.Close()
 		r = zr
-	case ".zst":
-		zr, err := newZstdPreview(r) // preview_table.go
-		if err != nil {
-			return preview{Note: "This file is not valid zstd."}, nil
-		}
-		defer zr.Close()
-		r = zr
-	case ".parquet":
+	case "." + streamconf.ExtParquet:
 		return readParquetPreview(ctx, r, name) // preview_table.go
 	}
 	buf := make([]byte, previewBytes+1)
 	n, err := io.ReadFull(r, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		if ext := path.Ext(name); ext == ".gz" || ext == ".zst" {
+		if ext := path.Ext(name); ext == streamconf.ExtGzip || ext == streamconf.ExtZstd {
 			// A compressed stream cut by the compressed limit: show what came out.
 			if n == 0 {
 				return preview{Note: "This compressed file could not be read."}, nil

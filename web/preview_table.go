@@ -9,14 +9,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/eosink/eosink/staging"
-	"github.com/klauspost/compress/zstd"
+	"github.com/eosink/eosink/internal/format"
 )
 
 // Previews of encoded files (DESIGN.md "Streams"): zstd NDJSON is
 // decompressed like gzip (previewCompressed bytes at most, a bounded
 // window), and a Parquet file shows its first rows as a table, decoded by
-// staging's reader.
+// internal/format's reader.
 
 const (
 	// previewZstdWindow bounds the window a zstd file may ask the preview
@@ -34,29 +33,6 @@ type previewTable struct {
 	Rows    [][]string
 }
 
-type zstdPreview struct{ d *zstd.Decoder }
-
-// Read passes the decoder's bytes; its errors other than io.EOF are not
-// io errors to the preview (a 2-byte file is not "an empty file").
-func (z zstdPreview) Read(p []byte) (int, error) {
-	n, err := z.d.Read(p)
-	if err != nil && err != io.EOF {
-		err = errors.New("zstd: " + err.Error())
-	}
-	return n, err
-}
-
-func (z zstdPreview) Close() { z.d.Close() }
-
-func newZstdPreview(r io.Reader) (zstdPreview, error) {
-	d, err := zstd.NewReader(io.LimitReader(r, previewCompressed), zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(previewZstdWindow))
-	if err != nil {
-		return zstdPreview{}, err
-	}
-	return zstdPreview{d}, nil
-}
-
 // readParquetPreview reads the first rows of a Parquet file. It needs
 // random access: the file as opened (a local file, an S3 object) must be
 // an io.ReaderAt and an io.Seeker (for its size).
@@ -70,11 +46,11 @@ func readParquetPreview(ctx context.Context, r io.Reader, name string) (preview,
 	if err != nil {
 		return preview{}, err
 	}
-	recs, err := staging.Preview(ra, size, name, previewRows+1, previewBytes)
-	if errors.Is(err, staging.ErrCorrupt) {
+	recs, err := format.Preview(ra, size, name, previewRows+1, previewBytes)
+	if errors.Is(err, format.ErrCorrupt) {
 		return preview{Note: "This Parquet file does not decode."}, nil
 	}
-	if errors.Is(err, staging.ErrTooLargeToPreview) {
+	if errors.Is(err, format.ErrTooLargeToPreview) {
 		return preview{Note: "This Parquet file's pages are too large to preview; download it to read it."}, nil
 	}
 	if err != nil {

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/staging"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
-	"github.com/parquet-go/parquet-go/format"
+	pqformat "github.com/parquet-go/parquet-go/format"
 	"github.com/spf13/afero"
 )
 
@@ -93,10 +94,10 @@ func TestPreviewEncoded(t *testing.T) {
 	}
 	for _, c := range []struct {
 		ext string
-		enc staging.Encoding
+		enc format.Encoding
 	}{
-		{"ndjson.zst", staging.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
-		{"parquet", staging.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
+		{"ndjson.zst", format.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
+		{"parquet", format.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
 	} {
 		tx, err := staging.Create(fs, "/t-"+c.ext+staging.Suffix, 0)
 		if err != nil {
@@ -171,7 +172,7 @@ func hostileParquet(t *testing.T, compressed, values int32) []byte {
 	off := cc.MetaData.DataPageOffset
 	var proto thrift.CompactProtocol
 	br := proto.NewReaderFromBytes(data[off:])
-	var h format.PageHeader
+	var h pqformat.PageHeader
 	if err := thrift.NewDecoder(br).Decode(&h); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -327,8 +328,8 @@ func TestLogin(t *testing.T) {
 		t.Fatalf("cookies %v", cs)
 	}
 	c := cs[0]
-	if c.Name != api.CookieName || c.Value != tokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
-		t.Errorf("cookie %+v: want %s, HttpOnly, SameSite=Strict, Path=/", c, api.CookieName)
+	if c.Name != auth.CookieName || c.Value != tokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		t.Errorf("cookie %+v: want %s, HttpOnly, SameSite=Strict, Path=/", c, auth.CookieName)
 	}
 	for _, c := range []struct {
 		token string

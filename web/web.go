@@ -13,10 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
-	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/server"
 )
 
@@ -38,14 +37,14 @@ type Engine interface {
 	catalog.State
 }
 
-// Authenticator tells a token's role (*api.Gate, shared with the API so
+// Authenticator tells a token's role (*auth.Gate, shared with the API so
 // that the UI's form and cookies count against the same limit of invalid
 // tokens). It must be safe for concurrent use and take the same time
 // whichever token matches. ok is false for an unknown token; wait is then
 // non-zero when the request's client address sent too many of them: the
 // answer is 429 with Retry-After. A valid token is always served.
 type Authenticator interface {
-	Authenticate(r *http.Request, token string) (role api.Role, ok bool, wait time.Duration)
+	Authenticate(r *http.Request, token string) (role auth.Role, ok bool, wait time.Duration)
 }
 
 var _ Engine = (*server.Engine)(nil)
@@ -97,9 +96,6 @@ type ui struct {
 	download string
 	pageSize int
 	ckptWait time.Duration
-	// overviews keeps what the overview reads from the state store until
-	// the store changes (overview.go).
-	overviews *memo.Cache[overviewState]
 
 	csrfKey []byte
 	origin  *http.CrossOriginProtection
@@ -114,7 +110,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("new web ui: engine and files are required")
 	}
 	if v := reflect.ValueOf(cfg.Auth); cfg.Auth != nil && v.Kind() == reflect.Pointer && v.IsNil() {
-		cfg.Auth = nil // a nil *api.Gate means no auth, as in api.Config
+		cfg.Auth = nil // a nil *auth.Gate means no auth, as in api.Config
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -154,20 +150,19 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("new web ui: %w", err)
 	}
 	u := &ui{
-		eng:       cfg.Engine,
-		cat:       cfg.Catalog,
-		auth:      cfg.Auth,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		node:      cfg.Node,
-		download:  cfg.DownloadPrefix,
-		pageSize:  cfg.PageSize,
-		ckptWait:  cfg.CheckpointTimeout,
-		overviews: memo.New[overviewState](overviewCacheBytes),
-		csrfKey:   key,
-		origin:    http.NewCrossOriginProtection(),
-		pages:     pages,
-		static:    static,
+		eng:      cfg.Engine,
+		cat:      cfg.Catalog,
+		auth:     cfg.Auth,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		node:     cfg.Node,
+		download: cfg.DownloadPrefix,
+		pageSize: cfg.PageSize,
+		ckptWait: cfg.CheckpointTimeout,
+		csrfKey:  key,
+		origin:   http.NewCrossOriginProtection(),
+		pages:    pages,
+		static:   static,
 	}
 	return u.routes(), nil
 }

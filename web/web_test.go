@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/auth"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/testing/testsrv"
-	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
 
@@ -189,7 +189,7 @@ func TestSecurityHeaders(t *testing.T) {
 }
 
 func withCookie(q *http.Request, token string) *http.Request {
-	q.AddCookie(&http.Cookie{Name: api.CookieName, Value: token})
+	q.AddCookie(&http.Cookie{Name: auth.CookieName, Value: token})
 	return q
 }
 
@@ -241,10 +241,10 @@ type checkpointAt struct {
 }
 
 // list makes committed checkpoints, given newest first.
-func list(cs ...checkpointAt) []recovery.Checkpoint {
-	var out []recovery.Checkpoint
+func list(cs ...checkpointAt) []catalog.Checkpoint {
+	var out []catalog.Checkpoint
 	for _, c := range cs {
-		out = append(out, recovery.Checkpoint{ID: c.id, State: recovery.Committed, StartedAt: c.at, Records: c.records, FileCount: 1})
+		out = append(out, catalog.Checkpoint{ID: c.id, State: catalog.Committed, StartedAt: c.at, Records: c.records, FileCount: 1})
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/server"
@@ -96,14 +97,14 @@ func startProcess(ctx context.Context, f *serveFlags, log *slog.Logger, stdout i
 
 // loadTokens reads --token-file. Without one, only a loopback --listen
 // (or --insecure-no-auth) is served.
-func loadTokens(f *serveFlags, log *slog.Logger) (*api.Tokens, error) {
+func loadTokens(f *serveFlags, log *slog.Logger) (*auth.Tokens, error) {
 	if f.tokenFile == "" {
 		if !isLoopback(f.listen) && !f.insecureNoAuth {
 			return nil, fmt.Errorf("%w: --listen %s is not a loopback address: give --token-file, or --insecure-no-auth to serve it without authorization", errUsage, f.listen)
 		}
 		return nil, nil
 	}
-	tokens, err := api.LoadTokens(f.tokenFile)
+	tokens, err := auth.LoadTokens(f.tokenFile)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +162,7 @@ func (p *process) status() server.Status {
 }
 
 // rootHandler builds the web UI, the API and the root mux that serves both.
-func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometheus.Registry, tokens *api.Tokens) (http.Handler, error) {
+func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometheus.Registry, tokens *auth.Tokens) (http.Handler, error) {
 	f := p.f
 	// One read model, one manifest cache, for the API and the UI.
 	cat, err := catalog.New(catalog.Config{Files: dest, State: eng, Node: f.node, Logger: p.log.With("component", "catalog")})

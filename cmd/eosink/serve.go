@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
@@ -224,7 +225,7 @@ func (p *proxyList) String() string {
 }
 
 func (p *proxyList) Set(v string) error {
-	l, err := api.ParseTrustedProxies(v)
+	l, err := auth.ParseTrustedProxies(v)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/afero"
@@ -501,25 +502,8 @@ func (s *S3) removeTemp(f committer.File) error {
 func (s *S3) putOptions(name, crc string) minio.PutObjectOptions {
 	return minio.PutObjectOptions{
 		UserMetadata: map[string]string{metaCRC: crc},
-		ContentType:  contentType(name),
+		ContentType:  format.MediaType(name),
 	}
-}
-
-func contentType(name string) string {
-	base := strings.TrimSuffix(strings.TrimSuffix(name, ".gz"), ".zst")
-	switch {
-	case strings.HasSuffix(name, ".gz"):
-		return "application/gzip"
-	case strings.HasSuffix(name, ".zst"):
-		return "application/zstd"
-	case strings.HasSuffix(base, ".ndjson"):
-		return "application/x-ndjson"
-	case strings.HasSuffix(base, ".json"):
-		return "application/json"
-	case strings.HasSuffix(base, ".txt"):
-		return "text/plain; charset=utf-8"
-	}
-	return "application/octet-stream"
 }
 
 // userMeta returns the user metadata value for key, whatever its case.

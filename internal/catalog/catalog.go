@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path"
 	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/memo"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -60,14 +59,9 @@ const (
 	// ListChunk is how many entries one destination listing call reads
 	// at most.
 	ListChunk = 1000
-)
-
-// Destination folders that are eosink's own.
-const (
-	ManifestDir = "_manifests/"
-	NodesDir    = "_nodes/"
-	StreamsDir  = "_streams/" // streams' configurations (layout.StreamConfName)
-	StagingDir  = "_staging/"
+	// DefaultAnswerBytes bounds the answer cache: the API's encoded lists
+	// (some 25 pages of 10,000 producers) and the UI's overview.
+	DefaultAnswerBytes = 24 << 20
 )
 
 // Config holds a Catalog's dependencies.
@@ -81,6 +75,9 @@ type Config struct {
 	// larger than that, as a file or parsed, is not read at all
 	// (ErrManifestTooLarge): its files' records are unknown.
 	ManifestBytes int64
+	// AnswerBytes bounds the answer cache (Answer); default
+	// DefaultAnswerBytes.
+	AnswerBytes int
 	// Logger receives what a listing drops (an unreadable manifest); nil
 	// discards.
 	Logger *slog.Logger
@@ -96,6 +93,7 @@ type Catalog struct {
 	log       *slog.Logger
 	now       func() time.Time
 	manifests *manifestCache
+	answers   *memo.Cache[any]
 }
 
 // New checks cfg and returns a Catalog.
@@ -105,6 +103,9 @@ func New(cfg Config) (*Catalog, error) {
 	}
 	if cfg.ManifestBytes <= 0 {
 		cfg.ManifestBytes = DefaultManifestBytes
+	}
+	if cfg.AnswerBytes <= 0 {
+		cfg.AnswerBytes = DefaultAnswerBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -116,7 +117,16 @@ func New(cfg Config) (*Catalog, error) {
 		cfg.State = noState{}
 	}
 	return &Catalog{files: cfg.Files, state: cfg.State, node: cfg.Node, log: cfg.Logger, now: cfg.Now,
-		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes, cfg.Logger)}, nil
+		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes, cfg.Logger), answers: memo.New[any](cfg.AnswerBytes)}, nil
+}
+
+// Answer returns what compute makes of the state store alone under key:
+// kept from an earlier call until the state changes (State.StateVersion),
+// else compute's value, kept if its size in bytes fits. One cache for the
+// API and the UI (each under keys of its own): a client polling a list or
+// the overview costs the writers about what a probe does.
+func (c *Catalog) Answer(key string, compute func() (any, int, error)) (any, error) {
+	return c.answers.Get(c.state.StateVersion(), key, compute)
 }
 
 // Node returns this process's node id ("" if not set).
@@ -137,37 +147,6 @@ func (noState) CheckpointRecord(id uint64) (*recovery.Checkpoint, error) {
 
 func (noState) CheckpointRecords(uint64, int) ([]recovery.Checkpoint, error) { return nil, nil }
 func (noState) StateVersion() uint64                                         { return 0 }
-
-// Kind tells what a destination path is.
-type Kind int
-
-// Kinds of destination paths.
-const (
-	Other    Kind = iota // a stray, a lease, a staging object
-	Part                 // a committed data file, part-<node>-<checkpoint>-<index>.<ext>
-	Manifest             // _manifests/<node>/<checkpoint>.json
-)
-
-// Name is what a destination path's name tells.
-type Name struct {
-	Kind       Kind
-	Node       string
-	Checkpoint uint64
-}
-
-// ParsePath tells what p is, through internal/layout's parsers.
-func ParsePath(p string) Name {
-	if strings.HasPrefix(p, "_") {
-		if node, id, ok := layout.ParseManifestName(p); ok {
-			return Name{Kind: Manifest, Node: node, Checkpoint: id}
-		}
-		return Name{}
-	}
-	if node, id, _, _, ok := layout.ParsePartName(path.Base(p)); ok {
-		return Name{Kind: Part, Node: node, Checkpoint: id}
-	}
-	return Name{}
-}
 
 // AfterPast returns the smallest cursor that sorts after every path under
 // the folder dir ("x/"): '0' is the byte after '/'.

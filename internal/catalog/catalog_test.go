@@ -2,18 +2,16 @@ package catalog
 
 import (
 	"encoding/json"
-	"github.com/eosink/eosink/internal/layout"
 
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/eosink/eosink/recovery"
 )
 
 // TestTwoNodes: one destination holding two nodes' checkpoints, as two
@@ -39,8 +37,8 @@ func TestTwoNodes(t *testing.T) {
 		var got []string
 		for _, f := range files {
 			got = append(got, f.Path)
-			n := ParsePath(f.Path)
-			if f.Name != n || n.Kind != Part || !f.HasRecords {
+			n := layout.ParsePath(f.Path)
+			if f.Name != n || n.Kind != layout.PartPath || !f.HasRecords {
 				t.Errorf("%s: name %+v records %d %v", f.Path, f.Name, f.Records, f.HasRecords)
 			}
 		}
@@ -58,7 +56,7 @@ func TestTwoNodes(t *testing.T) {
 			t.Fatalf("node-b's files: %+v, %v", only, err)
 		}
 		man, _, err := c.Files(ctx, FileQuery{Prefix: "_manifests/", Limit: 100})
-		if err != nil || len(man) != 4 || man[2].Name != (Name{Kind: Manifest, Node: "node-b", Checkpoint: 1}) {
+		if err != nil || len(man) != 4 || man[2].Name != (layout.PathName{Kind: layout.ManifestPath, Node: "node-b", Checkpoint: 1}) {
 			t.Fatalf("manifests: %+v, %v", man, err)
 		}
 	})
@@ -138,23 +136,23 @@ func TestVerifyProblems(t *testing.T) {
 	if err := d.fs.Remove(tDest + "/" + p[1]); err != nil {    // missing
 		t.Fatal(err)
 	}
-	d.write("a/stray.ndjson", []byte("{}\n"))                                       // in no manifest
-	d.write("a/part-x.ndjson.inprogress", []byte("{}\n"))                           // temp file
-	d.write(recovery.ManifestPath("n3", 4), []byte("{"))                            // not JSON
-	d.write(recovery.ManifestPath("n4", 5), []byte(`{"checkpoint":6,"node":"n4"}`)) // misplaced
-	d.write("_nodes/n1.json", []byte("{}"))                                         // a lease: not data
-	d.write("_streams/a.json", []byte("{}"))                                        // a stream's configuration: not data
+	d.write("a/stray.ndjson", []byte("{}\n"))                                     // in no manifest
+	d.write("a/part-x.ndjson.inprogress", []byte("{}\n"))                         // temp file
+	d.write(layout.ManifestName("n3", 4), []byte("{"))                            // not JSON
+	d.write(layout.ManifestName("n4", 5), []byte(`{"checkpoint":6,"node":"n4"}`)) // misplaced
+	d.write("_nodes/n1.json", []byte("{}"))                                       // a lease: not data
+	d.write("_streams/a.json", []byte("{}"))                                      // a stream's configuration: not data
 	rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		p[0]:                           "bytes, manifest says",
-		p[1]:                           "missing (named by _manifests/n1/",
-		"a/stray.ndjson":               "in no manifest",
-		"a/part-x.ndjson.inprogress":   "temp file in the destination",
-		recovery.ManifestPath("n3", 4): "not valid JSON",
-		recovery.ManifestPath("n4", 5): "belongs at",
+		p[0]:                         "bytes, manifest says",
+		p[1]:                         "missing (named by _manifests/n1/",
+		"a/stray.ndjson":             "in no manifest",
+		"a/part-x.ndjson.inprogress": "temp file in the destination",
+		layout.ManifestName("n3", 4): "not valid JSON",
+		layout.ManifestName("n4", 5): "belongs at",
 	}
 	if len(rep.Problems) != len(want) {
 		t.Errorf("%d problems, want %d: %+v", len(rep.Problems), len(want), rep.Problems)
@@ -182,7 +180,7 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 	for id := uint64(1); id <= 40; id++ {
 		d.commit("n1", id, 1, streams...)
 	}
-	one, err := newManifestCache(d.local, 1<<40, slog.New(slog.DiscardHandler)).load(t.Context(), recovery.ManifestPath("n1", 1))
+	one, err := newManifestCache(d.local, 1<<40, slog.New(slog.DiscardHandler)).load(t.Context(), layout.ManifestName("n1", 1))
 	if err != nil || one == nil || one.Bytes < 50*fileOverhead {
 		t.Fatalf("one manifest: %+v, %v", one, err)
 	}
@@ -205,8 +203,8 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 		t.Errorf("the cache holds %d manifests, want 10", n)
 	}
 	c.manifests.mu.Lock()
-	_, has35 := c.manifests.m[recovery.ManifestPath("n1", 35)]
-	_, has1 := c.manifests.m[recovery.ManifestPath("n1", 1)]
+	_, has35 := c.manifests.m[layout.ManifestName("n1", 35)]
+	_, has1 := c.manifests.m[layout.ManifestName("n1", 1)]
 	c.manifests.mu.Unlock()
 	if !has35 || has1 {
 		t.Errorf("recently used 35 kept: %v; oldest 1 evicted: %v", has35, !has1)

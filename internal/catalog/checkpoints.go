@@ -10,20 +10,9 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
-
-// Checkpoint returns this node's checkpoint id with its files, or an error
-// wrapping recovery.ErrNotFound.
-func (c *Catalog) Checkpoint(id uint64) (*recovery.Checkpoint, error) {
-	return c.state.CheckpointRecord(id)
-}
-
-// Checkpoints returns up to limit of this node's checkpoints with ids
-// below before (0: no bound), newest first, without their files.
-func (c *Catalog) Checkpoints(before uint64, limit int) ([]recovery.Checkpoint, error) {
-	return c.state.CheckpointRecords(before, limit)
-}
 
 // RateWindow is the least time an ingest rate is measured over.
 const RateWindow = time.Minute
@@ -41,14 +30,14 @@ type ActiveQuery struct {
 // with their committed records per second over the checkpoints of the
 // last RateWindow or more: the files of those checkpoints, over the time
 // between their barriers.
-func (c *Catalog) Active(cs []recovery.Checkpoint, q ActiveQuery) ([]StreamStat, error) {
+func (c *Catalog) Active(cs []Checkpoint, q ActiveQuery) ([]StreamStat, error) {
 	rateIDs, span := rateCheckpoints(cs)
 	by := map[string]*StreamStat{}
 	var out []*StreamStat
 	read, files := 0, 0
 	for i := range cs {
 		ck := &cs[i]
-		if ck.State != recovery.Committed || max(ck.FileCount, len(ck.Files)) == 0 {
+		if ck.State != Committed || ck.FileCount == 0 {
 			continue
 		}
 		if read == q.Checkpoints || files >= q.Files {
@@ -108,7 +97,7 @@ func (c *Catalog) Active(cs []recovery.Checkpoint, q ActiveQuery) ([]StreamStat,
 // files make the per-stream rates, and the seconds they span: those of the
 // last RateWindow or more of barriers, the oldest barrier bounding the
 // window (its own files came before it).
-func rateCheckpoints(cs []recovery.Checkpoint) ([]uint64, float64) {
+func rateCheckpoints(cs []Checkpoint) ([]uint64, float64) {
 	var ids []uint64
 	var first, last time.Time
 	for i := range cs {
@@ -123,7 +112,7 @@ func rateCheckpoints(cs []recovery.Checkpoint) ([]uint64, float64) {
 		if last.Sub(c.StartedAt) >= RateWindow {
 			break
 		}
-		if c.State == recovery.Committed && c.FileCount > 0 {
+		if c.State == Committed && c.FileCount > 0 {
 			ids = append(ids, c.ID)
 		}
 	}
@@ -157,17 +146,17 @@ type NodeCheckpoint struct {
 // node, this one's included, read from the destination. Each manifest is
 // read through the cache.
 func (c *Catalog) NodeCheckpoints(ctx context.Context, node string, after uint64, limit int) ([]NodeCheckpoint, bool, error) {
-	prefix := ManifestDir + node + "/"
+	prefix := layout.ManifestDir + "/" + node + "/"
 	start := ""
 	if after > 0 {
-		start = recovery.ManifestPath(node, after)
+		start = layout.ManifestName(node, after)
 	}
 	limit = max(limit, 1)
 	var out []NodeCheckpoint
 	more := false
 	err := c.Walk(ctx, prefix, start, limit+1, func(e committer.Entry) (string, bool) {
-		n := ParsePath(e.Path)
-		if n.Kind != Manifest || n.Node != node {
+		n := layout.ParsePath(e.Path)
+		if n.Kind != layout.ManifestPath || n.Node != node {
 			return "", false
 		}
 		if len(out) == limit {

@@ -74,14 +74,14 @@ func (d *dest) commit(node string, id uint64, records int, streams ...string) []
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	d.write(recovery.ManifestPath(node, id), m)
+	d.write(layout.ManifestName(node, id), m)
 	return paths
 }
 
 // lease writes node's lease document, expiring at exp.
 func (d *dest) lease(node, incarnation, listen string, exp time.Time) {
 	d.t.Helper()
-	b, err := json.Marshal(leaseDoc{Node: node, Incarnation: incarnation, Listen: listen, RenewedAt: exp.Add(-30 * time.Second), ExpiresAt: exp})
+	b, err := json.Marshal(layout.Lease{Node: node, Incarnation: incarnation, Listen: listen, RenewedAt: exp.Add(-30 * time.Second), ExpiresAt: exp})
 	if err != nil {
 		d.t.Fatal(err)
 	}

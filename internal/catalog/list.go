@@ -12,8 +12,8 @@ import (
 // File is one committed file of a listing.
 type File struct {
 	committer.Entry
-	Name       Name  // what its name tells (kind, node, checkpoint)
-	Records    int64 // from its manifest, when HasRecords
+	Name       layout.PathName // what its name tells (kind, node, checkpoint)
+	Records    int64           // from its manifest, when HasRecords
 	HasRecords bool
 }
 
@@ -40,7 +40,7 @@ func (c *Catalog) Files(ctx context.Context, q FileQuery) ([]File, string, error
 			dir, _, _ := strings.Cut(e.Path, "/")
 			return AfterPast(dir + "/"), false
 		}
-		name := ParsePath(e.Path)
+		name := layout.ParsePath(e.Path)
 		if q.Node != "" && name.Node != q.Node {
 			return "", false
 		}
@@ -49,7 +49,7 @@ func (c *Catalog) Files(ctx context.Context, q FileQuery) ([]File, string, error
 			return "", true
 		}
 		f := File{Entry: e, Name: name}
-		if name.Kind == Part {
+		if name.Kind == layout.PartPath {
 			f.Records, f.HasRecords = c.Records(ctx, e.Path)
 		}
 		out = append(out, f)
@@ -115,8 +115,8 @@ func (c *Catalog) Dir(ctx context.Context, q DirQuery) (rows []DirEntry, more bo
 	n := max(q.Limit, 1)
 	seen := 0 // files read of the last sub-folder
 	err = c.Walk(ctx, q.Prefix+q.NamePrefix, start, n+1, func(e committer.Entry) (string, bool) {
-		if strings.HasPrefix(e.Path, NodesDir) {
-			return AfterPast(NodesDir), false
+		if strings.HasPrefix(e.Path, layout.LeaseDir+"/") {
+			return AfterPast(layout.LeaseDir + "/"), false
 		}
 		name, _, sub := strings.Cut(e.Path[len(q.Prefix):], "/")
 		if sub {
@@ -126,7 +126,7 @@ func (c *Catalog) Dir(ctx context.Context, q DirQuery) (rows []DirEntry, more bo
 				}
 				return "", false
 			}
-		} else if q.Node != "" && ParsePath(e.Path).Node != q.Node {
+		} else if q.Node != "" && layout.ParsePath(e.Path).Node != q.Node {
 			return "", false
 		}
 		if len(rows) == n {
@@ -217,7 +217,7 @@ func (c *Catalog) Stream(ctx context.Context, name string) (StreamStat, error) {
 		return st, nil
 	}
 	err := c.Walk(ctx, name+"/", "", ListChunk, func(e committer.Entry) (string, bool) {
-		if ParsePath(e.Path).Kind != Part {
+		if layout.ParsePath(e.Path).Kind != layout.PartPath {
 			return "", false
 		}
 		c.count(ctx, &st, e)

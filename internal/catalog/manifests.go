@@ -12,7 +12,6 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/recovery"
 )
 
 // ManifestDoc is one parsed manifest, its files by path.
@@ -20,7 +19,7 @@ type ManifestDoc struct {
 	Node        string
 	Checkpoint  uint64
 	CommittedAt time.Time
-	Files       map[string]*recovery.ManifestFile
+	Files       map[string]*layout.ManifestFile
 	Paths       []string // the files' paths, sorted
 	Bytes       int64    // the estimated memory it holds (its cache cost)
 }
@@ -48,7 +47,7 @@ const (
 )
 
 // manifestCost estimates the bytes m holds in memory.
-func manifestCost(m *recovery.Manifest) int64 {
+func manifestCost(m *layout.Manifest) int64 {
 	n := int64(manifestOverhead + len(m.Node))
 	for i := range m.Files {
 		f := &m.Files[i]
@@ -157,7 +156,7 @@ func (c *manifestCache) load(ctx context.Context, name string) (*ManifestDoc, er
 		return nil, fmt.Errorf("read manifest %s: %w", name, err)
 	}
 	m := &ManifestDoc{Node: doc.Node, Checkpoint: doc.Checkpoint, CommittedAt: doc.CommittedAt,
-		Files: make(map[string]*recovery.ManifestFile, len(doc.Files)), Paths: make([]string, 0, len(doc.Files)),
+		Files: make(map[string]*layout.ManifestFile, len(doc.Files)), Paths: make([]string, 0, len(doc.Files)),
 		Bytes: manifestCost(doc)}
 	for i := range doc.Files {
 		m.Files[doc.Files[i].Path] = &doc.Files[i]
@@ -182,7 +181,7 @@ func (c *manifestCache) put(name string, m *ManifestDoc) {
 		el := c.lru.Back()
 		old := el.Value.(*ManifestDoc)
 		c.lru.Remove(el)
-		delete(c.m, recovery.ManifestPath(old.Node, old.Checkpoint))
+		delete(c.m, layout.ManifestName(old.Node, old.Checkpoint))
 		c.bytes -= old.Bytes
 	}
 }
@@ -197,15 +196,15 @@ func (c *manifestCache) stats() (n int, bytes int64) {
 // Manifest returns node's manifest of checkpoint id, through the cache;
 // nil if it does not exist (yet).
 func (c *Catalog) Manifest(ctx context.Context, node string, id uint64) (*ManifestDoc, error) {
-	return c.manifests.get(ctx, recovery.ManifestPath(node, id))
+	return c.manifests.get(ctx, layout.ManifestName(node, id))
 }
 
 // Records returns a committed data file's record count from its manifest;
 // false if p is not a part file or its manifest does not name it. An
 // unreadable manifest is logged: a listing still answers without counts.
 func (c *Catalog) Records(ctx context.Context, p string) (int64, bool) {
-	n := ParsePath(p)
-	if n.Kind != Part {
+	n := layout.ParsePath(p)
+	if n.Kind != layout.PartPath {
 		return 0, false
 	}
 	m, err := c.Manifest(ctx, n.Node, n.Checkpoint)

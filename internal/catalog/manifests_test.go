@@ -47,9 +47,9 @@ func TestManifestTooLargeReadOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mp := recovery.ManifestPath("n1", 1)
+	mp := layout.ManifestName("n1", 1)
 	d.write(mp, doc)
-	parsed, err := recovery.ReadManifest(t.Context(), d.local, mp)
+	parsed, err := layout.ReadManifest(t.Context(), d.local, mp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,7 @@ package catalog
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -15,20 +13,6 @@ import (
 
 // MaxNodes bounds the nodes Nodes reports.
 const MaxNodes = 1000
-
-// maxLease bounds the bytes of one lease document read.
-const maxLease = 64 << 10
-
-// leaseDoc is the part of a node's lease (_nodes/<node>.json, written by
-// the engine) that the read side shows.
-type leaseDoc struct {
-	Node        string    `json:"node"`
-	Incarnation string    `json:"incarnation"`
-	Listen      string    `json:"listen"`
-	RenewedAt   time.Time `json:"renewed_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	Reserved    uint64    `json:"reserved_checkpoint"`
-}
 
 // NodeStatus is one node of the destination: one that holds or held a
 // lease, or whose manifests are there.
@@ -68,8 +52,8 @@ func (c *Catalog) Nodes(ctx context.Context) ([]NodeStatus, bool, error) {
 	if err := c.leases(ctx, get); err != nil {
 		return nil, false, err
 	}
-	err := c.Walk(ctx, ManifestDir, "", 1, func(e committer.Entry) (string, bool) {
-		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, ManifestDir), "/")
+	err := c.Walk(ctx, layout.ManifestDir+"/", "", 1, func(e committer.Entry) (string, bool) {
+		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, layout.ManifestDir+"/"), "/")
 		if !ok {
 			return "", false
 		}
@@ -78,7 +62,7 @@ func (c *Catalog) Nodes(ctx context.Context) ([]NodeStatus, bool, error) {
 			return "", true
 		}
 		n.HasManifests = true
-		return AfterPast(ManifestDir + id + "/"), false // one call per node
+		return AfterPast(layout.ManifestDir + "/" + id + "/"), false // one call per node
 	})
 	if err != nil {
 		return nil, false, err
@@ -95,17 +79,17 @@ func (c *Catalog) Nodes(ctx context.Context) ([]NodeStatus, bool, error) {
 // once there are too many).
 func (c *Catalog) leases(ctx context.Context, get func(id string) *NodeStatus) error {
 	now := c.now()
-	return c.Walk(ctx, NodesDir, "", ListChunk, func(e committer.Entry) (string, bool) {
+	return c.Walk(ctx, layout.LeaseDir+"/", "", ListChunk, func(e committer.Entry) (string, bool) {
 		doc, err := c.readLease(ctx, e.Path)
 		id := doc.Node
 		if err == nil && layout.LeaseName(id) == e.Path {
 			// Bounded like every document read from the destination: a
 			// planted lease is shown as such, never as a live holder.
-			err = layout.CheckLease(e.Path, layout.LeaseFields{Node: doc.Node, RenewedAt: doc.RenewedAt, ExpiresAt: doc.ExpiresAt, Reserved: doc.Reserved}, now)
+			err = layout.CheckLease(e.Path, doc, now)
 		}
 		if err != nil || layout.LeaseName(id) != e.Path {
 			// Not a lease eosink wrote for this name: shown by its name.
-			id = strings.TrimSuffix(strings.TrimPrefix(e.Path, NodesDir), ".json")
+			id = strings.TrimSuffix(strings.TrimPrefix(e.Path, layout.LeaseDir+"/"), ".json")
 			if err == nil {
 				err = fmt.Errorf("lease names node %q", doc.Node)
 			}
@@ -125,15 +109,11 @@ func (c *Catalog) leases(ctx context.Context, get func(id string) *NodeStatus) e
 	})
 }
 
-func (c *Catalog) readLease(ctx context.Context, name string) (leaseDoc, error) {
-	var doc leaseDoc
+func (c *Catalog) readLease(ctx context.Context, name string) (layout.Lease, error) {
 	rc, _, err := c.files.Open(ctx, name)
 	if err != nil {
-		return doc, fmt.Errorf("open lease: %w", err)
+		return layout.Lease{}, fmt.Errorf("open lease: %w", err)
 	}
 	defer rc.Close()
-	if err := json.NewDecoder(io.LimitReader(rc, maxLease)).Decode(&doc); err != nil {
-		return doc, fmt.Errorf("decode lease: %w", err)
-	}
-	return doc, nil
+	return layout.ReadLease(rc)
 }

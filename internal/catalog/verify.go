@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/recovery"
-	"github.com/eosink/eosink/staging"
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/layout"
 )
 
 // Problem is one thing Verify found wrong.
@@ -44,9 +44,9 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 	var manifests []string
 	for _, e := range all {
 		switch {
-		case strings.HasPrefix(e.Path, ManifestDir):
+		case strings.HasPrefix(e.Path, layout.ManifestDir+"/"):
 			manifests = append(manifests, e.Path)
-		case strings.HasPrefix(e.Path, StagingDir), strings.HasPrefix(e.Path, NodesDir), strings.HasPrefix(e.Path, StreamsDir):
+		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"):
 			// S3 copy mode's staging objects, node leases and stream
 			// configurations are not committed data.
 		default:
@@ -77,7 +77,7 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 	sort.Strings(stray)
 	for _, p := range stray {
 		what := "in no manifest"
-		if strings.HasSuffix(p, ".inprogress") {
+		if layout.IsTempName(p) {
 			what = "temp file in the destination"
 		}
 		rep.Problems = append(rep.Problems, Problem{Path: p, What: what})
@@ -88,7 +88,7 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 // manifestEntry is one file a manifest names.
 type manifestEntry struct {
 	manifest string
-	f        recovery.ManifestFile
+	f        layout.ManifestFile
 }
 
 // manifestEntries reads every manifest, reporting those that cannot be
@@ -97,7 +97,7 @@ func (c *Catalog) manifestEntries(ctx context.Context, manifests []string, rep *
 	named := map[string]bool{}
 	var entries []manifestEntry
 	for _, mp := range manifests {
-		m, err := recovery.ReadManifest(ctx, c.files, mp)
+		m, err := layout.ReadManifest(ctx, c.files, mp)
 		if err != nil {
 			rep.Problems = append(rep.Problems, Problem{Path: mp, What: err.Error()})
 			continue
@@ -116,7 +116,7 @@ func (c *Catalog) manifestEntries(ctx context.Context, manifests []string, rep *
 
 // check reads file f and adds it to rep, or a problem if its size, CRC-32C
 // or record count differs from its manifest's.
-func (c *Catalog) check(ctx context.Context, f recovery.ManifestFile, rep *VerifyReport) {
+func (c *Catalog) check(ctx context.Context, f layout.ManifestFile, rep *VerifyReport) {
 	size, lines, sum, err := scanFile(ctx, c.files, f.Path)
 	switch {
 	case err != nil:
@@ -125,7 +125,7 @@ func (c *Catalog) check(ctx context.Context, f recovery.ManifestFile, rep *Verif
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("%d bytes, manifest says %d", size, f.Bytes)})
 	case sum != f.CRC32C:
 		rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: fmt.Sprintf("crc32c %s, manifest says %s", sum, f.CRC32C)})
-	case staging.Encoded(f.Path):
+	case format.Encoded(f.Path):
 		// Compressed or Parquet: decode it and count (verify_encoded.go).
 		if err := checkEncoded(ctx, c.files, f.Path, size, f.Records); err != nil {
 			rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: err.Error()})

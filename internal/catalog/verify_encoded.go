@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/eosink/eosink/staging"
+	"github.com/eosink/eosink/internal/format"
 )
 
 // checkEncoded decodes a compressed or Parquet file of the destination and
-// checks its record count (staging.CheckRecords). Files opened as an
+// checks its record count (format.CheckRecords). Files opened as an
 // io.ReaderAt (local files, S3 objects) are read in place; others are read
 // whole into memory.
 func checkEncoded(ctx context.Context, r Reader, name string, size, records int64) error {
@@ -27,5 +27,5 @@ func checkEncoded(ctx context.Context, r Reader, name string, size, records int6
 		}
 		ra = bytes.NewReader(data)
 	}
-	return staging.CheckRecords(ra, size, name, records)
+	return format.CheckRecords(ra, size, name, records)
 }

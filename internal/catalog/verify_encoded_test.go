@@ -9,6 +9,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/recovery"
@@ -24,11 +25,11 @@ func TestVerifyEncodedFiles(t *testing.T) {
 	schema := &streamconf.Schema{Fields: []streamconf.Field{{Name: "a", Type: streamconf.TypeInt64, Required: true}}}
 	cases := []struct {
 		ext string
-		enc staging.Encoding
+		enc format.Encoding
 	}{
-		{"ndjson.zst", staging.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
-		{"ndjson.gz", staging.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionGzip}},
-		{"parquet", staging.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
+		{"ndjson.zst", format.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
+		{"ndjson.gz", format.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionGzip}},
+		{"parquet", format.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
 	}
 	for _, c := range cases {
 		t.Run(c.ext, func(t *testing.T) {
@@ -65,7 +66,7 @@ func TestVerifyEncodedFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 				_ = fs.MkdirAll(path.Join(dest, "_manifests/n1"), 0o755)
-				if err := afero.WriteFile(fs, path.Join(dest, recovery.ManifestPath("n1", 1)), body, 0o644); err != nil {
+				if err := afero.WriteFile(fs, path.Join(dest, layout.ManifestName("n1", 1)), body, 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cat, err := New(Config{Files: local.New(fs, dest, stg)})

@@ -1,13 +1,16 @@
 package layout
 
-// This file owns the checks on a node lease document read from the
-// destination (_nodes/<node>.json, written by the engine): its bounds,
-// so that a lease planted by another writer of the bucket can neither
-// make checkpoint ids wrap nor hold a node off for ever.
+// This file owns the node lease document (_nodes/<node>.json, written by
+// the engine, read by the engine and the read side) and the checks on one
+// read from the destination: its bounds, so that a lease planted by
+// another writer of the bucket can neither make checkpoint ids wrap nor
+// hold a node off for ever.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -25,13 +28,40 @@ const MaxClockSkew = time.Hour
 // report it; a node never takes ids or an expiry from it.
 var ErrBadLease = errors.New("not a valid lease")
 
-// LeaseFields are the parts of a lease document CheckLease bounds.
-type LeaseFields struct {
-	Node      string
-	RenewedAt time.Time
-	ExpiresAt time.Time
-	// Reserved is the highest checkpoint id the node reserved.
-	Reserved uint64
+// MaxLease bounds the bytes of one lease document a reader accepts.
+const MaxLease = 64 << 10
+
+// Lease is the document at LeaseName(node) in the destination. A node
+// takes it create-only at start (or replaces it by compare-and-swap once
+// it has expired), and renews it by compare-and-swap every timeout/3.
+type Lease struct {
+	Node string `json:"node"`
+	// Incarnation is random per process start: it tells a holder from a
+	// restarted or a second process with the same node id.
+	Incarnation string    `json:"incarnation"`
+	Listen      string    `json:"listen,omitempty"`
+	RenewedAt   time.Time `json:"renewed_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// Reserved is the highest checkpoint id any incarnation of this node
+	// reserved (and so may have named in an answer). A node rebuilt
+	// without its state store continues beyond it (I8). Written before
+	// the ids are handed out, carried over from one holder to the next.
+	Reserved uint64 `json:"reserved_checkpoint"`
+}
+
+func (l Lease) String() string {
+	return fmt.Sprintf("node %s incarnation %s (listen %q), renewed %s, expires %s",
+		l.Node, l.Incarnation, l.Listen, l.RenewedAt.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano))
+}
+
+// ReadLease decodes a lease document from r, reading at most MaxLease
+// bytes. It checks only the form; CheckLease checks the bounds.
+func ReadLease(r io.Reader) (Lease, error) {
+	var l Lease
+	if err := json.NewDecoder(io.LimitReader(r, MaxLease)).Decode(&l); err != nil {
+		return l, fmt.Errorf("decode lease: %w", err)
+	}
+	return l, nil
 }
 
 // CheckLease checks the lease read at name against now: it names the node
@@ -39,7 +69,7 @@ type LeaseFields struct {
 // cannot wrap, I8), was not renewed more than MaxClockSkew in the future,
 // and expires no later than MaxLeaseTimeout after its renewal. A released
 // lease (zero expiry) passes. Errors wrap ErrBadLease.
-func CheckLease(name string, l LeaseFields, now time.Time) error {
+func CheckLease(name string, l Lease, now time.Time) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrBadLease, name, fmt.Sprintf(format, args...))
 	}

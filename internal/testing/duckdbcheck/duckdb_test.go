@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -74,7 +75,7 @@ func makeOrders(t *testing.T, seed uint64, n int) []order {
 
 // writeFile stages records as one transaction, encodes it and moves it to
 // final (with the durable recipe), as a checkpoint would.
-func writeFile(t *testing.T, fs afero.Fs, dirs *durable.Dirs, stagingDir, final string, recs [][]byte, enc staging.Encoding) staging.Summary {
+func writeFile(t *testing.T, fs afero.Fs, dirs *durable.Dirs, stagingDir, final string, recs [][]byte, enc format.Encoding) staging.Summary {
 	t.Helper()
 	tx, err := staging.Create(fs, staging.TempName(stagingDir, filepath.Base(final)), 0)
 	if err != nil {
@@ -154,7 +155,7 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(root, "files")
-	enc := staging.EncodingFor(conf)
+	enc := format.EncodingFor(conf)
 	enc.RowGroupBytes = 8 << 10 // several row groups per file
 	ext, err := conf.Ext("ndjson")
 	if err != nil {
@@ -266,7 +267,7 @@ func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		final := filepath.Join(root, "files", "clicks", "dt=2026-11-29", "hour=09", "part-n1-00000000000000000003-0000."+ext)
-		writeFile(t, fs, dirs, stagingDir, final, recs, staging.EncodingFor(conf))
+		writeFile(t, fs, dirs, stagingDir, final, recs, format.EncodingFor(conf))
 		if _, err := os.Stat(final); err != nil {
 			t.Fatal(err)
 		}

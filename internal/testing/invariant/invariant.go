@@ -42,9 +42,8 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/internal/streamconf"
-	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -207,15 +206,15 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 	var manifests []string
 	for _, o := range objs {
 		switch {
-		case strings.HasSuffix(o.Path, ".inprogress"):
+		case layout.IsTempName(o.Path):
 			r.bad("I1: temp file in destination: %s", o.Path)
 			continue
-		case strings.HasPrefix(o.Path, "_staging/"):
+		case strings.HasPrefix(o.Path, layout.StagingDir+"/"):
 			r.Staging = append(r.Staging, o.Path)
 			continue
-		case strings.HasPrefix(o.Path, "_nodes/"), strings.HasPrefix(o.Path, "_streams/"):
+		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"):
 			continue // node leases, stream configurations: not data
-		case strings.HasPrefix(o.Path, "_manifests/"):
+		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
 				continue
@@ -540,13 +539,12 @@ func (c *Checker) checkRanges(r *Report, name string, manifest map[string]commit
 
 // decodeLines returns a data file's records as NDJSON lines: a plain
 // file's bytes as they are, a compressed or Parquet one's decoded by
-// staging's readers (encoded true).
+// internal/format's readers (encoded true).
 func decodeLines(name string, data []byte) (lines []byte, encoded bool, err error) {
-	format, compression, _, ok := streamconf.ParseExt(name)
-	if !ok || format != streamconf.FormatParquet && compression == streamconf.CompressionNone {
+	if !format.Encoded(name) {
 		return data, false, nil
 	}
-	recs, err := staging.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
+	recs, err := format.OpenRecords(bytes.NewReader(data), int64(len(data)), name)
 	if err != nil {
 		return nil, true, err
 	}

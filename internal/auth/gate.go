@@ -1,9 +1,13 @@
-package api
+package auth
+
+// This file owns the auth-failure gate: the token check the API and the
+// web UI share, and the limit on invalid tokens per client address.
 
 import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +40,29 @@ func (g *Gate) Authenticate(r *http.Request, token string) (role Role, ok bool, 
 	return 0, false, g.fails.fail(clientKey(r, g.proxies))
 }
 
-// Gate returns the server's token check, to share with the web UI; nil
-// when authorization is off.
-func (s *Server) Gate() *Gate { return s.gate }
+// GateConfig holds a Gate's settings.
+type GateConfig struct {
+	Tokens *Tokens // required
+	// Failures invalid tokens an address may send per Window; the table
+	// of addresses holds at most Table of them.
+	Failures int
+	Window   time.Duration
+	Table    int
+	// Proxies are the trusted proxies (ParseTrustedProxies): behind one,
+	// failures count under the client it forwarded for.
+	Proxies []netip.Prefix
+	// Now is the limiter's clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// NewGate returns the Gate of cfg.
+func NewGate(cfg GateConfig) *Gate {
+	fl := newFailLimiter(cfg.Failures, cfg.Window, cfg.Table)
+	if cfg.Now != nil {
+		fl.now = cfg.Now
+	}
+	return &Gate{tokens: cfg.Tokens, fails: fl, proxies: slices.Clone(cfg.Proxies)}
+}
 
 // failLimiter counts the invalid tokens each client address sends in a
 // fixed window. An address that passed the limit is answered 429 until its

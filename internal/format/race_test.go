@@ -1,6 +1,6 @@
 //go:build race
 
-package staging
+package format
 
 // raceEnabled: the race detector instruments memory and slows encoding
 // tenfold, so memory measurements mean nothing under it.

@@ -1,4 +1,4 @@
-package staging
+package format
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/parquet-go/parquet-go/encoding/thrift"
-	"github.com/parquet-go/parquet-go/format"
+	pqformat "github.com/parquet-go/parquet-go/format"
 )
 
 // Preview bounds of a Parquet file. A file in the destination may be one
@@ -100,7 +100,7 @@ func (p *parquetRecords) checkPreview(r io.ReaderAt, size int64, rows int) error
 // window of the file that grows up to PreviewMaxPage bytes: the header's
 // own lengths (statistics) can then claim no more than the window holds.
 // It returns the header and its length.
-func readPageHeader(r io.ReaderAt, off, end int64) (*format.PageHeader, int64, error) {
+func readPageHeader(r io.ReaderAt, off, end int64) (*pqformat.PageHeader, int64, error) {
 	var proto thrift.CompactProtocol
 	for window := int64(previewHeaderFirst); ; window *= 4 {
 		window = min(window, end-off, PreviewMaxPage)
@@ -112,7 +112,7 @@ func readPageHeader(r io.ReaderAt, off, end int64) (*format.PageHeader, int64, e
 			return nil, 0, fmt.Errorf("read Parquet page header: %w", err)
 		}
 		br := proto.NewReaderFromBytes(buf)
-		h := new(format.PageHeader)
+		h := new(pqformat.PageHeader)
 		err := thrift.NewDecoder(br).Decode(h)
 		if err == nil {
 			return h, int64(br.BytesRead()), nil

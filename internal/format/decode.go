@@ -1,4 +1,4 @@
-package staging
+package format
 
 import (
 	"bufio"
@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/streamconf"
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/format"
+	pqformat "github.com/parquet-go/parquet-go/format"
 )
 
 // Reading committed files back, for previews and `eosink verify`.
@@ -55,21 +53,14 @@ func OpenRecords(r io.ReaderAt, size int64, name string) (Records, error) {
 		return openParquet(r, size)
 	}
 	sr := io.NewSectionReader(r, 0, size)
-	switch compression {
-	case streamconf.CompressionGzip:
-		zr, err := gzip.NewReader(bufio.NewReaderSize(sr, 64<<10))
-		if err != nil {
-			return nil, fmt.Errorf("%w: gzip header: %w", ErrCorrupt, err)
-		}
-		return &lineRecords{br: bufio.NewReaderSize(zr, 64<<10), close: zr.Close}, nil
-	case streamconf.CompressionZstd:
-		zr, err := zstd.NewReader(sr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(maxZstdWindow))
-		if err != nil {
-			return nil, fmt.Errorf("start zstd: %w", err)
-		}
-		return &lineRecords{br: bufio.NewReaderSize(zr, 64<<10), close: func() error { zr.Close(); return nil }}, nil
+	if compression == streamconf.CompressionNone {
+		return &lineRecords{br: bufio.NewReaderSize(sr, 64<<10)}, nil
 	}
-	return &lineRecords{br: bufio.NewReaderSize(sr, 64<<10)}, nil
+	zr, err := Decompress(bufio.NewReaderSize(sr, 64<<10), name, maxZstdWindow)
+	if err != nil {
+		return nil, err
+	}
+	return &lineRecords{br: bufio.NewReaderSize(zr, 64<<10), close: zr.Close}, nil
 }
 
 type lineRecords struct {
@@ -217,12 +208,12 @@ func openParquet(r io.ReaderAt, size int64) (rec Records, err error) {
 		}
 		c := pqColumn{name: strconv.Quote(field.Name())}
 		t := field.Type()
-		var lv format.LogicalTypeValue
+		var lv pqformat.LogicalTypeValue
 		if lt := t.LogicalType(); lt != nil {
 			lv = lt.Value
 		}
-		ts, isTS := lv.(*format.TimestampType)
-		_, isJSON := lv.(*format.JsonType)
+		ts, isTS := lv.(*pqformat.TimestampType)
+		_, isJSON := lv.(*pqformat.JsonType)
 		switch {
 		case t.Kind() == parquet.Boolean:
 			c.kind = pqBool
@@ -231,9 +222,9 @@ func openParquet(r io.ReaderAt, size int64) (rec Records, err error) {
 		case t.Kind() == parquet.Int64 && isTS:
 			c.kind = pqTimestamp
 			switch ts.Unit.Value.(type) {
-			case *format.MilliSeconds:
+			case *pqformat.MilliSeconds:
 				c.unit = time.Millisecond
-			case *format.MicroSeconds:
+			case *pqformat.MicroSeconds:
 				c.unit = time.Microsecond
 			default:
 				c.unit = time.Nanosecond
