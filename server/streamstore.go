@@ -27,8 +27,8 @@ import (
 // read per configured stream): a document of a stream the store lacks, or
 // of a newer version than the store's (a store restored from an older
 // copy), is restored into the store with its version, and a stream of the
-// store whose document is missing, older or not valid (a write that failed
-// after the store's) is written.
+// store that has no document (a write that failed after the store's) is
+// written.
 //
 // What is read is checked before it is believed: a name through
 // layout.ParseStreamConfName, a size bound, a strict decode, the stream
@@ -186,23 +186,20 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 			}
 			continue
 		}
-		ours, stored := inStore[stream]
+		inDest[stream] = true
 		if en.Bytes > streamDocMax {
 			e.log.Error("stream configuration in the destination too large: skipped", "stream", stream, "path", en.Path, "bytes", en.Bytes)
-			inDest[stream] = !stored // ours replaces it below
 			continue
 		}
 		// Read also when the store has the stream: a store restored from
 		// an older copy has an older version than the destination, and
-		// must not revert the stream to it.
+		// must not revert the stream to it. (An older document is left to
+		// the next PUT: a start takes no lock over a present document.)
 		rec, _, ok, err := e.readStreamDoc(ctx, stream)
 		if err != nil {
 			return err
 		}
-		// Present: unless ours is newer (or the document not valid), as
-		// when a PUT's write to the destination failed: written below.
-		inDest[stream] = ok && (!stored || rec.Config.Version >= ours)
-		if !ok || stored && rec.Config.Version <= ours {
+		if ours, stored := inStore[stream]; !ok || stored && rec.Config.Version <= ours {
 			continue // the store's is the record
 		}
 		wrote, err := e.store.RestoreStream(rec)
