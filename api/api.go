@@ -151,6 +151,7 @@ type Server struct {
 	bodies     sync.Pool // *[]byte: the first step of request bodies
 	bodyTime   time.Duration
 	inflight   *budget
+	windows    *budget // the part of inflight zstd decoder windows may hold (readBody)
 	origin     *http.CrossOriginProtection
 	hosts      []string // names served without tokens, besides loopback ones
 	anyIP      bool     // without tokens, any IP literal Host is served too
@@ -223,6 +224,7 @@ func New(cfg Config) (*Server, error) {
 		retryAfter: strconv.FormatInt(int64(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)), 10),
 		bodyTime:   cfg.BodyTimeout,
 		inflight:   &budget{limit: cfg.MaxInflightBody},
+		windows:    &budget{limit: max(cfg.MaxInflightBody/2, zstdMaxWindow)},
 		origin:     http.NewCrossOriginProtection(),
 		stall:      cfg.DownloadStall,
 	}

@@ -268,10 +268,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 	var (
 		held           int64
 		pooled, joined *[]byte
+		windowHeld     bool // a zstd window is held in s.windows (and in held)
 	)
 	release = func() {
 		s.inflight.give(held)
 		held = 0
+		if windowHeld {
+			s.windows.give(zstdMaxWindow)
+			windowHeld = false
+		}
 		// Only a buffer that held a whole body goes back to the pool, so
 		// that it holds buffers of the bodies' sizes.
 		if joined != nil {
@@ -299,15 +304,32 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 	if r.ContentLength >= 0 && coding == "" {
 		limit = r.ContentLength
 	}
+	var window *holdOnFirstByte
 	if coding == "zstd" {
-		// The decoder's window is memory too: hold it against the budget.
-		if !s.inflight.take(zstdMaxWindow) {
-			return nil, release, errBodyBudget
-		}
-		held += zstdMaxWindow
+		// The decoder's window is memory too: it is held against the
+		// budget once the body's first byte arrives (the decoder allocates
+		// it on the frame header), not from the headers on, and zstd
+		// windows may hold at most half the budget: many senders that
+		// declare zstd and send little can't hold it all (issue 22 item 8).
+		window = &holdOnFirstByte{r: src, take: func() bool {
+			if !s.windows.take(zstdMaxWindow) {
+				return false
+			}
+			if !s.inflight.take(zstdMaxWindow) {
+				s.windows.give(zstdMaxWindow)
+				return false
+			}
+			held += zstdMaxWindow
+			windowHeld = true
+			return true
+		}}
+		src = window
 	}
 	if coding != "" {
 		dec, err := newDecodedBody(coding, src, s.maxBody)
+		if window != nil && window.refused {
+			err = errBodyBudget
+		}
 		if err != nil {
 			return nil, release, err
 		}
@@ -357,6 +379,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 			c = make([]byte, step)
 		}
 		n, err := io.ReadFull(src, c)
+		if window != nil && window.refused {
+			return nil, release, errBodyBudget // whatever the decoder made of it
+		}
 		if inPlace {
 			chunks[0] = (*pooled)[:total+n]
 		} else {
@@ -387,6 +412,31 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, coding string)
 		body = append(body, c...)
 	}
 	return body, release, nil
+}
+
+// holdOnFirstByte reads r, calling take once its first byte has arrived;
+// when take refuses, the read fails and refused is set (a decoder over it
+// may wrap the error beyond recognition).
+type holdOnFirstByte struct {
+	r       io.Reader
+	take    func() bool
+	taken   bool
+	refused bool
+}
+
+func (h *holdOnFirstByte) Read(p []byte) (int, error) {
+	if h.refused {
+		return 0, errBodyBudget
+	}
+	n, err := h.r.Read(p)
+	if n > 0 && !h.taken {
+		h.taken = true
+		if !h.take() {
+			h.refused = true
+			return 0, errBodyBudget
+		}
+	}
+	return n, err
 }
 
 // holdPieces returns the Write.Hold of a write whose body is n bytes: the

@@ -89,8 +89,18 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
-	if err := f.Store.Commit(c.ID, time.Now(), dur, f.Retain); err != nil {
+	var moved []committer.File // nil unless a file was displaced
+	for i := range files {
+		if files[i].Final != c.Files[i].Final {
+			moved = files
+			break
+		}
+	}
+	if err := f.Store.CommitFiles(c.ID, moved, time.Now(), dur, f.Retain); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
+	}
+	if moved != nil {
+		c.Files = moved // the caller's answer names them where they are
 	}
 	return nil
 }

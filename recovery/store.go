@@ -531,6 +531,13 @@ func (s *Store) Prepare(c *Checkpoint) error {
 // Commit records a prepared checkpoint committed and advances the committed
 // sequence numbers of its producers. Committing a committed one is a no-op.
 func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) error {
+	return s.CommitFiles(id, nil, at, durationMS, retain)
+}
+
+// CommitFiles is Commit that also records files, when not nil, as the
+// checkpoint's files: where they were committed (a displaced part file is
+// not at its first final name).
+func (s *Store) CommitFiles(id uint64, files []committer.File, at time.Time, durationMS int64, retain int) error {
 	return s.update("commit", func(tx *bolt.Tx) error {
 		c, err := getCheckpoint(tx, id)
 		if err != nil {
@@ -543,6 +550,9 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 			return fmt.Errorf("commit checkpoint %d: state is %s", id, c.State)
 		}
 		c.State, c.CommittedAt, c.DurationMS = Committed, at.UTC(), durationMS
+		if files != nil {
+			c.Files = files
+		}
 		for pid, streams := range c.Seqs {
 			for stream, next := range streams {
 				ss, ok, err := getSeq(tx, pid, stream)

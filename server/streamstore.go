@@ -23,9 +23,10 @@ import (
 // its configuration with its version, and when it was accepted. A PUT
 // writes it after the store recorded it (atomically, compare-and-swap over
 // the version it read, never over a newer version). At start, after the
-// lease is taken, the node lists _streams/ (one listing; a start reads no
-// document of a stream its store has): a document of a stream the store
-// lacks is restored into the store with its version, and a stream of the
+// lease is taken, the node lists _streams/ and reads each document (one
+// read per configured stream): a document of a stream the store lacks, or
+// of a newer version than the store's (a store restored from an older
+// copy), is restored into the store with its version, and a stream of the
 // store that has no document (a write that failed after the store's) is
 // written.
 //
@@ -170,9 +171,9 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 	if err != nil {
 		return fmt.Errorf("load stream configurations: %w", err)
 	}
-	inStore := make(map[string]bool, len(all))
+	inStore := make(map[string]int64, len(all)) // the store's version of each stream
 	for _, rec := range all {
-		inStore[rec.Stream] = true
+		inStore[rec.Stream] = rec.Config.Version
 	}
 	inDest := map[string]bool{}
 	restored := 0
@@ -186,19 +187,20 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 			continue
 		}
 		inDest[stream] = true
-		if inStore[stream] {
-			continue // the store's is the record: nothing to read
-		}
 		if en.Bytes > streamDocMax {
 			e.log.Error("stream configuration in the destination too large: skipped", "stream", stream, "path", en.Path, "bytes", en.Bytes)
 			continue
 		}
+		// Read also when the store has the stream: a store restored from
+		// an older copy has an older version than the destination, and
+		// must not revert the stream to it. (An older document is left to
+		// the next PUT: a start takes no lock over a present document.)
 		rec, _, ok, err := e.readStreamDoc(ctx, stream)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
+		if ours, stored := inStore[stream]; !ok || stored && rec.Config.Version <= ours {
+			continue // the store's is the record
 		}
 		wrote, err := e.store.RestoreStream(rec)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -251,7 +252,7 @@ func (l *Local) Open(_ context.Context, name string) (io.ReadSeekCloser, committ
 	}
 	fi, err := l.FS.Stat(p)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
 		}
 		return nil, committer.Entry{}, fmt.Errorf("open %s: %w", name, err)
@@ -278,7 +279,9 @@ func (l *Local) noSymlinks(name string) error {
 		p = path.Join(p, part)
 		fi, _, err := ls.LstatIfPossible(p)
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
+			// ENOTDIR: a file where the name needs a directory, so
+			// nothing is there.
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 				return fmt.Errorf("open %s: %w", name, committer.ErrNotFound)
 			}
 			return fmt.Errorf("open %s: %w", name, err)

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// TestSlowZstdBodiesHoldLittle: a zstd body that has sent nothing yet holds
+// no decoder window against the in-flight budget, and those that sent a
+// frame header hold at most half of it: a plain write of a whole body
+// still fits. (Each held 8 MiB from its headers on: 32 connections
+// declaring zstd and sending nothing held the default 256 MiB, and every
+// other write was 429 for up to the body timeout — issue 22 item 8 again,
+// by Content-Encoding.)
+func TestSlowZstdBodiesHoldLittle(t *testing.T) {
+	const senders = 8
+	budget := int64(4 * zstdMaxWindow)
+	r := newRig(t, rigOpts{api: func(c *Config) { c.MaxBody, c.MaxInflightBody = 1<<20, budget }})
+	ts := httptest.NewServer(r.srv)
+	t.Cleanup(ts.Close)
+	addr := ts.Listener.Addr().String()
+	send := func(first []byte) {
+		for range senders {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if _, err := fmt.Fprintf(c, "POST /v1/streams/s/records HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Encoding: zstd\r\nContent-Length: %d\r\n\r\n%s", 1<<20, first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // the senders' handlers wait for their bodies
+	}
+	write := func(what string, body string) {
+		t.Helper()
+		resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("%s: %d, want 202", what, resp.StatusCode)
+		}
+	}
+	send(nil)
+	if n, most := r.srv.inflight.inUse(), int64(senders*bodyFirst); n > most {
+		t.Errorf("%d zstd senders of nothing hold %d bytes of the budget, want at most %d", senders, n, most)
+	}
+	big := strings.Repeat(`{"pad":"`+strings.Repeat("x", 1014)+`"}`+"\n", 900)
+	write("a 900 KiB write beside zstd senders of nothing", big)
+
+	// Senders of a frame header (an 8 MiB window, the most there is).
+	var frame bytes.Buffer
+	zw, err := zstd.NewWriter(&frame, zstd.WithWindowSize(zstdMaxWindow), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = zw.Write([]byte(big))
+	_ = zw.Close()
+	send(frame.Bytes()[:64])
+	if n, most := r.srv.inflight.inUse(), budget/2+int64(4*senders*bodyFirst); n > most {
+		t.Errorf("zstd senders of a frame header hold %d bytes of the budget, want at most %d", n, most)
+	}
+	write("a 900 KiB write beside zstd senders of a frame header", big)
+}
