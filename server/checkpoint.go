@@ -36,11 +36,11 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	// 0. The barrier hands out the next id, an abort the one after it:
 	// both must be reserved before any answer can name them (I8).
 	if err := e.reserveIDs(); err != nil {
-		if e.failOn(err) {
+		if e.health.failOn(err) {
 			return CheckpointResult{}, e.Err()
 		}
 		// Refused for space, nothing recorded: no barrier, try later.
-		e.noteDiskFull(err)
+		e.health.noteDiskFull(err)
 		return CheckpointResult{}, err
 	}
 	// 1. Barrier: swap the open checkpoint under the ingest lock.
@@ -52,7 +52,7 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 	// 2. Pre-commit every file in parallel, then make their names durable.
 	files, err := e.preCommit(c.ck.ID, c.txns)
 	if err != nil {
-		e.noteDiskFull(err)
+		e.health.noteDiskFull(err)
 		return e.abort(c, files, err), nil
 	}
 	c.ck.Files, c.ck.PreparedAt = files, e.cfg.Now().UTC()
@@ -75,9 +75,9 @@ func (e *Engine) checkpoint() (CheckpointResult, error) {
 func (e *Engine) barrier(began time.Time) (*cut, CheckpointResult, error) {
 	start := e.cfg.Now().UTC()
 	e.mu.Lock()
-	if e.failErr != nil {
+	if e.health.failErr != nil {
 		e.mu.Unlock()
-		return nil, CheckpointResult{}, e.failErr
+		return nil, CheckpointResult{}, e.health.failErr
 	}
 	if len(e.openTxns) == 0 && len(e.prods.dirty) == 0 {
 		res, err := e.emptyLocked(began)
@@ -109,14 +109,14 @@ func (e *Engine) recordPrepared(c *cut) error {
 	if err := e.store.Prepare(c.ck); err != nil {
 		err = fmt.Errorf("record prepared checkpoint %d: %w", c.ck.ID, err)
 		if errors.Is(err, ErrDiskFull) {
-			e.noteDiskFull(err)
+			e.health.noteDiskFull(err)
 			return err
 		}
-		e.fail(err)
+		e.health.fail(err)
 		c.failed = true
 		return e.Err()
 	}
-	e.diskOK()
+	e.health.diskOK()
 	e.mu.Lock()
 	e.lastPrepared = c.ck.ID
 	e.keyPreparedLocked(c.ck.Keys)
@@ -132,7 +132,7 @@ func (e *Engine) recordPrepared(c *cut) error {
 // say why.
 func (e *Engine) commit(c *cut) error {
 	err := e.pol.retry(e.ctx, func() error { return e.fin.Finish(e.ctx, c.ck) }, func(f failure) {
-		e.noteStuck(c.ck.ID, f)
+		e.health.noteStuck(c.ck.ID, f)
 		c.log.Warn("commit failed, retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
 	})
 	if err != nil && !errors.Is(err, ErrClosed) {
@@ -145,7 +145,7 @@ func (e *Engine) commit(c *cut) error {
 // hooks.
 func (e *Engine) committed(c *cut) CheckpointResult {
 	e.mu.Lock()
-	e.stuck, e.diskFull = stuck{}, nil
+	e.health.stuck, e.health.diskFull = stuck{}, nil
 	e.prods.committed(c.ck.ID, c.ck.Seqs)
 	e.mu.Unlock()
 	res := c.result(recovery.Committed)
@@ -201,7 +201,7 @@ func (e *Engine) openNextLocked() {
 	e.openTxns, e.cur, e.nextIndex = nil, map[staging.Key]*openTxn{}, 0
 	e.openBytes, e.openRecords, e.early = 0, 0, false
 	e.outcomes[e.openID] = newOutcome()
-	e.publishLocked()
+	e.health.publishLocked()
 	// Keep outcomes of recent checkpoints only; older ones are read from the store.
 	if old := e.openID - 1024; e.openID > 1024 {
 		delete(e.outcomes, old)
@@ -215,7 +215,7 @@ func (e *Engine) finished(id uint64, out *outcome, res CheckpointResult, err err
 	if res.State == recovery.Committed && id > e.lastDone {
 		e.lastDone = id
 	}
-	e.publishLocked()
+	e.health.publishLocked()
 	e.mu.Unlock()
 	if out != nil {
 		out.state, out.err = res.State, err
@@ -301,7 +301,7 @@ func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointRe
 	c.log.Error("checkpoint aborted", "err", cause)
 	e.abortFiles(c, files)
 	ck.Files = files
-	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.failOn(err) {
+	if err := e.store.Abort(ck, cause.Error()); err != nil && !e.health.failOn(err) {
 		// Unrecorded, the checkpoint is simply not prepared: recovery
 		// treats it as aborted. Its id may be reused, which is harmless
 		// since nothing of it was made final.
@@ -309,7 +309,7 @@ func (e *Engine) abort(c *cut, files []committer.File, cause error) CheckpointRe
 	}
 	nextID, nextOut, nextBytes := e.abortOpen(c)
 	next := &recovery.Checkpoint{ID: nextID, StartedAt: e.cfg.Now().UTC()}
-	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.failOn(err) {
+	if err := e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !e.health.failOn(err) {
 		c.log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
 	}
 	res := c.result(recovery.Aborted)
@@ -353,11 +353,11 @@ func (e *Engine) abortFiles(c *cut, files []committer.File) {
 	for _, f := range aborted {
 		keys = append(keys, recovery.IntentKey(c.ck.ID, f.Final))
 	}
-	if err := e.store.DeleteIntents(keys...); err != nil && !e.failOn(err) {
+	if err := e.store.DeleteIntents(keys...); err != nil && !e.health.failOn(err) {
 		c.log.Warn("delete upload intents; recovery aborts again", "err", err)
 	}
 	if len(failed) > 0 {
-		if err := e.store.PutIntents(c.ck.ID, failed); err != nil && !e.failOn(err) {
+		if err := e.store.PutIntents(c.ck.ID, failed); err != nil && !e.health.failOn(err) {
 			c.log.Warn("update upload intents; the recorded ones stay", "err", err)
 		}
 	}

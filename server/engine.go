@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,12 +88,13 @@ type outcome struct {
 
 // Engine accepts batches and runs checkpoints. It is safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	log   *slog.Logger
-	store *recovery.Store
-	fin   recovery.Finisher
-	pol   policy
-	lease *lease // nil without Config.Leaser
+	cfg    Config
+	log    *slog.Logger
+	store  *recovery.Store
+	fin    recovery.Finisher
+	pol    policy
+	lease  *lease // nil without Config.Leaser
+	health health // stuck, recovering, disk full, failure, the status snapshot (status.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,7 +103,6 @@ type Engine struct {
 	kick   chan struct{} // an early checkpoint: the open one grew large
 	soon   chan struct{} // a Wait on the open checkpoint (group commit)
 	ready  chan struct{}
-	failed chan struct{}
 
 	initMu sync.Mutex // serialises producer inits
 
@@ -113,7 +112,6 @@ type Engine struct {
 	isReady     bool
 	closed      bool
 	draining    bool
-	failErr     error
 	openID      uint64
 	openTxns    []*openTxn
 	cur         map[staging.Key]*openTxn
@@ -126,23 +124,17 @@ type Engine struct {
 	lastDone    uint64 // newest committed checkpoint
 	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
 	firstID     uint64 // the first id this start opened
-	stuck       stuck  // what holds a prepared checkpoint back, if anything
 	inflight    uint64 // the checkpoint past its barrier, 0 when none
-	recovering  string
-	early       bool      // the open checkpoint must end now: too many open files
-	diskFull    error     // the last write refused for space, until a write succeeds
-	diskFullAt  time.Time // when
+	early       bool   // the open checkpoint must end now: too many open files
 
 	// lastPrepared is the newest checkpoint recorded prepared (a
 	// stream's PUT waits for it: streams.go).
 	lastPrepared uint64
 
-	status      atomic.Pointer[Status] // published under mu, read by Status without it
-	displaced   atomic.Int64           // part files committed displaced (status.go)
-	keys        keyTable               // idempotency keys (idempotency.go)
-	streams     streamTable            // stream configurations (streams.go)
-	commitWant  uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
-	commitWaits int                    // the Waits that asked for it
+	keys        keyTable    // idempotency keys (idempotency.go)
+	streams     streamTable // stream configurations (streams.go)
+	commitWant  uint64      // the highest checkpoint a Wait asked to start (groupcommit.go)
+	commitWaits int         // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -176,7 +168,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 	w.Key = pl.conf.dedupKey(&w, key)
 	e.mu.Lock()
 	defer func() {
-		e.publishLocked()
+		e.health.publishLocked()
 		e.mu.Unlock()
 	}()
 	if err := e.writableLocked(); err != nil {
@@ -228,7 +220,7 @@ func (e *Engine) Write(w Write) (WriteResult, error) {
 			return res, err
 		}
 		e.reject("storage")
-		e.noteDiskFullLocked(err)
+		e.health.noteDiskFullLocked(err)
 		return res, err
 	}
 	e.openBytes += int64(len(w.Data))
@@ -274,8 +266,8 @@ func (e *Engine) reject(reason string) {
 
 func (e *Engine) writableLocked() error {
 	switch {
-	case e.failErr != nil:
-		return e.failErr
+	case e.health.failErr != nil:
+		return e.health.failErr
 	case e.closed || e.draining:
 		return ErrClosed
 	case !e.isReady:

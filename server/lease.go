@@ -475,7 +475,7 @@ func (e *Engine) renewLoop() {
 		select {
 		case <-e.ctx.Done():
 			return
-		case <-e.failed:
+		case <-e.health.failed:
 			return
 		case <-t.C:
 		case <-e.lease.kick:
@@ -486,7 +486,7 @@ func (e *Engine) renewLoop() {
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			if e.ctx.Err() == nil && !e.lease.isReleased() {
-				e.fail(err)
+				e.health.fail(err)
 			}
 			return
 		case err != nil:
@@ -515,7 +515,7 @@ func (e *Engine) leaseReserve(reserved uint64) error {
 	defer cancel()
 	err := e.lease.renew(ctx, e.cfg.Now, reserved)
 	if errors.Is(err, ErrLeaseLost) {
-		e.fail(err)
+		e.health.fail(err)
 	}
 	return err
 }

@@ -39,22 +39,22 @@ func Open(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Logger, store: st,
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
 		ctx: ctx, cancel: cancel,
-		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
+		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}),
 		cur: map[staging.Key]*openTxn{}, prods: newProducerTable(st), outcomes: map[uint64]*outcome{},
-		recovering: "starting",
 	}
+	e.health.e, e.health.failed, e.health.recovering = e, make(chan struct{}), "starting"
 	if err := e.loadStreams(); err != nil { // streams.go
 		cancel()
 		_ = st.Close() // refusing to start; the load error is the one to report
 		return nil, err
 	}
-	e.pol = policy{min: cfg.RetryMin, max: cfg.RetryMax, stop: e.fail}
+	e.pol = policy{min: cfg.RetryMin, max: cfg.RetryMax, stop: e.health.fail}
 	if _, remote := cfg.Committer.(committer.RemotePreparer); !remote {
 		// An S3 upload is bound to its key at Prepare: only a local
 		// destination can commit a file under another name.
-		e.fin.Displace = e.displace
+		e.fin.Displace = e.health.displace
 	}
-	e.publishLocked()
+	e.health.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
 		e.fin.Fence = e.leaseCheck
 	}
@@ -69,13 +69,13 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // Failed is closed when the engine stopped after an error it must not
 // paper over (a failed fsync after "prepared", an unwritable state store).
 // The owner should Close it and open a new one, which recovers.
-func (e *Engine) Failed() <-chan struct{} { return e.failed }
+func (e *Engine) Failed() <-chan struct{} { return e.health.failed }
 
 // Err returns the error that stopped the engine, if any.
 func (e *Engine) Err() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.failErr
+	return e.health.failErr
 }
 
 // WaitReady waits for recovery to finish.
@@ -83,7 +83,7 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 	select {
 	case <-e.ready:
 		return nil
-	case <-e.failed:
+	case <-e.health.failed:
 		return e.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -156,8 +156,8 @@ func (e *Engine) recover() bool {
 	e.firstID = open
 	e.outcomes[e.openID] = newOutcome()
 	e.isReady = true
-	e.recovering, e.diskFull = "", nil
-	e.publishLocked()
+	e.health.recovering, e.health.diskFull = "", nil
+	e.health.publishLocked()
 	e.mu.Unlock()
 	e.recount()
 	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
@@ -175,10 +175,10 @@ func (e *Engine) recover() bool {
 func (e *Engine) retry(what string, shown func(error) string, fn func() error) bool {
 	return e.pol.retry(e.ctx, fn, func(f failure) {
 		if shown != nil {
-			e.noteDiskFull(f.err)
+			e.health.noteDiskFull(f.err)
 			e.mu.Lock()
-			e.recovering = shown(f.err)
-			e.publishLocked()
+			e.health.recovering = shown(f.err)
+			e.health.publishLocked()
 			e.mu.Unlock()
 		}
 		if f.planned {

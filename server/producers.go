@@ -396,8 +396,8 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 	case errors.Is(err, ErrProducerDamaged):
 		return err
 	}
-	if !e.failOn(err) {
-		e.noteDiskFull(err)
+	if !e.health.failOn(err) {
+		e.health.noteDiskFull(err)
 	}
 	return err
 }
@@ -452,7 +452,7 @@ func (e *Engine) expireLoop() {
 	defer t.Stop()
 	e.runEvery(t.C, func() bool {
 		n, err := e.ExpireProducers(e.cfg.Now())
-		if e.failOn(err) {
+		if e.health.failOn(err) {
 			return true
 		}
 		if err != nil && e.ctx.Err() == nil {
@@ -489,13 +489,13 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		}
 		if errors.Is(err, ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
-			e.noteDiskFull(err)
+			e.health.noteDiskFull(err)
 			return ProducerState{}, err
 		}
-		e.fail(err)
+		e.health.fail(err)
 		return ProducerState{}, err
 	}
-	e.diskOK()
+	e.health.diskOK()
 	e.recount()
 	// From here on the older epochs are fenced: nothing more of theirs is
 	// accepted, so one barrier after this point covers all of it.

@@ -18,14 +18,14 @@ func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
 	reply := make(chan ckptReply, 1)
 	select {
 	case <-e.ready:
-	case <-e.failed:
+	case <-e.health.failed:
 		return CheckpointResult{}, e.Err()
 	default:
 		return CheckpointResult{}, ErrNotReady
 	}
 	select {
 	case e.reqs <- reply:
-	case <-e.failed:
+	case <-e.health.failed:
 		return CheckpointResult{}, e.Err()
 	case <-e.ctx.Done():
 		return CheckpointResult{}, ErrClosed
@@ -68,7 +68,7 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-e.failed:
+			case <-e.health.failed:
 				return e.Err()
 			case <-time.After(50 * time.Millisecond):
 			}
@@ -83,7 +83,7 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 			return nil
 		}
 		return fmt.Errorf("checkpoint %d: %w: %v", id, ErrAborted, o.err)
-	case <-e.failed:
+	case <-e.health.failed:
 		return e.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -114,7 +114,7 @@ func (e *Engine) run() {
 		select {
 		case <-e.ctx.Done():
 			return
-		case <-e.failed:
+		case <-e.health.failed:
 			return
 		case <-e.soon:
 			if lingerC == nil {
@@ -171,8 +171,8 @@ func (e *Engine) idle() bool {
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
-	ready := e.isReady && e.failErr == nil
-	e.publishLocked()
+	ready := e.isReady && e.health.failErr == nil
+	e.health.publishLocked()
 	e.mu.Unlock()
 	var err error
 	if ready {
@@ -202,7 +202,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	e.publishLocked()
+	e.health.publishLocked()
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
@@ -220,51 +220,51 @@ func (e *Engine) Close() error {
 func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
 
 // fail stops the engine after err. Held under no lock.
-func (e *Engine) fail(err error) {
-	e.mu.Lock()
-	if e.failErr != nil {
-		e.mu.Unlock()
+func (hs *health) fail(err error) {
+	hs.e.mu.Lock()
+	if hs.failErr != nil {
+		hs.e.mu.Unlock()
 		return
 	}
-	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
-	e.publishLocked()
-	e.mu.Unlock()
-	e.log.Error("engine stopped; recovery on restart decides", "err", err)
-	close(e.failed)
+	hs.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	hs.publishLocked()
+	hs.e.mu.Unlock()
+	hs.e.log.Error("engine stopped; recovery on restart decides", "err", err)
+	close(hs.failed)
 }
 
 // failOn stops the engine if the policy says err must (classify), and
 // reports whether it did.
-func (e *Engine) failOn(err error) bool {
+func (hs *health) failOn(err error) bool {
 	if err == nil || classify(err) != verdictStop {
 		return false
 	}
-	e.fail(err)
+	hs.fail(err)
 	return true
 }
 
 // noteDiskFull remembers err if it is a write refused for space, for
 // Status and /readyz.
-func (e *Engine) noteDiskFull(err error) {
+func (hs *health) noteDiskFull(err error) {
 	if !errors.Is(err, ErrDiskFull) {
 		return
 	}
-	e.mu.Lock()
-	e.diskFull, e.diskFullAt = err, time.Now()
-	e.publishLocked()
-	e.mu.Unlock()
+	hs.e.mu.Lock()
+	hs.diskFull, hs.diskFullAt = err, time.Now()
+	hs.publishLocked()
+	hs.e.mu.Unlock()
 }
 
-func (e *Engine) noteDiskFullLocked(err error) {
+func (hs *health) noteDiskFullLocked(err error) {
 	if errors.Is(err, ErrDiskFull) {
-		e.diskFull, e.diskFullAt = err, time.Now()
+		hs.diskFull, hs.diskFullAt = err, time.Now()
 	}
 }
 
 // diskOK forgets a full disk: a durable write just succeeded.
-func (e *Engine) diskOK() {
-	e.mu.Lock()
-	e.diskFull = nil
-	e.publishLocked()
-	e.mu.Unlock()
+func (hs *health) diskOK() {
+	hs.e.mu.Lock()
+	hs.diskFull = nil
+	hs.publishLocked()
+	hs.e.mu.Unlock()
 }

@@ -230,10 +230,10 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 	e.initMu.Unlock()
 	if err != nil {
 		if errors.Is(err, durable.ErrDiskFull) {
-			e.noteDiskFull(err)
+			e.health.noteDiskFull(err)
 			return StreamInfo{}, err
 		}
-		e.failOn(err)
+		e.health.failOn(err)
 		return StreamInfo{}, err
 	}
 	// 4. In force.

@@ -213,7 +213,7 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 	if restored > 0 {
 		e.mu.Lock()
 		err := e.loadStreams()
-		e.publishLocked()
+		e.health.publishLocked()
 		e.mu.Unlock()
 		if err != nil {
 			return err

@@ -48,7 +48,7 @@ func (e *Engine) sweepLoop() {
 		ctx, cancel := context.WithTimeout(e.ctx, max(e.cfg.SweepInterval, time.Minute))
 		res, err := e.Sweep(ctx)
 		cancel()
-		if err != nil && e.failOn(err) {
+		if err != nil && e.health.failOn(err) {
 			return true
 		}
 		if err != nil && e.ctx.Err() == nil {
@@ -70,7 +70,7 @@ func (e *Engine) runEvery(c <-chan time.Time, step func() (stop bool)) {
 		select {
 		case <-e.ctx.Done():
 			return
-		case <-e.failed:
+		case <-e.health.failed:
 			return
 		case <-c:
 		}
