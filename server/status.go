@@ -60,9 +60,9 @@ type health struct {
 // publishLocked publishes the status snapshot; called with e.mu held
 // after a change to what Status shows.
 func (hs *health) publishLocked() {
-	s := &Status{Ready: hs.e.isReady, Recovering: hs.recovering, OpenID: hs.e.openID, FirstID: hs.e.firstID, OpenBytes: hs.e.openBytes,
-		OpenRecords: hs.e.openRecords, OpenFiles: len(hs.e.openTxns), Held: hs.e.held, LastDone: hs.e.lastDone,
-		Draining: hs.e.draining || hs.e.closed, Keys: len(hs.e.keys.m)}
+	s := &Status{Ready: hs.e.ing.isReady, Recovering: hs.recovering, OpenID: hs.e.ing.openID, FirstID: hs.e.ing.firstID, OpenBytes: hs.e.ing.openBytes,
+		OpenRecords: hs.e.ing.openRecords, OpenFiles: len(hs.e.ing.openTxns), Held: hs.e.ing.held, LastDone: hs.e.ing.lastDone,
+		Draining: hs.e.ing.draining || hs.e.ing.closed, Keys: len(hs.e.ing.keys.m)}
 	if hs.stuck.err != nil {
 		s.Stuck, s.StuckCheckpoint, s.StuckSince = hs.stuck.err.Error(), hs.stuck.id, hs.stuck.since
 		s.StuckPermanent = hs.stuck.verdict == verdictAbort
@@ -102,14 +102,14 @@ type stuck struct {
 // for Status, /readyz and the CommitStuck hook.
 func (hs *health) noteStuck(id uint64, f failure) {
 	hs.noteDiskFull(f.err)
-	hs.e.mu.Lock()
+	hs.e.ing.mu.Lock()
 	since := hs.stuck.since
 	if hs.stuck.id != id || since.IsZero() {
 		since = hs.e.cfg.Now()
 	}
 	hs.stuck = stuck{id: id, err: f.err, since: since, verdict: f.verdict}
 	hs.publishLocked()
-	hs.e.mu.Unlock()
+	hs.e.ing.mu.Unlock()
 	if h := hs.e.cfg.Hooks.CommitStuck; h != nil {
 		h(id, f.err)
 	}
