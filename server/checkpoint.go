@@ -48,7 +48,7 @@ func (pipe *pipeline) checkpoint() (CheckpointResult, error) {
 	if c == nil {
 		return res, err // nothing to commit, or the engine stopped
 	}
-	defer pipe.endInflight()
+	defer pipe.e.ing.endInflight()
 	// 2. Pre-commit every file in parallel, then make their names durable.
 	files, err := pipe.preCommit(c.ck.ID, c.txns)
 	if err != nil {
@@ -74,30 +74,52 @@ func (pipe *pipeline) checkpoint() (CheckpointResult, error) {
 // and the result when there was nothing to commit (or the engine stopped).
 func (pipe *pipeline) barrier(began time.Time) (*cut, CheckpointResult, error) {
 	start := pipe.e.cfg.Now().UTC()
-	pipe.e.ing.mu.Lock()
-	if pipe.e.health.failErr != nil {
-		pipe.e.ing.mu.Unlock()
-		return nil, CheckpointResult{}, pipe.e.health.failErr
+	c, empty, err := pipe.e.ing.cut(began, start)
+	if err != nil {
+		return nil, CheckpointResult{}, err
 	}
-	if len(pipe.e.ing.openTxns) == 0 && len(pipe.e.ing.prods.dirty) == 0 {
-		res, err := pipe.emptyLocked(began)
+	if empty != nil {
+		res, err := pipe.empty(empty, began)
 		return nil, res, err
 	}
-	id := pipe.e.ing.openID
-	c := &cut{txns: pipe.e.ing.openTxns, out: pipe.e.ing.outcomes[id], began: began, log: pipe.e.log.With("checkpoint", id)}
-	pipe.inflight = id // the orphan sweep leaves its intents alone
-	keys, keyPol := pipe.e.ing.keyBarrierLocked(start)
-	c.ck = &recovery.Checkpoint{ID: id, StartedAt: start, Records: pipe.e.ing.openRecords, Bytes: pipe.e.ing.openBytes,
-		Seqs: pipe.e.ing.prods.barrier(), Keys: keys, KeyPolicy: keyPol}
-	pipe.e.ing.openNextLocked()
-	pipe.e.ing.mu.Unlock()
 	return c, CheckpointResult{}, nil
 }
 
-func (pipe *pipeline) endInflight() {
-	pipe.e.ing.mu.Lock()
-	pipe.inflight = 0
-	pipe.e.ing.mu.Unlock()
+// cut swaps the open checkpoint under the ingest lock and hands it to the
+// pipeline: nil and the open checkpoint (as empty) when it holds nothing
+// to commit, the error when the engine stopped.
+func (in *ingest) cut(began, start time.Time) (*cut, *emptyCut, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.e.health.failErr != nil {
+		return nil, nil, in.e.health.failErr
+	}
+	if len(in.openTxns) == 0 && len(in.prods.dirty) == 0 {
+		empty := &emptyCut{id: in.openID, out: in.outcomes[in.openID]}
+		in.openNextLocked()
+		return nil, empty, nil
+	}
+	id := in.openID
+	c := &cut{txns: in.openTxns, out: in.outcomes[id], began: began, log: in.e.log.With("checkpoint", id)}
+	in.inflight = id // the orphan sweep leaves its intents alone
+	keys, keyPol := in.keyBarrierLocked(start)
+	c.ck = &recovery.Checkpoint{ID: id, StartedAt: start, Records: in.openRecords, Bytes: in.openBytes,
+		Seqs: in.prods.barrier(), Keys: keys, KeyPolicy: keyPol}
+	in.openNextLocked()
+	return c, nil, nil
+}
+
+// emptyCut is an open checkpoint that ended holding nothing to commit.
+type emptyCut struct {
+	id  uint64
+	out *outcome
+}
+
+// endInflight: no checkpoint is past its barrier any more.
+func (in *ingest) endInflight() {
+	in.mu.Lock()
+	in.inflight = 0
+	in.mu.Unlock()
 }
 
 // recordPrepared records c prepared, in one store transaction with its
@@ -117,13 +139,18 @@ func (pipe *pipeline) recordPrepared(c *cut) error {
 		return pipe.e.Err()
 	}
 	pipe.e.health.diskOK()
-	pipe.e.ing.mu.Lock()
-	pipe.lastPrepared = c.ck.ID
-	pipe.e.ing.keyPreparedLocked(c.ck.Keys)
-	pipe.e.ing.prods.prepared(c.ck.Seqs)
-	pipe.e.ing.mu.Unlock()
+	pipe.e.ing.prepared(c.ck)
 	c.log.Debug("prepared", "files", len(c.ck.Files), "records", c.ck.Records, "bytes", c.ck.Bytes)
 	return nil
+}
+
+// prepared binds ck's keys and sequence numbers: ck is recorded prepared.
+func (in *ingest) prepared(ck *recovery.Checkpoint) {
+	in.mu.Lock()
+	in.lastPrepared = ck.ID
+	in.keyPreparedLocked(ck.Keys)
+	in.prods.prepared(ck.Seqs)
+	in.mu.Unlock()
 }
 
 // commit finishes prepared checkpoint c, retrying until it succeeds (I4),
@@ -144,10 +171,7 @@ func (pipe *pipeline) commit(c *cut) error {
 // committed publishes c's commit to the producer table, its waiters and
 // hooks.
 func (pipe *pipeline) committed(c *cut) CheckpointResult {
-	pipe.e.ing.mu.Lock()
-	pipe.e.health.stuck, pipe.e.health.diskFull = stuck{}, nil
-	pipe.e.ing.prods.committed(c.ck.ID, c.ck.Seqs)
-	pipe.e.ing.mu.Unlock()
+	pipe.e.ing.committed(c.ck)
 	res := c.result(recovery.Committed)
 	res.Files = c.ck.Files
 	pipe.finished(c.ck.ID, c.out, res, nil, c.ck.Bytes)
@@ -155,14 +179,21 @@ func (pipe *pipeline) committed(c *cut) CheckpointResult {
 	return res
 }
 
-// emptyLocked ends the open checkpoint, which holds nothing to commit: it is
-// committed without a record or an fsync (DESIGN: an idle service does no
-// I/O), and the next one opens. Its id and the next were reserved by
-// reserveIDs before the barrier (I8). Called with e.mu held; it unlocks it.
-func (pipe *pipeline) emptyLocked(began time.Time) (CheckpointResult, error) {
-	id, out := pipe.e.ing.openID, pipe.e.ing.outcomes[pipe.e.ing.openID]
-	pipe.e.ing.openNextLocked()
-	pipe.e.ing.mu.Unlock()
+// committed publishes ck's commit to the producer table; nothing holds a
+// prepared checkpoint back any more.
+func (in *ingest) committed(ck *recovery.Checkpoint) {
+	in.mu.Lock()
+	in.e.health.stuck, in.e.health.diskFull = stuck{}, nil
+	in.prods.committed(ck.ID, ck.Seqs)
+	in.mu.Unlock()
+}
+
+// empty ends the open checkpoint, which held nothing to commit (the cut
+// already opened the next one): it is committed without a record or an
+// fsync (DESIGN: an idle service does no I/O). Its id and the next were
+// reserved by reserveIDs before the barrier (I8).
+func (pipe *pipeline) empty(c *emptyCut, began time.Time) (CheckpointResult, error) {
+	id, out := c.id, c.out
 	res := CheckpointResult{ID: id, State: recovery.Committed, Files: []committer.File{},
 		DurationMS: time.Since(began).Milliseconds(), Seconds: time.Since(began).Seconds()}
 	pipe.finished(id, out, res, nil, 0)
@@ -176,9 +207,7 @@ func (pipe *pipeline) emptyLocked(began time.Time) (CheckpointResult, error) {
 // no id an answer named is ever handed out again (I8). Only the coordinator
 // calls it, so the reservation cannot race with the barrier.
 func (pipe *pipeline) reserveIDs() error {
-	pipe.e.ing.mu.Lock()
-	open, reserved := pipe.e.ing.openID, pipe.reserved
-	pipe.e.ing.mu.Unlock()
+	open, reserved := pipe.e.ing.open(), pipe.reserved
 	if reserved >= open+pipe.e.cfg.idBlock/2+2 {
 		return nil
 	}
@@ -189,10 +218,15 @@ func (pipe *pipeline) reserveIDs() error {
 	if err := pipe.e.life.leaseReserve(upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
-	pipe.e.ing.mu.Lock()
-	pipe.reserved = upto
-	pipe.e.ing.mu.Unlock()
+	pipe.reserved = upto // only the coordinator reads it
 	return nil
+}
+
+// open returns the open checkpoint's id.
+func (in *ingest) open() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.openID
 }
 
 // openNextLocked opens a new, empty checkpoint after the current one.
@@ -210,13 +244,7 @@ func (in *ingest) openNextLocked() {
 
 // finished publishes a checkpoint's end to its waiters and hooks.
 func (pipe *pipeline) finished(id uint64, out *outcome, res CheckpointResult, err error, release int64) {
-	pipe.e.ing.mu.Lock()
-	pipe.e.ing.held -= release
-	if res.State == recovery.Committed && id > pipe.e.ing.lastDone {
-		pipe.e.ing.lastDone = id
-	}
-	pipe.e.health.publishLocked()
-	pipe.e.ing.mu.Unlock()
+	pipe.e.ing.finished(id, res.State, release)
 	if out != nil {
 		out.state, out.err = res.State, err
 		close(out.done)
@@ -224,6 +252,17 @@ func (pipe *pipeline) finished(id uint64, out *outcome, res CheckpointResult, er
 	if h := pipe.e.cfg.Hooks.Checkpoint; h != nil {
 		h(res)
 	}
+}
+
+// finished gives back a checkpoint's bytes and notes its commit.
+func (in *ingest) finished(id uint64, state recovery.State, release int64) {
+	in.mu.Lock()
+	in.held -= release
+	if state == recovery.Committed && id > in.lastDone {
+		in.lastDone = id
+	}
+	in.e.health.publishLocked()
+	in.mu.Unlock()
 }
 
 // preCommit flushes, fsyncs and closes every transaction, fsyncs the
@@ -307,7 +346,7 @@ func (pipe *pipeline) abort(c *cut, files []committer.File, cause error) Checkpo
 		// since nothing of it was made final.
 		c.log.Warn("record aborted checkpoint", "err", err)
 	}
-	nextID, nextOut, nextBytes := pipe.abortOpen(c)
+	nextID, nextOut, nextBytes := pipe.e.ing.abortOpen(c)
 	next := &recovery.Checkpoint{ID: nextID, StartedAt: pipe.e.cfg.Now().UTC()}
 	if err := pipe.e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !pipe.e.health.failOn(err) {
 		c.log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
@@ -367,22 +406,22 @@ func (pipe *pipeline) abortFiles(c *cut, files []committer.File) {
 // files, forgets both's keys, resets the producers either touched, and
 // opens the next. It returns the aborted open checkpoint's id, outcome and
 // bytes.
-func (pipe *pipeline) abortOpen(c *cut) (uint64, *outcome, int64) {
-	pipe.e.ing.mu.Lock()
-	defer pipe.e.ing.mu.Unlock()
-	id, out, bytes := pipe.e.ing.openID, pipe.e.ing.outcomes[pipe.e.ing.openID], pipe.e.ing.openBytes
+func (in *ingest) abortOpen(c *cut) (uint64, *outcome, int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	id, out, bytes := in.openID, in.outcomes[in.openID], in.openBytes
 	// The keys of both are forgotten, so their retries are accepted.
-	pipe.e.ing.keyForgetLocked(c.ck.Keys)
-	pipe.e.ing.keyForgetLocked(pipe.e.ing.keys.open)
-	pipe.e.ing.keys.open = nil
-	for _, ot := range pipe.e.ing.openTxns {
+	in.keyForgetLocked(c.ck.Keys)
+	in.keyForgetLocked(in.keys.open)
+	in.keys.open = nil
+	for _, ot := range in.openTxns {
 		if err := ot.txn.Abort(); err != nil {
 			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
 	// Only producers this checkpoint or the next one touched differ from
 	// their durable state: reset those, not the whole table.
-	pipe.e.ing.prods.abort(c.ck.Seqs)
-	pipe.e.ing.openNextLocked()
+	in.prods.abort(c.ck.Seqs)
+	in.openNextLocked()
 	return id, out, bytes
 }

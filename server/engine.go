@@ -104,9 +104,9 @@ type Engine struct {
 // ingest is the ingest lock and what a write must see atomically: the
 // open checkpoint, its transactions, the producer table, the idempotency
 // keys and the stream configurations in force. Write's logic lives here.
-// The health fields (status.go) and the pipeline's inflight and
-// lastPrepared are guarded by the same lock, so that a snapshot or a
-// barrier sees them with the open checkpoint.
+// The health fields (status.go) and the group commit's (groupcommit.go)
+// are guarded by the same lock, so that a snapshot sees them with the open
+// checkpoint.
 type ingest struct {
 	e *Engine
 
@@ -128,6 +128,11 @@ type ingest struct {
 	lastDone    uint64 // newest committed checkpoint
 	firstID     uint64 // the first id this start opened
 	early       bool   // the open checkpoint must end now: too many open files
+	inflight    uint64 // the checkpoint past its barrier, 0 when none
+
+	// lastPrepared is the newest checkpoint recorded prepared (a
+	// stream's PUT waits for it: streams.go).
+	lastPrepared uint64
 
 	keys    keyTable    // idempotency keys (idempotency.go)
 	streams streamTable // stream configurations (streams.go)
@@ -135,16 +140,13 @@ type ingest struct {
 
 // pipeline runs one checkpoint at a time: reserve ids, barrier (ingest
 // hands it the open checkpoint as a cut), pre-commit, prepared,
-// commit/abort. Only the coordinator loop drives it.
+// commit/abort. Only the coordinator loop drives it. It owns none of
+// ingest's fields: what changes under the ingest lock it asks ingest to
+// change (cut, prepared, committed, finished, abortOpen).
 type pipeline struct {
 	e *Engine
 
 	reserved uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
-	// Under the ingest lock:
-	inflight uint64 // the checkpoint past its barrier, 0 when none
-	// lastPrepared is the newest checkpoint recorded prepared (a
-	// stream's PUT waits for it: streams.go).
-	lastPrepared uint64
 }
 
 // lifecycle is the engine's start (lease, replay, reserve, ready) and its

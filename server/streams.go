@@ -167,7 +167,7 @@ func (in *ingest) streamUnpreparedLocked(stream string) bool {
 			return true
 		}
 	}
-	return in.e.pipe.inflight != 0 && in.e.pipe.lastPrepared < in.e.pipe.inflight
+	return in.inflight != 0 && in.lastPrepared < in.inflight
 }
 
 // StreamInfo is a stream's configuration as the engine knows it.

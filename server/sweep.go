@@ -29,8 +29,8 @@ func (e *Engine) Sweep(ctx context.Context) (recovery.SweepResult, error) {
 	// Checkpoints below live have ended: their checkpoint() call is over,
 	// so an intent of theirs is only a failed abort.
 	live := e.ing.openID
-	if e.pipe.inflight != 0 {
-		live = e.pipe.inflight
+	if e.ing.inflight != 0 {
+		live = e.ing.inflight
 	}
 	e.ing.mu.Unlock()
 	sw := recovery.Sweep{Store: e.store, Committer: e.cfg.Committer, Node: e.cfg.Node, Logger: e.log}
