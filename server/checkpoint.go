@@ -31,11 +31,11 @@ func (c *cut) result(state recovery.State) CheckpointResult {
 
 // checkpoint runs one checkpoint: reserve ids, barrier, pre-commit,
 // prepared, commit. Only the run loop calls it.
-func (pipe *pipeline) checkpoint() (CheckpointResult, error) {
+func (pipe *pipeline) checkpoint(ctx context.Context) (CheckpointResult, error) {
 	began := time.Now()
 	// 0. The barrier hands out the next id, an abort the one after it:
 	// both must be reserved before any answer can name them (I8).
-	if err := pipe.reserveIDs(); err != nil {
+	if err := pipe.reserveIDs(ctx); err != nil {
 		if pipe.e.health.failOn(err) {
 			return CheckpointResult{}, pipe.e.Err()
 		}
@@ -50,21 +50,21 @@ func (pipe *pipeline) checkpoint() (CheckpointResult, error) {
 	}
 	defer pipe.e.ing.endInflight()
 	// 2. Pre-commit every file in parallel, then make their names durable.
-	files, err := pipe.preCommit(c.ck.ID, c.txns)
+	files, err := pipe.preCommit(ctx, c.ck.ID, c.txns)
 	if err != nil {
 		pipe.e.health.noteDiskFull(err)
-		return pipe.abort(c, files, err), nil
+		return pipe.abort(ctx, c, files, err), nil
 	}
 	c.ck.Files, c.ck.PreparedAt = files, pipe.e.cfg.Now().UTC()
 	// 3. Prepared: from here on, the checkpoint commits.
 	if err := pipe.recordPrepared(c); err != nil {
 		if !c.failed {
-			return pipe.abort(c, files, err), nil // refused for space: not prepared
+			return pipe.abort(ctx, c, files, err), nil // refused for space: not prepared
 		}
 		return c.result(""), err
 	}
 	// 4. Commit, retried until it succeeds (I4).
-	if err := pipe.commit(c); err != nil {
+	if err := pipe.commit(ctx, c); err != nil {
 		return c.result(""), err
 	}
 	return pipe.committed(c), nil
@@ -157,8 +157,8 @@ func (in *ingest) prepared(ck *recovery.Checkpoint) {
 // the engine closes (ErrClosed: recovery finishes it), or the policy stops
 // the engine. While it fails, the checkpoint is stuck: Status and /readyz
 // say why.
-func (pipe *pipeline) commit(c *cut) error {
-	err := pipe.e.pol.retry(pipe.e.life.ctx, func() error { return pipe.e.fin.Finish(pipe.e.life.ctx, c.ck) }, func(f failure) {
+func (pipe *pipeline) commit(ctx context.Context, c *cut) error {
+	err := pipe.e.pol.retry(ctx, func() error { return pipe.e.fin.Finish(ctx, c.ck) }, func(f failure) {
 		pipe.e.health.noteStuck(c.ck.ID, f)
 		c.log.Warn("commit failed, retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
 	})
@@ -206,7 +206,7 @@ func (pipe *pipeline) empty(c *emptyCut, began time.Time) (CheckpointResult, err
 // sequence's cache. A restart continues beyond the highest reservation, so
 // no id an answer named is ever handed out again (I8). Only the coordinator
 // calls it, so the reservation cannot race with the barrier.
-func (pipe *pipeline) reserveIDs() error {
+func (pipe *pipeline) reserveIDs(ctx context.Context) error {
 	open, reserved := pipe.e.ing.open(), pipe.reserved
 	if reserved >= open+pipe.e.cfg.idBlock/2+2 {
 		return nil
@@ -215,7 +215,7 @@ func (pipe *pipeline) reserveIDs() error {
 	if err := pipe.e.store.Reserve(upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
-	if err := pipe.e.life.leaseReserve(upto); err != nil {
+	if err := pipe.e.life.leaseReserve(ctx, upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
 	pipe.reserved = upto // only the coordinator reads it
@@ -268,7 +268,7 @@ func (in *ingest) finished(id uint64, state recovery.State, release int64) {
 // preCommit flushes, fsyncs and closes every transaction, fsyncs the
 // staging directory, and prepares every file with the committer. It returns
 // the files prepared so far even on error, so abort can undo them.
-func (pipe *pipeline) preCommit(id uint64, txns []*openTxn) ([]committer.File, error) {
+func (pipe *pipeline) preCommit(ctx context.Context, id uint64, txns []*openTxn) ([]committer.File, error) {
 	txns = pipe.dropEmpty(txns) // streams.go
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
@@ -316,7 +316,7 @@ func (pipe *pipeline) preCommit(id uint64, txns []*openTxn) ([]committer.File, e
 	g.SetLimit(pipe.e.cfg.Parallel)
 	for i := range files {
 		g.Go(func() error {
-			prepared[i], errs[i] = pipe.e.cfg.Committer.Prepare(pipe.e.life.ctx, files[i])
+			prepared[i], errs[i] = pipe.e.cfg.Committer.Prepare(ctx, files[i])
 			return nil
 		})
 	}
@@ -335,10 +335,10 @@ func (pipe *pipeline) preCommit(id uint64, txns []*openTxn) ([]committer.File, e
 // abort undoes checkpoint c before its "prepared" record, and with it the
 // open checkpoint after it, whose batches may follow sequence numbers c
 // lost. Producer state returns to the last prepared checkpoint's.
-func (pipe *pipeline) abort(c *cut, files []committer.File, cause error) CheckpointResult {
+func (pipe *pipeline) abort(ctx context.Context, c *cut, files []committer.File, cause error) CheckpointResult {
 	ck := c.ck
 	c.log.Error("checkpoint aborted", "err", cause)
-	pipe.abortFiles(c, files)
+	pipe.abortFiles(ctx, c, files)
 	ck.Files = files
 	if err := pipe.e.store.Abort(ck, cause.Error()); err != nil && !pipe.e.health.failOn(err) {
 		// Unrecorded, the checkpoint is simply not prepared: recovery
@@ -361,13 +361,13 @@ func (pipe *pipeline) abort(c *cut, files []committer.File, cause error) Checkpo
 // abortFiles deletes c's staging files and aborts what the committer
 // prepared of files; the intents of the aborts that failed stay for the
 // orphan sweep and recovery.
-func (pipe *pipeline) abortFiles(c *cut, files []committer.File) {
+func (pipe *pipeline) abortFiles(ctx context.Context, c *cut, files []committer.File) {
 	for _, ot := range c.txns {
 		if err := errors.Join(ot.txn.Abort(), pipe.removeEncoded(ot)); err != nil {
 			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(pipe.e.life.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	var aborted, failed []committer.File
 	for _, f := range files {
 		if f.Final == "" {

@@ -155,13 +155,16 @@ type pipeline struct {
 type lifecycle struct {
 	e *Engine
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	reqs   chan chan ckptReply
-	kick   chan struct{} // an early checkpoint: the open one grew large
-	soon   chan struct{} // a Wait on the open checkpoint (group commit)
-	ready  chan struct{}
+	// No context is kept: Open hands Run its own. Close cancels it
+	// (cancel) and waits for Run's end (done); closing is its Done, for
+	// the exported calls that must give up when the engine closes.
+	cancel  context.CancelFunc
+	closing <-chan struct{}
+	done    chan struct{}
+	reqs    chan chan ckptReply
+	kick    chan struct{} // an early checkpoint: the open one grew large
+	soon    chan struct{} // a Wait on the open checkpoint (group commit)
+	ready   chan struct{}
 
 	sweepMu sync.Mutex // serialises orphan sweeps
 

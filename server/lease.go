@@ -436,12 +436,12 @@ func (lc *lifecycle) leaseCheck() error {
 // what may pass (the destination unreachable) and waiting out a holder that
 // stopped renewing (saying so in the log and in Status). A holder that
 // renews, or a destination that cannot enforce a lease, stops the engine.
-func (lc *lifecycle) takeLease() bool {
+func (lc *lifecycle) takeLease(ctx context.Context) bool {
 	if lc.e.lease == nil {
 		return true
 	}
-	if !lc.retry("take node lease", error.Error, func() error {
-		err := lc.e.lease.acquire(lc.ctx, lc.e.cfg.Now)
+	if !lc.retry(ctx, "take node lease", error.Error, func() error {
+		err := lc.e.lease.acquire(ctx, lc.e.cfg.Now)
 		if wait := (*leaseWait)(nil); errors.As(err, &wait) && wait.first {
 			lc.e.log.Warn("node lease held by an incarnation that may have stopped: waiting for its expiry",
 				"lease", lc.e.lease.name, "holder", wait.holder.String(), "until", wait.until.Format(time.RFC3339Nano))
@@ -452,8 +452,6 @@ func (lc *lifecycle) takeLease() bool {
 	}
 	lc.e.log.Info("node lease taken", "lease", lc.e.lease.name, "incarnation", lc.e.lease.doc.Incarnation,
 		"previous", lc.e.lease.prev.Incarnation, "reserved_checkpoint", lc.e.lease.doc.Reserved)
-	lc.wg.Add(1)
-	go lc.renewLoop()
 	return true
 }
 
@@ -466,26 +464,25 @@ func (l *lease) poll() time.Duration {
 // renewLoop renews the lease every timeout/3 (more often after a failure,
 // at once when the fence asks) until the engine closes. A lease taken by
 // another process stops the engine: it is fenced.
-func (lc *lifecycle) renewLoop() {
-	defer lc.wg.Done()
+func (lc *lifecycle) renewLoop(ctx context.Context) {
 	every := lc.e.lease.timeout / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-lc.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-lc.e.health.failed:
 			return
 		case <-t.C:
 		case <-lc.e.lease.kick:
 		}
-		ctx, cancel := context.WithTimeout(lc.ctx, every)
-		err := lc.e.lease.renew(ctx, lc.e.cfg.Now, 0)
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := lc.e.lease.renew(rctx, lc.e.cfg.Now, 0)
 		cancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			if lc.ctx.Err() == nil && !lc.e.lease.isReleased() {
+			if ctx.Err() == nil && !lc.e.lease.isReleased() {
 				lc.e.health.fail(err)
 			}
 			return
@@ -507,11 +504,11 @@ func (l *lease) isReleased() bool {
 // leaseReserve records reserved in the lease before ids up to it are
 // handed out, so that a node rebuilt without its state store starts beyond
 // them (I8).
-func (lc *lifecycle) leaseReserve(reserved uint64) error {
+func (lc *lifecycle) leaseReserve(ctx context.Context, reserved uint64) error {
 	if lc.e.lease == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(lc.ctx, lc.e.lease.timeout/3)
+	ctx, cancel := context.WithTimeout(ctx, lc.e.lease.timeout/3)
 	defer cancel()
 	err := lc.e.lease.renew(ctx, lc.e.cfg.Now, reserved)
 	if errors.Is(err, ErrLeaseLost) {

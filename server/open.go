@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"golang.org/x/sync/errgroup"
 )
 
 // Opening the engine and the recovery on every start.
@@ -41,7 +42,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.ing.e, e.ing.cur, e.ing.prods, e.ing.outcomes = e, map[staging.Key]*openTxn{}, newProducerTable(st), map[uint64]*outcome{}
 	e.pipe.e = e
-	e.life.e, e.life.ctx, e.life.cancel = e, ctx, cancel
+	e.life.e, e.life.cancel, e.life.closing, e.life.done = e, cancel, ctx.Done(), make(chan struct{})
 	e.life.reqs, e.life.kick, e.life.soon, e.life.ready = make(chan chan ckptReply), make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
 	e.health.e, e.health.failed, e.health.recovering = e, make(chan struct{}), "starting"
 	if err := e.ing.loadStreams(); err != nil { // streams.go
@@ -59,8 +60,10 @@ func Open(cfg Config) (*Engine, error) {
 	if e.lease = newLease(&cfg); e.lease != nil {
 		e.fin.Fence = e.life.leaseCheck
 	}
-	e.life.wg.Add(1)
-	go e.life.start()
+	go func() {
+		defer close(e.life.done)
+		e.life.Run(ctx)
+	}()
 	return e, nil
 }
 
@@ -91,40 +94,49 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 	}
 }
 
-func (lc *lifecycle) start() {
-	defer lc.wg.Done()
-	if !lc.takeLease() || !lc.syncStreams() || !lc.recover() { // syncStreams: streamstore.go
+// Run starts the engine — lease, stream configurations, replay, id
+// reservation, ready — then runs the coordinator loop until ctx ends or
+// the engine fails, with lease renewal, the orphan sweep and the producer
+// expiry beside it in one errgroup. It returns once all of them have.
+func (lc *lifecycle) Run(ctx context.Context) {
+	var g errgroup.Group
+	defer func() { _ = g.Wait() }() // the loops report through health, not errors
+	if !lc.takeLease(ctx) {
+		return
+	}
+	if lc.e.lease != nil {
+		g.Go(func() error { lc.renewLoop(ctx); return nil })
+	}
+	if !lc.syncStreams(ctx) || !lc.recover(ctx) { // syncStreams: streamstore.go
 		return
 	}
 	_, remote := lc.e.cfg.Committer.(committer.RemotePreparer)
 	_, sweeper := lc.e.cfg.Committer.(committer.Sweeper)
 	if (remote || sweeper) && lc.e.cfg.SweepInterval > 0 {
-		lc.wg.Add(1)
-		go lc.sweepLoop()
+		g.Go(func() error { lc.sweepLoop(ctx); return nil })
 	}
 	if lc.e.cfg.ProducerExpiry > 0 {
-		lc.wg.Add(1)
-		go lc.expireLoop()
+		g.Go(func() error { lc.expireLoop(ctx); return nil })
 	}
-	lc.run()
+	lc.run(ctx)
 }
 
 // recover replays the store until it succeeds or the engine closes, then
 // opens the first checkpoint and reports ready (DESIGN "Recovery").
-func (lc *lifecycle) recover() bool {
+func (lc *lifecycle) recover(ctx context.Context) bool {
 	begin := time.Now()
-	res, inDest, ok := lc.replay()
+	res, inDest, ok := lc.replay(ctx)
 	if !ok {
 		return false
 	}
 	open := lc.firstOpenID(res.LastID, inDest)
 	reserved := open + lc.e.cfg.idBlock - 1
 	shown := func(err error) string { return "reserve checkpoint ids: " + err.Error() }
-	if !lc.retry("reserve checkpoint ids", shown, func() error { return lc.e.store.Reserve(reserved) }) {
+	if !lc.retry(ctx, "reserve checkpoint ids", shown, func() error { return lc.e.store.Reserve(reserved) }) {
 		return false
 	}
-	if !lc.retry("record reserved checkpoint ids in the node lease", nil, func() error {
-		err := lc.leaseReserve(reserved)
+	if !lc.retry(ctx, "record reserved checkpoint ids in the node lease", nil, func() error {
+		err := lc.leaseReserve(ctx, reserved)
 		if errors.Is(err, ErrLeaseLost) {
 			return errStop
 		}
@@ -135,14 +147,14 @@ func (lc *lifecycle) recover() bool {
 	// Stores written before committed_in was kept: name the newest
 	// committed checkpoint instead, never a reserved or aborted id.
 	var newest uint64
-	if !lc.retry("read newest committed checkpoint", nil, func() (err error) {
+	if !lc.retry(ctx, "read newest committed checkpoint", nil, func() (err error) {
 		newest, err = lc.e.store.NewestCommitted()
 		return err
 	}) {
 		return false
 	}
 	var keys []recovery.Key
-	if !lc.retry("read idempotency keys", nil, func() (err error) {
+	if !lc.retry(ctx, "read idempotency keys", nil, func() (err error) {
 		keys, err = lc.e.store.Keys(lc.e.cfg.Now().Add(-lc.e.cfg.IdempotencyWindow))
 		return err
 	}) {
@@ -173,8 +185,8 @@ func (lc *lifecycle) recover() bool {
 // whether it did. It gives up when the engine closes or the policy stops
 // it. With shown, the error shows (as shown words it) in Status as why
 // recovery is not done.
-func (lc *lifecycle) retry(what string, shown func(error) string, fn func() error) bool {
-	return lc.e.pol.retry(lc.ctx, fn, func(f failure) {
+func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) string, fn func() error) bool {
+	return lc.e.pol.retry(ctx, fn, func(f failure) {
 		if shown != nil {
 			lc.e.health.noteDiskFull(f.err)
 			lc.e.ing.mu.Lock()
@@ -201,13 +213,13 @@ func (lc *lifecycle) retry(what string, shown func(error) string, fn func() erro
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
 // older copy of it alike, however many checkpoints ago it was taken.
-func (lc *lifecycle) replay() (*recovery.Result, uint64, bool) {
+func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool) {
 	rp := recovery.Replay{Finisher: lc.e.fin, FS: lc.e.cfg.FS, StagingDir: lc.e.cfg.StagingDir, Logger: lc.e.log}
 	var res *recovery.Result
 	var top uint64
-	ok := lc.retry("recovery failed", error.Error, func() error {
+	ok := lc.retry(ctx, "recovery failed", error.Error, func() error {
 		var err error
-		if res, err = rp.Run(lc.ctx); err != nil {
+		if res, err = rp.Run(ctx); err != nil {
 			return err
 		}
 		newest, err := lc.e.store.NewestCommitted()
@@ -215,7 +227,7 @@ func (lc *lifecycle) replay() (*recovery.Result, uint64, bool) {
 			return err
 		}
 		limit := lc.manifestLimit(res.LastID)
-		ours, err := lc.highestManifestID(lc.ctx, limit)
+		ours, err := lc.highestManifestID(ctx, limit)
 		if err != nil {
 			return err
 		}
@@ -223,7 +235,7 @@ func (lc *lifecycle) replay() (*recovery.Result, uint64, bool) {
 		if ours.behind(newest) {
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			return lc.rebuildProducers(limit)
+			return lc.rebuildProducers(ctx, limit)
 		}
 		return nil
 	})

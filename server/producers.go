@@ -432,8 +432,10 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 			return n, nil
 		}
 		after = next
-		if e.life.ctx.Err() != nil {
-			return n, e.life.ctx.Err()
+		select {
+		case <-e.life.closing:
+			return n, context.Canceled // the engine closes
+		default:
 		}
 	}
 }
@@ -445,17 +447,16 @@ func (lc *lifecycle) expired(n int) {
 }
 
 // expireLoop runs ExpireProducers periodically.
-func (lc *lifecycle) expireLoop() {
-	defer lc.wg.Done()
+func (lc *lifecycle) expireLoop(ctx context.Context) {
 	every := min(lc.e.cfg.ProducerExpiry/8, time.Hour)
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
-	lc.runEvery(t.C, func() bool {
+	lc.runEvery(ctx, t.C, func() bool {
 		n, err := lc.e.ExpireProducers(lc.e.cfg.Now())
 		if lc.e.health.failOn(err) {
 			return true
 		}
-		if err != nil && lc.ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			lc.e.log.Warn("producer expiry", "err", err, "expired", n)
 		} else if n > 0 {
 			lc.e.log.Info("producers expired", "count", n)

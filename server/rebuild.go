@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -18,7 +19,7 @@ import (
 // limit is the highest checkpoint id this node reserved (0: unknown):
 // manifests beyond it are not believed. What cannot be rebuilt is logged
 // as an error: an operator restoring a copy must know it.
-func (lc *lifecycle) rebuildProducers(limit uint64) error {
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
@@ -26,7 +27,7 @@ func (lc *lifecycle) rebuildProducers(limit uint64) error {
 		}
 	}
 	begin := time.Now()
-	rb, err := recovery.Rebuild(lc.ctx, r, lc.e.cfg.Node, limit, lc.e.log)
+	rb, err := recovery.Rebuild(ctx, r, lc.e.cfg.Node, limit, lc.e.log)
 	if err != nil {
 		return err
 	}

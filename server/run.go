@@ -27,7 +27,7 @@ func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
 	case e.life.reqs <- reply:
 	case <-e.health.failed:
 		return CheckpointResult{}, e.Err()
-	case <-e.life.ctx.Done():
+	case <-e.life.closing:
 		return CheckpointResult{}, ErrClosed
 	case <-ctx.Done():
 		return CheckpointResult{}, ctx.Err()
@@ -91,7 +91,7 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 }
 
 // run is the coordinator loop: checkpoints on request and on the interval.
-func (lc *lifecycle) run() {
+func (lc *lifecycle) run(ctx context.Context) {
 	var tick <-chan time.Time
 	if lc.e.cfg.CheckpointInterval > 0 {
 		t := time.NewTicker(lc.e.cfg.CheckpointInterval)
@@ -112,7 +112,7 @@ func (lc *lifecycle) run() {
 	for {
 		var waiters []chan ckptReply
 		select {
-		case <-lc.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-lc.e.health.failed:
 			return
@@ -152,7 +152,7 @@ func (lc *lifecycle) run() {
 				continue // the checkpoint that just ran already took it
 			}
 		}
-		res, err := lc.e.pipe.checkpoint()
+		res, err := lc.e.pipe.checkpoint(ctx)
 		for _, w := range waiters {
 			w <- ckptReply{res, err}
 		}
@@ -205,7 +205,7 @@ func (e *Engine) Close() error {
 	e.health.publishLocked()
 	e.ing.mu.Unlock()
 	e.life.cancel()
-	e.life.wg.Wait()
+	<-e.life.done
 	e.ing.mu.Lock()
 	for _, ot := range e.ing.openTxns {
 		ot.txn.Release()

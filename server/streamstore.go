@@ -146,7 +146,7 @@ func (e *Engine) putStreamDoc(ctx context.Context, rec recovery.StreamConfig) er
 // syncStreams restores stream configurations from the destination into
 // the state store and writes back those the destination lacks, once the
 // lease is taken and before recovery. It retries what may pass.
-func (lc *lifecycle) syncStreams() bool {
+func (lc *lifecycle) syncStreams(ctx context.Context) bool {
 	if lc.e.cfg.Leaser == nil {
 		return true
 	}
@@ -156,8 +156,8 @@ func (lc *lifecycle) syncStreams() bool {
 			return true
 		}
 	}
-	return lc.retry("restore stream configurations from the destination", error.Error, func() error {
-		return lc.syncStreamsOnce(lc.ctx, r)
+	return lc.retry(ctx, "restore stream configurations from the destination", error.Error, func() error {
+		return lc.syncStreamsOnce(ctx, r)
 	})
 }
 

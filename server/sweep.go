@@ -40,18 +40,17 @@ func (e *Engine) Sweep(ctx context.Context) (recovery.SweepResult, error) {
 }
 
 // sweepLoop runs Sweep every SweepInterval until the engine closes.
-func (lc *lifecycle) sweepLoop() {
-	defer lc.wg.Done()
+func (lc *lifecycle) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(lc.e.cfg.SweepInterval)
 	defer t.Stop()
-	lc.runEvery(t.C, func() bool {
-		ctx, cancel := context.WithTimeout(lc.ctx, max(lc.e.cfg.SweepInterval, time.Minute))
-		res, err := lc.e.Sweep(ctx)
+	lc.runEvery(ctx, t.C, func() bool {
+		sctx, cancel := context.WithTimeout(ctx, max(lc.e.cfg.SweepInterval, time.Minute))
+		res, err := lc.e.Sweep(sctx)
 		cancel()
 		if err != nil && lc.e.health.failOn(err) {
 			return true
 		}
-		if err != nil && lc.ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			lc.e.log.Warn("orphan sweep failed; the next one retries", "err", err, "op", "sweep",
 				"intents_aborted", len(res.Intents), "removed", len(res.Removed))
 		} else if n := len(res.Intents) + len(res.Removed); n > 0 {
@@ -65,10 +64,10 @@ func (lc *lifecycle) sweepLoop() {
 // engine fails, or step returns true. The caller owns the timer or ticker
 // behind c (and may Reset it from step); the loops of the lease, producer
 // expiry and the orphan sweep share it.
-func (lc *lifecycle) runEvery(c <-chan time.Time, step func() (stop bool)) {
+func (lc *lifecycle) runEvery(ctx context.Context, c <-chan time.Time, step func() (stop bool)) {
 	for {
 		select {
-		case <-lc.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-lc.e.health.failed:
 			return
