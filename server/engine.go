@@ -197,7 +197,8 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 // one; never an open, aborted or reserved id.
 func (e *Engine) Write(w Write) (WriteResult, error) { return e.ing.write(w) }
 
-// write is Write, under the ingest lock.
+// write is Write's logic: the batch is placed outside the ingest lock,
+// checked and appended under it.
 func (in *ingest) write(w Write) (WriteResult, error) {
 	now := in.e.cfg.Now()
 	// Stream configuration hook (streams.go): place the batch by the
