@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,31 +88,34 @@ type outcome struct {
 
 // Engine accepts batches and runs checkpoints. It is safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	log   *slog.Logger
-	store *recovery.Store
-	fin   recovery.Finisher
-	pol   policy
-	lease *lease // nil without Config.Leaser
+	cfg    Config
+	log    *slog.Logger
+	store  *recovery.Store
+	fin    recovery.Finisher
+	pol    policy
+	lease  *lease // nil without Config.Leaser
+	health health // stuck, recovering, disk full, failure, the status snapshot (status.go)
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	reqs   chan chan ckptReply
-	kick   chan struct{} // an early checkpoint: the open one grew large
-	soon   chan struct{} // a Wait on the open checkpoint (group commit)
-	ready  chan struct{}
-	failed chan struct{}
+	ing  ingest    // the ingest lock and what a write sees (engine.go)
+	pipe pipeline  // one checkpoint at a time (checkpoint.go)
+	life lifecycle // start and the background loops (open.go, run.go)
+}
+
+// ingest is the ingest lock and what a write must see atomically: the
+// open checkpoint, its transactions, the producer table, the idempotency
+// keys and the stream configurations in force. Write's logic lives here.
+// The health fields (status.go) and the group commit's (groupcommit.go)
+// are guarded by the same lock, so that a snapshot sees them with the open
+// checkpoint.
+type ingest struct {
+	e *Engine
 
 	initMu sync.Mutex // serialises producer inits
-
-	sweepMu sync.Mutex // serialises orphan sweeps
 
 	mu          sync.Mutex // the ingest lock; guards everything below
 	isReady     bool
 	closed      bool
 	draining    bool
-	failErr     error
 	openID      uint64
 	openTxns    []*openTxn
 	cur         map[staging.Key]*openTxn
@@ -124,25 +126,51 @@ type Engine struct {
 	prods       *producerTable // producers.go
 	outcomes    map[uint64]*outcome
 	lastDone    uint64 // newest committed checkpoint
-	reserved    uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
 	firstID     uint64 // the first id this start opened
-	stuck       stuck  // what holds a prepared checkpoint back, if anything
+	early       bool   // the open checkpoint must end now: too many open files
 	inflight    uint64 // the checkpoint past its barrier, 0 when none
-	recovering  string
-	early       bool      // the open checkpoint must end now: too many open files
-	diskFull    error     // the last write refused for space, until a write succeeds
-	diskFullAt  time.Time // when
 
 	// lastPrepared is the newest checkpoint recorded prepared (a
 	// stream's PUT waits for it: streams.go).
 	lastPrepared uint64
 
-	status      atomic.Pointer[Status] // published under mu, read by Status without it
-	displaced   atomic.Int64           // part files committed displaced (status.go)
-	keys        keyTable               // idempotency keys (idempotency.go)
-	streams     streamTable            // stream configurations (streams.go)
-	commitWant  uint64                 // the highest checkpoint a Wait asked to start (groupcommit.go)
-	commitWaits int                    // the Waits that asked for it
+	keys    keyTable    // idempotency keys (idempotency.go)
+	streams streamTable // stream configurations (streams.go)
+}
+
+// pipeline runs one checkpoint at a time: reserve ids, barrier (ingest
+// hands it the open checkpoint as a cut), pre-commit, prepared,
+// commit/abort. Only the coordinator loop drives it. It owns none of
+// ingest's fields: what changes under the ingest lock it asks ingest to
+// change (cut, prepared, committed, finished, abortOpen).
+type pipeline struct {
+	e *Engine
+
+	reserved uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
+}
+
+// lifecycle is the engine's start (lease, replay, reserve, ready) and its
+// background loops: the coordinator, lease renewal, the orphan sweep and
+// the producer expiry.
+type lifecycle struct {
+	e *Engine
+
+	// No context is kept: Open hands Run its own. Close cancels it
+	// (cancel) and waits for Run's end (done); closing is its Done, for
+	// the exported calls that must give up when the engine closes.
+	cancel  context.CancelFunc
+	closing <-chan struct{}
+	done    chan struct{}
+	reqs    chan chan ckptReply
+	kick    chan struct{} // an early checkpoint: the open one grew large
+	soon    chan struct{} // a Wait on the open checkpoint (group commit)
+	ready   chan struct{}
+
+	sweepMu sync.Mutex // serialises orphan sweeps
+
+	// Under the ingest lock (groupcommit.go):
+	commitWant  uint64 // the highest checkpoint a Wait asked to start
+	commitWaits int    // the Waits that asked for it
 }
 
 // diskFullHold is how long Status reports a full disk after the last write
@@ -167,150 +195,154 @@ func Partition(t time.Time) string { return t.UTC().Format("dt=2006-01-02/hour=1
 // producer's newest batch on the stream — the one holding it when it is
 // among those (a retry of the latest batches), else a later committed
 // one; never an open, aborted or reserved id.
-func (e *Engine) Write(w Write) (WriteResult, error) {
-	now := e.cfg.Now()
+func (e *Engine) Write(w Write) (WriteResult, error) { return e.ing.write(w) }
+
+// write is Write's logic: the batch is placed outside the ingest lock,
+// checked and appended under it.
+func (in *ingest) write(w Write) (WriteResult, error) {
+	now := in.e.cfg.Now()
 	// Stream configuration hook (streams.go): place the batch by the
 	// configuration in force, outside the ingest lock.
 	key := w.Key
-	pl := e.place(e.confFor(w.Stream), now, &w)
+	pl := in.place(in.confFor(w.Stream), now, &w)
 	w.Key = pl.conf.dedupKey(&w, key)
-	e.mu.Lock()
+	in.mu.Lock()
 	defer func() {
-		e.publishLocked()
-		e.mu.Unlock()
+		in.e.health.publishLocked()
+		in.mu.Unlock()
 	}()
-	if err := e.writableLocked(); err != nil {
+	if err := in.writableLocked(); err != nil {
 		return WriteResult{}, err
 	}
-	res := WriteResult{Checkpoint: e.openID, Records: w.Records, Bytes: len(w.Data)}
-	if sc := e.confFor(w.Stream); sc != pl.conf {
-		pl = e.place(sc, now, &w) // a barrier changed the configuration meanwhile
+	res := WriteResult{Checkpoint: in.openID, Records: w.Records, Bytes: len(w.Data)}
+	if sc := in.confFor(w.Stream); sc != pl.conf {
+		pl = in.place(sc, now, &w) // a barrier changed the configuration meanwhile
 		w.Key = sc.dedupKey(&w, key)
 	}
 	if w.Key != nil {
-		if dup, ok, err := e.keyLookupLocked(&w); ok || err != nil {
+		if dup, ok, err := in.keyLookupLocked(&w); ok || err != nil {
 			return dup, err
 		}
 	}
 	var ss *seqState
 	if w.Producer != nil {
 		var err error
-		if ss, err = e.sequenceLocked(w, &res); err != nil || ss == nil {
+		if ss, err = in.sequenceLocked(w, &res); err != nil || ss == nil {
 			return res, err // refused, or a duplicate
 		}
 	}
 	if pl.err != nil {
-		e.reject("invalid_records")
+		in.reject("invalid_records")
 		return res, pl.err
 	}
 	if w.Records == 0 {
 		// An empty batch still takes its sequence number, but opens no file.
 		if ss != nil {
-			e.acceptLocked(w, ss, &res)
+			in.acceptLocked(w, ss, &res)
 		}
 		return res, nil
 	}
-	if err := e.switchLocked(w.Stream); err != nil { // streams.go: a PUT's barrier
-		e.reject("backpressure")
+	if err := in.switchLocked(w.Stream); err != nil { // streams.go: a PUT's barrier
+		in.reject("backpressure")
 		return res, err
 	}
-	if e.held > 0 && e.held+int64(len(w.Data)) > e.cfg.MaxUncommittedBytes {
-		e.reject("backpressure")
+	if in.held > 0 && in.held+int64(len(w.Data)) > in.e.cfg.MaxUncommittedBytes {
+		in.reject("backpressure")
 		return res, ErrBackpressure
 	}
 	pid, seq := "", int64(0)
 	if w.Producer != nil {
 		pid, seq = w.Producer.ID, w.Producer.Seq
 	}
-	if err := e.appendPlacedLocked(&w, pl, pid, seq); err != nil { // streams.go
+	if err := in.appendPlacedLocked(&w, pl, pid, seq); err != nil { // streams.go
 		if errors.Is(err, ErrBackpressure) {
-			e.reject("backpressure")
+			in.reject("backpressure")
 			return res, err
 		}
-		e.reject("storage")
-		e.noteDiskFullLocked(err)
+		in.reject("storage")
+		in.e.health.noteDiskFullLocked(err)
 		return res, err
 	}
-	e.openBytes += int64(len(w.Data))
-	e.openRecords += int64(w.Records)
-	e.held += int64(len(w.Data))
-	if e.cfg.CheckpointInterval > 0 && e.openBytes > e.cfg.MaxUncommittedBytes/4 {
+	in.openBytes += int64(len(w.Data))
+	in.openRecords += int64(w.Records)
+	in.held += int64(len(w.Data))
+	if in.e.cfg.CheckpointInterval > 0 && in.openBytes > in.e.cfg.MaxUncommittedBytes/4 {
 		// With periodic checkpoints, checkpoint early rather than let the
 		// open checkpoint run into backpressure, which idles every
 		// producer for a Retry-After. (Interval 0 means only on request.)
-		e.kickLocked()
+		in.kickLocked()
 	}
 	if ss != nil {
-		e.acceptLocked(w, ss, &res)
+		in.acceptLocked(w, ss, &res)
 	}
 	if w.Key != nil {
-		e.keyAcceptLocked(&w)
+		in.keyAcceptLocked(&w)
 	}
-	if h := e.cfg.Hooks.Accepted; h != nil {
+	if h := in.e.cfg.Hooks.Accepted; h != nil {
 		h(w.Stream, w.Records, len(w.Data))
 	}
 	return res, nil
 }
 
-func (e *Engine) kickLocked() {
+func (in *ingest) kickLocked() {
 	select {
-	case e.kick <- struct{}{}:
+	case in.e.life.kick <- struct{}{}:
 	default:
 	}
 }
 
 // earlyLocked asks for the open checkpoint to end now, whatever the
 // interval: it holds too many open files.
-func (e *Engine) earlyLocked() {
-	e.early = true
-	e.kickLocked()
+func (in *ingest) earlyLocked() {
+	in.early = true
+	in.kickLocked()
 }
 
-func (e *Engine) reject(reason string) {
-	if h := e.cfg.Hooks.Rejected; h != nil {
+func (in *ingest) reject(reason string) {
+	if h := in.e.cfg.Hooks.Rejected; h != nil {
 		h(reason)
 	}
 }
 
-func (e *Engine) writableLocked() error {
+func (in *ingest) writableLocked() error {
 	switch {
-	case e.failErr != nil:
-		return e.failErr
-	case e.closed || e.draining:
+	case in.e.health.failErr != nil:
+		return in.e.health.failErr
+	case in.closed || in.draining:
 		return ErrClosed
-	case !e.isReady:
+	case !in.isReady:
 		return ErrNotReady
 	}
 	return nil
 }
 
 // txnLocked returns the open transaction for key, opening or rolling it.
-func (e *Engine) txnLocked(key staging.Key) (*openTxn, error) {
-	if ot := e.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < e.rollBytes(key.Stream) {
+func (in *ingest) txnLocked(key staging.Key) (*openTxn, error) {
+	if ot := in.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < in.rollBytes(key.Stream) {
 		return ot, nil
 	} else if ot != nil && ot.txn.Err() != nil {
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
 	}
-	if n := len(e.openTxns); e.cfg.MaxOpenFiles > 0 && n >= e.cfg.MaxOpenFiles {
+	if n := len(in.openTxns); in.e.cfg.MaxOpenFiles > 0 && n >= in.e.cfg.MaxOpenFiles {
 		// Each transaction holds a file descriptor until its pre-commit:
 		// end this checkpoint early rather than run out of them.
-		e.earlyLocked()
+		in.earlyLocked()
 		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
 	}
-	base := layout.PartName(e.cfg.Node, e.openID, e.nextIndex, key.Ext)
-	t, err := staging.Create(e.cfg.FS, staging.TempName(e.cfg.StagingDir, base), e.cfg.BufferSize)
+	base := layout.PartName(in.e.cfg.Node, in.openID, in.nextIndex, key.Ext)
+	t, err := staging.Create(in.e.cfg.FS, staging.TempName(in.e.cfg.StagingDir, base), in.e.cfg.BufferSize)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		// Out of file descriptors (the process's or the system's): a
 		// checkpoint closes ours; the client retries after it.
-		e.earlyLocked()
+		in.earlyLocked()
 		return nil, fmt.Errorf("%w: %w", ErrBackpressure, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	e.nextIndex++
-	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: e.confFor(key.Stream)}
-	e.cur[key] = ot
-	e.openTxns = append(e.openTxns, ot)
+	in.nextIndex++
+	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: in.confFor(key.Stream)}
+	in.cur[key] = ot
+	in.openTxns = append(in.openTxns, ot)
 	return ot, nil
 }

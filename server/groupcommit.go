@@ -31,39 +31,39 @@ import "time"
 // p50 is the checkpoint's own duration instead of linger + duration.
 
 // lingerLocked asks for checkpoint id, the open one, to start soon.
-func (e *Engine) lingerLocked(id uint64) {
-	if e.cfg.CommitLinger <= 0 || id != e.openID {
+func (lc *lifecycle) lingerLocked(id uint64) {
+	if lc.e.cfg.CommitLinger <= 0 || id != lc.e.ing.openID {
 		return
 	}
-	if id != e.commitWant {
-		e.commitWant, e.commitWaits = id, 0
+	if id != lc.commitWant {
+		lc.commitWant, lc.commitWaits = id, 0
 	}
-	e.commitWaits++
+	lc.commitWaits++
 	select {
-	case e.soon <- struct{}{}:
+	case lc.soon <- struct{}{}:
 	default:
 	}
 }
 
 // wantsCommit reports whether a waiter still needs the open checkpoint to
 // start (no checkpoint since took its batch), and how many waits asked.
-func (e *Engine) wantsCommit() (bool, int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.commitWant >= e.openID, e.commitWaits
+func (lc *lifecycle) wantsCommit() (bool, int) {
+	lc.e.ing.mu.Lock()
+	defer lc.e.ing.mu.Unlock()
+	return lc.commitWant >= lc.e.ing.openID, lc.commitWaits
 }
 
 // lingerDelay is how long to wait before a linger-started checkpoint,
 // given when the last one started and how many waits it had (0: none yet).
-func (e *Engine) lingerDelay(last time.Time, shared int) time.Duration {
-	d := e.cfg.CommitLinger
+func (lc *lifecycle) lingerDelay(last time.Time, shared int) time.Duration {
+	d := lc.e.cfg.CommitLinger
 	if shared == 1 {
 		d = 0
 	}
-	if last.IsZero() || e.cfg.CommitMinGap <= 0 {
+	if last.IsZero() || lc.e.cfg.CommitMinGap <= 0 {
 		return d
 	}
-	if gap := e.cfg.CommitMinGap - time.Since(last); gap > d {
+	if gap := lc.e.cfg.CommitMinGap - time.Since(last); gap > d {
 		d = gap
 	}
 	return d

@@ -103,29 +103,29 @@ func writeKeyID(w *Write) keyID { return recovery.KeyID(w.Scope, w.Stream, w.Key
 // maxOpenKeys is the most keys one checkpoint accepts: a quarter of the
 // cap, so the open and the in-flight checkpoint's keys leave half of it to
 // committed ones, but no fewer than a small cap's whole.
-func (e *Engine) maxOpenKeys() int {
-	if e.cfg.MaxOpenKeys > 0 {
-		return e.cfg.MaxOpenKeys
+func (in *ingest) maxOpenKeys() int {
+	if in.e.cfg.MaxOpenKeys > 0 {
+		return in.e.cfg.MaxOpenKeys
 	}
-	return max(e.cfg.MaxKeys/4, min(e.cfg.MaxKeys, 1024))
+	return max(in.e.cfg.MaxKeys/4, min(in.e.cfg.MaxKeys, 1024))
 }
 
 // keyLookupLocked answers a write whose key was seen: ok is false when the
 // key is unknown (or expired) and the write goes on as new. A new key
 // that can't be kept is refused with ErrBackpressure.
-func (e *Engine) keyLookupLocked(w *Write) (res WriteResult, ok bool, err error) {
-	e.keyExpireLocked(e.cfg.Now(), 0)
+func (in *ingest) keyLookupLocked(w *Write) (res WriteResult, ok bool, err error) {
+	in.keyExpireLocked(in.e.cfg.Now(), 0)
 	id := writeKeyID(w)
-	ks, known := e.keys.m[id]
+	ks, known := in.keys.m[id]
 	if !known {
-		return res, false, e.keyRoomLocked(w.Stream)
+		return res, false, in.keyRoomLocked(w.Stream)
 	}
 	if ks.hash != w.Key.Hash {
-		e.reject("idempotency_key_reused")
+		in.reject("idempotency_key_reused")
 		return res, true, fmt.Errorf("stream %s key %q: %w", w.Stream, w.Key.Key, ErrKeyReused)
 	}
-	res = WriteResult{Checkpoint: ks.ckpt, Duplicate: true, Committed: ks.ckpt <= e.lastDone}
-	if h := e.cfg.Hooks.Duplicate; h != nil {
+	res = WriteResult{Checkpoint: ks.ckpt, Duplicate: true, Committed: ks.ckpt <= in.lastDone}
+	if h := in.e.cfg.Hooks.Duplicate; h != nil {
 		h(w.Stream)
 	}
 	return res, true, nil
@@ -133,20 +133,20 @@ func (e *Engine) keyLookupLocked(w *Write) (res WriteResult, ok bool, err error)
 
 // keyRoomLocked makes room for one more key, dropping the oldest committed
 // ones past the cap, or refuses it.
-func (e *Engine) keyRoomLocked(stream string) error {
-	if n := len(e.keys.open); n >= e.maxOpenKeys() {
-		e.earlyLocked()
-		e.reject("backpressure")
+func (in *ingest) keyRoomLocked(stream string) error {
+	if n := len(in.keys.open); n >= in.maxOpenKeys() {
+		in.earlyLocked()
+		in.reject("backpressure")
 		return fmt.Errorf("stream %s: %d idempotency keys in the open checkpoint, the most per checkpoint: %w", stream, n, ErrBackpressure)
 	}
-	if len(e.keys.m) < e.cfg.MaxKeys {
+	if len(in.keys.m) < in.e.cfg.MaxKeys {
 		return nil
 	}
-	e.keyExpireLocked(e.cfg.Now(), 1)
-	if n := len(e.keys.m); n >= e.cfg.MaxKeys {
+	in.keyExpireLocked(in.e.cfg.Now(), 1)
+	if n := len(in.keys.m); n >= in.e.cfg.MaxKeys {
 		// Every key held is of a batch not committed yet: none may go.
-		e.earlyLocked()
-		e.reject("backpressure")
+		in.earlyLocked()
+		in.reject("backpressure")
 		return fmt.Errorf("stream %s: %d idempotency keys held, none committed (--idempotency-max-keys): %w", stream, n, ErrBackpressure)
 	}
 	return nil
@@ -154,34 +154,34 @@ func (e *Engine) keyRoomLocked(stream string) error {
 
 // keyAcceptLocked records w's key for its batch, appended to the open
 // checkpoint.
-func (e *Engine) keyAcceptLocked(w *Write) {
-	if e.keys.m == nil {
-		e.keys.m = map[keyID]keyState{}
+func (in *ingest) keyAcceptLocked(w *Write) {
+	if in.keys.m == nil {
+		in.keys.m = map[keyID]keyState{}
 	}
 	id := writeKeyID(w)
-	e.keys.m[id] = keyState{hash: w.Key.Hash, ckpt: e.openID}
-	e.keys.open = append(e.keys.open, recovery.Key{ID: id, Hash: w.Key.Hash, Checkpoint: e.openID})
+	in.keys.m[id] = keyState{hash: w.Key.Hash, ckpt: in.openID}
+	in.keys.open = append(in.keys.open, recovery.Key{ID: id, Hash: w.Key.Hash, Checkpoint: in.openID})
 }
 
 // keyBarrierLocked takes the open checkpoint's keys for its prepare, at
 // time at.
-func (e *Engine) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPolicy) {
-	keys := e.keys.open
-	e.keys.open = nil
+func (in *ingest) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPolicy) {
+	keys := in.keys.open
+	in.keys.open = nil
 	for i := range keys {
 		keys[i].At = at
 	}
-	pol := recovery.KeyPolicy{Max: e.cfg.MaxKeys}
-	if e.cfg.IdempotencyWindow > 0 {
-		pol.ExpireBefore = at.Add(-e.cfg.IdempotencyWindow)
+	pol := recovery.KeyPolicy{Max: in.e.cfg.MaxKeys}
+	if in.e.cfg.IdempotencyWindow > 0 {
+		pol.ExpireBefore = at.Add(-in.e.cfg.IdempotencyWindow)
 	}
 	return keys, pol
 }
 
 // keyPreparedLocked files the keys of a prepared checkpoint by age: they
 // now survive crashes, and expire once committed.
-func (e *Engine) keyPreparedLocked(keys []recovery.Key) {
-	t := &e.keys
+func (in *ingest) keyPreparedLocked(keys []recovery.Key) {
+	t := &in.keys
 	start := len(t.ids)
 	for _, k := range keys {
 		if ks, ok := t.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
@@ -191,24 +191,24 @@ func (e *Engine) keyPreparedLocked(keys []recovery.Key) {
 	if len(t.ids) > start {
 		t.groups = append(t.groups, keyGroup{ckpt: keys[0].Checkpoint, at: keys[0].At.UnixNano(), end: len(t.ids)})
 	}
-	e.keyExpireLocked(e.cfg.Now(), 0)
+	in.keyExpireLocked(in.e.cfg.Now(), 0)
 }
 
 // keyForgetLocked forgets the keys of aborted batches, so their retries
 // are accepted.
-func (e *Engine) keyForgetLocked(keys []recovery.Key) {
+func (in *ingest) keyForgetLocked(keys []recovery.Key) {
 	for _, k := range keys {
-		if ks, ok := e.keys.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
-			delete(e.keys.m, k.ID)
+		if ks, ok := in.keys.m[k.ID]; ok && ks.ckpt == k.Checkpoint {
+			delete(in.keys.m, k.ID)
 		}
 	}
 }
 
 // keyLoadLocked restores the prepared keys at recovery, oldest first; a
 // newer row of an id wins over an older one.
-func (e *Engine) keyLoadLocked(keys []recovery.Key) {
-	e.keys = keyTable{m: make(map[keyID]keyState, len(keys)), ids: make([]keyID, 0, len(keys))}
-	t := &e.keys
+func (in *ingest) keyLoadLocked(keys []recovery.Key) {
+	in.keys = keyTable{m: make(map[keyID]keyState, len(keys)), ids: make([]keyID, 0, len(keys))}
+	t := &in.keys
 	for _, k := range keys {
 		t.m[k.ID] = keyState{hash: k.Hash, ckpt: k.Checkpoint}
 		at := k.At.UnixNano()
@@ -218,22 +218,22 @@ func (e *Engine) keyLoadLocked(keys []recovery.Key) {
 		t.ids = append(t.ids, k.ID)
 		t.groups[len(t.groups)-1].end = len(t.ids)
 	}
-	e.keyExpireLocked(e.cfg.Now(), 0)
+	in.keyExpireLocked(in.e.cfg.Now(), 0)
 }
 
 // keyExpireLocked drops committed keys older than the window, then the
 // oldest committed ones while more than MaxKeys-room are held. It stops at
 // the first key not committed: its batch may still be written, so its
 // retry must stay a duplicate.
-func (e *Engine) keyExpireLocked(now time.Time, room int) {
-	t := &e.keys
+func (in *ingest) keyExpireLocked(now time.Time, room int) {
+	t := &in.keys
 	for t.gHead < len(t.groups) {
 		g := t.groups[t.gHead]
-		if g.ckpt > e.lastDone {
+		if g.ckpt > in.lastDone {
 			break
 		}
-		old := e.cfg.IdempotencyWindow > 0 && now.Sub(time.Unix(0, g.at)) > e.cfg.IdempotencyWindow
-		for t.iHead < g.end && (old || len(t.m)+room > e.cfg.MaxKeys) {
+		old := in.e.cfg.IdempotencyWindow > 0 && now.Sub(time.Unix(0, g.at)) > in.e.cfg.IdempotencyWindow
+		for t.iHead < g.end && (old || len(t.m)+room > in.e.cfg.MaxKeys) {
 			id := t.ids[t.iHead]
 			t.iHead++
 			if ks, ok := t.m[id]; ok && ks.ckpt == g.ckpt {
@@ -258,7 +258,7 @@ func (e *Engine) keyExpireLocked(now time.Time, room int) {
 
 // KeyCount returns how many idempotency keys the engine holds in memory.
 func (e *Engine) KeyCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.keys.m)
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
+	return len(e.ing.keys.m)
 }

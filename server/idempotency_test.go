@@ -295,7 +295,8 @@ func TestKeysPerCheckpointBounded(t *testing.T) {
 func TestKeyTableBounded(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	e := &Engine{cfg: Config{MaxKeys: 100, IdempotencyWindow: time.Hour, Now: func() time.Time { return now }}}
-	e.openID = 1
+	e.ing.e = e
+	e.ing.openID = 1
 	key := func(i int) *Write {
 		return &Write{Stream: "s", Key: NewIdempotencyKey(fmt.Sprint("k", i), []byte{byte(i)})}
 	}
@@ -303,35 +304,35 @@ func TestKeyTableBounded(t *testing.T) {
 	for range 300 {
 		for range 10 {
 			w := key(n)
-			if _, ok, err := e.keyLookupLocked(w); ok || err != nil {
+			if _, ok, err := e.ing.keyLookupLocked(w); ok || err != nil {
 				t.Fatalf("key %d: known %v, err %v", n, ok, err)
 			}
-			e.keyAcceptLocked(w)
+			e.ing.keyAcceptLocked(w)
 			n++
 		}
-		keys, _ := e.keyBarrierLocked(now)
-		e.keyPreparedLocked(keys)
-		e.lastDone = e.openID
-		e.openID++
+		keys, _ := e.ing.keyBarrierLocked(now)
+		e.ing.keyPreparedLocked(keys)
+		e.ing.lastDone = e.ing.openID
+		e.ing.openID++
 		now = now.Add(time.Second)
-		if len(e.keys.m) > 100 {
-			t.Fatalf("%d keys held, cap 100", len(e.keys.m))
+		if len(e.ing.keys.m) > 100 {
+			t.Fatalf("%d keys held, cap 100", len(e.ing.keys.m))
 		}
-		if held := len(e.keys.ids) - e.keys.iHead; held > 100 || len(e.keys.ids) > 2*100+1024 || len(e.keys.groups) > 2*64+20 {
-			t.Fatalf("table holds %d ids (%d live), %d groups", len(e.keys.ids), held, len(e.keys.groups))
+		if held := len(e.ing.keys.ids) - e.ing.keys.iHead; held > 100 || len(e.ing.keys.ids) > 2*100+1024 || len(e.ing.keys.groups) > 2*64+20 {
+			t.Fatalf("table holds %d ids (%d live), %d groups", len(e.ing.keys.ids), held, len(e.ing.keys.groups))
 		}
 	}
 	for i := n - 100; i < n; i++ {
-		if res, ok, err := e.keyLookupLocked(key(i)); !ok || err != nil || !res.Committed {
+		if res, ok, err := e.ing.keyLookupLocked(key(i)); !ok || err != nil || !res.Committed {
 			t.Fatalf("key %d of the newest 100: %+v known %v err %v", i, res, ok, err)
 		}
 	}
-	if _, ok, _ := e.keyLookupLocked(key(n - 101)); ok {
+	if _, ok, _ := e.ing.keyLookupLocked(key(n - 101)); ok {
 		t.Fatal("key past the cap still known")
 	}
 	// The window: an hour later every key is gone.
 	now = now.Add(2 * time.Hour)
-	if _, ok, _ := e.keyLookupLocked(key(n - 1)); ok || len(e.keys.m) != 0 {
-		t.Fatalf("past the window: newest known %v, %d keys held", ok, len(e.keys.m))
+	if _, ok, _ := e.ing.keyLookupLocked(key(n - 1)); ok || len(e.ing.keys.m) != 0 {
+		t.Fatalf("past the window: newest known %v, %d keys held", ok, len(e.ing.keys.m))
 	}
 }

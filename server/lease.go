@@ -425,35 +425,33 @@ func (l *lease) check() error {
 
 // leaseCheck is the fence before each commit step that writes to the
 // destination: nil without a lease.
-func (e *Engine) leaseCheck() error {
-	if e.lease == nil {
+func (lc *lifecycle) leaseCheck() error {
+	if lc.e.lease == nil {
 		return nil
 	}
-	return e.lease.check()
+	return lc.e.lease.check()
 }
 
 // takeLease acquires the lease before recovery writes anything, retrying
 // what may pass (the destination unreachable) and waiting out a holder that
 // stopped renewing (saying so in the log and in Status). A holder that
 // renews, or a destination that cannot enforce a lease, stops the engine.
-func (e *Engine) takeLease() bool {
-	if e.lease == nil {
+func (lc *lifecycle) takeLease(ctx context.Context) bool {
+	if lc.e.lease == nil {
 		return true
 	}
-	if !e.retry("take node lease", error.Error, func() error {
-		err := e.lease.acquire(e.ctx, e.cfg.Now)
+	if !lc.retry(ctx, "take node lease", error.Error, func() error {
+		err := lc.e.lease.acquire(ctx, lc.e.cfg.Now)
 		if wait := (*leaseWait)(nil); errors.As(err, &wait) && wait.first {
-			e.log.Warn("node lease held by an incarnation that may have stopped: waiting for its expiry",
-				"lease", e.lease.name, "holder", wait.holder.String(), "until", wait.until.Format(time.RFC3339Nano))
+			lc.e.log.Warn("node lease held by an incarnation that may have stopped: waiting for its expiry",
+				"lease", lc.e.lease.name, "holder", wait.holder.String(), "until", wait.until.Format(time.RFC3339Nano))
 		}
 		return err
 	}) {
 		return false
 	}
-	e.log.Info("node lease taken", "lease", e.lease.name, "incarnation", e.lease.doc.Incarnation,
-		"previous", e.lease.prev.Incarnation, "reserved_checkpoint", e.lease.doc.Reserved)
-	e.wg.Add(1)
-	go e.renewLoop()
+	lc.e.log.Info("node lease taken", "lease", lc.e.lease.name, "incarnation", lc.e.lease.doc.Incarnation,
+		"previous", lc.e.lease.prev.Incarnation, "reserved_checkpoint", lc.e.lease.doc.Reserved)
 	return true
 }
 
@@ -466,31 +464,30 @@ func (l *lease) poll() time.Duration {
 // renewLoop renews the lease every timeout/3 (more often after a failure,
 // at once when the fence asks) until the engine closes. A lease taken by
 // another process stops the engine: it is fenced.
-func (e *Engine) renewLoop() {
-	defer e.wg.Done()
-	every := e.lease.timeout / 3
+func (lc *lifecycle) renewLoop(ctx context.Context) {
+	every := lc.e.lease.timeout / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-e.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-e.failed:
+		case <-lc.e.health.failed:
 			return
 		case <-t.C:
-		case <-e.lease.kick:
+		case <-lc.e.lease.kick:
 		}
-		ctx, cancel := context.WithTimeout(e.ctx, every)
-		err := e.lease.renew(ctx, e.cfg.Now, 0)
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := lc.e.lease.renew(rctx, lc.e.cfg.Now, 0)
 		cancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			if e.ctx.Err() == nil && !e.lease.isReleased() {
-				e.fail(err)
+			if ctx.Err() == nil && !lc.e.lease.isReleased() {
+				lc.e.health.fail(err)
 			}
 			return
 		case err != nil:
-			e.log.Warn("renew node lease failed; retrying", "err", err)
+			lc.e.log.Warn("renew node lease failed; retrying", "err", err)
 			t.Reset(every / 4)
 		default:
 			t.Reset(every)
@@ -507,15 +504,15 @@ func (l *lease) isReleased() bool {
 // leaseReserve records reserved in the lease before ids up to it are
 // handed out, so that a node rebuilt without its state store starts beyond
 // them (I8).
-func (e *Engine) leaseReserve(reserved uint64) error {
-	if e.lease == nil {
+func (lc *lifecycle) leaseReserve(ctx context.Context, reserved uint64) error {
+	if lc.e.lease == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.lease.timeout/3)
+	ctx, cancel := context.WithTimeout(ctx, lc.e.lease.timeout/3)
 	defer cancel()
-	err := e.lease.renew(ctx, e.cfg.Now, reserved)
+	err := lc.e.lease.renew(ctx, lc.e.cfg.Now, reserved)
 	if errors.Is(err, ErrLeaseLost) {
-		e.fail(err)
+		lc.e.health.fail(err)
 	}
 	return err
 }
@@ -525,15 +522,15 @@ func (e *Engine) leaseReserve(reserved uint64) error {
 // highest id the node knows of otherwise (its store, its manifests): a
 // mark more than reservedAhead beyond it was not written by a node (ids
 // would wrap past 2^64) and is reported and ignored.
-func (e *Engine) leaseReserved(known uint64) uint64 {
-	if e.lease == nil {
+func (lc *lifecycle) leaseReserved(known uint64) uint64 {
+	if lc.e.lease == nil {
 		return 0
 	}
-	l := e.lease
+	l := lc.e.lease
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.prev.Reserved; r > known && r-known > reservedAhead {
-		e.log.Error("node lease names a reserved checkpoint mark beyond any plausible use: ignoring it",
+		lc.e.log.Error("node lease names a reserved checkpoint mark beyond any plausible use: ignoring it",
 			"lease", l.name, "reserved_checkpoint", r, "known_checkpoint", known, "holder", l.prev.String())
 		l.prev.Reserved = 0
 		l.doc.Reserved = min(l.doc.Reserved, known) // raised again before ids are handed out
@@ -548,26 +545,26 @@ func (e *Engine) leaseReserved(known uint64) uint64 {
 // names), ids beyond inDest plus a block may have been named by checkpoints
 // that left no manifest, so it skips lostIDSkip (I8). 0 when the lease
 // knows, without a lease, or without manifests.
-func (e *Engine) lostIDsFloor(inDest uint64) uint64 {
-	if e.lease == nil || inDest == 0 {
+func (lc *lifecycle) lostIDsFloor(inDest uint64) uint64 {
+	if lc.e.lease == nil || inDest == 0 {
 		return 0
 	}
-	if r := e.leaseReserved(inDest); r >= inDest {
+	if r := lc.leaseReserved(inDest); r >= inDest {
 		return 0
 	}
 	floor := inDest + lostIDSkip
 	if floor < inDest {
 		return 0 // a manifest name near 2^64: not one a node wrote
 	}
-	e.log.Error("neither the state store nor the node lease knows this node's checkpoint ids: skipping beyond every id a checkpoint without a manifest may have named",
-		"lease", e.lease.name, "manifest_checkpoint", inDest, "checkpoint", floor)
+	lc.e.log.Error("neither the state store nor the node lease knows this node's checkpoint ids: skipping beyond every id a checkpoint without a manifest may have named",
+		"lease", lc.e.lease.name, "manifest_checkpoint", inDest, "checkpoint", floor)
 	return floor
 }
 
 // releaseLease ends the lease at a clean shutdown.
-func (e *Engine) releaseLease(ctx context.Context) error {
-	if e.lease == nil {
+func (lc *lifecycle) releaseLease(ctx context.Context) error {
+	if lc.e.lease == nil {
 		return nil
 	}
-	return e.lease.release(ctx)
+	return lc.e.lease.release(ctx)
 }

@@ -63,7 +63,7 @@ func TestLeaseCopiedDataDirRefused(t *testing.T) {
 	}
 	rb := checkpointWithin(t, b, 5*time.Second)
 	t.Logf("A (original, live) checkpoint %d %s; B (copy) checkpoint %d %s; A fence %v, B fence %v",
-		ra.ID, ra.State, rb.ID, rb.State, a.leaseCheck(), b.leaseCheck())
+		ra.ID, ra.State, rb.ID, rb.State, a.life.leaseCheck(), b.life.leaseCheck())
 	if ra.State == recovery.Committed && rb.State == recovery.Committed {
 		t.Fatalf("split brain: the copy took the live lease of %s at once and both nodes committed", held.Incarnation)
 	}

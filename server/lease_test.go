@@ -160,9 +160,9 @@ func TestLeaseStaleStopsCommits(t *testing.T) {
 	r.check(invariant.Expect{Exact: true}) // nothing in the destination
 	fl.down.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
-	for e.leaseCheck() != nil {
+	for e.life.leaseCheck() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("lease not renewed after the destination came back: %v", e.leaseCheck())
+			t.Fatalf("lease not renewed after the destination came back: %v", e.life.leaseCheck())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

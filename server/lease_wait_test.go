@@ -184,20 +184,20 @@ func TestLeaseHugeReservedIgnored(t *testing.T) {
 func TestLeaseFenceChecksWallClock(t *testing.T) {
 	r := leaseRig(t, nil, time.Hour, nil)
 	e := r.start(nil)
-	if err := e.leaseCheck(); err != nil {
+	if err := e.life.leaseCheck(); err != nil {
 		t.Fatal(err)
 	}
 	// The suspend: two hours pass on the wall clock, none on the monotonic one.
 	e.lease.mu.Lock()
 	e.lease.wall = func() time.Time { return time.Now().Add(2 * time.Hour).Round(0) }
 	e.lease.mu.Unlock()
-	if err := e.leaseCheck(); !errors.Is(err, ErrLeaseStale) {
+	if err := e.life.leaseCheck(); !errors.Is(err, ErrLeaseStale) {
 		t.Fatalf("fence after the wall clock passed the expiry: %v, want ErrLeaseStale", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for e.leaseCheck() != nil {
+	for e.life.leaseCheck() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("no renewal after the fence found the lease stale: %v", e.leaseCheck())
+			t.Fatalf("no renewal after the fence found the lease stale: %v", e.life.leaseCheck())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -123,19 +123,68 @@ var s0Confs = []streamconf.Config{
 	{Format: streamconf.FormatNDJSON, Schema: testSchema, Compression: streamconf.CompressionZstd},
 }
 
+// modelRun is one run of the model test: the engine under test with its
+// rig, faults and crashes, the model of what must be in the destination,
+// and what the run has checked so far. Its steps are its methods.
+type modelRun struct {
+	t     *testing.T
+	seed  uint64
+	rng   *rand.Rand
+	base  *faultfs.CrashFS
+	sw    *faultfs.SwapInjector
+	inj   *faultfs.InjectFS
+	r     *rig
+	hour  time.Time
+	clock time.Time
+	ckLog *checkpointLog
+	e     *Engine
+	km    *keyModel
+	m     *model
+	st    modelStats
+
+	puts, putBarriers int
+	producers         []string
+	streams           []string
+	ans               answers
+	verified          map[uint64]bool // committed ids checked against their answers
+	committedDups     []dupClaim      // committed duplicates, checked at the next full check
+	epochUnsure       map[string]bool // an init cut by a crash: its epoch bump may or may not be durable
+	crash             *faultfs.CrashAfterInjector
+	trace             []string
+
+	// A checkpoint whose result a crash hid (pending) is decided by the
+	// store at the restart: prepared means it committed.
+	pendingID   uint64
+	pendingSnap map[[2]string]int64
+	cutFS       *faultfs.CrashFS // a power cut taken earlier, with its state store copy
+	cutStore    string
+
+	// older is a copy of the live state.db taken at an earlier step; a
+	// later step restores it (a volume snapshot or backup brought back).
+	older       []byte
+	incarnation int
+	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
+}
+
+type dupClaim struct {
+	b  invariant.BatchID
+	id uint64
+}
+
 func runModel(t *testing.T, seed uint64, steps int) modelStats {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	base := faultfs.NewCrashFS()
-	sw := &faultfs.SwapInjector{}
-	inj := faultfs.NewInjectFS(base, sw)
-	r := newRig(t, inj)
-	hour := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	clock := hour
-	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
-	r.tweak = func(c *Config) {
-		c.Hooks.Checkpoint = ckLog.hook
-		c.Parallel = 1 + rng.IntN(3)
-		c.Now = func() time.Time { return clock }
+	mr := &modelRun{t: t, seed: seed}
+	mr.rng = rand.New(rand.NewPCG(mr.seed, mr.seed^0x9e3779b97f4a7c15))
+	mr.base = faultfs.NewCrashFS()
+	mr.sw = &faultfs.SwapInjector{}
+	mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+	mr.r = newRig(mr.t, mr.inj)
+	mr.hour = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	mr.clock = mr.hour
+	mr.ckLog = &checkpointLog{end: map[uint64]recovery.State{}}
+	mr.r.tweak = func(c *Config) {
+		c.Hooks.Checkpoint = mr.ckLog.hook
+		c.Parallel = 1 + mr.rng.IntN(3)
+		c.Now = func() time.Time { return mr.clock }
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
 		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
@@ -147,7 +196,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		leaser.StaleLock = time.Hour // a left lock is broken by its owner, not its age
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
 	}
-	e := r.start(nil)
+	mr.e = mr.r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
 	// pre-commit encodes under the same crashes and faults. The empty
 	// checkpoint is the barrier that puts them in force.
@@ -155,689 +204,713 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		"s1": {Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd},
 		"s2": {Format: streamconf.FormatParquet, Schema: testSchema},
 	} {
-		if _, err := e.PutStream(t.Context(), s, c); err != nil {
-			t.Fatal(err)
+		if _, err := mr.e.PutStream(mr.t.Context(), s, c); err != nil {
+			mr.t.Fatal(err)
 		}
 	}
-	r.checkpoint()
-	km := &keyModel{}
-	defer func() { t.Logf("keyed: %s", km.st) }()
-	puts, putBarriers := 0, 0
+	mr.r.checkpoint()
+	mr.km = &keyModel{}
+	defer func() { mr.t.Logf("keyed: %s", mr.km.st) }()
+	mr.puts, mr.putBarriers = 0, 0
 	defer func() {
-		t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", puts, putBarriers)
+		mr.t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", mr.puts, mr.putBarriers)
 	}()
-	m := newModel()
-	producers := []string{"p0", "p1", "p2", "p3"}
-	streams := []string{"s0", "s1", "s2"}
-	var st modelStats
-	ans := answers{}
-	verified := map[uint64]bool{} // committed ids checked against their answers
-	type dupClaim struct {
-		b  invariant.BatchID
-		id uint64
-	}
-	var committedDups []dupClaim     // committed duplicates, checked at the next full check
-	epochUnsure := map[string]bool{} // an init cut by a crash: its epoch bump may or may not be durable
-	var crash *faultfs.CrashAfterInjector
-	var trace []string
-	note := func(format string, args ...any) {
-		trace = append(trace, fmt.Sprintf(format, args...))
-		if len(trace) > 40 {
-			trace = trace[1:]
-		}
-	}
-	fail := func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf("seed %d: "+format+"\nlast steps:\n  %s", append(append([]any{seed}, args...), strings.Join(trace, "\n  "))...)
-	}
-	m.fatal = fail
-
-	// restart stops the engine as a crash would, optionally power-cuts,
-	// starts again and checks I5. A checkpoint whose result the crash hid
-	// (pending) is decided by the store: prepared means it committed.
-	var pendingID uint64
-	var pendingSnap map[[2]string]int64
-	var cutFS *faultfs.CrashFS // a power cut taken earlier, with its state store copy
-	var cutStore string
-	// killStart starts an engine and kills it after a random operation of
-	// its start (taking the lease, recovery, reserving ids) or soon after,
-	// as a crash-looping process is killed: the next start must take over
-	// whatever it left, at once.
-	killStart := func() {
-		n := int64(rng.IntN(80))
-		c := faultfs.CrashAfter(n, sweepKinds)
-		sw.Set(c)
-		if k, err := Open(r.config(r.fs)); err == nil {
-			ctx, cancel := untilCtx(c.Crashed)
-			_ = k.WaitReady(ctx)
-			cancel()
-			_ = k.Close()
-		}
-		sw.Set(nil)
-		st.startsKilled++
-		note("start killed after op %d (crashed %v)", n, c.Crashed())
-	}
-	restart := func(powerCut bool) {
-		r.stop()
-		sw.Set(nil)
-		crash = nil
-		if cutFS != nil {
-			// The store as the cut left it goes back in place: the same
-			// file (a power cut keeps the inode the lease memo names).
-			data, err := os.ReadFile(cutStore)
-			if err == nil {
-				err = os.WriteFile(r.storePath, data, 0o600)
-			}
-			if err != nil {
-				fail("restore the store of a power cut: %v", err)
-			}
-			_ = os.Remove(cutStore)
-			base, cutFS = cutFS, nil
-			inj = faultfs.NewInjectFS(base, sw)
-			st.powerCuts++
-		} else if powerCut {
-			base = base.CrashClone()
-			inj = faultfs.NewInjectFS(base, sw)
-			st.powerCuts++
-		} else {
-			st.crashes++
-		}
-		r.fs = inj
-		if rng.IntN(3) == 0 {
-			killStart()
-		}
-		e = r.start(nil)
-		note("restart power=%v", powerCut)
-		if pendingID != 0 {
-			c, err := e.store.Get(pendingID)
-			if err == nil && c.State != recovery.Aborted {
-				for k, v := range pendingSnap {
-					m.prepared[k] = v
-				}
-			}
-			pendingID, pendingSnap = 0, nil
-		}
-		for k := range m.next {
-			m.next[k] = m.prepared[k]
-		}
-		for p := range epochUnsure {
-			ps, ok := e.Producer(wireID(p))
-			if !ok || (ps.Epoch != m.epoch[p] && ps.Epoch != m.epoch[p]+1) {
-				fail("init of %s cut by a crash: epoch %d (known %v), want %d or %d", p, ps.Epoch, ok, m.epoch[p], m.epoch[p]+1)
-			}
-			m.epoch[p] = ps.Epoch
-			delete(epochUnsure, p)
-		}
-		m.resolveAnon(t, e)
-		checkI5(t, m, e, fail)
-	}
-	fullCheck := func() {
-		m.resolveAnon(t, e)
-		r.fs = base // the checker reads the disk without faults
-		rep := r.checker0(m.expect())
-		r.fs = inj
-		if err := rep.Err(); err != nil {
-			fail("step check: %v", err)
-		}
-		// I8: a committed checkpoint holds only batches answered with its
-		// id, and every batch answered with an id that committed.
-		for b, ids := range rep.Checkpoints {
-			for _, id := range ids {
-				if !ans[id][b] {
-					fail("I8: checkpoint %d holds batch %s, which no answer named with that id", id, b)
-				}
-			}
-		}
-		open := e.Status().OpenID
-		for id, bs := range ans {
-			if id >= open || verified[id] {
-				continue // a committed id, once checked, cannot change (I7 holds its files)
-			}
-			c, err := e.store.Get(id)
-			if err != nil || c.State != recovery.Committed {
-				continue
-			}
-			st.idsChecked++
-			for b := range bs {
-				if !slices.Contains(rep.Checkpoints[b], id) {
-					fail("I8: checkpoint %d committed without batch %s, answered with it", id, b)
-				}
-			}
-			verified[id] = true
-		}
-		// I9: what a duplicate reported committed is in the destination.
-		for _, d := range committedDups {
-			if rep.Batches[d.b] != 1 {
-				fail("I9: duplicate %s answered committed in %d, but the batch appears %d times", d.b, d.id, rep.Batches[d.b])
-			}
-		}
-		committedDups = committedDups[:0]
-		st.checks++
-	}
+	mr.m = newModel()
+	mr.m.fatal = mr.fail
+	mr.producers = []string{"p0", "p1", "p2", "p3"}
+	mr.streams = []string{"s0", "s1", "s2"}
+	mr.ans = answers{}
+	mr.verified = map[uint64]bool{}    // committed ids checked against their answers
+	mr.epochUnsure = map[string]bool{} // an init cut by a crash: its epoch bump may or may not be durable
 
 	// older is a copy of the live state.db taken at an earlier step; a
 	// later step restores it (a volume snapshot or backup brought back).
-	var older []byte
-	incarnation := 0
-	zombies := map[string]int64{} // forgotten incarnations' last epochs, by name
-	// forget forgets one producer (DELETE) or, with expire, every idle
-	// one (the expiry), once everything is committed; each comes back at
-	// once as a new incarnation of the same id (its records name it
-	// p~N, sent as p: wireID), inits from seq 0 and commits a batch.
-	forget := func(expire bool) {
-		commitAll(t, e, m, "forget producers", fail)
-		var gone []int
-		if expire {
-			st.expiries++
-			if _, err := e.ExpireProducers(time.Now().AddDate(100, 0, 0)); err != nil {
-				fail("expire producers: %v", err)
-			}
-			for i, p := range producers {
-				if _, inited := m.epoch[p]; !inited {
-					continue
-				}
-				if _, ok := e.Producer(wireID(p)); !ok {
-					gone = append(gone, i)
-				}
-			}
-		} else {
-			i := rng.IntN(len(producers))
-			if _, inited := m.epoch[producers[i]]; !inited {
-				return
-			}
-			if err := e.DeleteProducer(t.Context(), wireID(producers[i])); err != nil {
-				fail("delete producer %s: %v", producers[i], err)
-			}
-			gone = append(gone, i)
-		}
-		for _, i := range gone {
-			p := producers[i]
-			st.forgotten++
-			for k, next := range m.prepared {
-				if k[0] != p {
-					continue
-				}
-				for q := range next {
-					m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
-				}
-				delete(m.prepared, k)
-				delete(m.next, k)
-			}
-			zombies[p] = m.epoch[p]
-			delete(m.epoch, p)
-			incarnation++
-			np := fmt.Sprintf("%s~%d", wireID(p), incarnation)
-			producers[i] = np
-			ps, err := e.InitProducer(t.Context(), wireID(np))
-			if err != nil {
-				fail("init %s after it was forgotten: %v", np, err)
-			}
-			for s, ss := range ps.Streams {
-				if ss.NextSeq != 0 {
-					fail("init %s after it was forgotten: stream %s next_seq %d, want 0", np, s, ss.NextSeq)
-				}
-			}
-			m.epoch[np] = ps.Epoch
-			if err := modelWrite(t, m, e, ans, np, streams[rng.IntN(len(streams))], 1); err != nil {
-				fail("write %s after it was forgotten: %v", np, err)
-			}
-			note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
-		}
-		commitAll(t, e, m, "forget producers", fail)
-	}
-	// plantManifest plants a manifest under this node's prefix as another
-	// writer of the bucket could: ranges for a live producer naming files
-	// that are not there (beyond the ids the node reserved, or within
-	// them), a document that is not JSON, or a name with an id near 2^64.
-	// After a crash the node must start, and believe none of it (I5,
-	// checked by restart); then the planted document is removed.
-	plantManifest := func() {
-		open := e.Status().OpenID
-		victim := producers[rng.IntN(len(producers))]
-		var id uint64
-		var body []byte
-		kind := rng.IntN(4)
-		switch kind {
-		case 0, 1:
-			id = open + 1 // reserved, never committed: the store looks behind
-			if kind == 0 {
-				id = open + 1<<20 // beyond every id the node reserved
-			}
-			mf := &layout.Manifest{Checkpoint: id, Node: rigNode, CommittedAt: clock,
-				Files: []layout.ManifestFile{{Path: "s0/" + layout.PartName(rigNode, id, 0, "ndjson"), Stream: "s0", Bytes: 10, Records: 1,
-					Producers: map[string]committer.SeqRanges{wireID(victim): {{0, 1 << 20}}}}}}
-			var err error
-			if body, err = layout.EncodeManifest(mf); err != nil {
-				fail("plant manifest: %v", err)
-			}
-		case 2:
-			id, body = open+1, []byte("<html>not a manifest</html>")
-		default:
-			id, body = 1<<64-10, []byte("{}")
-		}
-		name := rigDest + "/" + layout.ManifestName(rigNode, id)
-		if err := afero.WriteFile(base, name, body, 0o644); err != nil {
-			fail("plant manifest: %v", err)
-		}
-		st.planted++
-		note("planted %s (kind %d, ranges of %s)", name, kind, victim)
-		restart(false)
-		if err := base.Remove(name); err != nil {
-			fail("remove planted manifest: %v", err)
-		}
-	}
+	mr.incarnation = 0
+	mr.zombies = map[string]int64{} // forgotten incarnations' last epochs, by name
 
 	for step := range steps {
-		if crash != nil && crash.Crashed() || e.Err() != nil {
-			restart(rng.IntN(2) == 0)
+		if mr.crash != nil && mr.crash.Crashed() || mr.e.Err() != nil {
+			mr.restart(mr.rng.IntN(2) == 0)
 		}
-		if rng.IntN(12) == 0 {
-			note("%s", km.step(t, rng, m, e, ans, streams, fail))
-			if km.kicked {
-				// The cap's early checkpoint runs in the background: the
-				// open checkpoint ends by it or by this one, whichever
-				// comes first, holding what the producers sent so far.
-				km.kicked = false
-				open, snap, armed := km.kickedOpen, m.snapshot(), crash
-				res, err := checkpointUntil(e, func() bool { return armed != nil && armed.Crashed() })
-				state, ran := ckLog.state(open)
-				note("checkpoint after the key cap's kick: %d %s (asked: %d %s %v)", open, state, res.ID, res.State, err)
-				switch {
-				case err == nil && ran:
-					m.checkpointed(snap, state == recovery.Committed)
-					m.resolveAnon(t, e)
-				default:
-					pendingID, pendingSnap = open, snap
-					restart(rng.IntN(2) == 0)
-				}
+		if mr.rng.IntN(12) == 0 {
+			mr.note("%s", mr.km.step(mr.t, mr.rng, mr.m, mr.e, mr.ans, mr.streams, mr.fail))
+			if mr.km.kicked {
+				mr.settleKeyKick()
 			}
 			continue
 		}
-		if rng.IntN(60) == 0 { // s0's configuration changes mid-flight: a barrier, like init
-			puts++
-			conf := s0Confs[rng.IntN(len(s0Confs))]
-			open := e.Status().OpenID
-			snap := m.snapshot()
-			armed := crash
-			ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
-			_, err := e.PutStream(ctx, "s0", conf)
-			cancel()
-			note("put s0 %+v: %v", conf, err)
-			if err != nil {
-				// A fault stopped the engine or refused the record, or the
-				// crash point hid the barrier's end: the store decides.
-				pendingID, pendingSnap = open, snap
-				restart(rng.IntN(2) == 0)
-				fullCheck()
-				continue
-			}
-			if state, ran := ckLog.state(open); ran && e.Status().OpenID > open {
-				putBarriers++
-				m.checkpointed(snap, state == recovery.Committed)
-				m.resolveAnon(t, e)
-			}
-			if got := e.Stream("s0"); got.ActiveVersion != got.Config.Version {
-				fail("put s0: answered with version %d in force, newest %d", got.ActiveVersion, got.Config.Version)
-			}
+		if mr.rng.IntN(60) == 0 { // s0's configuration changes mid-flight
+			mr.putStream()
 			continue
 		}
-		p := producers[rng.IntN(len(producers))]
-		s := streams[rng.IntN(len(streams))]
+		p := mr.producers[mr.rng.IntN(len(mr.producers))]
+		s := mr.streams[mr.rng.IntN(len(mr.streams))]
 		k := [2]string{p, s}
-		_, inited := m.epoch[p]
-		switch x := rng.IntN(100); {
+		_, inited := mr.m.epoch[p]
+		switch x := mr.rng.IntN(100); {
 		case !inited || x < 3: // a (new incarnation of the) client inits and goes on from next_seq
-			st.restarts++
-			open := e.Status().OpenID
-			snap := m.snapshot()
-			armed := crash
-			ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
-			ps, err := e.InitProducer(ctx, wireID(p))
-			cancel()
-			if err != nil {
-				// A fault stopped the engine, or the crash point hid the
-				// barrier's end: only the store knows, after a restart.
-				note("init %s: %v", p, err)
-				st.initsFailed++
-				if inited {
-					epochUnsure[p] = true
-				}
-				pendingID, pendingSnap = open, snap
-				restart(rng.IntN(2) == 0)
-				if !inited {
-					continue // inited again at a later step
-				}
-				break
-			}
-			if inited && ps.Epoch != m.epoch[p]+1 {
-				fail("init %s: epoch %d after %d", p, ps.Epoch, m.epoch[p])
-			}
-			m.epoch[p] = ps.Epoch
-			if state, ran := ckLog.state(open); ran && e.Status().OpenID > open {
-				st.barriers++
-				if state == recovery.Aborted {
-					st.barriersAborted++
-				}
-				m.checkpointed(snap, state == recovery.Committed)
-				m.resolveAnon(t, e)
-			}
-			note("init %s: epoch %d %+v", p, ps.Epoch, ps.Streams)
-			// I12: what init answers is durable, and all there is: the
-			// client goes on from next_seq, whatever follows.
-			for _, s := range streams {
-				k := [2]string{p, s}
-				got, ok := ps.Streams[s]
-				if !ok {
-					got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
-				}
-				if got.NextSeq != m.next[k] || got.NextSeq != m.prepared[k] || got.CommittedSeq != m.prepared[k]-1 {
-					fail("I12: init %s/%s: next_seq %d committed_seq %d; accepted next %d, prepared next %d", p, s, got.NextSeq, got.CommittedSeq, m.next[k], m.prepared[k])
-				}
+			if mr.initProducer(p, inited) {
+				continue
 			}
 		case x < 60:
-			st.writes++
-			err := modelWrite(t, m, e, ans, p, s, 1+rng.IntN(4))
-			note("write %v seq %d: %v", k, m.next[k], err)
+			mr.st.writes++
+			err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
+			mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
 		case x < 66: // duplicate
-			if m.next[k] == 0 {
+			if mr.duplicate(p, s, k) {
 				continue
-			}
-			st.dups++
-			seq := rng.Int64N(m.next[k])
-			if pend := m.next[k] - m.prepared[k]; pend > 0 && rng.IntN(2) == 0 {
-				seq = m.prepared[k] + rng.Int64N(pend) // one not yet committed
-			}
-			res, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, 1)
-			if err != nil || !res.Duplicate || res.NextSeq != m.next[k] {
-				fail("duplicate %v/%d: %+v %v", k, seq, res, err)
-			}
-			if want := seq < m.prepared[k] && m.prepared[k] > 0; res.Committed != want {
-				fail("I9: duplicate %v/%d reported committed %v, prepared (and so committed) next is %d", k, seq, res.Committed, m.prepared[k])
-			}
-			b := invariant.BatchID{Producer: p, Stream: s, Seq: seq}
-			if res.Committed {
-				st.dupsCommitted++
-				c, err := e.store.Get(res.Checkpoint)
-				if errors.Is(err, recovery.ErrNotFound) {
-					// Rebuilt from the destination after a store loss: the
-					// checkpoint is known by its manifest only.
-					if ok, _ := afero.Exists(base, rigDest+"/"+layout.ManifestName(rigNode, res.Checkpoint)); ok {
-						c, err = &recovery.Checkpoint{ID: res.Checkpoint, State: recovery.Committed}, nil
-					}
-				}
-				if err != nil || c.State != recovery.Committed {
-					fail("I9/8a: committed duplicate %s names checkpoint %d: %+v %v", b, res.Checkpoint, c, err)
-				}
-				committedDups = append(committedDups, dupClaim{b, res.Checkpoint})
-			} else if !ans[res.Checkpoint][b] {
-				fail("duplicate %s rides in checkpoint %d, which did not accept it", b, res.Checkpoint)
 			}
 		case x < 70: // gap
-			st.gaps++
-			seq := m.next[k] + 1 + rng.Int64N(3)
-			_, err := send(e, &Producer{ID: p, Epoch: m.epoch[p]}, s, seq, 1)
-			if exp, ok := isSeqErr(err); !ok || exp != m.next[k] {
-				fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, m.next[k])
+			mr.st.gaps++
+			seq := mr.m.next[k] + 1 + mr.rng.Int64N(3)
+			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
+			if exp, ok := isSeqErr(err); !ok || exp != mr.m.next[k] {
+				mr.fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, mr.m.next[k])
 			}
 		case x < 72: // stale epoch
-			if m.epoch[p] == 0 {
+			if mr.m.epoch[p] == 0 {
 				continue
 			}
-			st.fenced++
-			_, err := send(e, &Producer{ID: p, Epoch: m.epoch[p] - 1}, s, m.next[k], 1)
+			mr.st.fenced++
+			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] - 1}, s, mr.m.next[k], 1)
 			if !errors.Is(err, ErrFenced) {
-				fail("stale epoch: %v", err)
+				mr.fail("stale epoch: %v", err)
 			}
 		case x < 73:
-			st.future++
-			_, err := send(e, &Producer{ID: p, Epoch: m.epoch[p] + 1}, s, m.next[k], 1)
+			mr.st.future++
+			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] + 1}, s, mr.m.next[k], 1)
 			if !errors.Is(err, ErrInvalidEpoch) {
-				fail("future epoch: %v", err)
+				mr.fail("future epoch: %v", err)
 			}
 		case x < 78:
-			st.anon++
-			m.anonSeq++
-			id := invariant.BatchID{Stream: s, Seq: m.anonSeq}
-			if res, err := send(e, nil, s, m.anonSeq, 2); err == nil {
-				m.anon[res.Checkpoint] = append(m.anon[res.Checkpoint], id)
-				ans.add(res.Checkpoint, id)
+			mr.st.anon++
+			mr.m.anonSeq++
+			id := invariant.BatchID{Stream: s, Seq: mr.m.anonSeq}
+			if res, err := send(mr.e, nil, s, mr.m.anonSeq, 2); err == nil {
+				mr.m.anon[res.Checkpoint] = append(mr.m.anon[res.Checkpoint], id)
+				mr.ans.add(res.Checkpoint, id)
 			}
-		case x >= 86 && x < 88 && crash == nil:
-			// A checkpoint with writes while it pre-commits (they go to the
-			// next checkpoint), and half the time a power cut right then:
-			// the ids those answers named must never name other data (I8).
-			st.checkpoints++
-			st.concurrent++
-			id := e.Status().OpenID
-			snap := m.snapshot()
-			cut := rng.IntN(2) == 0
-			k2 := [2]string{producers[rng.IntN(len(producers))], streams[rng.IntN(len(streams))]}
-			_, k2inited := m.epoch[k2[0]]
-			type written struct {
-				b   invariant.BatchID
-				res WriteResult
-				err error
-			}
-			var during []written
-			var cutErr error
-			m.anonSeq++
-			anonID := invariant.BatchID{Stream: k2[1], Seq: m.anonSeq}
-			storeCopy := filepath.Join(filepath.Dir(r.storePath), fmt.Sprintf("state-cut-%d.db", step))
-			stall := &duringInjector{run: func() error {
-				// Runs once, in the coordinator, at the first staging sync.
-				if k2inited {
-					b := invariant.BatchID{Producer: k2[0], Stream: k2[1], Seq: m.next[k2]}
-					res, err := send(e, &Producer{ID: k2[0], Epoch: m.epoch[k2[0]]}, k2[1], b.Seq, 1)
-					during = append(during, written{b, res, err})
-				}
-				res, err := send(e, nil, k2[1], anonID.Seq, 1)
-				during = append(during, written{anonID, res, err})
-				if !cut {
-					return nil
-				}
-				cutFS, cutStore = base.CrashClone(), storeCopy
-				data, err := os.ReadFile(r.storePath)
-				if err == nil {
-					err = os.WriteFile(storeCopy, data, 0o600)
-				}
-				cutErr = err
-				return faultfs.ErrCrashed
-			}}
-			sw.Set(stall)
-			res, err := checkpointUntil(e, stall.crashed.Load)
-			note("checkpoint %d with writes during pre-commit (cut %v): %s %v %v", id, cut, res.State, res.Error, err)
-			if cutErr != nil {
-				fail("copy state store at the cut: %v", cutErr)
-			}
-			for _, w := range during {
-				if w.err != nil {
-					continue
-				}
-				if w.res.Checkpoint != id+1 {
-					fail("write during the pre-commit of %d answered checkpoint %d", id, w.res.Checkpoint)
-				}
-				ans.add(w.res.Checkpoint, w.b)
-				if w.b.Producer == "" {
-					m.anon[w.res.Checkpoint] = append(m.anon[w.res.Checkpoint], w.b)
-				} else if w.res.Duplicate || w.res.NextSeq != w.b.Seq+1 {
-					fail("write %s during pre-commit: %+v", w.b, w.res)
-				}
-			}
-			if stall.ran.Load() && cut {
-				// The process died at the stall: nothing after it happened.
-				pendingID, pendingSnap = id, snap
-				restart(true)
-				break
-			}
-			cutFS = nil
-			sw.Set(nil)
-			for _, w := range during {
-				if w.err == nil && w.b.Producer != "" {
-					m.next[k2] = w.b.Seq + 1
-				}
-			}
-			switch {
-			case err == nil && res.State == recovery.Committed:
-				st.committed++
-				m.checkpointed(snap, true)
-			case err == nil:
-				st.aborted++
-				m.checkpointed(snap, false)
-			default:
-				pendingID, pendingSnap = id, snap
-				restart(false)
-			}
-			m.resolveAnon(t, e)
+		case x >= 86 && x < 88 && mr.crash == nil:
+			mr.checkpointDuringPreCommit(step)
 		case x < 88: // checkpoint
-			st.checkpoints++
-			id := e.Status().OpenID
-			snap := m.snapshot()
-			armed := crash // the poller must not read the variable the loop reassigns
-			res, err := checkpointUntil(e, func() bool { return armed != nil && armed.Crashed() })
-			note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
+			mr.st.checkpoints++
+			id := mr.e.Status().OpenID
+			snap := mr.m.snapshot()
+			armed := mr.crash // the poller must not read the variable the loop reassigns
+			res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+			mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
 			switch {
 			case err == nil && res.State == recovery.Committed:
-				st.committed++
-				m.checkpointed(snap, true)
-				m.resolveAnon(t, e)
+				mr.st.committed++
+				mr.m.checkpointed(snap, true)
+				mr.m.resolveAnon(mr.t, mr.e)
 			case err == nil:
-				st.aborted++
-				m.checkpointed(snap, false)
-				m.resolveAnon(t, e)
+				mr.st.aborted++
+				mr.m.checkpointed(snap, false)
+				mr.m.resolveAnon(mr.t, mr.e)
 			default:
-				pendingID, pendingSnap = id, snap
-				restart(rng.IntN(2) == 0)
+				mr.pendingID, mr.pendingSnap = id, snap
+				mr.restart(mr.rng.IntN(2) == 0)
 			}
 		case x < 92: // inject one failure a few operations ahead
-			if crash != nil {
+			if mr.crash != nil {
 				continue
 			}
-			st.injected++
-			errno := []error{syscall.EIO, syscall.ENOSPC}[rng.IntN(2)]
+			mr.st.injected++
+			errno := []error{syscall.EIO, syscall.ENOSPC}[mr.rng.IntN(2)]
 			kinds := sweepKinds
-			if rng.IntN(2) == 0 {
-				kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[rng.IntN(5)])
+			if mr.rng.IntN(2) == 0 {
+				kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[mr.rng.IntN(5)])
 			}
-			if rng.IntN(4) == 0 {
-				n := rng.Int64N(8)
-				sw.Set(faultfs.ShortWriteNth(n, errno))
-				note("short write %d", n)
+			if mr.rng.IntN(4) == 0 {
+				n := mr.rng.Int64N(8)
+				mr.sw.Set(faultfs.ShortWriteNth(n, errno))
+				mr.note("short write %d", n)
 			} else {
-				n := rng.Int64N(20)
-				sw.Set(faultfs.FailNth(n, kinds, errno))
-				note("fail %d of %s", n, kinds)
+				n := mr.rng.Int64N(20)
+				mr.sw.Set(faultfs.FailNth(n, kinds, errno))
+				mr.note("fail %d of %s", n, kinds)
 			}
 		case x < 94: // a crash a few operations ahead
-			if crash != nil {
+			if mr.crash != nil {
 				continue
 			}
-			crash = faultfs.CrashAfter(rng.Int64N(40), sweepKinds)
-			sw.Set(crash)
-			note("crash armed")
+			mr.crash = faultfs.CrashAfter(mr.rng.Int64N(40), sweepKinds)
+			mr.sw.Set(mr.crash)
+			mr.note("crash armed")
 		case x < 96:
-			if crash != nil || cutFS != nil || e.Err() != nil {
-				restart(rng.IntN(2) == 0)
-				break
-			}
-			switch y := rng.IntN(40); {
-			case y < 4: // the state store is lost, or an older copy comes back
-				sw.Set(nil) // the loss is the fault of this step
-				var copyOf []byte
-				if y >= 2 && older != nil {
-					copyOf, older = older, nil
-					st.copiesRestored++
-				} else {
-					st.storeLosses++
-				}
-				e = loseStore(t, r, e, m, copyOf, zombies, fail)
-				km.storeLost()
-				note("state store lost (older copy: %v)", copyOf != nil)
-				// Ids answered but never committed left no trace in the
-				// destination, so a lost store can't keep them out of
-				// reach (recovery step 5 continues after the manifests;
-				// see DESIGN). Only committed ids stay checked for I8.
-				r.fs = base
-				rep := r.checker0(m.expect())
-				r.fs = inj
-				inDest := map[uint64]bool{}
-				for _, ids := range rep.Checkpoints {
-					for _, id := range ids {
-						inDest[id] = true
-					}
-				}
-				for id := range ans {
-					if !inDest[id] {
-						delete(ans, id)
-					}
-				}
-				fullCheck()
-			case y < 6: // a snapshot of the live state.db, restored at a later step
-				data, err := os.ReadFile(r.storePath)
-				if err != nil {
-					fail("copy state.db: %v", err)
-				}
-				older = data
-				st.copiesTaken++
-				note("state.db copied")
-				if rng.IntN(2) == 0 {
-					break // restored at a later step, if at all
-				}
-				// Restored soon, before the node reserves more ids: the
-				// copy's reserved block still covers every manifest since.
-				sw.Set(nil)
-				for range 1 + rng.IntN(3) {
-					for range 3 {
-						p := producers[rng.IntN(len(producers))]
-						if _, inited := m.epoch[p]; inited {
-							if err := modelWrite(t, m, e, ans, p, streams[rng.IntN(len(streams))], 1); err != nil {
-								fail("write before the copy comes back: %v", err)
-							}
-						}
-					}
-					commitAll(t, e, m, "before the copy comes back", fail)
-				}
-				e = loseStore(t, r, e, m, older, zombies, fail)
-				older = nil
-				st.copiesRestored++
-				km.storeLost()
-				note("state.db replaced by the copy")
-				fullCheck()
-			case y < 8: // producers forgotten (DELETE, expiry), created again from seq 0
-				sw.Set(nil)
-				forget(rng.IntN(3) == 0)
-			case y < 10: // a manifest planted under this node's prefix
-				sw.Set(nil)
-				plantManifest()
-			default:
-				restart(rng.IntN(2) == 0)
-			}
+			mr.storeEvent()
 		case x < 97: // the hour turns: new partitions
-			clock = clock.Add(time.Hour)
+			mr.clock = mr.clock.Add(time.Hour)
 		default:
-			if crash == nil {
-				fullCheck()
+			if mr.crash == nil {
+				mr.fullCheck()
 			}
 		}
-		if step%500 == 499 && crash == nil && e.Err() == nil {
+		if step%500 == 499 && mr.crash == nil && mr.e.Err() == nil {
 			// Quiesce: a committed checkpoint, then everything must match.
-			sw.Set(nil)
-			res, err := checkpointUntil(e, func() bool { return false })
+			mr.sw.Set(nil)
+			res, err := checkpointUntil(mr.e, func() bool { return false })
 			if err == nil && res.State == recovery.Committed {
-				m.checkpointed(m.snapshot(), true)
-				fullCheck()
+				mr.m.checkpointed(mr.m.snapshot(), true)
+				mr.fullCheck()
 			}
 		}
 	}
 	// The end: no faults, one last checkpoint, exact check, staging empty.
-	restart(false)
-	sw.Set(nil)
-	res := r.checkpoint()
+	mr.restart(false)
+	mr.sw.Set(nil)
+	res := mr.r.checkpoint()
 	if res.State != recovery.Committed {
-		fail("final checkpoint: %+v", res)
+		mr.fail("final checkpoint: %+v", res)
 	}
-	m.checkpointed(m.snapshot(), true)
-	fullCheck()
-	return st
+	mr.m.checkpointed(mr.m.snapshot(), true)
+	mr.fullCheck()
+	return mr.st
+}
+
+func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
+	mr.st.restarts++
+	open := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	armed := mr.crash
+	ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
+	ps, err := mr.e.InitProducer(ctx, wireID(p))
+	cancel()
+	if err != nil {
+		// A fault stopped the engine, or the crash point hid the
+		// barrier's end: only the store knows, after a restart.
+		mr.note("init %s: %v", p, err)
+		mr.st.initsFailed++
+		if inited {
+			mr.epochUnsure[p] = true
+		}
+		mr.pendingID, mr.pendingSnap = open, snap
+		mr.restart(mr.rng.IntN(2) == 0)
+		if !inited {
+			return true // inited again at a later step
+		}
+		return false
+	}
+	if inited && ps.Epoch != mr.m.epoch[p]+1 {
+		mr.fail("init %s: epoch %d after %d", p, ps.Epoch, mr.m.epoch[p])
+	}
+	mr.m.epoch[p] = ps.Epoch
+	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
+		mr.st.barriers++
+		if state == recovery.Aborted {
+			mr.st.barriersAborted++
+		}
+		mr.m.checkpointed(snap, state == recovery.Committed)
+		mr.m.resolveAnon(mr.t, mr.e)
+	}
+	mr.note("init %s: epoch %d %+v", p, ps.Epoch, ps.Streams)
+	// I12: what init answers is durable, and all there is: the
+	// client goes on from next_seq, whatever follows.
+	for _, s := range mr.streams {
+		k := [2]string{p, s}
+		got, ok := ps.Streams[s]
+		if !ok {
+			got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}
+		}
+		if got.NextSeq != mr.m.next[k] || got.NextSeq != mr.m.prepared[k] || got.CommittedSeq != mr.m.prepared[k]-1 {
+			mr.fail("I12: init %s/%s: next_seq %d committed_seq %d; accepted next %d, prepared next %d", p, s, got.NextSeq, got.CommittedSeq, mr.m.next[k], mr.m.prepared[k])
+		}
+	}
+	return false
+}
+
+func (mr *modelRun) duplicate(p, s string, k [2]string) (skip bool) {
+	if mr.m.next[k] == 0 {
+		return true
+	}
+	mr.st.dups++
+	seq := mr.rng.Int64N(mr.m.next[k])
+	if pend := mr.m.next[k] - mr.m.prepared[k]; pend > 0 && mr.rng.IntN(2) == 0 {
+		seq = mr.m.prepared[k] + mr.rng.Int64N(pend) // one not yet committed
+	}
+	res, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
+	if err != nil || !res.Duplicate || res.NextSeq != mr.m.next[k] {
+		mr.fail("duplicate %v/%d: %+v %v", k, seq, res, err)
+	}
+	if want := seq < mr.m.prepared[k] && mr.m.prepared[k] > 0; res.Committed != want {
+		mr.fail("I9: duplicate %v/%d reported committed %v, prepared (and so committed) next is %d", k, seq, res.Committed, mr.m.prepared[k])
+	}
+	b := invariant.BatchID{Producer: p, Stream: s, Seq: seq}
+	if res.Committed {
+		mr.st.dupsCommitted++
+		c, err := mr.e.store.Get(res.Checkpoint)
+		if errors.Is(err, recovery.ErrNotFound) {
+			// Rebuilt from the destination after a store loss: the
+			// checkpoint is known by its manifest only.
+			if ok, _ := afero.Exists(mr.base, rigDest+"/"+layout.ManifestName(rigNode, res.Checkpoint)); ok {
+				c, err = &recovery.Checkpoint{ID: res.Checkpoint, State: recovery.Committed}, nil
+			}
+		}
+		if err != nil || c.State != recovery.Committed {
+			mr.fail("I9/8a: committed duplicate %s names checkpoint %d: %+v %v", b, res.Checkpoint, c, err)
+		}
+		mr.committedDups = append(mr.committedDups, dupClaim{b, res.Checkpoint})
+	} else if !mr.ans[res.Checkpoint][b] {
+		mr.fail("duplicate %s rides in checkpoint %d, which did not accept it", b, res.Checkpoint)
+	}
+	return false
+}
+
+// A checkpoint with writes while it pre-commits (they go to the
+// next checkpoint), and half the time a power cut right then:
+// the ids those answers named must never name other data (I8).
+func (mr *modelRun) checkpointDuringPreCommit(step int) {
+	mr.st.checkpoints++
+	mr.st.concurrent++
+	id := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	cut := mr.rng.IntN(2) == 0
+	k2 := [2]string{mr.producers[mr.rng.IntN(len(mr.producers))], mr.streams[mr.rng.IntN(len(mr.streams))]}
+	_, k2inited := mr.m.epoch[k2[0]]
+	type written struct {
+		b   invariant.BatchID
+		res WriteResult
+		err error
+	}
+	var during []written
+	var cutErr error
+	mr.m.anonSeq++
+	anonID := invariant.BatchID{Stream: k2[1], Seq: mr.m.anonSeq}
+	storeCopy := filepath.Join(filepath.Dir(mr.r.storePath), fmt.Sprintf("state-cut-%d.db", step))
+	stall := &duringInjector{run: func() error {
+		// Runs once, in the coordinator, at the first staging sync.
+		if k2inited {
+			b := invariant.BatchID{Producer: k2[0], Stream: k2[1], Seq: mr.m.next[k2]}
+			res, err := send(mr.e, &Producer{ID: k2[0], Epoch: mr.m.epoch[k2[0]]}, k2[1], b.Seq, 1)
+			during = append(during, written{b, res, err})
+		}
+		res, err := send(mr.e, nil, k2[1], anonID.Seq, 1)
+		during = append(during, written{anonID, res, err})
+		if !cut {
+			return nil
+		}
+		mr.cutFS, mr.cutStore = mr.base.CrashClone(), storeCopy
+		data, err := os.ReadFile(mr.r.storePath)
+		if err == nil {
+			err = os.WriteFile(storeCopy, data, 0o600)
+		}
+		cutErr = err
+		return faultfs.ErrCrashed
+	}}
+	mr.sw.Set(stall)
+	res, err := checkpointUntil(mr.e, stall.crashed.Load)
+	mr.note("checkpoint %d with writes during pre-commit (cut %v): %s %v %v", id, cut, res.State, res.Error, err)
+	if cutErr != nil {
+		mr.fail("copy state store at the cut: %v", cutErr)
+	}
+	for _, w := range during {
+		if w.err != nil {
+			continue
+		}
+		if w.res.Checkpoint != id+1 {
+			mr.fail("write during the pre-commit of %d answered checkpoint %d", id, w.res.Checkpoint)
+		}
+		mr.ans.add(w.res.Checkpoint, w.b)
+		if w.b.Producer == "" {
+			mr.m.anon[w.res.Checkpoint] = append(mr.m.anon[w.res.Checkpoint], w.b)
+		} else if w.res.Duplicate || w.res.NextSeq != w.b.Seq+1 {
+			mr.fail("write %s during pre-commit: %+v", w.b, w.res)
+		}
+	}
+	if stall.ran.Load() && cut {
+		// The process died at the stall: nothing after it happened.
+		mr.pendingID, mr.pendingSnap = id, snap
+		mr.restart(true)
+		return
+	}
+	mr.cutFS = nil
+	mr.sw.Set(nil)
+	for _, w := range during {
+		if w.err == nil && w.b.Producer != "" {
+			mr.m.next[k2] = w.b.Seq + 1
+		}
+	}
+	switch {
+	case err == nil && res.State == recovery.Committed:
+		mr.st.committed++
+		mr.m.checkpointed(snap, true)
+	case err == nil:
+		mr.st.aborted++
+		mr.m.checkpointed(snap, false)
+	default:
+		mr.pendingID, mr.pendingSnap = id, snap
+		mr.restart(false)
+	}
+	mr.m.resolveAnon(mr.t, mr.e)
+}
+
+func (mr *modelRun) storeEvent() {
+	if mr.crash != nil || mr.cutFS != nil || mr.e.Err() != nil {
+		mr.restart(mr.rng.IntN(2) == 0)
+		return
+	}
+	switch y := mr.rng.IntN(40); {
+	case y < 4: // the state store is lost, or an older copy comes back
+		mr.sw.Set(nil) // the loss is the fault of this step
+		var copyOf []byte
+		if y >= 2 && mr.older != nil {
+			copyOf, mr.older = mr.older, nil
+			mr.st.copiesRestored++
+		} else {
+			mr.st.storeLosses++
+		}
+		mr.e = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, mr.fail)
+		mr.km.storeLost()
+		mr.note("state store lost (older copy: %v)", copyOf != nil)
+		// Ids answered but never committed left no trace in the
+		// destination, so a lost store can't keep them out of
+		// reach (recovery step 5 continues after the manifests;
+		// see DESIGN). Only committed ids stay checked for I8.
+		mr.r.fs = mr.base
+		rep := mr.r.checker0(mr.m.expect())
+		mr.r.fs = mr.inj
+		inDest := map[uint64]bool{}
+		for _, ids := range rep.Checkpoints {
+			for _, id := range ids {
+				inDest[id] = true
+			}
+		}
+		for id := range mr.ans {
+			if !inDest[id] {
+				delete(mr.ans, id)
+			}
+		}
+		mr.fullCheck()
+	case y < 6: // a snapshot of the live state.db, restored at a later step
+		data, err := os.ReadFile(mr.r.storePath)
+		if err != nil {
+			mr.fail("copy state.db: %v", err)
+		}
+		mr.older = data
+		mr.st.copiesTaken++
+		mr.note("state.db copied")
+		if mr.rng.IntN(2) == 0 {
+			break // restored at a later step, if at all
+		}
+		// Restored soon, before the node reserves more ids: the
+		// copy's reserved block still covers every manifest since.
+		mr.sw.Set(nil)
+		for range 1 + mr.rng.IntN(3) {
+			for range 3 {
+				p := mr.producers[mr.rng.IntN(len(mr.producers))]
+				if _, inited := mr.m.epoch[p]; inited {
+					if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, mr.streams[mr.rng.IntN(len(mr.streams))], 1); err != nil {
+						mr.fail("write before the copy comes back: %v", err)
+					}
+				}
+			}
+			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
+		}
+		mr.e = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, mr.fail)
+		mr.older = nil
+		mr.st.copiesRestored++
+		mr.km.storeLost()
+		mr.note("state.db replaced by the copy")
+		mr.fullCheck()
+	case y < 8: // producers forgotten (DELETE, expiry), created again from seq 0
+		mr.sw.Set(nil)
+		mr.forget(mr.rng.IntN(3) == 0)
+	case y < 10: // a manifest planted under this node's prefix
+		mr.sw.Set(nil)
+		mr.plantManifest()
+	default:
+		mr.restart(mr.rng.IntN(2) == 0)
+	}
+}
+
+// putStream changes s0's configuration mid-flight: a barrier, like init.
+func (mr *modelRun) putStream() {
+	mr.puts++
+	conf := s0Confs[mr.rng.IntN(len(s0Confs))]
+	open := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	armed := mr.crash
+	ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
+	_, err := mr.e.PutStream(ctx, "s0", conf)
+	cancel()
+	mr.note("put s0 %+v: %v", conf, err)
+	if err != nil {
+		// A fault stopped the engine or refused the record, or the
+		// crash point hid the barrier's end: the store decides.
+		mr.pendingID, mr.pendingSnap = open, snap
+		mr.restart(mr.rng.IntN(2) == 0)
+		mr.fullCheck()
+		return
+	}
+	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
+		mr.putBarriers++
+		mr.m.checkpointed(snap, state == recovery.Committed)
+		mr.m.resolveAnon(mr.t, mr.e)
+	}
+	if got := mr.e.Stream("s0"); got.ActiveVersion != got.Config.Version {
+		mr.fail("put s0: answered with version %d in force, newest %d", got.ActiveVersion, got.Config.Version)
+	}
+}
+
+func (mr *modelRun) note(format string, args ...any) {
+	mr.trace = append(mr.trace, fmt.Sprintf(format, args...))
+	if len(mr.trace) > 40 {
+		mr.trace = mr.trace[1:]
+	}
+}
+
+func (mr *modelRun) fail(format string, args ...any) {
+	mr.t.Helper()
+	mr.t.Fatalf("seed %d: "+format+"\nlast steps:\n  %s", append(append([]any{mr.seed}, args...), strings.Join(mr.trace, "\n  "))...)
+}
+
+// restart stops the engine as a crash would, optionally power-cuts,
+// starts again and checks I5. A checkpoint whose result the crash hid
+// (pending) is decided by the store: prepared means it committed.
+// killStart starts an engine and kills it after a random operation of
+// its start (taking the lease, recovery, reserving ids) or soon after,
+// as a crash-looping process is killed: the next start must take over
+// whatever it left, at once.
+func (mr *modelRun) killStart() {
+	n := int64(mr.rng.IntN(80))
+	c := faultfs.CrashAfter(n, sweepKinds)
+	mr.sw.Set(c)
+	if k, err := Open(mr.r.config(mr.r.fs)); err == nil {
+		ctx, cancel := untilCtx(c.Crashed)
+		_ = k.WaitReady(ctx)
+		cancel()
+		_ = k.Close()
+	}
+	mr.sw.Set(nil)
+	mr.st.startsKilled++
+	mr.note("start killed after op %d (crashed %v)", n, c.Crashed())
+}
+
+// settleKeyKick runs the checkpoint a key refused at the cap asked for.
+// The cap's early checkpoint runs in the background: the open checkpoint
+// of the first refusal ends by it or by this one, whichever comes first,
+// holding what the producers sent so far.
+func (mr *modelRun) settleKeyKick() {
+	mr.km.kicked = false
+	open, snap, armed := mr.km.kickedOpen, mr.m.snapshot(), mr.crash
+	res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	state, ran := mr.ckLog.state(open)
+	mr.note("checkpoint after the key cap's kick: %d %s (asked: %d %s %v)", open, state, res.ID, res.State, err)
+	if err == nil && ran {
+		mr.m.checkpointed(snap, state == recovery.Committed)
+		mr.m.resolveAnon(mr.t, mr.e)
+		return
+	}
+	mr.pendingID, mr.pendingSnap = open, snap
+	mr.restart(mr.rng.IntN(2) == 0)
+}
+
+func (mr *modelRun) restart(powerCut bool) {
+	mr.r.stop()
+	mr.sw.Set(nil)
+	mr.crash = nil
+	if mr.cutFS != nil {
+		// The store as the cut left it goes back in place: the same
+		// file (a power cut keeps the inode the lease memo names).
+		data, err := os.ReadFile(mr.cutStore)
+		if err == nil {
+			err = os.WriteFile(mr.r.storePath, data, 0o600)
+		}
+		if err != nil {
+			mr.fail("restore the store of a power cut: %v", err)
+		}
+		_ = os.Remove(mr.cutStore)
+		mr.base, mr.cutFS = mr.cutFS, nil
+		mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+		mr.st.powerCuts++
+	} else if powerCut {
+		mr.base = mr.base.CrashClone()
+		mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+		mr.st.powerCuts++
+	} else {
+		mr.st.crashes++
+	}
+	mr.r.fs = mr.inj
+	if mr.rng.IntN(3) == 0 {
+		mr.killStart()
+	}
+	mr.e = mr.r.start(nil)
+	mr.note("restart power=%v", powerCut)
+	if mr.pendingID != 0 {
+		c, err := mr.e.store.Get(mr.pendingID)
+		if err == nil && c.State != recovery.Aborted {
+			for k, v := range mr.pendingSnap {
+				mr.m.prepared[k] = v
+			}
+		}
+		mr.pendingID, mr.pendingSnap = 0, nil
+	}
+	for k := range mr.m.next {
+		mr.m.next[k] = mr.m.prepared[k]
+	}
+	for p := range mr.epochUnsure {
+		ps, ok := mr.e.Producer(wireID(p))
+		if !ok || (ps.Epoch != mr.m.epoch[p] && ps.Epoch != mr.m.epoch[p]+1) {
+			mr.fail("init of %s cut by a crash: epoch %d (known %v), want %d or %d", p, ps.Epoch, ok, mr.m.epoch[p], mr.m.epoch[p]+1)
+		}
+		mr.m.epoch[p] = ps.Epoch
+		delete(mr.epochUnsure, p)
+	}
+	mr.m.resolveAnon(mr.t, mr.e)
+	checkI5(mr.t, mr.m, mr.e, mr.fail)
+}
+
+func (mr *modelRun) fullCheck() {
+	mr.m.resolveAnon(mr.t, mr.e)
+	mr.r.fs = mr.base // the checker reads the disk without faults
+	rep := mr.r.checker0(mr.m.expect())
+	mr.r.fs = mr.inj
+	if err := rep.Err(); err != nil {
+		mr.fail("step check: %v", err)
+	}
+	// I8: a committed checkpoint holds only batches answered with its
+	// id, and every batch answered with an id that committed.
+	for b, ids := range rep.Checkpoints {
+		for _, id := range ids {
+			if !mr.ans[id][b] {
+				mr.fail("I8: checkpoint %d holds batch %s, which no answer named with that id", id, b)
+			}
+		}
+	}
+	open := mr.e.Status().OpenID
+	for id, bs := range mr.ans {
+		if id >= open || mr.verified[id] {
+			continue // a committed id, once checked, cannot change (I7 holds its files)
+		}
+		c, err := mr.e.store.Get(id)
+		if err != nil || c.State != recovery.Committed {
+			continue
+		}
+		mr.st.idsChecked++
+		for b := range bs {
+			if !slices.Contains(rep.Checkpoints[b], id) {
+				mr.fail("I8: checkpoint %d committed without batch %s, answered with it", id, b)
+			}
+		}
+		mr.verified[id] = true
+	}
+	// I9: what a duplicate reported committed is in the destination.
+	for _, d := range mr.committedDups {
+		if rep.Batches[d.b] != 1 {
+			mr.fail("I9: duplicate %s answered committed in %d, but the batch appears %d times", d.b, d.id, rep.Batches[d.b])
+		}
+	}
+	mr.committedDups = mr.committedDups[:0]
+	mr.st.checks++
+}
+
+// forget forgets one producer (DELETE) or, with expire, every idle
+// one (the expiry), once everything is committed; each comes back at
+// once as a new incarnation of the same id (its records name it
+// p~N, sent as p: wireID), inits from seq 0 and commits a batch.
+func (mr *modelRun) forget(expire bool) {
+	commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+	var gone []int
+	if expire {
+		mr.st.expiries++
+		if _, err := mr.e.ExpireProducers(time.Now().AddDate(100, 0, 0)); err != nil {
+			mr.fail("expire producers: %v", err)
+		}
+		for i, p := range mr.producers {
+			if _, inited := mr.m.epoch[p]; !inited {
+				continue
+			}
+			if _, ok := mr.e.Producer(wireID(p)); !ok {
+				gone = append(gone, i)
+			}
+		}
+	} else {
+		i := mr.rng.IntN(len(mr.producers))
+		if _, inited := mr.m.epoch[mr.producers[i]]; !inited {
+			return
+		}
+		if err := mr.e.DeleteProducer(mr.t.Context(), wireID(mr.producers[i])); err != nil {
+			mr.fail("delete producer %s: %v", mr.producers[i], err)
+		}
+		gone = append(gone, i)
+	}
+	for _, i := range gone {
+		p := mr.producers[i]
+		mr.st.forgotten++
+		for k, next := range mr.m.prepared {
+			if k[0] != p {
+				continue
+			}
+			for q := range next {
+				mr.m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
+			}
+			delete(mr.m.prepared, k)
+			delete(mr.m.next, k)
+		}
+		mr.zombies[p] = mr.m.epoch[p]
+		delete(mr.m.epoch, p)
+		mr.incarnation++
+		np := fmt.Sprintf("%s~%d", wireID(p), mr.incarnation)
+		mr.producers[i] = np
+		ps, err := mr.e.InitProducer(mr.t.Context(), wireID(np))
+		if err != nil {
+			mr.fail("init %s after it was forgotten: %v", np, err)
+		}
+		for s, ss := range ps.Streams {
+			if ss.NextSeq != 0 {
+				mr.fail("init %s after it was forgotten: stream %s next_seq %d, want 0", np, s, ss.NextSeq)
+			}
+		}
+		mr.m.epoch[np] = ps.Epoch
+		if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, np, mr.streams[mr.rng.IntN(len(mr.streams))], 1); err != nil {
+			mr.fail("write %s after it was forgotten: %v", np, err)
+		}
+		mr.note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
+	}
+	commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+}
+
+// plantManifest plants a manifest under this node's prefix as another
+// writer of the bucket could: ranges for a live producer naming files
+// that are not there (beyond the ids the node reserved, or within
+// them), a document that is not JSON, or a name with an id near 2^64.
+// After a crash the node must start, and believe none of it (I5,
+// checked by restart); then the planted document is removed.
+func (mr *modelRun) plantManifest() {
+	open := mr.e.Status().OpenID
+	victim := mr.producers[mr.rng.IntN(len(mr.producers))]
+	var id uint64
+	var body []byte
+	kind := mr.rng.IntN(4)
+	switch kind {
+	case 0, 1:
+		id = open + 1 // reserved, never committed: the store looks behind
+		if kind == 0 {
+			id = open + 1<<20 // beyond every id the node reserved
+		}
+		mf := &layout.Manifest{Checkpoint: id, Node: rigNode, CommittedAt: mr.clock,
+			Files: []layout.ManifestFile{{Path: "s0/" + layout.PartName(rigNode, id, 0, "ndjson"), Stream: "s0", Bytes: 10, Records: 1,
+				Producers: map[string]committer.SeqRanges{wireID(victim): {{0, 1 << 20}}}}}}
+		var err error
+		if body, err = layout.EncodeManifest(mf); err != nil {
+			mr.fail("plant manifest: %v", err)
+		}
+	case 2:
+		id, body = open+1, []byte("<html>not a manifest</html>")
+	default:
+		id, body = 1<<64-10, []byte("{}")
+	}
+	name := rigDest + "/" + layout.ManifestName(rigNode, id)
+	if err := afero.WriteFile(mr.base, name, body, 0o644); err != nil {
+		mr.fail("plant manifest: %v", err)
+	}
+	mr.st.planted++
+	mr.note("planted %s (kind %d, ranges of %s)", name, kind, victim)
+	mr.restart(false)
+	if err := mr.base.Remove(name); err != nil {
+		mr.fail("remove planted manifest: %v", err)
+	}
 }
 
 func checkI5(t *testing.T, m *model, e *Engine, fail func(string, ...any)) {

@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"golang.org/x/sync/errgroup"
 )
 
 // Opening the engine and the recovery on every start.
@@ -38,92 +39,104 @@ func Open(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger, store: st,
 		fin: recovery.Finisher{Store: st, Committer: cfg.Committer, Publisher: cfg.Publisher, Node: cfg.Node, Retain: cfg.Retain, Parallel: cfg.Parallel},
-		ctx: ctx, cancel: cancel,
-		reqs: make(chan chan ckptReply), kick: make(chan struct{}, 1), soon: make(chan struct{}, 1), ready: make(chan struct{}), failed: make(chan struct{}),
-		cur: map[staging.Key]*openTxn{}, prods: newProducerTable(st), outcomes: map[uint64]*outcome{},
-		recovering: "starting",
 	}
-	if err := e.loadStreams(); err != nil { // streams.go
+	e.ing.e, e.ing.cur, e.ing.prods, e.ing.outcomes = e, map[staging.Key]*openTxn{}, newProducerTable(st), map[uint64]*outcome{}
+	e.pipe.e = e
+	e.life.e, e.life.cancel, e.life.closing, e.life.done = e, cancel, ctx.Done(), make(chan struct{})
+	e.life.reqs, e.life.kick, e.life.soon, e.life.ready = make(chan chan ckptReply), make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	e.health.e, e.health.failed, e.health.recovering = e, make(chan struct{}), "starting"
+	if err := e.ing.loadStreams(); err != nil { // streams.go
 		cancel()
 		_ = st.Close() // refusing to start; the load error is the one to report
 		return nil, err
 	}
-	e.pol = policy{min: cfg.RetryMin, max: cfg.RetryMax, stop: e.fail}
+	e.pol = policy{min: cfg.RetryMin, max: cfg.RetryMax, stop: e.health.fail}
 	if _, remote := cfg.Committer.(committer.RemotePreparer); !remote {
 		// An S3 upload is bound to its key at Prepare: only a local
 		// destination can commit a file under another name.
-		e.fin.Displace = e.displace
+		e.fin.Displace = e.health.displace
 	}
-	e.publishLocked()
+	e.health.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
-		e.fin.Fence = e.leaseCheck
+		e.fin.Fence = e.life.leaseCheck
 	}
-	e.wg.Add(1)
-	go e.start()
+	go func() {
+		defer close(e.life.done)
+		e.life.Run(ctx)
+	}()
 	return e, nil
 }
 
 // Ready is closed once recovery has finished and writes are accepted.
-func (e *Engine) Ready() <-chan struct{} { return e.ready }
+func (e *Engine) Ready() <-chan struct{} { return e.life.ready }
 
 // Failed is closed when the engine stopped after an error it must not
 // paper over (a failed fsync after "prepared", an unwritable state store).
 // The owner should Close it and open a new one, which recovers.
-func (e *Engine) Failed() <-chan struct{} { return e.failed }
+func (e *Engine) Failed() <-chan struct{} { return e.health.failed }
 
 // Err returns the error that stopped the engine, if any.
 func (e *Engine) Err() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.failErr
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
+	return e.health.failErr
 }
 
 // WaitReady waits for recovery to finish.
 func (e *Engine) WaitReady(ctx context.Context) error {
 	select {
-	case <-e.ready:
+	case <-e.life.ready:
 		return nil
-	case <-e.failed:
+	case <-e.health.failed:
 		return e.Err()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (e *Engine) start() {
-	defer e.wg.Done()
-	if !e.takeLease() || !e.syncStreams() || !e.recover() { // syncStreams: streamstore.go
+// Run starts the engine — lease, stream configurations, replay, id
+// reservation, ready — then runs the coordinator loop until ctx ends or
+// the engine fails, with lease renewal, the orphan sweep and the producer
+// expiry beside it in one errgroup. It returns once all of them have.
+func (lc *lifecycle) Run(ctx context.Context) {
+	var g errgroup.Group
+	defer func() { _ = g.Wait() }() // the loops report through health, not errors
+	if !lc.takeLease(ctx) {
 		return
 	}
-	_, remote := e.cfg.Committer.(committer.RemotePreparer)
-	_, sweeper := e.cfg.Committer.(committer.Sweeper)
-	if (remote || sweeper) && e.cfg.SweepInterval > 0 {
-		e.wg.Add(1)
-		go e.sweepLoop()
+	if lc.e.lease != nil {
+		g.Go(func() error { lc.renewLoop(ctx); return nil })
 	}
-	if e.cfg.ProducerExpiry > 0 {
-		e.wg.Add(1)
-		go e.expireLoop()
+	if !lc.syncStreams(ctx) || !lc.recover(ctx) { // syncStreams: streamstore.go
+		return
 	}
-	e.run()
+	_, remote := lc.e.cfg.Committer.(committer.RemotePreparer)
+	_, sweeper := lc.e.cfg.Committer.(committer.Sweeper)
+	if (remote || sweeper) && lc.e.cfg.SweepInterval > 0 {
+		g.Go(func() error { lc.sweepLoop(ctx); return nil })
+	}
+	if lc.e.cfg.ProducerExpiry > 0 {
+		g.Go(func() error { lc.expireLoop(ctx); return nil })
+	}
+	lc.run(ctx)
 }
 
 // recover replays the store until it succeeds or the engine closes, then
 // opens the first checkpoint and reports ready (DESIGN "Recovery").
-func (e *Engine) recover() bool {
+func (lc *lifecycle) recover(ctx context.Context) bool {
 	begin := time.Now()
-	res, inDest, ok := e.replay()
+	res, inDest, ok := lc.replay(ctx)
 	if !ok {
 		return false
 	}
-	open := e.firstOpenID(res.LastID, inDest)
-	reserved := open + e.cfg.idBlock - 1
+	open := lc.firstOpenID(res.LastID, inDest)
+	reserved := open + lc.e.cfg.idBlock - 1
 	shown := func(err error) string { return "reserve checkpoint ids: " + err.Error() }
-	if !e.retry("reserve checkpoint ids", shown, func() error { return e.store.Reserve(reserved) }) {
+	if !lc.retry(ctx, "reserve checkpoint ids", shown, func() error { return lc.e.store.Reserve(reserved) }) {
 		return false
 	}
-	if !e.retry("record reserved checkpoint ids in the node lease", nil, func() error {
-		err := e.leaseReserve(reserved)
+	if !lc.retry(ctx, "record reserved checkpoint ids in the node lease", nil, func() error {
+		err := lc.leaseReserve(ctx, reserved)
 		if errors.Is(err, ErrLeaseLost) {
 			return errStop
 		}
@@ -134,37 +147,37 @@ func (e *Engine) recover() bool {
 	// Stores written before committed_in was kept: name the newest
 	// committed checkpoint instead, never a reserved or aborted id.
 	var newest uint64
-	if !e.retry("read newest committed checkpoint", nil, func() (err error) {
-		newest, err = e.store.NewestCommitted()
+	if !lc.retry(ctx, "read newest committed checkpoint", nil, func() (err error) {
+		newest, err = lc.e.store.NewestCommitted()
 		return err
 	}) {
 		return false
 	}
 	var keys []recovery.Key
-	if !e.retry("read idempotency keys", nil, func() (err error) {
-		keys, err = e.store.Keys(e.cfg.Now().Add(-e.cfg.IdempotencyWindow))
+	if !lc.retry(ctx, "read idempotency keys", nil, func() (err error) {
+		keys, err = lc.e.store.Keys(lc.e.cfg.Now().Add(-lc.e.cfg.IdempotencyWindow))
 		return err
 	}) {
 		return false
 	}
-	e.mu.Lock()
-	e.reserved = reserved
-	e.keyLoadLocked(keys)
-	e.prods.legacyIn = newest
-	e.openID = open
-	e.lastDone = newest // ids between it and firstID the store lacks were never used
-	e.firstID = open
-	e.outcomes[e.openID] = newOutcome()
-	e.isReady = true
-	e.recovering, e.diskFull = "", nil
-	e.publishLocked()
-	e.mu.Unlock()
-	e.recount()
-	e.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
-	e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
-		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", e.ProducerCount(),
-		"checkpoint", e.openID, "duration_ms", time.Since(begin).Milliseconds())
-	close(e.ready)
+	lc.e.ing.mu.Lock()
+	lc.e.pipe.reserved = reserved
+	lc.e.ing.keyLoadLocked(keys)
+	lc.e.ing.prods.legacyIn = newest
+	lc.e.ing.openID = open
+	lc.e.ing.lastDone = newest // ids between it and firstID the store lacks were never used
+	lc.e.ing.firstID = open
+	lc.e.ing.outcomes[lc.e.ing.openID] = newOutcome()
+	lc.e.ing.isReady = true
+	lc.e.health.recovering, lc.e.health.diskFull = "", nil
+	lc.e.health.publishLocked()
+	lc.e.ing.mu.Unlock()
+	lc.e.ing.recount()
+	lc.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
+	lc.e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
+		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", lc.e.ProducerCount(),
+		"checkpoint", lc.e.ing.openID, "duration_ms", time.Since(begin).Milliseconds())
+	close(lc.ready)
 	return true
 }
 
@@ -172,20 +185,20 @@ func (e *Engine) recover() bool {
 // whether it did. It gives up when the engine closes or the policy stops
 // it. With shown, the error shows (as shown words it) in Status as why
 // recovery is not done.
-func (e *Engine) retry(what string, shown func(error) string, fn func() error) bool {
-	return e.pol.retry(e.ctx, fn, func(f failure) {
+func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) string, fn func() error) bool {
+	return lc.e.pol.retry(ctx, fn, func(f failure) {
 		if shown != nil {
-			e.noteDiskFull(f.err)
-			e.mu.Lock()
-			e.recovering = shown(f.err)
-			e.publishLocked()
-			e.mu.Unlock()
+			lc.e.health.noteDiskFull(f.err)
+			lc.e.ing.mu.Lock()
+			lc.e.health.recovering = shown(f.err)
+			lc.e.health.publishLocked()
+			lc.e.ing.mu.Unlock()
 		}
 		if f.planned {
-			e.log.Debug(what+", waiting", "err", f.err)
+			lc.e.log.Debug(what+", waiting", "err", f.err)
 			return
 		}
-		e.log.Error(what+", retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
+		lc.e.log.Error(what+", retrying", "err", f.err, "attempt", f.attempt, "verdict", f.verdict)
 	}) == nil
 }
 
@@ -200,29 +213,29 @@ func (e *Engine) retry(what string, shown func(error) string, fn func() error) b
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
 // older copy of it alike, however many checkpoints ago it was taken.
-func (e *Engine) replay() (*recovery.Result, uint64, bool) {
-	rp := recovery.Replay{Finisher: e.fin, FS: e.cfg.FS, StagingDir: e.cfg.StagingDir, Logger: e.log}
+func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool) {
+	rp := recovery.Replay{Finisher: lc.e.fin, FS: lc.e.cfg.FS, StagingDir: lc.e.cfg.StagingDir, Logger: lc.e.log}
 	var res *recovery.Result
 	var top uint64
-	ok := e.retry("recovery failed", error.Error, func() error {
+	ok := lc.retry(ctx, "recovery failed", error.Error, func() error {
 		var err error
-		if res, err = rp.Run(e.ctx); err != nil {
+		if res, err = rp.Run(ctx); err != nil {
 			return err
 		}
-		newest, err := e.store.NewestCommitted()
+		newest, err := lc.e.store.NewestCommitted()
 		if err != nil {
 			return err
 		}
-		limit := e.manifestLimit(res.LastID)
-		ours, err := e.highestManifestID(e.ctx, limit)
+		limit := lc.manifestLimit(res.LastID)
+		ours, err := lc.highestManifestID(ctx, limit)
 		if err != nil {
 			return err
 		}
 		top = ours.top
 		if ours.behind(newest) {
-			e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
-				"store", e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			return e.rebuildProducers(limit)
+			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
+				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
+			return lc.rebuildProducers(ctx, limit)
 		}
 		return nil
 	})
@@ -235,9 +248,9 @@ func (e *Engine) replay() (*recovery.Result, uint64, bool) {
 // lease a lost store leaves nothing to tell this node's manifests from
 // planted ones by id, but no node counts to MaxCheckpoint/2 (2^61):
 // that is the limit then, and always.
-func (e *Engine) manifestLimit(lastID uint64) uint64 {
+func (lc *lifecycle) manifestLimit(lastID uint64) uint64 {
 	const never = layout.MaxCheckpoint / 2
-	r := e.leaseReserved(lastID)
+	r := lc.leaseReserved(lastID)
 	if r == 0 {
 		return never
 	}
@@ -251,8 +264,8 @@ func (e *Engine) manifestLimit(lastID uint64) uint64 {
 // incarnation reserved in the lease (also when the store was lost, I8).
 // inDest is the highest manifest id under this node's prefix that is
 // within bounds, written by this node or not: none is ever reused.
-func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
-	open := max(lastID, e.leaseReserved(max(lastID, inDest))) + 1
+func (lc *lifecycle) firstOpenID(lastID, inDest uint64) uint64 {
+	open := max(lastID, lc.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
 		// Recovery step 5: the store is behind the destination (lost, or
 		// an older copy). A store that kept up has reserved at least two
@@ -261,9 +274,9 @@ func (e *Engine) firstOpenID(lastID, inDest uint64) uint64 {
 		// manifest left no trace there: skip a whole block beyond it,
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
-		open = max(open, inDest+e.cfg.idBlock+2, e.lostIDsFloor(inDest)) // lease.go
-		e.log.Error("the destination holds manifests beyond the state store's checkpoint ids: continuing beyond the highest found",
-			"store", e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
+		open = max(open, inDest+lc.e.cfg.idBlock+2, lc.lostIDsFloor(inDest)) // lease.go
+		lc.e.log.Error("the destination holds manifests beyond the state store's checkpoint ids: continuing beyond the highest found",
+			"store", lc.e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
 	return open
 }
@@ -284,15 +297,15 @@ func (m manifestIDs) behind(newest uint64) bool { return m.ours > newest }
 // parse (layout.ParseManifestName, which bounds the id) and ids beyond
 // limit (manifestLimit) were not written by this node: they are reported
 // and not believed.
-func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestIDs, error) {
+func (lc *lifecycle) highestManifestID(ctx context.Context, limit uint64) (manifestIDs, error) {
 	var out manifestIDs
-	r, ok := e.cfg.Publisher.(committer.Reader)
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
-		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
 			return out, nil
 		}
 	}
-	dir := path.Dir(recovery.ManifestPath(e.cfg.Node, 0)) + "/"
+	dir := path.Dir(recovery.ManifestPath(lc.e.cfg.Node, 0)) + "/"
 	entries, err := r.List(ctx, dir)
 	if err != nil {
 		return out, fmt.Errorf("list manifests: %w", err)
@@ -304,7 +317,7 @@ func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestI
 		switch {
 		case layout.IsTempName(en.Path):
 			// A publish a crash cut short: never a manifest.
-		case !ok || node != e.cfg.Node:
+		case !ok || node != lc.e.cfg.Node:
 			bad++
 			example = en.Path
 		case id > limit:
@@ -322,7 +335,7 @@ func (e *Engine) highestManifestID(ctx context.Context, limit uint64) (manifestI
 		}
 	}
 	if bad+beyond > 0 {
-		e.log.Error("documents under this node's manifest prefix that it did not write: ignored (check who can write the bucket, docs/production.md)",
+		lc.e.log.Error("documents under this node's manifest prefix that it did not write: ignored (check who can write the bucket, docs/production.md)",
 			"op", "recovery", "not_manifest_names", bad, "beyond_reserved_ids", beyond, "reserved_checkpoint", limit, "path", example)
 	}
 	return out, nil

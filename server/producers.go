@@ -229,28 +229,28 @@ func (p *producer) overlay(streams map[string]recovery.StreamSeq) map[string]rec
 // sequenceLocked is Write's producer check: the epoch, then the sequence
 // rule on the batch's stream. A duplicate fills res and returns no state;
 // an accepted batch returns the stream's state, for acceptLocked.
-func (e *Engine) sequenceLocked(w Write, res *WriteResult) (*seqState, error) {
-	p, err := e.prods.get(w.Producer.ID)
+func (in *ingest) sequenceLocked(w Write, res *WriteResult) (*seqState, error) {
+	p, err := in.prods.get(w.Producer.ID)
 	if err != nil {
-		e.reject("storage")
+		in.reject("storage")
 		return nil, fmt.Errorf("producer %s: %w", w.Producer.ID, err)
 	}
 	if p == nil {
-		e.reject("unknown_producer")
+		in.reject("unknown_producer")
 		return nil, fmt.Errorf("producer %s: %w", w.Producer.ID, ErrUnknownProducer)
 	}
 	switch {
 	case w.Producer.Epoch < p.epoch:
 		p.fenced++
-		e.reject("producer_fenced")
+		in.reject("producer_fenced")
 		return nil, fmt.Errorf("producer %s epoch %d < %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrFenced)
 	case w.Producer.Epoch > p.epoch:
-		e.reject("invalid_epoch")
+		in.reject("invalid_epoch")
 		return nil, fmt.Errorf("producer %s epoch %d > %d: %w", p.id, w.Producer.Epoch, p.epoch, ErrInvalidEpoch)
 	}
-	ss, err := e.prods.stream(p, w.Stream)
+	ss, err := in.prods.stream(p, w.Stream)
 	if err != nil {
-		e.reject("storage")
+		in.reject("storage")
 		return nil, fmt.Errorf("producer %s stream %s: %w", p.id, w.Stream, err)
 	}
 	seq := w.Producer.Seq
@@ -272,12 +272,12 @@ func (e *Engine) sequenceLocked(w Write, res *WriteResult) (*seqState, error) {
 				}
 			}
 		}
-		if h := e.cfg.Hooks.Duplicate; h != nil {
+		if h := in.e.cfg.Hooks.Duplicate; h != nil {
 			h(w.Stream)
 		}
 		return nil, nil
 	case recovery.SeqGap:
-		e.reject("out_of_order_sequence")
+		in.reject("out_of_order_sequence")
 		return nil, &SeqError{Producer: p.id, Stream: w.Stream, Got: seq, Expected: ss.next}
 	}
 	return ss, nil
@@ -285,8 +285,8 @@ func (e *Engine) sequenceLocked(w Write, res *WriteResult) (*seqState, error) {
 
 // acceptLocked takes an accepted batch's sequence number into the open
 // checkpoint and answers the next one.
-func (e *Engine) acceptLocked(w Write, ss *seqState, res *WriteResult) {
-	e.prods.accept(e.prods.m[w.Producer.ID], w.Stream, ss, w.Producer.Seq, e.openID)
+func (in *ingest) acceptLocked(w Write, ss *seqState, res *WriteResult) {
+	in.prods.accept(in.prods.m[w.Producer.ID], w.Stream, ss, w.Producer.Seq, in.openID)
 	res.NextSeq = ss.next
 }
 
@@ -297,10 +297,10 @@ func (e *Engine) Producer(id string) (ProducerState, bool) {
 	if err != nil {
 		e.log.Warn("read producer", "producer", id, "err", err)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p := e.prods.m[id]
-	if e.prods.forgetting[id] || (p == nil && rec == nil) {
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
+	p := e.ing.prods.m[id]
+	if e.ing.prods.forgetting[id] || (p == nil && rec == nil) {
 		return ProducerState{}, false
 	}
 	var streams map[string]recovery.StreamSeq
@@ -336,12 +336,12 @@ func (e *Engine) ProducersPage(after string, limit int) ([]ProducerState, string
 }
 
 // ProducerCount returns how many producers are known, without a lock.
-func (e *Engine) ProducerCount() int { return int(e.prods.count.Load()) }
+func (e *Engine) ProducerCount() int { return int(e.ing.prods.count.Load()) }
 
 // recount reads the producer count from the store after a change to it.
-func (e *Engine) recount() {
-	if n, err := e.store.ProducerCount(); err == nil {
-		e.prods.count.Store(int64(n))
+func (in *ingest) recount() {
+	if n, err := in.e.store.ProducerCount(); err == nil {
+		in.prods.count.Store(int64(n))
 	}
 }
 
@@ -349,45 +349,45 @@ func (e *Engine) recount() {
 // ErrUnknownProducer when there is none, ErrProducerBusy while it has
 // uncommitted batches. Writing again then needs a new init.
 func (e *Engine) DeleteProducer(ctx context.Context, id string) error {
-	return e.forget(id, time.Time{})
+	return e.ing.forget(id, time.Time{})
 }
 
 // forget removes producer id from the table and the store, unless it has
 // uncommitted batches; with a non-zero idleBefore, only if its recorded
 // activity is older than that (the expiry). initMu keeps an init of the
 // same producer out.
-func (e *Engine) forget(id string, idleBefore time.Time) error {
-	e.initMu.Lock()
-	defer e.initMu.Unlock()
-	e.mu.Lock()
-	if err := e.writableLocked(); err != nil {
-		e.mu.Unlock()
+func (in *ingest) forget(id string, idleBefore time.Time) error {
+	in.initMu.Lock()
+	defer in.initMu.Unlock()
+	in.mu.Lock()
+	if err := in.writableLocked(); err != nil {
+		in.mu.Unlock()
 		return err
 	}
 	// A producer not loaded has nothing uncommitted: what a former run
 	// accepted was committed or forgotten by the recovery.
-	p := e.prods.m[id]
-	if p != nil && e.prods.busy(p) {
-		e.mu.Unlock()
+	p := in.prods.m[id]
+	if p != nil && in.prods.busy(p) {
+		in.mu.Unlock()
 		return fmt.Errorf("producer %s: %w", id, ErrProducerBusy)
 	}
 	// Unknown to writes first, so none is accepted for it while the store
 	// forgets it.
-	delete(e.prods.m, id)
-	e.prods.forgetting[id] = true
-	e.mu.Unlock()
-	err := e.store.DeleteProducerIdle(id, idleBefore)
-	e.mu.Lock()
-	delete(e.prods.forgetting, id)
+	delete(in.prods.m, id)
+	in.prods.forgetting[id] = true
+	in.mu.Unlock()
+	err := in.e.store.DeleteProducerIdle(id, idleBefore)
+	in.mu.Lock()
+	delete(in.prods.forgetting, id)
 	if err != nil && p != nil {
 		// Not forgotten: put it back as it was (nothing of it was
 		// accepted meanwhile: it was unknown).
-		e.prods.m[id] = p
+		in.prods.m[id] = p
 	}
-	e.mu.Unlock()
+	in.mu.Unlock()
 	switch {
 	case err == nil:
-		e.recount()
+		in.recount()
 		return nil
 	case errors.Is(err, recovery.ErrNotFound):
 		return fmt.Errorf("producer %s: %w", id, ErrUnknownProducer)
@@ -396,8 +396,8 @@ func (e *Engine) forget(id string, idleBefore time.Time) error {
 	case errors.Is(err, ErrProducerDamaged):
 		return err
 	}
-	if !e.failOn(err) {
-		e.noteDiskFull(err)
+	if !in.e.health.failOn(err) {
+		in.e.health.noteDiskFull(err)
 	}
 	return err
 }
@@ -416,49 +416,50 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 		}
 		forgot := 0
 		for _, id := range ids {
-			err := e.forget(id, cutoff)
+			err := e.ing.forget(id, cutoff)
 			switch {
 			case err == nil:
 				forgot++
 			case errors.Is(err, ErrProducerBusy), errors.Is(err, ErrUnknownProducer), errors.Is(err, ErrProducerDamaged):
 			default:
-				e.expired(forgot)
+				e.life.expired(forgot)
 				return n + forgot, fmt.Errorf("expire producers: %w", err)
 			}
 		}
-		e.expired(forgot)
+		e.life.expired(forgot)
 		n += forgot
 		if next == nil {
 			return n, nil
 		}
 		after = next
-		if e.ctx.Err() != nil {
-			return n, e.ctx.Err()
+		select {
+		case <-e.life.closing:
+			return n, context.Canceled // the engine closes
+		default:
 		}
 	}
 }
 
-func (e *Engine) expired(n int) {
-	if h := e.cfg.Hooks.ProducersExpired; h != nil && n > 0 {
+func (lc *lifecycle) expired(n int) {
+	if h := lc.e.cfg.Hooks.ProducersExpired; h != nil && n > 0 {
 		h(n)
 	}
 }
 
 // expireLoop runs ExpireProducers periodically.
-func (e *Engine) expireLoop() {
-	defer e.wg.Done()
-	every := min(e.cfg.ProducerExpiry/8, time.Hour)
+func (lc *lifecycle) expireLoop(ctx context.Context) {
+	every := min(lc.e.cfg.ProducerExpiry/8, time.Hour)
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
-	e.runEvery(t.C, func() bool {
-		n, err := e.ExpireProducers(e.cfg.Now())
-		if e.failOn(err) {
+	lc.runEvery(ctx, t.C, func() bool {
+		n, err := lc.e.ExpireProducers(lc.e.cfg.Now())
+		if lc.e.health.failOn(err) {
 			return true
 		}
-		if err != nil && e.ctx.Err() == nil {
-			e.log.Warn("producer expiry", "err", err, "expired", n)
+		if err != nil && ctx.Err() == nil {
+			lc.e.log.Warn("producer expiry", "err", err, "expired", n)
 		} else if n > 0 {
-			e.log.Info("producers expired", "count", n)
+			lc.e.log.Info("producers expired", "count", n)
 		}
 		return false
 	})
@@ -471,17 +472,17 @@ func (e *Engine) expireLoop() {
 // crash or abort that follows. When the producer has batches not yet
 // prepared it runs a checkpoint and waits for its end (bounded by ctx).
 func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, error) {
-	e.initMu.Lock()
-	e.mu.Lock()
-	err := e.writableLocked()
-	e.mu.Unlock()
+	e.ing.initMu.Lock()
+	e.ing.mu.Lock()
+	err := e.ing.writableLocked()
+	e.ing.mu.Unlock()
 	if err != nil {
-		e.initMu.Unlock()
+		e.ing.initMu.Unlock()
 		return ProducerState{}, err
 	}
 	rec, err := e.store.InitProducerAt(id, e.cfg.Now())
 	if err != nil {
-		e.initMu.Unlock()
+		e.ing.initMu.Unlock()
 		if errors.Is(err, ErrProducerDamaged) {
 			// Nothing was written; the others are served.
 			e.log.Error("init of a damaged producer refused", "producer", id, "err", err)
@@ -489,31 +490,31 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 		}
 		if errors.Is(err, ErrDiskFull) {
 			// Refused for space with nothing recorded: an answer.
-			e.noteDiskFull(err)
+			e.health.noteDiskFull(err)
 			return ProducerState{}, err
 		}
-		e.fail(err)
+		e.health.fail(err)
 		return ProducerState{}, err
 	}
-	e.diskOK()
-	e.recount()
+	e.health.diskOK()
+	e.ing.recount()
 	// From here on the older epochs are fenced: nothing more of theirs is
 	// accepted, so one barrier after this point covers all of it.
-	e.mu.Lock()
-	p := e.prods.m[id]
+	e.ing.mu.Lock()
+	p := e.ing.prods.m[id]
 	if p == nil {
 		p = &producer{id: id, streams: map[string]*seqState{}}
-		e.prods.m[id] = p
+		e.ing.prods.m[id] = p
 	}
 	p.epoch = rec.Epoch
-	e.mu.Unlock()
-	e.initMu.Unlock()
+	e.ing.mu.Unlock()
+	e.ing.initMu.Unlock()
 
-	if err := e.awaitBarrier(ctx, func() bool { return e.prods.unprepared(p) }); err != nil {
+	if err := e.ing.awaitBarrier(ctx, func() bool { return e.ing.prods.unprepared(p) }); err != nil {
 		return ProducerState{}, fmt.Errorf("init producer %s: barrier: %w", id, err)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
 	// The store's streams as of the init, with the ones in use since the
 	// start, durable after the barrier, over them.
 	out := ProducerState{ID: id, Epoch: rec.Epoch, Fenced: p.fenced, Streams: rec.Streams}
@@ -535,13 +536,13 @@ func (e *Engine) InitProducer(ctx context.Context, id string) (ProducerState, er
 // accepted, and waits for its end, bounded by ctx (a destination outage
 // holds a commit back: the caller answers "retry", and the barrier goes
 // on; a retry finds those batches prepared).
-func (e *Engine) awaitBarrier(ctx context.Context, unprepared func() bool) error {
-	e.mu.Lock()
+func (in *ingest) awaitBarrier(ctx context.Context, unprepared func() bool) error {
+	in.mu.Lock()
 	pending := unprepared()
-	e.mu.Unlock()
+	in.mu.Unlock()
 	if !pending {
 		return nil
 	}
-	_, err := e.Checkpoint(ctx)
+	_, err := in.e.Checkpoint(ctx)
 	return err
 }

@@ -197,9 +197,9 @@ func TestStartLoadsNoProducer(t *testing.T) {
 	r.stop()
 
 	e = r.start(nil)
-	e.mu.Lock()
-	loaded := len(e.prods.m)
-	e.mu.Unlock()
+	e.ing.mu.Lock()
+	loaded := len(e.ing.prods.m)
+	e.ing.mu.Unlock()
 	if loaded != 0 {
 		t.Fatalf("%d producers loaded at start, want 0", loaded)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -18,22 +19,22 @@ import (
 // limit is the highest checkpoint id this node reserved (0: unknown):
 // manifests beyond it are not believed. What cannot be rebuilt is logged
 // as an error: an operator restoring a copy must know it.
-func (e *Engine) rebuildProducers(limit uint64) error {
-	r, ok := e.cfg.Publisher.(committer.Reader)
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
-		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
 			return nil
 		}
 	}
 	begin := time.Now()
-	rb, err := recovery.Rebuild(e.ctx, r, e.cfg.Node, limit, e.log)
+	rb, err := recovery.Rebuild(ctx, r, lc.e.cfg.Node, limit, lc.e.log)
 	if err != nil {
 		return err
 	}
-	if err := e.store.Restore(rb); err != nil {
+	if err := lc.e.store.Restore(rb); err != nil {
 		return err
 	}
-	e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
+	lc.e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
 		"idempotency keys of batches committed after the store's copy (a keyed resend of one is written again), "+
 		"batches accepted but not committed before the loss, and epochs handed out after a producer's last commit (a client with a newer epoch must init again)",
 		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "highest_manifest", rb.Highest, "producers", len(rb.Producers),

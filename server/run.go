@@ -17,17 +17,17 @@ import (
 func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
 	reply := make(chan ckptReply, 1)
 	select {
-	case <-e.ready:
-	case <-e.failed:
+	case <-e.life.ready:
+	case <-e.health.failed:
 		return CheckpointResult{}, e.Err()
 	default:
 		return CheckpointResult{}, ErrNotReady
 	}
 	select {
-	case e.reqs <- reply:
-	case <-e.failed:
+	case e.life.reqs <- reply:
+	case <-e.health.failed:
 		return CheckpointResult{}, e.Err()
-	case <-e.ctx.Done():
+	case <-e.life.closing:
 		return CheckpointResult{}, ErrClosed
 	case <-ctx.Done():
 		return CheckpointResult{}, ctx.Err()
@@ -46,12 +46,12 @@ func (e *Engine) Checkpoint(ctx context.Context) (CheckpointResult, error) {
 // Waiting on the open checkpoint starts it within Config.CommitLinger
 // (group commit).
 func (e *Engine) Wait(ctx context.Context, id uint64) error {
-	e.mu.Lock()
-	o := e.outcomes[id]
+	e.ing.mu.Lock()
+	o := e.ing.outcomes[id]
 	if o != nil {
-		e.lingerLocked(id)
+		e.life.lingerLocked(id)
 	}
-	e.mu.Unlock()
+	e.ing.mu.Unlock()
 	if o == nil {
 		c, err := e.store.Get(id)
 		if err != nil {
@@ -68,7 +68,7 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-e.failed:
+			case <-e.health.failed:
 				return e.Err()
 			case <-time.After(50 * time.Millisecond):
 			}
@@ -83,7 +83,7 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 			return nil
 		}
 		return fmt.Errorf("checkpoint %d: %w: %v", id, ErrAborted, o.err)
-	case <-e.failed:
+	case <-e.health.failed:
 		return e.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -91,10 +91,10 @@ func (e *Engine) Wait(ctx context.Context, id uint64) error {
 }
 
 // run is the coordinator loop: checkpoints on request and on the interval.
-func (e *Engine) run() {
+func (lc *lifecycle) run(ctx context.Context) {
 	var tick <-chan time.Time
-	if e.cfg.CheckpointInterval > 0 {
-		t := time.NewTicker(e.cfg.CheckpointInterval)
+	if lc.e.cfg.CheckpointInterval > 0 {
+		t := time.NewTicker(lc.e.cfg.CheckpointInterval)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -112,47 +112,47 @@ func (e *Engine) run() {
 	for {
 		var waiters []chan ckptReply
 		select {
-		case <-e.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-e.failed:
+		case <-lc.e.health.failed:
 			return
-		case <-e.soon:
+		case <-lc.soon:
 			if lingerC == nil {
-				linger = time.NewTimer(e.lingerDelay(lastLinger, lastShared))
+				linger = time.NewTimer(lc.lingerDelay(lastLinger, lastShared))
 				lingerC = linger.C
 			}
 			continue
 		case <-lingerC:
 			lingerC = nil
-			want, waits := e.wantsCommit()
+			want, waits := lc.wantsCommit()
 			if !want {
 				continue // a checkpoint since took the waiting batches
 			}
 			lastLinger, lastShared = time.Now(), waits
-		case r := <-e.reqs:
+		case r := <-lc.reqs:
 			waiters = append(waiters, r)
 		drain:
 			for {
 				select {
-				case r := <-e.reqs:
+				case r := <-lc.reqs:
 					waiters = append(waiters, r)
 				default:
 					break drain
 				}
 			}
 		case <-tick:
-			if e.idle() {
+			if lc.idle() {
 				continue // nothing to commit: no barrier, no I/O
 			}
-		case <-e.kick:
-			e.mu.Lock()
-			big := e.openBytes > e.cfg.MaxUncommittedBytes/4 || e.early
-			e.mu.Unlock()
+		case <-lc.kick:
+			lc.e.ing.mu.Lock()
+			big := lc.e.ing.openBytes > lc.e.cfg.MaxUncommittedBytes/4 || lc.e.ing.early
+			lc.e.ing.mu.Unlock()
 			if !big {
 				continue // the checkpoint that just ran already took it
 			}
 		}
-		res, err := e.checkpoint()
+		res, err := lc.e.pipe.checkpoint(ctx)
 		for _, w := range waiters {
 			w <- ckptReply{res, err}
 		}
@@ -160,20 +160,20 @@ func (e *Engine) run() {
 }
 
 // idle reports whether the open checkpoint holds nothing to commit.
-func (e *Engine) idle() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.openTxns) == 0 && len(e.prods.dirty) == 0
+func (lc *lifecycle) idle() bool {
+	lc.e.ing.mu.Lock()
+	defer lc.e.ing.mu.Unlock()
+	return len(lc.e.ing.openTxns) == 0 && len(lc.e.ing.prods.dirty) == 0
 }
 
 // Shutdown stops accepting writes, runs a final checkpoint (bounded by
 // ctx) so accepted batches commit, then closes the engine.
 func (e *Engine) Shutdown(ctx context.Context) error {
-	e.mu.Lock()
-	e.draining = true
-	ready := e.isReady && e.failErr == nil
-	e.publishLocked()
-	e.mu.Unlock()
+	e.ing.mu.Lock()
+	e.ing.draining = true
+	ready := e.ing.isReady && e.health.failErr == nil
+	e.health.publishLocked()
+	e.ing.mu.Unlock()
 	var err error
 	if ready {
 		var res CheckpointResult
@@ -186,7 +186,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		} else {
 			// Everything accepted is committed: hand the node id over
 			// now rather than after the timeout.
-			err = e.releaseLease(ctx)
+			err = e.life.releaseLease(ctx)
 		}
 	}
 	return errors.Join(err, e.Close())
@@ -196,21 +196,21 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 // closed: open transactions stay as temp files and a prepared checkpoint
 // still committing stays prepared; the next Open recovers both.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	e.ing.mu.Lock()
+	if e.ing.closed {
+		e.ing.mu.Unlock()
 		return nil
 	}
-	e.closed = true
-	e.publishLocked()
-	e.mu.Unlock()
-	e.cancel()
-	e.wg.Wait()
-	e.mu.Lock()
-	for _, ot := range e.openTxns {
+	e.ing.closed = true
+	e.health.publishLocked()
+	e.ing.mu.Unlock()
+	e.life.cancel()
+	<-e.life.done
+	e.ing.mu.Lock()
+	for _, ot := range e.ing.openTxns {
 		ot.txn.Release()
 	}
-	e.mu.Unlock()
+	e.ing.mu.Unlock()
 	if err := e.store.Close(); err != nil {
 		return fmt.Errorf("close state store: %w", err)
 	}
@@ -220,51 +220,51 @@ func (e *Engine) Close() error {
 func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
 
 // fail stops the engine after err. Held under no lock.
-func (e *Engine) fail(err error) {
-	e.mu.Lock()
-	if e.failErr != nil {
-		e.mu.Unlock()
+func (hs *health) fail(err error) {
+	hs.e.ing.mu.Lock()
+	if hs.failErr != nil {
+		hs.e.ing.mu.Unlock()
 		return
 	}
-	e.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
-	e.publishLocked()
-	e.mu.Unlock()
-	e.log.Error("engine stopped; recovery on restart decides", "err", err)
-	close(e.failed)
+	hs.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+	hs.publishLocked()
+	hs.e.ing.mu.Unlock()
+	hs.e.log.Error("engine stopped; recovery on restart decides", "err", err)
+	close(hs.failed)
 }
 
 // failOn stops the engine if the policy says err must (classify), and
 // reports whether it did.
-func (e *Engine) failOn(err error) bool {
+func (hs *health) failOn(err error) bool {
 	if err == nil || classify(err) != verdictStop {
 		return false
 	}
-	e.fail(err)
+	hs.fail(err)
 	return true
 }
 
 // noteDiskFull remembers err if it is a write refused for space, for
 // Status and /readyz.
-func (e *Engine) noteDiskFull(err error) {
+func (hs *health) noteDiskFull(err error) {
 	if !errors.Is(err, ErrDiskFull) {
 		return
 	}
-	e.mu.Lock()
-	e.diskFull, e.diskFullAt = err, time.Now()
-	e.publishLocked()
-	e.mu.Unlock()
+	hs.e.ing.mu.Lock()
+	hs.diskFull, hs.diskFullAt = err, time.Now()
+	hs.publishLocked()
+	hs.e.ing.mu.Unlock()
 }
 
-func (e *Engine) noteDiskFullLocked(err error) {
+func (hs *health) noteDiskFullLocked(err error) {
 	if errors.Is(err, ErrDiskFull) {
-		e.diskFull, e.diskFullAt = err, time.Now()
+		hs.diskFull, hs.diskFullAt = err, time.Now()
 	}
 }
 
 // diskOK forgets a full disk: a durable write just succeeded.
-func (e *Engine) diskOK() {
-	e.mu.Lock()
-	e.diskFull = nil
-	e.publishLocked()
-	e.mu.Unlock()
+func (hs *health) diskOK() {
+	hs.e.ing.mu.Lock()
+	hs.diskFull = nil
+	hs.publishLocked()
+	hs.e.ing.mu.Unlock()
 }

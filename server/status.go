@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -37,35 +38,54 @@ type Status struct {
 	diskFullAt time.Time
 }
 
+// health is what Status shows beyond the ingest counters: what holds a
+// prepared checkpoint back, why recovery is not done, a full disk, the
+// error that stopped the engine, and the published snapshot. Its fields
+// are guarded by the ingest lock (e.mu), so that a snapshot is published
+// atomically with the ingest state it shows.
+type health struct {
+	e *Engine
+
+	failErr    error
+	failed     chan struct{} // closed by fail
+	stuck      stuck         // what holds a prepared checkpoint back, if anything
+	recovering string
+	diskFull   error     // the last write refused for space, until a write succeeds
+	diskFullAt time.Time // when
+
+	status    atomic.Pointer[Status] // published under mu, read by Status without it
+	displaced atomic.Int64           // part files committed displaced
+}
+
 // publishLocked publishes the status snapshot; called with e.mu held
 // after a change to what Status shows.
-func (e *Engine) publishLocked() {
-	s := &Status{Ready: e.isReady, Recovering: e.recovering, OpenID: e.openID, FirstID: e.firstID, OpenBytes: e.openBytes,
-		OpenRecords: e.openRecords, OpenFiles: len(e.openTxns), Held: e.held, LastDone: e.lastDone,
-		Draining: e.draining || e.closed, Keys: len(e.keys.m)}
-	if e.stuck.err != nil {
-		s.Stuck, s.StuckCheckpoint, s.StuckSince = e.stuck.err.Error(), e.stuck.id, e.stuck.since
-		s.StuckPermanent = e.stuck.verdict == verdictAbort
+func (hs *health) publishLocked() {
+	s := &Status{Ready: hs.e.ing.isReady, Recovering: hs.recovering, OpenID: hs.e.ing.openID, FirstID: hs.e.ing.firstID, OpenBytes: hs.e.ing.openBytes,
+		OpenRecords: hs.e.ing.openRecords, OpenFiles: len(hs.e.ing.openTxns), Held: hs.e.ing.held, LastDone: hs.e.ing.lastDone,
+		Draining: hs.e.ing.draining || hs.e.ing.closed, Keys: len(hs.e.ing.keys.m)}
+	if hs.stuck.err != nil {
+		s.Stuck, s.StuckCheckpoint, s.StuckSince = hs.stuck.err.Error(), hs.stuck.id, hs.stuck.since
+		s.StuckPermanent = hs.stuck.verdict == verdictAbort
 	}
-	if e.failErr != nil {
-		s.Failed = e.failErr.Error()
+	if hs.failErr != nil {
+		s.Failed = hs.failErr.Error()
 	}
-	if e.diskFull != nil {
-		s.DiskFull, s.diskFullAt = e.diskFull.Error(), e.diskFullAt
+	if hs.diskFull != nil {
+		s.DiskFull, s.diskFullAt = hs.diskFull.Error(), hs.diskFullAt
 	}
-	e.status.Store(s)
+	hs.status.Store(s)
 }
 
 // Status returns a snapshot of the engine. It never takes the ingest lock:
 // health checks, readiness and metrics answer however long a barrier or a
 // write holds it, and add nothing to a write's wait.
 func (e *Engine) Status() Status {
-	s := *e.status.Load()
+	s := *e.health.status.Load()
 	if s.DiskFull != "" && time.Since(s.diskFullAt) >= diskFullHold {
 		s.DiskFull = ""
 	}
 	s.diskFullAt = time.Time{}
-	s.Displaced = e.displaced.Load()
+	s.Displaced = e.health.displaced.Load()
 	return s
 }
 
@@ -80,17 +100,17 @@ type stuck struct {
 
 // noteStuck records a failed commit attempt of prepared checkpoint id,
 // for Status, /readyz and the CommitStuck hook.
-func (e *Engine) noteStuck(id uint64, f failure) {
-	e.noteDiskFull(f.err)
-	e.mu.Lock()
-	since := e.stuck.since
-	if e.stuck.id != id || since.IsZero() {
-		since = e.cfg.Now()
+func (hs *health) noteStuck(id uint64, f failure) {
+	hs.noteDiskFull(f.err)
+	hs.e.ing.mu.Lock()
+	since := hs.stuck.since
+	if hs.stuck.id != id || since.IsZero() {
+		since = hs.e.cfg.Now()
 	}
-	e.stuck = stuck{id: id, err: f.err, since: since, verdict: f.verdict}
-	e.publishLocked()
-	e.mu.Unlock()
-	if h := e.cfg.Hooks.CommitStuck; h != nil {
+	hs.stuck = stuck{id: id, err: f.err, since: since, verdict: f.verdict}
+	hs.publishLocked()
+	hs.e.ing.mu.Unlock()
+	if h := hs.e.cfg.Hooks.CommitStuck; h != nil {
 		h(id, f.err)
 	}
 }
@@ -100,7 +120,7 @@ func (e *Engine) noteStuck(id uint64, f failure) {
 // committed as <stream>/_displaced/<part name> instead, so it does not
 // hold back every later checkpoint. Loudly: an operator should move the
 // file where it belongs, or remove what is in its way.
-func (e *Engine) displace(f committer.File, err error) (committer.File, bool) {
+func (hs *health) displace(f committer.File, err error) (committer.File, bool) {
 	if classify(err) != verdictAbort {
 		return f, false
 	}
@@ -109,8 +129,8 @@ func (e *Engine) displace(f committer.File, err error) (committer.File, bool) {
 	if to.Final == f.Final {
 		return f, false
 	}
-	e.displaced.Add(1)
-	e.log.Error("the destination refuses a part file's name for good: committing it displaced; move it where it belongs",
+	hs.displaced.Add(1)
+	hs.e.log.Error("the destination refuses a part file's name for good: committing it displaced; move it where it belongs",
 		"path", f.Final, "displaced", to.Final, "stream", f.Stream, "err", err)
 	return to, true
 }

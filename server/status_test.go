@@ -14,15 +14,15 @@ func TestStatusOffIngestLock(t *testing.T) {
 	if _, err := send(e, nil, "clicks", 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
+	e.ing.mu.Lock()
 	got := make(chan Status, 1)
 	go func() { got <- e.Status() }()
 	var st Status
 	select {
 	case st = <-got:
-		e.mu.Unlock()
+		e.ing.mu.Unlock()
 	case <-time.After(5 * time.Second):
-		e.mu.Unlock()
+		e.ing.mu.Unlock()
 		t.Fatal("Status blocked on the ingest lock")
 	}
 	if !st.Ready || st.OpenFiles != 1 || st.OpenRecords != 3 || st.Held == 0 || st.OpenID == 0 {

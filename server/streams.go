@@ -118,8 +118,8 @@ type streamTable struct {
 }
 
 // confFor returns the configuration in force for stream.
-func (e *Engine) confFor(stream string) *streamConf {
-	if m := e.streams.live.Load(); m != nil {
+func (in *ingest) confFor(stream string) *streamConf {
+	if m := in.streams.live.Load(); m != nil {
 		if sc := (*m)[stream]; sc != nil {
 			return sc
 		}
@@ -129,30 +129,30 @@ func (e *Engine) confFor(stream string) *streamConf {
 
 // loadStreams reads the stored configurations; they are in force from the
 // first checkpoint of this start.
-func (e *Engine) loadStreams() error {
-	all, err := e.store.Streams()
+func (in *ingest) loadStreams() error {
+	all, err := in.e.store.Streams()
 	if err != nil {
 		return fmt.Errorf("load stream configurations: %w", err)
 	}
 	live := make(map[string]*streamConf, len(all))
-	e.streams.newest = make(map[string]recovery.StreamConfig, len(all))
+	in.streams.newest = make(map[string]recovery.StreamConfig, len(all))
 	for _, c := range all {
 		sc, err := compileConf(c.Config)
 		if err != nil {
 			return fmt.Errorf("load stream configuration %s: %w", c.Stream, err)
 		}
 		live[c.Stream] = sc
-		e.streams.newest[c.Stream] = c
+		in.streams.newest[c.Stream] = c
 	}
-	e.streams.live.Store(&live)
+	in.streams.live.Store(&live)
 	return nil
 }
 
 // switchLocked refuses a batch of a stream whose configuration a PUT is
 // changing (step 1 above): accepted under the old one, it could be lost
 // after the barrier and come back to be judged by the new one.
-func (e *Engine) switchLocked(stream string) error {
-	if e.streams.switching[stream] {
+func (in *ingest) switchLocked(stream string) error {
+	if in.streams.switching[stream] {
 		return fmt.Errorf("stream %s: its configuration is being changed: %w", stream, ErrBackpressure)
 	}
 	return nil
@@ -161,13 +161,13 @@ func (e *Engine) switchLocked(stream string) error {
 // streamUnpreparedLocked reports whether a batch of stream may be
 // accepted and not prepared: the open checkpoint holds a transaction of
 // it, or the checkpoint past its barrier is not prepared yet.
-func (e *Engine) streamUnpreparedLocked(stream string) bool {
-	for _, ot := range e.openTxns {
+func (in *ingest) streamUnpreparedLocked(stream string) bool {
+	for _, ot := range in.openTxns {
 		if ot.key.Stream == stream {
 			return true
 		}
 	}
-	return e.inflight != 0 && e.lastPrepared < e.inflight
+	return in.inflight != 0 && in.lastPrepared < in.inflight
 }
 
 // StreamInfo is a stream's configuration as the engine knows it.
@@ -197,71 +197,71 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 	if err != nil {
 		return StreamInfo{}, err
 	}
-	e.mu.Lock()
-	err = e.writableLocked()
-	e.mu.Unlock()
+	e.ing.mu.Lock()
+	err = e.ing.writableLocked()
+	e.ing.mu.Unlock()
 	if err != nil {
 		return StreamInfo{}, err
 	}
-	e.streams.putMu.Lock()
-	defer e.streams.putMu.Unlock()
+	e.ing.streams.putMu.Lock()
+	defer e.ing.streams.putMu.Unlock()
 	// 1. No batch of the stream is accepted under the old configuration
 	// from here on.
-	e.mu.Lock()
-	if e.streams.switching == nil {
-		e.streams.switching = map[string]bool{}
+	e.ing.mu.Lock()
+	if e.ing.streams.switching == nil {
+		e.ing.streams.switching = map[string]bool{}
 	}
-	e.streams.switching[stream] = true
-	e.mu.Unlock()
+	e.ing.streams.switching[stream] = true
+	e.ing.mu.Unlock()
 	defer func() {
-		e.mu.Lock()
-		delete(e.streams.switching, stream)
-		e.mu.Unlock()
+		e.ing.mu.Lock()
+		delete(e.ing.streams.switching, stream)
+		e.ing.mu.Unlock()
 	}()
 	// 2. Those accepted before are prepared or aborted.
-	if err := e.awaitBarrier(ctx, func() bool { return e.streamUnpreparedLocked(stream) }); err != nil {
+	if err := e.ing.awaitBarrier(ctx, func() bool { return e.ing.streamUnpreparedLocked(stream) }); err != nil {
 		return StreamInfo{}, fmt.Errorf("configure stream %s: barrier: %w", stream, err)
 	}
 	// 3. Durable (in the state store, then in the destination: see
 	// streamstore.go). Serialised with producer inits: both are admin-rate
 	// store writes.
-	e.initMu.Lock()
+	e.ing.initMu.Lock()
 	rec, err := e.store.PutStream(stream, c, e.cfg.Now())
-	e.initMu.Unlock()
+	e.ing.initMu.Unlock()
 	if err != nil {
 		if errors.Is(err, durable.ErrDiskFull) {
-			e.noteDiskFull(err)
+			e.health.noteDiskFull(err)
 			return StreamInfo{}, err
 		}
-		e.failOn(err)
+		e.health.failOn(err)
 		return StreamInfo{}, err
 	}
 	// 4. In force.
-	e.mu.Lock()
+	e.ing.mu.Lock()
 	sc.cfg.Version = rec.Config.Version
-	old := e.streams.live.Load()
+	old := e.ing.streams.live.Load()
 	live := make(map[string]*streamConf, len(*old)+1)
 	for k, v := range *old {
 		live[k] = v
 	}
 	live[stream] = sc
-	e.streams.live.Store(&live)
-	e.streams.newest[stream] = rec
-	info := e.streamInfoLocked(stream)
-	e.mu.Unlock()
+	e.ing.streams.live.Store(&live)
+	e.ing.streams.newest[stream] = rec
+	info := e.ing.streamInfoLocked(stream)
+	e.ing.mu.Unlock()
 	return info, e.putStreamDoc(ctx, rec) // streamstore.go
 }
 
 // Stream returns a stream's configuration.
 func (e *Engine) Stream(stream string) StreamInfo {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.streamInfoLocked(stream)
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
+	return e.ing.streamInfoLocked(stream)
 }
 
-func (e *Engine) streamInfoLocked(stream string) StreamInfo {
-	out := StreamInfo{Stream: stream, Config: defaultConf.cfg, ActiveVersion: e.confFor(stream).cfg.Version}
-	if rec, ok := e.streams.newest[stream]; ok {
+func (in *ingest) streamInfoLocked(stream string) StreamInfo {
+	out := StreamInfo{Stream: stream, Config: defaultConf.cfg, ActiveVersion: in.confFor(stream).cfg.Version}
+	if rec, ok := in.streams.newest[stream]; ok {
 		// Defaults again: a configuration stored before a field existed
 		// shows the value in force (max_partitions).
 		out.Config, out.UpdatedAt, out.Configured = rec.Config.Defaults(), rec.UpdatedAt, true
@@ -271,11 +271,11 @@ func (e *Engine) streamInfoLocked(stream string) StreamInfo {
 
 // Streams returns every configured stream, by name.
 func (e *Engine) Streams() []StreamInfo {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]StreamInfo, 0, len(e.streams.newest))
-	for s := range e.streams.newest {
-		out = append(out, e.streamInfoLocked(s))
+	e.ing.mu.Lock()
+	defer e.ing.mu.Unlock()
+	out := make([]StreamInfo, 0, len(e.ing.streams.newest))
+	for s := range e.ing.streams.newest {
+		out = append(out, e.ing.streamInfoLocked(s))
 	}
 	sortStreams(out)
 	return out
@@ -333,12 +333,12 @@ type placeLimits struct {
 
 // place places w by sc within the limits of this engine and its
 // destination.
-func (e *Engine) place(sc *streamConf, now time.Time, w *Write) placed {
-	l := placeLimits{parts: sc.cfg.MaxPartitions, node: e.cfg.Node, hold: w.Hold}
-	if m := e.cfg.MaxOpenFiles; m > 0 && (l.parts <= 0 || m < l.parts) {
+func (in *ingest) place(sc *streamConf, now time.Time, w *Write) placed {
+	l := placeLimits{parts: sc.cfg.MaxPartitions, node: in.e.cfg.Node, hold: w.Hold}
+	if m := in.e.cfg.MaxOpenFiles; m > 0 && (l.parts <= 0 || m < l.parts) {
 		l.parts = m
 	}
-	if dl, ok := e.cfg.Committer.(committer.Limiter); ok {
+	if dl, ok := in.e.cfg.Committer.(committer.Limiter); ok {
 		l.dest = dl.Limits()
 	}
 	if sc.cfg.Format == streamconf.FormatParquet {
@@ -519,13 +519,13 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 
 // appendPlacedLocked appends a placed batch to its transactions, all or
 // nothing (see the package comment above).
-func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) error {
-	if err := e.roomLocked(w.Stream, p); err != nil {
+func (in *ingest) appendPlacedLocked(w *Write, p placed, pid string, seq int64) error {
+	if err := in.roomLocked(w.Stream, p); err != nil {
 		return err
 	}
 	ots := make([]*openTxn, len(p.pieces))
 	for i, pc := range p.pieces {
-		ot, err := e.txnLocked(staging.Key{Stream: w.Stream, Partition: pc.part, Ext: p.ext})
+		ot, err := in.txnLocked(staging.Key{Stream: w.Stream, Partition: pc.part, Ext: p.ext})
 		if err != nil {
 			return err
 		}
@@ -534,7 +534,7 @@ func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) e
 	for i, pc := range p.pieces {
 		if err := ots[i].txn.Append(pc.data, pc.records, pid, seq); err != nil {
 			if i > 0 {
-				e.doomLocked(ots[:i])
+				in.doomLocked(ots[:i])
 			}
 			return fmt.Errorf("append to stream %s: %w", w.Stream, err)
 		}
@@ -548,10 +548,10 @@ func (e *Engine) appendPlacedLocked(w *Write, p placed, pid string, seq int64) e
 // new partition), before any is opened, and asks for the checkpoint to end
 // now: place refused the batches that could never fit, so after it this
 // one does. ErrBackpressure (429).
-func (e *Engine) roomLocked(stream string, p placed) error {
-	files, parts, roll := 0, 0, e.rollBytes(stream)
+func (in *ingest) roomLocked(stream string, p placed) error {
+	files, parts, roll := 0, 0, in.rollBytes(stream)
 	for _, pc := range p.pieces {
-		switch ot := e.cur[staging.Key{Stream: stream, Partition: pc.part, Ext: p.ext}]; {
+		switch ot := in.cur[staging.Key{Stream: stream, Partition: pc.part, Ext: p.ext}]; {
 		case ot == nil:
 			files++
 			parts++
@@ -559,20 +559,20 @@ func (e *Engine) roomLocked(stream string, p placed) error {
 			files++
 		}
 	}
-	if m := e.cfg.MaxOpenFiles; m > 0 && files > 0 && len(e.openTxns)+files > m {
-		e.earlyLocked()
+	if m := in.e.cfg.MaxOpenFiles; m > 0 && files > 0 && len(in.openTxns)+files > m {
+		in.earlyLocked()
 		return fmt.Errorf("stream %s: the batch needs %d more staging files, %d of the most %d per checkpoint are open (--max-open-files): %w",
-			stream, files, len(e.openTxns), m, ErrBackpressure)
+			stream, files, len(in.openTxns), m, ErrBackpressure)
 	}
 	if m := p.conf.cfg.MaxPartitions; m > 0 && parts > 0 {
 		open := 0
-		for k := range e.cur {
+		for k := range in.cur {
 			if k.Stream == stream {
 				open++
 			}
 		}
 		if open+parts > m {
-			e.earlyLocked()
+			in.earlyLocked()
 			return fmt.Errorf("stream %s: the batch needs %d more partitions, %d of its most %d per checkpoint are open (max_partitions): %w",
 				stream, parts, open, m, ErrBackpressure)
 		}
@@ -582,24 +582,24 @@ func (e *Engine) roomLocked(stream string, p placed) error {
 
 // doomLocked releases transactions that hold part of a refused batch:
 // the open checkpoint then aborts at its pre-commit, and runs now.
-func (e *Engine) doomLocked(ots []*openTxn) {
+func (in *ingest) doomLocked(ots []*openTxn) {
 	for _, ot := range ots {
 		ot.txn.Release()
-		if e.cur[ot.key] == ot {
-			delete(e.cur, ot.key)
+		if in.cur[ot.key] == ot {
+			delete(in.cur, ot.key)
 		}
 	}
-	e.log.Warn("a batch spanning partitions failed after part of it was appended: the open checkpoint will abort",
-		"checkpoint", e.openID, "stream", ots[0].key.Stream)
-	e.earlyLocked()
+	in.e.log.Warn("a batch spanning partitions failed after part of it was appended: the open checkpoint will abort",
+		"checkpoint", in.openID, "stream", ots[0].key.Stream)
+	in.earlyLocked()
 }
 
 // rollLocked returns the roll size of stream's files.
-func (e *Engine) rollBytes(stream string) int64 {
-	if r := e.confFor(stream).cfg.RollSize; r > 0 {
+func (in *ingest) rollBytes(stream string) int64 {
+	if r := in.confFor(stream).cfg.RollSize; r > 0 {
 		return r
 	}
-	return e.cfg.RollBytes
+	return in.e.cfg.RollBytes
 }
 
 // encodeStaged turns a pre-committed plain temp file into its stream's
@@ -607,19 +607,19 @@ func (e *Engine) rollBytes(stream string) int64 {
 // one; the caller syncs the staging directory. A crash or failure in
 // between leaves only temp files no prepared checkpoint names, which the
 // abort or recovery deletes.
-func (e *Engine) encodeStaged(ot *openTxn, sum staging.Summary) (staging.Summary, error) {
+func (pipe *pipeline) encodeStaged(ot *openTxn, sum staging.Summary) (staging.Summary, error) {
 	if ot.conf == nil || ot.conf.enc.Plain() {
 		return sum, nil
 	}
 	dst := staging.EncodedName(sum.Temp)
 	ot.encoded = dst // abort removes it, whatever Encode got to
-	enc, err := staging.Encode(e.cfg.FS, sum, dst, ot.conf.enc)
+	enc, err := staging.Encode(pipe.e.cfg.FS, sum, dst, ot.conf.enc)
 	if err != nil {
 		return staging.Summary{}, fmt.Errorf("encode stream %s: %w", ot.key.Stream, err)
 	}
-	if err := staging.Remove(e.cfg.FS, sum.Temp); err != nil {
+	if err := staging.Remove(pipe.e.cfg.FS, sum.Temp); err != nil {
 		// Unnamed by any checkpoint: recovery deletes it at the next start.
-		e.log.Warn("remove plain staging file after encoding", "path", sum.Temp, "err", err)
+		pipe.e.log.Warn("remove plain staging file after encoding", "path", sum.Temp, "err", err)
 	}
 	return enc, nil
 }
@@ -637,22 +637,22 @@ func (ot *openTxn) fileFormat() (format, compression string, version int64) {
 }
 
 // removeEncoded deletes the encoded temp file of an aborted transaction.
-func (e *Engine) removeEncoded(ot *openTxn) error {
+func (pipe *pipeline) removeEncoded(ot *openTxn) error {
 	if ot.encoded == "" {
 		return nil
 	}
-	return staging.Remove(e.cfg.FS, ot.encoded)
+	return staging.Remove(pipe.e.cfg.FS, ot.encoded)
 }
 
 // dropEmpty aborts the transactions that hold no record (opened for a
 // batch spanning partitions that was then refused) and returns the others:
 // an empty file is never committed.
-func (e *Engine) dropEmpty(txns []*openTxn) []*openTxn {
+func (pipe *pipeline) dropEmpty(txns []*openTxn) []*openTxn {
 	out := txns[:0:0]
 	for _, ot := range txns {
 		if ot.txn.Records() == 0 && ot.txn.Err() == nil {
 			if err := ot.txn.Abort(); err != nil {
-				e.log.Warn("delete empty staging file; recovery will", "path", ot.txn.Name(), "err", err)
+				pipe.e.log.Warn("delete empty staging file; recovery will", "path", ot.txn.Name(), "err", err)
 			}
 			continue
 		}

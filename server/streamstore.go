@@ -118,7 +118,7 @@ func (e *Engine) writeStreamDoc(ctx context.Context, rec recovery.StreamConfig) 
 		if ok && cur.Config.Version > rec.Config.Version {
 			return nil // a newer one is there already
 		}
-		if err := e.leaseCheck(); err != nil {
+		if err := e.life.leaseCheck(); err != nil {
 			return err
 		}
 		_, err = e.cfg.Leaser.WriteLease(ctx, name, data, version)
@@ -147,27 +147,27 @@ func (e *Engine) putStreamDoc(ctx context.Context, rec recovery.StreamConfig) er
 // syncStreams restores stream configurations from the destination into
 // the state store and writes back those the destination lacks, once the
 // lease is taken and before recovery. It retries what may pass.
-func (e *Engine) syncStreams() bool {
-	if e.cfg.Leaser == nil {
+func (lc *lifecycle) syncStreams(ctx context.Context) bool {
+	if lc.e.cfg.Leaser == nil {
 		return true
 	}
-	r, ok := e.cfg.Publisher.(committer.Reader)
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
-		if r, ok = e.cfg.Committer.(committer.Reader); !ok {
+		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
 			return true
 		}
 	}
-	return e.retry("restore stream configurations from the destination", error.Error, func() error {
-		return e.syncStreamsOnce(e.ctx, r)
+	return lc.retry(ctx, "restore stream configurations from the destination", error.Error, func() error {
+		return lc.syncStreamsOnce(ctx, r)
 	})
 }
 
-func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error {
+func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) error {
 	entries, err := r.List(ctx, layout.StreamDir+"/")
 	if err != nil {
 		return fmt.Errorf("list stream configurations: %w", err)
 	}
-	all, err := e.store.Streams()
+	all, err := lc.e.store.Streams()
 	if err != nil {
 		return fmt.Errorf("load stream configurations: %w", err)
 	}
@@ -182,41 +182,41 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 		if !ok {
 			// A local compare-and-swap's lock file is no document.
 			if !strings.HasSuffix(en.Path, ".json.lock") && !layout.IsTempName(en.Path) {
-				e.log.Error("unexpected name among stream configurations: skipped", "path", en.Path)
+				lc.e.log.Error("unexpected name among stream configurations: skipped", "path", en.Path)
 			}
 			continue
 		}
 		inDest[stream] = true
 		if en.Bytes > streamDocMax {
-			e.log.Error("stream configuration in the destination too large: skipped", "stream", stream, "path", en.Path, "bytes", en.Bytes)
+			lc.e.log.Error("stream configuration in the destination too large: skipped", "stream", stream, "path", en.Path, "bytes", en.Bytes)
 			continue
 		}
 		// Read also when the store has the stream: a store restored from
 		// an older copy has an older version than the destination, and
 		// must not revert the stream to it. (An older document is left to
 		// the next PUT: a start takes no lock over a present document.)
-		rec, _, ok, err := e.readStreamDoc(ctx, stream)
+		rec, _, ok, err := lc.e.readStreamDoc(ctx, stream)
 		if err != nil {
 			return err
 		}
 		if ours, stored := inStore[stream]; !ok || stored && rec.Config.Version <= ours {
 			continue // the store's is the record
 		}
-		wrote, err := e.store.RestoreStream(rec)
+		wrote, err := lc.e.store.RestoreStream(rec)
 		if err != nil {
 			return err
 		}
 		if wrote {
 			restored++
-			e.log.Warn("stream configuration restored from the destination: the state store lacked it",
+			lc.e.log.Warn("stream configuration restored from the destination: the state store lacked it",
 				"stream", stream, "version", rec.Config.Version, "path", en.Path)
 		}
 	}
 	if restored > 0 {
-		e.mu.Lock()
-		err := e.loadStreams()
-		e.publishLocked()
-		e.mu.Unlock()
+		lc.e.ing.mu.Lock()
+		err := lc.e.ing.loadStreams()
+		lc.e.health.publishLocked()
+		lc.e.ing.mu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -225,7 +225,7 @@ func (e *Engine) syncStreamsOnce(ctx context.Context, r committer.Reader) error 
 	// or a store older than this feature): written now.
 	for _, rec := range all {
 		if !inDest[rec.Stream] {
-			if err := e.writeStreamDoc(ctx, rec); err != nil {
+			if err := lc.e.writeStreamDoc(ctx, rec); err != nil {
 				return err
 			}
 		}

@@ -15,47 +15,46 @@ import (
 // meanwhile is left alone. It returns what it removed, also on error.
 func (e *Engine) Sweep(ctx context.Context) (recovery.SweepResult, error) {
 	select {
-	case <-e.ready:
+	case <-e.life.ready:
 	default:
 		return recovery.SweepResult{}, ErrNotReady
 	}
-	e.sweepMu.Lock()
-	defer e.sweepMu.Unlock()
-	if err := e.leaseCheck(); err != nil {
+	e.life.sweepMu.Lock()
+	defer e.life.sweepMu.Unlock()
+	if err := e.life.leaseCheck(); err != nil {
 		// Uploads this node can't account for may be its successor's.
 		return recovery.SweepResult{}, fmt.Errorf("sweep: %w", err)
 	}
-	e.mu.Lock()
+	e.ing.mu.Lock()
 	// Checkpoints below live have ended: their checkpoint() call is over,
 	// so an intent of theirs is only a failed abort.
-	live := e.openID
-	if e.inflight != 0 {
-		live = e.inflight
+	live := e.ing.openID
+	if e.ing.inflight != 0 {
+		live = e.ing.inflight
 	}
-	e.mu.Unlock()
+	e.ing.mu.Unlock()
 	sw := recovery.Sweep{Store: e.store, Committer: e.cfg.Committer, Node: e.cfg.Node, Logger: e.log}
 	res, err := sw.Run(ctx, live)
-	e.countOrphans(res)
+	e.life.countOrphans(res)
 	return res, err
 }
 
 // sweepLoop runs Sweep every SweepInterval until the engine closes.
-func (e *Engine) sweepLoop() {
-	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.SweepInterval)
+func (lc *lifecycle) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(lc.e.cfg.SweepInterval)
 	defer t.Stop()
-	e.runEvery(t.C, func() bool {
-		ctx, cancel := context.WithTimeout(e.ctx, max(e.cfg.SweepInterval, time.Minute))
-		res, err := e.Sweep(ctx)
+	lc.runEvery(ctx, t.C, func() bool {
+		sctx, cancel := context.WithTimeout(ctx, max(lc.e.cfg.SweepInterval, time.Minute))
+		res, err := lc.e.Sweep(sctx)
 		cancel()
-		if err != nil && e.failOn(err) {
+		if err != nil && lc.e.health.failOn(err) {
 			return true
 		}
-		if err != nil && e.ctx.Err() == nil {
-			e.log.Warn("orphan sweep failed; the next one retries", "err", err, "op", "sweep",
+		if err != nil && ctx.Err() == nil {
+			lc.e.log.Warn("orphan sweep failed; the next one retries", "err", err, "op", "sweep",
 				"intents_aborted", len(res.Intents), "removed", len(res.Removed))
 		} else if n := len(res.Intents) + len(res.Removed); n > 0 {
-			e.log.Info("orphan sweep done", "op", "sweep", "intents_aborted", len(res.Intents), "removed", len(res.Removed))
+			lc.e.log.Info("orphan sweep done", "op", "sweep", "intents_aborted", len(res.Intents), "removed", len(res.Removed))
 		}
 		return false
 	})
@@ -65,12 +64,12 @@ func (e *Engine) sweepLoop() {
 // engine fails, or step returns true. The caller owns the timer or ticker
 // behind c (and may Reset it from step); the loops of the lease, producer
 // expiry and the orphan sweep share it.
-func (e *Engine) runEvery(c <-chan time.Time, step func() (stop bool)) {
+func (lc *lifecycle) runEvery(ctx context.Context, c <-chan time.Time, step func() (stop bool)) {
 	for {
 		select {
-		case <-e.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-e.failed:
+		case <-lc.e.health.failed:
 			return
 		case <-c:
 		}
@@ -81,8 +80,8 @@ func (e *Engine) runEvery(c <-chan time.Time, step func() (stop bool)) {
 }
 
 // countOrphans reports what a sweep removed to the hook.
-func (e *Engine) countOrphans(res recovery.SweepResult) {
-	h := e.cfg.Hooks.OrphansRemoved
+func (lc *lifecycle) countOrphans(res recovery.SweepResult) {
+	h := lc.e.cfg.Hooks.OrphansRemoved
 	if h == nil {
 		return
 	}
