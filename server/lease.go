@@ -60,28 +60,9 @@ const (
 	reservedAhead = 1 << 48
 )
 
-// Lease is the document at _nodes/<node>.json in the destination. A node
-// takes it create-only at start (or replaces it by compare-and-swap once
-// it has expired), and renews it by compare-and-swap every timeout/3.
-type Lease struct {
-	Node string `json:"node"`
-	// Incarnation is random per process start: it tells a holder from a
-	// restarted or a second process with the same node id.
-	Incarnation string    `json:"incarnation"`
-	Listen      string    `json:"listen,omitempty"`
-	RenewedAt   time.Time `json:"renewed_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	// Reserved is the highest checkpoint id any incarnation of this node
-	// reserved (and so may have named in an answer). A node rebuilt
-	// without its state store continues beyond it (I8). Written before
-	// the ids are handed out, carried over from one holder to the next.
-	Reserved uint64 `json:"reserved_checkpoint"`
-}
-
-func (l Lease) String() string {
-	return fmt.Sprintf("node %s incarnation %s (listen %q), renewed %s, expires %s",
-		l.Node, l.Incarnation, l.Listen, l.RenewedAt.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano))
-}
+// Lease is the document at _nodes/<node>.json in the destination: its
+// one definition, with its reader and checks, is internal/layout's.
+type Lease = layout.Lease
 
 // lease is the engine's hold on its node lease. Writes are serialized by
 // mu: a renewal and a reservation must each swap from the latest version.
