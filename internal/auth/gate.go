@@ -168,7 +168,11 @@ func (l *failLimiter) fail(key string) time.Duration {
 	e, ok := l.m[key]
 	if !ok || !now.Before(e.end) {
 		if !ok && len(l.m) >= l.max {
-			l.evict(now)
+			if wait := l.evict(now); wait > 0 {
+				// Full of addresses over the limit: a new one is limited
+				// too (a valid token is still served) until room frees.
+				return wait
+			}
 		}
 		e = &failEntry{end: now.Add(l.window)}
 		l.m[key] = e
@@ -182,21 +186,34 @@ func (l *failLimiter) fail(key string) time.Duration {
 	return e.end.Sub(now)
 }
 
-// evict makes room for one entry; l.mu is held.
-func (l *failLimiter) evict(now time.Time) {
+// evict makes room for one entry, dropping ended windows, else the
+// entry within the limit whose window ends soonest; never one over the
+// limit, whose wait would be forgotten. When every entry is over the
+// limit it drops none and returns how long until the first window ends.
+// l.mu is held.
+func (l *failLimiter) evict(now time.Time) time.Duration {
 	var soonest string
+	var first time.Time
 	for k, e := range l.m {
 		if !now.Before(e.end) {
 			delete(l.m, k)
 			continue
 		}
-		if soonest == "" || e.end.Before(l.m[soonest].end) {
+		if first.IsZero() || e.end.Before(first) {
+			first = e.end
+		}
+		if e.n <= l.limit && (soonest == "" || e.end.Before(l.m[soonest].end)) {
 			soonest = k
 		}
 	}
-	if len(l.m) >= l.max && soonest != "" {
-		delete(l.m, soonest)
+	if len(l.m) < l.max {
+		return 0
 	}
+	if soonest == "" {
+		return first.Sub(now)
+	}
+	delete(l.m, soonest)
+	return 0
 }
 
 // size returns the addresses held.

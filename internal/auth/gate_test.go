@@ -29,3 +29,33 @@ func TestFailLimiterBounded(t *testing.T) {
 		t.Fatalf("a valid token: %v %v", role, ok)
 	}
 }
+
+// TestFailLimiterKeepsLimited: a full table never forgets an address over
+// the limit to make room for a new one, so cycling through more addresses
+// than the table holds unlocks none of them; the new address is limited
+// until room frees. (Before, the entry ending soonest went, limited or
+// not.)
+func TestFailLimiterKeepsLimited(t *testing.T) {
+	l := newFailLimiter(1, time.Minute, 3)
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now }
+	for i, k := range []string{"a", "b", "c"} {
+		now = now.Add(time.Second * time.Duration(i))
+		l.fail(k)
+		if w := l.fail(k); w == 0 {
+			t.Fatalf("%s: not limited after two failures", k)
+		}
+	}
+	if w := l.fail("d"); w == 0 {
+		t.Fatal("d: a new address was let in by forgetting a limited one")
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if w := l.fail(k); w == 0 {
+			t.Fatalf("%s: forgotten while over the limit", k)
+		}
+	}
+	now = now.Add(2 * time.Minute) // every window over: room again
+	if w := l.fail("d"); w != 0 {
+		t.Fatalf("d after the windows ended: wait %s, want none", w)
+	}
+}
