@@ -265,11 +265,11 @@ func (s *Server) routes() http.Handler {
 func (s *Server) Mount(r chi.Router) {
 	r.Use(s.httpm.instrument, s.recoverer, s.guard)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "no such route"})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: "no such route"})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowed(r, req))
-		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: "method_not_allowed", Message: req.Method + " is not allowed here"})
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: CodeMethodNotAllowed, Message: req.Method + " is not allowed here"})
 	})
 
 	// Who may call what; admin passes every check.
@@ -324,7 +324,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("handler panicked", "op", r.Method+" "+r.URL.Path, "panic", fmt.Sprint(v))
-				writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: "internal", Message: "internal error; see the server log"})
+				writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error; see the server log"})
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -369,5 +369,5 @@ func writeError(w http.ResponseWriter, status int, e *ErrorResponse) {
 // internal logs err and answers 500.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.Error("request failed", "op", r.Method+" "+r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: "internal", Message: "internal error; see the server log"})
+	writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error; see the server log"})
 }

@@ -55,7 +55,7 @@ func (s *Server) allow(roles ...auth.Role) func(http.Handler) http.Handler {
 				var wait time.Duration
 				if role, ok, wait = s.gate.Authenticate(r, token); wait > 0 {
 					w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-					writeError(w, http.StatusTooManyRequests, &ErrorResponse{Error: "too_many_auth_failures",
+					writeError(w, http.StatusTooManyRequests, &ErrorResponse{Error: CodeTooManyAuthFailures,
 						Message: "too many invalid tokens from this address; retry later"})
 					return
 				}
@@ -67,11 +67,11 @@ func (s *Server) allow(roles ...auth.Role) func(http.Handler) http.Handler {
 					challenge, msg = `Bearer error="invalid_token"`, "the token is not valid"
 				}
 				w.Header().Set("WWW-Authenticate", challenge)
-				writeError(w, http.StatusUnauthorized, &ErrorResponse{Error: "unauthorized", Message: msg})
+				writeError(w, http.StatusUnauthorized, &ErrorResponse{Error: CodeUnauthorized, Message: msg})
 				return
 			}
 			if role != auth.RoleAdmin && !slices.Contains(roles, role) {
-				writeError(w, http.StatusForbidden, &ErrorResponse{Error: "forbidden", Message: "role " + role.String() + " may not " + r.Method + " " + r.URL.Path})
+				writeError(w, http.StatusForbidden, &ErrorResponse{Error: CodeForbidden, Message: "role " + role.String() + " may not " + r.Method + " " + r.URL.Path})
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))

@@ -41,12 +41,12 @@ func filePath(r *http.Request) (string, bool) {
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	name, ok := filePath(r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "the path must be a clean relative path inside the destination"})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidPath, Message: "the path must be a clean relative path inside the destination"})
 		return
 	}
 	rc, ent, err := s.files.Open(r.Context(), name)
 	if errors.Is(err, committer.ErrNotFound) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("no committed file %q", name)})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: fmt.Sprintf("no committed file %q", name)})
 		return
 	}
 	if err != nil {
@@ -58,7 +58,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		ranges, ok := coalesceRanges(h, ent.Bytes)
 		if !ok {
 			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", ent.Bytes))
-			writeError(w, http.StatusRequestedRangeNotSatisfiable, &ErrorResponse{Error: "range_not_satisfiable",
+			writeError(w, http.StatusRequestedRangeNotSatisfiable, &ErrorResponse{Error: CodeRangeNotSatisfiable,
 				Message: fmt.Sprintf("more than %d separate ranges; ask for fewer, or for the whole file", maxRanges)})
 			return
 		}
@@ -171,7 +171,7 @@ func (w *rangeErrorWriter) WriteHeader(code int) {
 		return
 	}
 	w.swallow = true
-	writeError(w.ResponseWriter, code, &ErrorResponse{Error: "range_not_satisfiable", Message: "the range is outside the file; Content-Range holds its size"})
+	writeError(w.ResponseWriter, code, &ErrorResponse{Error: CodeRangeNotSatisfiable, Message: "the range is outside the file; Content-Range holds its size"})
 }
 
 func (w *rangeErrorWriter) Write(p []byte) (int, error) {
@@ -217,19 +217,19 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
 	if !layout.CleanPrefix(prefix) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_prefix", Message: fmt.Sprintf("prefix %q: want a relative path without \".\" or \"..\" segments", prefix)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidPrefix, Message: fmt.Sprintf("prefix %q: want a relative path without \".\" or \"..\" segments", prefix)})
 		return
 	}
 	after := q.Get("after")
 	if len(after) > 4096 || !layout.CleanChars(after) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_path", Message: "after: want the next cursor of the previous page"})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidPath, Message: "after: want the next cursor of the previous page"})
 		return
 	}
 	node := q.Get("node")
 	// Any id is looked for (one of no node matches nothing); the node-name
 	// rule is internal/layout's, applied where nodes start.
 	if len(node) > 255 || !layout.CleanChars(node) || strings.Contains(node, "/") {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_node", Message: fmt.Sprintf("node %q: want a node id", node)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidNode, Message: fmt.Sprintf("node %q: want a node id", node)})
 		return
 	}
 	limit, ok := listLimit(w, r)
@@ -264,7 +264,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
 	if after != "" && !validStream(after) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a stream name", after)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream, Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a stream name", after)})
 		return
 	}
 	limit, ok := listLimit(w, r)

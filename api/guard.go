@@ -37,7 +37,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if ok, _ := path.Match("/v1/streams/*/records", r.URL.Path); ok {
 			w.Header().Set(CheckpointHeader, strconv.FormatUint(s.eng.Status().OpenID, 10))
 		}
-		writeError(w, http.StatusForbidden, &ErrorResponse{Error: "forbidden", Message: msg})
+		writeError(w, http.StatusForbidden, &ErrorResponse{Error: CodeForbidden, Message: msg})
 	})
 }
 

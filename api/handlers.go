@@ -14,7 +14,7 @@ import (
 func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathParam(r, "producer")
 	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
@@ -28,7 +28,7 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 	st, err := s.eng.InitProducer(ctx, id)
 	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
 		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
 			Message: fmt.Sprintf("init producer %s: the checkpoint holding its earlier batches is still committing; the new epoch is recorded: retry the init", id)})
 		return
 	}
@@ -42,7 +42,7 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathParam(r, "producer")
 	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
@@ -51,7 +51,7 @@ func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
 	}
 	st, ok := s.eng.Producer(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("producer %q is not known", id)})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: fmt.Sprintf("producer %q is not known", id)})
 		return
 	}
 	writeJSON(w, http.StatusOK, producerFrom(st))
@@ -72,7 +72,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	raw, _ := pathParam(r, "id")
 	id, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("checkpoint id %q: want an unsigned integer", raw)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidID, Message: fmt.Sprintf("checkpoint id %q: want an unsigned integer", raw)})
 		return
 	}
 	// Not in the store: the open checkpoint, or one between its barrier
@@ -80,7 +80,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	c, err := s.cat.CheckpointAt(id, func() catalog.Live { return liveOf(s.eng.Status()) })
 	switch {
 	case errors.Is(err, catalog.ErrNoCheckpoint):
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("checkpoint %d is not known", id)})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: fmt.Sprintf("checkpoint %d is not known", id)})
 	case err != nil:
 		s.internal(w, r, err)
 	default: // files only of a stored one: "files" is absent for open and running
@@ -94,7 +94,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 	if after != "" {
 		id, err := strconv.ParseUint(after, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_id", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a checkpoint id", after)})
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidID, Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a checkpoint id", after)})
 			return
 		}
 		before = id
@@ -125,7 +125,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	if st := s.eng.Status(); st.Failed != "" {
 		// The engine stopped; the process must be restarted to recover.
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "failed", Message: st.Failed})
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeFailed, Message: st.Failed})
 		return
 	}
 	writeJSON(w, http.StatusOK, Status{Status: "ok"})
@@ -144,7 +144,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			msg = "recovery running: " + st.Recovering
 		}
 		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: msg})
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady, Message: msg})
 		return
 	}
 	if st.StuckPermanent {
@@ -153,14 +153,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		// commit that may pass, the object store down, keeps the node
 		// ready: the metric eosink_commit_stuck says it.)
 		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
 			Message: fmt.Sprintf("commit of checkpoint %d stuck since %s, needs an operator: %s", st.StuckCheckpoint, st.StuckSince.UTC().Format(time.RFC3339), st.Stuck)})
 		return
 	}
 	if st.DiskFull != "" {
 		// Writes are refused for space: say why, while it lasts.
 		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "insufficient_storage", Message: st.DiskFull})
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeInsufficientStorage, Message: st.DiskFull})
 		return
 	}
 	writeJSON(w, http.StatusOK, Status{Status: "ready"})
@@ -200,6 +200,6 @@ func (s *Server) readyOr503(w http.ResponseWriter) bool {
 		return true
 	}
 	w.Header().Set("Retry-After", s.retryAfter)
-	writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready", Message: "recovery running"})
+	writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady, Message: "recovery running"})
 	return false
 }

@@ -24,7 +24,7 @@ func listLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
 	v := q.Get("limit")
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > MaxListLimit {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit",
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidLimit,
 			Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, MaxListLimit)})
 		return 0, false
 	}

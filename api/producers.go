@@ -22,14 +22,14 @@ func (s *Server) listProducers(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxProducerLimit {
-			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_limit", Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, maxProducerLimit)})
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidLimit, Message: fmt.Sprintf("limit %q: want an integer from 1 to %d", v, maxProducerLimit)})
 			return
 		}
 		limit = n
 	}
 	after := r.URL.Query().Get("after")
 	if after != "" && !validProducer(after) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer", Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a producer id", after)})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer, Message: fmt.Sprintf("after %q: want the next cursor of the previous page, a producer id", after)})
 		return
 	}
 	if !s.readyOr503(w) {
@@ -71,7 +71,7 @@ func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string,
 func (s *Server) deleteProducer(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathParam(r, "producer")
 	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer",
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
 			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
 		return
 	}
@@ -82,7 +82,7 @@ func (s *Server) deleteProducer(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
 	case errors.Is(err, server.ErrUnknownProducer):
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("producer %q is not known", id)})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: fmt.Sprintf("producer %q is not known", id)})
 	default:
 		s.engineError(w, r, err, false)
 	}

@@ -119,7 +119,7 @@ func (s *Server) writeFail(w http.ResponseWriter, status int, e *ErrorResponse) 
 func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	stream, ok := pathParam(r, "stream")
 	if !ok || !validStream(stream) {
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream",
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream,
 			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
 		return
 	}
@@ -131,7 +131,7 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// An invalid Idempotency-Key is an idempotence header error too:
 		// DESIGN's table has no code of its own for it.
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_producer_headers", Message: err.Error()})
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducerHeaders, Message: err.Error()})
 		return
 	}
 	wait := false
@@ -140,18 +140,18 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	case "commit":
 		wait = true
 	default:
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_wait", Message: fmt.Sprintf("wait=%q: the only value is commit", q.Get("wait"))})
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidWait, Message: fmt.Sprintf("wait=%q: the only value is commit", q.Get("wait"))})
 		return
 	}
 	ct := r.Header.Get("Content-Type")
 	if _, err := batch.KindOf(ct); err != nil {
-		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_media_type",
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: CodeUnsupportedMediaType,
 			Message: fmt.Sprintf("Content-Type %q: want application/x-ndjson, application/json or text/plain", ct)})
 		return
 	}
 	coding, err := bodyCoding(r.Header.Values("Content-Encoding"))
 	if err != nil {
-		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_encoding", Message: err.Error()})
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: CodeUnsupportedEncoding, Message: err.Error()})
 		return
 	}
 	body, release, err := s.readBody(w, r, coding)
@@ -160,21 +160,21 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large",
+			s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: CodeTooLarge,
 				Message: fmt.Sprintf("body over the limit of %d bytes (decoded)", s.maxBody)})
 		case errors.Is(err, errBodyBudget):
 			w.Header().Set("Retry-After", s.retryAfter)
-			s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: "backpressure",
+			s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: CodeBackpressure,
 				Message: fmt.Sprintf("request bodies in flight hold the limit of %d bytes; retry later", s.inflight.limit)})
 		case errors.Is(err, errDecode):
-			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body",
+			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody,
 				Message: fmt.Sprintf("body does not decode as %s: %v", coding, err)})
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			w.Header().Set("Connection", "close")
-			s.writeFail(w, http.StatusRequestTimeout, &ErrorResponse{Error: "body_timeout",
+			s.writeFail(w, http.StatusRequestTimeout, &ErrorResponse{Error: CodeBodyTimeout,
 				Message: fmt.Sprintf("the body did not arrive within %v", s.bodyTime)})
 		default:
-			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
+			s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody, Message: "read body: " + err.Error()})
 		}
 		return
 	}
@@ -218,7 +218,7 @@ func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			out.Committed, status = true, http.StatusOK
 		case errors.Is(err, server.ErrAborted):
-			e := &ErrorResponse{Error: "aborted", Checkpoint: res.Checkpoint,
+			e := &ErrorResponse{Error: CodeAborted, Checkpoint: res.Checkpoint,
 				Message: fmt.Sprintf("checkpoint %d aborted; the batch is not stored: send it again", res.Checkpoint)}
 			if prod != nil {
 				next := int64(0)
@@ -506,11 +506,11 @@ func parseError(err error) *ErrorResponse {
 	e := &ErrorResponse{Message: err.Error()}
 	switch {
 	case errors.Is(err, batch.ErrTooLarge):
-		e.Error = "too_large"
+		e.Error = CodeTooLarge
 	case errors.Is(err, batch.ErrUnsupportedMediaType):
-		e.Error = "unsupported_media_type"
+		e.Error = CodeUnsupportedMediaType
 	default:
-		e.Error = "invalid_json"
+		e.Error = CodeInvalidJSON
 	}
 	var le *batch.LineError
 	if errors.As(err, &le) {
@@ -535,32 +535,32 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 	)
 	switch {
 	case errors.As(err, &se):
-		status, e.Error, e.ExpectedSeq = http.StatusConflict, "out_of_order_sequence", &se.Expected
+		status, e.Error, e.ExpectedSeq = http.StatusConflict, CodeOutOfOrderSequence, &se.Expected
 	case errors.Is(err, server.ErrUnknownProducer):
-		status, e.Error = http.StatusConflict, "unknown_producer"
+		status, e.Error = http.StatusConflict, CodeUnknownProducer
 		e.Message += ": POST /v1/producers/{producer}/init first"
 	case errors.Is(err, server.ErrProducerBusy):
-		status, e.Error = http.StatusConflict, "producer_busy"
+		status, e.Error = http.StatusConflict, CodeProducerBusy
 	case errors.Is(err, server.ErrProducerDamaged):
 		// The node's own record is at fault, not the request: the
 		// operator repairs it (docs/nodes.md, "When a node dies"); other producers work.
-		status, e.Error = http.StatusInternalServerError, "producer_damaged"
+		status, e.Error = http.StatusInternalServerError, CodeProducerDamaged
 	case errors.Is(err, server.ErrFenced):
-		status, e.Error = http.StatusConflict, "producer_fenced"
+		status, e.Error = http.StatusConflict, CodeProducerFenced
 	case errors.Is(err, server.ErrInvalidEpoch):
-		status, e.Error = http.StatusConflict, "invalid_epoch"
+		status, e.Error = http.StatusConflict, CodeInvalidEpoch
 	case errors.Is(err, server.ErrKeyReused):
-		status, e.Error = http.StatusUnprocessableEntity, "idempotency_key_reused"
+		status, e.Error = http.StatusUnprocessableEntity, CodeIdempotencyKeyReused
 	case errors.Is(err, server.ErrBackpressure):
-		status, e.Error = http.StatusTooManyRequests, "backpressure"
+		status, e.Error = http.StatusTooManyRequests, CodeBackpressure
 		w.Header().Set("Retry-After", s.retryAfter)
 	case errors.Is(err, server.ErrNotReady):
-		status, e.Error = http.StatusServiceUnavailable, "not_ready"
+		status, e.Error = http.StatusServiceUnavailable, CodeNotReady
 		w.Header().Set("Retry-After", s.retryAfter)
 	case errors.Is(err, server.ErrClosed):
-		status, e.Error = http.StatusServiceUnavailable, "shutting_down"
+		status, e.Error = http.StatusServiceUnavailable, CodeShuttingDown
 	case errors.Is(err, server.ErrDiskFull):
-		status, e.Error = http.StatusInsufficientStorage, "insufficient_storage"
+		status, e.Error = http.StatusInsufficientStorage, CodeInsufficientStorage
 	default:
 		if write {
 			w.Header().Set(CheckpointHeader, strconv.FormatUint(s.eng.Status().OpenID, 10))

@@ -62,7 +62,7 @@ func streamConfigFrom(in server.StreamInfo) StreamConfig {
 func (s *Server) streamParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	stream, ok := pathParam(r, "stream")
 	if !ok || !validStream(stream) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_stream",
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream,
 			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
 		return "", false
 	}
@@ -76,17 +76,17 @@ func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
 	}
 	sc, ok := s.eng.(StreamConfigurer)
 	if !ok {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: "this server keeps no stream configurations"})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: "this server keeps no stream configurations"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStreamBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large", Message: fmt.Sprintf("body over %d bytes", maxStreamBody)})
+			writeError(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: CodeTooLarge, Message: fmt.Sprintf("body over %d bytes", maxStreamBody)})
 			return
 		}
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: "read body: " + err.Error()})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody, Message: "read body: " + err.Error()})
 		return
 	}
 	c, err := streamconf.Decode(body)
@@ -95,11 +95,11 @@ func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
 	}
 	var fe *streamconf.FieldError
 	if errors.As(err, &fe) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Field: fe.Field, Message: fe.Error()})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody, Field: fe.Field, Message: fe.Error()})
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Message: err.Error()})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody, Message: err.Error()})
 		return
 	}
 	// The barrier waits for the commit of what the stream holds, which an
@@ -109,12 +109,12 @@ func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
 	info, err := sc.PutStream(ctx, stream, c)
 	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
 		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "not_ready",
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
 			Message: fmt.Sprintf("configure stream %s: the checkpoint holding its earlier batches is still committing; nothing changed: retry the PUT", stream)})
 		return
 	}
 	if errors.As(err, &fe) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_body", Field: fe.Field, Message: fe.Error()})
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidBody, Field: fe.Field, Message: fe.Error()})
 		return
 	}
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Server) getStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !configured && out.Files == 0 {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: "not_found", Message: fmt.Sprintf("stream %s: never configured and no committed file", stream)})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeNotFound, Message: fmt.Sprintf("stream %s: never configured and no committed file", stream)})
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -154,19 +154,19 @@ func (s *Server) streamError(w http.ResponseWriter, err error) bool {
 	var re *server.RecordError
 	switch {
 	case errors.As(err, &re) && errors.Is(err, layout.ErrInvalidPartition):
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_partition", Line: re.Line, Field: re.Field, Message: err.Error()})
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidPartition, Line: re.Line, Field: re.Field, Message: err.Error()})
 	case errors.As(err, &re) && errors.Is(err, server.ErrRecordTooLarge):
-		s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: "too_large", Line: re.Line, Message: err.Error()})
+		s.writeFail(w, http.StatusRequestEntityTooLarge, &ErrorResponse{Error: CodeTooLarge, Line: re.Line, Message: err.Error()})
 	case errors.Is(err, errBodyBudget):
 		w.Header().Set("Retry-After", s.retryAfter)
-		s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: "backpressure",
+		s.writeFail(w, http.StatusTooManyRequests, &ErrorResponse{Error: CodeBackpressure,
 			Message: fmt.Sprintf("request bodies in flight hold the limit of %d bytes (a batch split over partitions counts twice); retry later", s.inflight.limit)})
 	case errors.As(err, &re) && errors.Is(err, streamconf.ErrSchemaMismatch):
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "schema_mismatch", Line: re.Line, Field: re.Field, Message: err.Error()})
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeSchemaMismatch, Line: re.Line, Field: re.Field, Message: err.Error()})
 	case errors.Is(err, layout.ErrInvalidPartition):
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: "invalid_partition", Message: err.Error()})
+		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidPartition, Message: err.Error()})
 	case errors.Is(err, streamconf.ErrContentMismatch):
-		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: "unsupported_media_type", Message: err.Error()})
+		s.writeFail(w, http.StatusUnsupportedMediaType, &ErrorResponse{Error: CodeUnsupportedMediaType, Message: err.Error()})
 	default:
 		return false
 	}

@@ -122,41 +122,31 @@ func (e *APIError) Error() string {
 	return s
 }
 
+// codeErrors maps the error codes the client tells apart (api.ErrorCodes,
+// which TestErrorCodes holds them to) to their sentinels.
+var codeErrors = map[string]error{
+	"producer_fenced":        ErrFenced,
+	"unknown_producer":       ErrUnknownProducer,
+	"invalid_epoch":          ErrInvalidEpoch,
+	"out_of_order_sequence":  ErrOutOfOrder,
+	"too_large":              ErrTooLarge,
+	"invalid_json":           ErrInvalidJSON,
+	"invalid_stream":         ErrInvalidStream,
+	"unsupported_media_type": ErrUnsupportedMediaType,
+	"unauthorized":           ErrUnauthorized,
+	"forbidden":              ErrForbidden,
+	"not_found":              ErrNotFound,
+	"backpressure":           ErrBackpressure,
+	"not_ready":              ErrNotReady,
+	"aborted":                ErrAborted,
+	"insufficient_storage":   ErrInsufficientStorage,
+	"idempotency_key_reused": ErrKeyReused,
+}
+
 // Unwrap returns the sentinel for the error's code or status.
 func (e *APIError) Unwrap() error {
-	switch e.Code {
-	case "producer_fenced":
-		return ErrFenced
-	case "unknown_producer":
-		return ErrUnknownProducer
-	case "invalid_epoch":
-		return ErrInvalidEpoch
-	case "out_of_order_sequence":
-		return ErrOutOfOrder
-	case "too_large":
-		return ErrTooLarge
-	case "invalid_json":
-		return ErrInvalidJSON
-	case "invalid_stream":
-		return ErrInvalidStream
-	case "unsupported_media_type":
-		return ErrUnsupportedMediaType
-	case "unauthorized":
-		return ErrUnauthorized
-	case "forbidden":
-		return ErrForbidden
-	case "not_found":
-		return ErrNotFound
-	case "backpressure":
-		return ErrBackpressure
-	case "not_ready":
-		return ErrNotReady
-	case "aborted":
-		return ErrAborted
-	case "insufficient_storage":
-		return ErrInsufficientStorage
-	case "idempotency_key_reused":
-		return ErrKeyReused
+	if err, ok := codeErrors[e.Code]; ok {
+		return err
 	}
 	switch s := e.Status; {
 	case s == http.StatusBadRequest:

@@ -3,8 +3,11 @@ package client
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/api"
 )
 
 func TestRetryAfterParse(t *testing.T) {
@@ -121,6 +124,15 @@ func TestEncode(t *testing.T) {
 	for _, recs := range [][][]byte{nil, {[]byte("")}, {[]byte(" \t")}, {[]byte("1\n2")}} {
 		if _, err := encode(recs); err == nil {
 			t.Errorf("%q accepted", recs)
+		}
+	}
+}
+
+// TestErrorCodes: every code the client tells apart is one the API sends.
+func TestErrorCodes(t *testing.T) {
+	for code := range codeErrors {
+		if !slices.Contains(api.ErrorCodes, code) {
+			t.Errorf("client knows code %q, which is not in api.ErrorCodes", code)
 		}
 	}
 }
