@@ -133,12 +133,12 @@ func (e *Engine) writeStreamDoc(ctx context.Context, rec recovery.StreamConfig) 
 	return fmt.Errorf("write %s: %w: changed by another writer at every try", name, committer.ErrTransient)
 }
 
-// putStreamDoc writes rec, just recorded by PUT, to the destination. An
-// error leaves the configuration recorded and in force from the next
-// barrier; the next start writes it (syncStreams).
+// putStreamDoc writes rec, just recorded and put in force by PUT, to the
+// destination. An error leaves it recorded and in force; the next start
+// writes it (syncStreams).
 func (e *Engine) putStreamDoc(ctx context.Context, rec recovery.StreamConfig) error {
 	if err := e.writeStreamDoc(ctx, rec); err != nil {
-		return fmt.Errorf("put stream %s: recorded (version %d, in force from the next checkpoint) but not written to the destination: %w",
+		return fmt.Errorf("put stream %s: recorded (version %d, in force) but not written to the destination: %w",
 			rec.Stream, rec.Config.Version, err)
 	}
 	return nil
