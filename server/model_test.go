@@ -35,10 +35,13 @@ import (
 // answered and committed holds what it was answered for), I9 (a duplicate
 // is reported committed only when it is, and names a committed
 // checkpoint), and I12 (init's next_seq is durable: the client is never
-// wedged). EOSINK_MODEL_STEPS sets the steps (default 10,000),
-// EOSINK_MODEL_SEED replays a seed.
+// wedged). EOSINK_MODEL_STEPS sets the steps (default 10,000; 2,500
+// under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
+	if raceEnabled {
+		steps = 2_500
+	}
 	if v := os.Getenv("EOSINK_MODEL_STEPS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
