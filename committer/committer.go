@@ -172,6 +172,20 @@ type Publisher interface {
 	Publish(ctx context.Context, name string, data []byte) error
 }
 
+// Mover moves a file of the destination to another destination-relative
+// name. Recovery uses it to set aside the part files of a checkpoint whose
+// "prepared" record was lost with its state store (layout.QuarantineName):
+// no manifest names them and their clients resend their batches.
+//
+// Move is idempotent: from gone and to present is done (a move an earlier
+// try made). It never replaces a file at to: to present with other
+// content than from is ErrConflict; neither present is ErrNotFound. The
+// move is durable when Move returns nil. Safe for concurrent use on
+// different names.
+type Mover interface {
+	Move(ctx context.Context, from, to string) error
+}
+
 // Leaser reads and writes small documents with compare-and-swap: node
 // leases (_nodes/<node>.json). Versions are opaque tokens (an S3 ETag, a
 // content digest locally); they change with every write.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -26,6 +27,14 @@ type Rebuilt struct {
 	Producers map[string]*RebuiltProducer
 	// MaxEpoch is the highest epoch any believed manifest records.
 	MaxEpoch int64
+	// Quarantine holds the part files of node, with ids within the limit, whose
+	// checkpoint has no manifest at all: files a commit renamed into place
+	// before its state store was lost, whose manifest was never published.
+	// No client was told they committed, and the rebuild cannot name
+	// their producers' sequence numbers, so the clients resend them: the
+	// caller moves them aside (layout.QuarantineName) so that the destination
+	// holds each batch once. Sorted by path.
+	Quarantine []string
 }
 
 // RebuiltProducer is one producer as the manifests show it.
@@ -84,8 +93,12 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		}
 	}
 	var todo []string
+	published := map[uint64]bool{} // ids with a manifest name, believed or not
 	for _, en := range entries {
 		n, id, ok := layout.ParseManifestName(en.Path)
+		if ok && n == node {
+			published[id] = true
+		}
 		switch {
 		case layout.IsTempName(en.Path):
 			// A publish a crash cut short: never a manifest.
@@ -160,6 +173,36 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			newest = max(newest, inc)
 		}
 		out.Producers[p] = &RebuiltProducer{Incarnation: newest, Epoch: pr.epoch, Streams: pr.incs[newest]}
+	}
+	if out.Quarantine, err = unnamedParts(ctx, r, node, limit, published); err != nil {
+		return nil, fmt.Errorf("rebuild from destination: %w", err)
+	}
+	return out, nil
+}
+
+// unnamedParts lists the destination's part files of node whose checkpoint has
+// no manifest name in published, within limit (ids beyond it were not
+// written by node). Files under eosink's own folders, displaced files
+// and temp names are not looked at. It lists the whole destination once:
+// the rebuild runs only when the store was lost or is behind.
+func unnamedParts(ctx context.Context, r committer.Reader, node string, limit uint64, published map[uint64]bool) ([]string, error) {
+	all, err := r.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("list destination: %w", err)
+	}
+	var out []string
+	for _, en := range all {
+		if strings.HasPrefix(en.Path, "_") || layout.IsTempName(en.Path) {
+			continue
+		}
+		if _, _, ok := layout.ParseDisplacedName(en.Path); ok {
+			continue
+		}
+		pn := layout.ParsePath(en.Path)
+		if pn.Kind != layout.PartPath || pn.Node != node || published[pn.Checkpoint] || (limit > 0 && pn.Checkpoint > limit) {
+			continue
+		}
+		out = append(out, en.Path)
 	}
 	return out, nil
 }

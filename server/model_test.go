@@ -66,12 +66,12 @@ func TestModel(t *testing.T) {
 type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
-	copiesTaken, copiesRestored, forgotten, expiries, planted                                                                      int
+	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit                                                       int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses, %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry), %d manifests planted by another writer",
-		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.startsKilled,
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry), %d manifests planted by another writer",
+		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
 		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.planted)
 }
 
@@ -563,9 +563,13 @@ func (mr *modelRun) storeEvent() {
 		} else {
 			mr.st.storeLosses++
 		}
-		mr.e = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, mr.fail)
+		var cut bool
+		mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, mr.rng.IntN(2) == 0, mr.fail)
+		if cut {
+			mr.st.lostMidCommit++
+		}
 		mr.km.storeLost()
-		mr.note("state store lost (older copy: %v)", copyOf != nil)
+		mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
 		// Ids answered but never committed left no trace in the
 		// destination, so a lost store can't keep them out of
 		// reach (recovery step 5 continues after the manifests;
@@ -610,7 +614,7 @@ func (mr *modelRun) storeEvent() {
 			}
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
-		mr.e = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, mr.fail)
+		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()

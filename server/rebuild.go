@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -34,10 +36,48 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
 	if err := lc.e.store.Restore(rb); err != nil {
 		return err
 	}
+	if err := lc.quarantine(ctx, rb.Quarantine); err != nil {
+		return err
+	}
 	lc.e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
 		"idempotency keys of batches committed after the store's copy (a keyed resend of one is written again), "+
 		"batches accepted but not committed before the loss, and epochs handed out after a producer's last commit (a client with a newer epoch must init again)",
 		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
+		"quarantined", len(rb.Quarantine),
 		"duration_ms", time.Since(begin).Milliseconds())
 	return nil
 }
+
+// quarantine moves the part files of checkpoints whose record was
+// lost with the state store (recovery.Rebuilt.Orphans) to
+// _quarantine/<node>/<path>: no manifest names them, no client was told
+// they committed, and the producers rebuilt from the manifests resend
+// their batches, so left in place they would be read twice by readers that
+// list the destination. Moved, not deleted (I7): an operator can look.
+// Each move is idempotent; a failure is returned and the recovery step
+// retried under the failure policy.
+func (lc *lifecycle) quarantine(ctx context.Context, orphans []string) error {
+	if len(orphans) == 0 {
+		return nil
+	}
+	mv, ok := lc.e.cfg.Committer.(committer.Mover)
+	if !ok {
+		lc.e.log.Error("files of checkpoints whose record was lost stay in the destination: this destination cannot move them (eosink verify lists them)",
+			"op", "rebuild", "files", len(orphans), "path", orphans[0])
+		return nil
+	}
+	for i, p := range orphans {
+		to := layout.QuarantineName(lc.e.cfg.Node, p)
+		if err := mv.Move(ctx, p, to); err != nil {
+			return fmt.Errorf("set aside %s: %w", p, err)
+		}
+		if i < maxQuarantineLogged {
+			lc.e.log.Error("set aside a file of a checkpoint whose record was lost with the state store: its batches are resent by their clients",
+				"op", "rebuild", "path", p, "to", to)
+		}
+	}
+	return nil
+}
+
+// maxQuarantineLogged bounds the set-aside files logged one by one.
+const maxQuarantineLogged = 100

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"testing"
 	"time"
@@ -103,22 +104,40 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 // zombies holds, by name, the last epoch of producer incarnations that
 // were forgotten and created again: a client still holding one must stay
 // fenced after the rebuild (I6).
-func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, fail func(string, ...any)) *Engine {
+//
+// With cut, the loss comes while that last checkpoint commits, after its
+// files took their names and before its manifest was published (when it
+// held only producers' batches, which their clients resend): the new
+// start must set its files aside, and the rebuilt producers must not
+// count it. It returns whether the cut was made.
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, fail func(string, ...any)) (*Engine, bool) {
 	t.Helper()
 	how := "lost"
 	if older != nil {
 		how = "replaced by an older copy"
 	}
+	before := maps.Clone(m.prepared)
+	mustBefore := len(m.must)
 	// A checkpoint that commits first: then nothing is prepared and
 	// uncommitted, which a lost store would lose. (One may abort on a
 	// staging file that an earlier fault left failed; the next is clean.)
-	commitAll(t, e, m, "store "+how, fail)
+	last := commitAll(t, e, m, "store "+how, fail)
+	cut = cut && len(last.Files) > 0 && len(m.must) == mustBefore
+	if cut {
+		m.prepared = before // its batches are not committed after all
+		how += " while a checkpoint commits"
+	}
 	for k, next := range m.prepared {
 		for q := range next {
 			m.must[invariant.BatchID{Producer: k[0], Stream: k[1], Seq: q}] = true
 		}
 	}
 	r.stop()
+	if cut {
+		if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, last.ID)); err != nil {
+			fail("store %s: remove the manifest: %v", how, err)
+		}
+	}
 	if err := os.Remove(r.storePath); err != nil {
 		fail("store %s: %v", how, err)
 	}
@@ -197,13 +216,13 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 		}
 		m.epoch[p] = ps.Epoch
 	}
-	return e
+	return e, cut
 }
 
 // commitAll runs checkpoints until one commits, so that nothing accepted
 // is uncommitted (one may abort on a staging file an earlier fault left
 // failed; the next is clean).
-func commitAll(t *testing.T, e *Engine, m *model, what string, fail func(string, ...any)) {
+func commitAll(t *testing.T, e *Engine, m *model, what string, fail func(string, ...any)) CheckpointResult {
 	t.Helper()
 	for try := 0; ; try++ {
 		snap := m.snapshot()
@@ -214,7 +233,7 @@ func commitAll(t *testing.T, e *Engine, m *model, what string, fail func(string,
 		m.checkpointed(snap, res.State == recovery.Committed)
 		m.resolveAnon(t, e)
 		if res.State == recovery.Committed {
-			return
+			return res
 		}
 		if try == 2 {
 			fail("%s: the checkpoint before it, without faults: %+v", what, res)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
 
@@ -82,6 +83,10 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stdout, "%s: %d manifests, %d files, %d records, %d bytes verified; %d problems\n",
 			name, rep.Manifests, rep.Files, rep.Records, rep.Bytes, len(rep.Problems))
+		if len(rep.Quarantined) > 0 {
+			fmt.Fprintf(stdout, "%d files set aside under %s/ by recovery (a checkpoint whose state store was lost before its manifest; their batches were resent): not a problem, kept for you to look at\n",
+				len(rep.Quarantined), layout.QuarantineDir)
+		}
 		if dryRun {
 			printLeftovers(stdout, orphans, node)
 		}

@@ -58,6 +58,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"ListPagesInPathOrder", testListPages},
 		{"OpenMissing", testOpenMissing},
 		{"OpenSeek", testOpenSeek},
+		{"MoveIdempotent", testMove},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -557,4 +558,46 @@ func testOpenSeek(t *testing.T, e Env) {
 	if !bytes.Equal(all, data) {
 		t.Fatalf("full read after seek differs")
 	}
+}
+
+// testMove: a committed file moves whole, a second move of it is done, a
+// move onto other content is refused leaving both, and a move of nothing
+// is not found (committer.Mover, optional).
+func testMove(t *testing.T, e Env) {
+	mv, ok := e.Committer.(committer.Mover)
+	if !ok {
+		t.Skip("not a committer.Mover")
+	}
+	ctx := t.Context()
+	data := Content(7, 3000)
+	f := Prepare(t, e, "s/dt=1/part-n-00000000000000000001-0000.ndjson", data)
+	if err := e.Committer.Commit(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	to := "_quarantine/n/" + f.Final
+	for try := range 2 {
+		if err := mv.Move(ctx, f.Final, to); err != nil {
+			t.Fatalf("move (try %d): %v", try, err)
+		}
+	}
+	if got := ReadAll(t, e.Reader, to); !bytes.Equal(got, data) {
+		t.Fatalf("moved file holds %d bytes, want the %d committed", len(got), len(data))
+	}
+	if _, _, err := e.Reader.Open(ctx, f.Final); !errors.Is(err, committer.ErrNotFound) {
+		t.Fatalf("the old name after a move: %v, want ErrNotFound", err)
+	}
+	if err := mv.Move(ctx, "s/none", "_quarantine/n/s/none"); !errors.Is(err, committer.ErrNotFound) {
+		t.Fatalf("move of nothing: %v, want ErrNotFound", err)
+	}
+	g := Prepare(t, e, "s/dt=1/part-n-00000000000000000002-0000.ndjson", Content(8, 100))
+	if err := e.Committer.Commit(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := mv.Move(ctx, g.Final, to); !errors.Is(err, committer.ErrConflict) {
+		t.Fatalf("move onto other content: %v, want ErrConflict", err)
+	}
+	if got := ReadAll(t, e.Reader, to); !bytes.Equal(got, data) {
+		t.Fatal("a refused move changed its target")
+	}
+	ReadAll(t, e.Reader, g.Final)
 }

@@ -30,6 +30,7 @@ var (
 	_ committer.Reader    = (*Local)(nil)
 	_ committer.Pager     = (*Local)(nil)
 	_ committer.Limiter   = (*Local)(nil)
+	_ committer.Mover     = (*Local)(nil)
 )
 
 // Local commits into Dest on FS. Temp files for published objects go to
@@ -314,4 +315,64 @@ func (l *Local) syncPath(dir string) error {
 		return err
 	}
 	return durable.SyncDir(l.FS, dir)
+}
+
+// Move renames the file from to to, never over a file: the rename and
+// both directory entries are made durable (to's directory by
+// durable.Rename, from's by a sync of its directory). From gone and to
+// present is an earlier move: done. Both present with the same bytes is an
+// earlier move cut short before from was removed: from is removed.
+func (l *Local) Move(_ context.Context, from, to string) error {
+	src, dst := l.abs(from), l.abs(to)
+	_, serr := l.FS.Stat(src)
+	_, derr := l.FS.Stat(dst)
+	for _, err := range []error{serr, derr} {
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("move %s: stat: %w", from, err)
+		}
+	}
+	var err error
+	switch {
+	case serr == nil && derr != nil:
+		err = durable.Rename(l.FS, &l.dirs, src, dst)
+		if errors.Is(err, fs.ErrExist) {
+			err = l.moveOver(src, dst) // appeared meanwhile
+		}
+	case serr == nil:
+		err = l.moveOver(src, dst)
+	case derr != nil:
+		err = committer.ErrNotFound
+	}
+	if err == nil {
+		err = durable.SyncDir(l.FS, path.Dir(src))
+	}
+	if err != nil {
+		return fmt.Errorf("move %s: %w", from, err)
+	}
+	return nil
+}
+
+// moveOver finishes a move that finds dst present with src: the same
+// bytes mean an earlier rename landed a copy (src is removed), others a
+// conflict.
+func (l *Local) moveOver(src, dst string) error {
+	f, err := l.FS.Open(src)
+	if err != nil {
+		return err
+	}
+	same, err := durable.SameContent(l.FS, dst, f)
+	_ = f.Close()
+	if err != nil {
+		return fmt.Errorf("compare: %w", err)
+	}
+	if !same {
+		return fmt.Errorf("%w: %s holds other content", committer.ErrConflict, dst)
+	}
+	if err := l.syncPath(path.Dir(dst)); err != nil {
+		return err
+	}
+	if err := l.FS.Remove(src); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove: %w", err)
+	}
+	return nil
 }

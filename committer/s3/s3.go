@@ -25,6 +25,7 @@ var (
 	_ committer.Reader         = (*S3)(nil)
 	_ committer.Pager          = (*S3)(nil)
 	_ committer.Limiter        = (*S3)(nil)
+	_ committer.Mover          = (*S3)(nil)
 )
 
 // Errors of this package. They wrap with the committer sentinels where
@@ -519,3 +520,47 @@ func userMeta(info minio.ObjectInfo, key string) string {
 // PreparesRemotely marks S3 as leaving uploads behind Prepare: the engine
 // records an intent for each file first, so recovery can abort them.
 func (s *S3) PreparesRemotely() {}
+
+// Move copies the object from to to server-side (any size: ComposeObject
+// copies in parts beyond 5 GiB), then deletes from. The copy names from's
+// ETag, so a from changed meanwhile is not copied. From gone and to
+// present is an earlier move; both present with the same size and
+// CRC-32C metadata is an earlier move cut short before the delete.
+func (s *S3) Move(ctx context.Context, from, to string) error {
+	src, dst := s.Key(from), s.Key(to)
+	stat := func(key string) (minio.ObjectInfo, bool, error) {
+		info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+		if code(err) == minio.NoSuchKey {
+			return info, false, nil
+		}
+		return info, err == nil, classify(err)
+	}
+	sinfo, sok, err := stat(src)
+	if err != nil {
+		return fmt.Errorf("move %s: stat: %w", from, err)
+	}
+	dinfo, dok, err := stat(dst)
+	if err != nil {
+		return fmt.Errorf("move %s: stat: %w", to, err)
+	}
+	switch {
+	case !sok && dok:
+		return nil
+	case !sok:
+		return fmt.Errorf("move %s: %w", from, committer.ErrNotFound)
+	case dok:
+		if dinfo.Size != sinfo.Size || !strings.EqualFold(userMeta(dinfo, metaCRC), userMeta(sinfo, metaCRC)) {
+			return fmt.Errorf("move %s: %w: %s holds other content", from, committer.ErrConflict, to)
+		}
+	default:
+		_, err := s.client.ComposeObject(ctx, minio.CopyDestOptions{Bucket: s.bucket, Object: dst},
+			minio.CopySrcOptions{Bucket: s.bucket, Object: src, MatchETag: sinfo.ETag})
+		if err != nil {
+			return fmt.Errorf("move %s: copy: %w", from, classify(err))
+		}
+	}
+	if err := s.client.RemoveObject(ctx, s.bucket, src, minio.RemoveObjectOptions{}); err != nil && code(err) != minio.NoSuchKey {
+		return fmt.Errorf("move %s: remove: %w", from, classify(err))
+	}
+	return nil
+}

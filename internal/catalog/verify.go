@@ -26,6 +26,11 @@ type VerifyReport struct {
 	Bytes     int64     `json:"bytes"`
 	Records   int64     `json:"records"`
 	Problems  []Problem `json:"problems"`
+	// Quarantined lists the files recovery set aside under _quarantine/
+	// (part files of a checkpoint whose state store was lost before its
+	// manifest was published; their batches were resent). Not a problem:
+	// no reader of the streams sees them. Kept for an operator.
+	Quarantined []string `json:"quarantined"`
 }
 
 // Verify reads the whole destination and reports every file no manifest
@@ -46,6 +51,8 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		switch {
 		case strings.HasPrefix(e.Path, layout.ManifestDir+"/"):
 			manifests = append(manifests, e.Path)
+		case strings.HasPrefix(e.Path, layout.QuarantineDir+"/"):
+			rep.Quarantined = append(rep.Quarantined, e.Path)
 		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"):
 			// S3 copy mode's staging objects, node leases and stream
 			// configurations are not committed data.

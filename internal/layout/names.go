@@ -97,10 +97,11 @@ func SanitizeNode(host string) string {
 // Top-level folders of the destination that are eosink's own (streams
 // can't start with '_').
 const (
-	ManifestDir = "_manifests" // ManifestName
-	StagingDir  = "_staging"   // StagingName: S3 copy mode's staged objects
-	LeaseDir    = "_nodes"     // LeaseName
-	StreamDir   = "_streams"   // StreamConfName: streams' configurations
+	ManifestDir   = "_manifests"  // ManifestName
+	StagingDir    = "_staging"    // StagingName: S3 copy mode's staged objects
+	LeaseDir      = "_nodes"      // LeaseName
+	StreamDir     = "_streams"    // StreamConfName: streams' configurations
+	QuarantineDir = "_quarantine" // QuarantineName: part files of checkpoints whose record was lost
 )
 
 // TempSuffix ends the name of every temp file eosink writes (staging
@@ -294,4 +295,29 @@ func ParseDisplacedName(name string) (stream, part string, ok bool) {
 		return "", "", false
 	}
 	return stream, part, true
+}
+
+// QuarantineName returns where recovery moves the part file final
+// (destination-relative) of node when no manifest names its checkpoint and
+// the state store that prepared it was lost: _quarantine/<node>/<final>.
+// Clients were never told its batches committed and resend them; moved
+// aside, the destination holds each batch once for readers that list it,
+// and the bytes are kept for an operator (I7). ParseQuarantineName reads it.
+func QuarantineName(node, final string) string { return QuarantineDir + "/" + node + "/" + final }
+
+// ParseQuarantineName parses a name made by QuarantineName: the node and the part
+// file's former name, whose base must parse as a part name of that node.
+func ParseQuarantineName(name string) (node, final string, ok bool) {
+	rest, found := strings.CutPrefix(name, QuarantineDir+"/")
+	if !found {
+		return "", "", false
+	}
+	node, final, found = strings.Cut(rest, "/")
+	if !found || !Node(node) || !strings.Contains(final, "/") {
+		return "", "", false
+	}
+	if n, _, _, _, ok := ParsePartName(path.Base(final)); !ok || n != node {
+		return "", "", false
+	}
+	return node, final, true
 }

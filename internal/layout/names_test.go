@@ -135,3 +135,26 @@ func TestReservedElem(t *testing.T) {
 		}
 	}
 }
+
+func TestQuarantineNameRoundTrip(t *testing.T) {
+	final := "clicks/dt=2026-11-29/hour=09/" + PartName("n1", 7, 2, "ndjson")
+	got := QuarantineName("n1", final)
+	if want := "_quarantine/n1/" + final; got != want {
+		t.Fatalf("QuarantineName = %q, want %q", got, want)
+	}
+	node, back, ok := ParseQuarantineName(got)
+	if !ok || node != "n1" || back != final {
+		t.Fatalf("ParseQuarantineName(%q) = %q %q %v", got, node, back, ok)
+	}
+	for _, bad := range []string{
+		"_quarantine/n1/" + PartName("n1", 7, 2, "ndjson"), // no stream folder
+		"_quarantine/n2/" + final,                          // another node's part
+		"_quarantine/n1/clicks/x.ndjson",                   // not a part name
+		"_quarantine/../" + final,
+		final,
+	} {
+		if _, _, ok := ParseQuarantineName(bad); ok {
+			t.Errorf("ParseQuarantineName(%q) ok", bad)
+		}
+	}
+}

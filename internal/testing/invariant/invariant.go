@@ -137,6 +137,9 @@ type Report struct {
 	Bytes     int64          // bytes of data files
 	Nodes     map[string]int // data files per node
 	Staging   []string       // objects under _staging/ (S3 uploads in flight)
+	// Quarantined lists the files recovery set aside under _quarantine/:
+	// not data of any stream (a test that expects some says how many).
+	Quarantined []string
 	// Encoded counts the compressed and Parquet files read back through
 	// staging's decoders, by extension ("ndjson.zst", "parquet", ...).
 	Encoded map[string]int
@@ -211,6 +214,12 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			continue
 		case strings.HasPrefix(o.Path, layout.StagingDir+"/"):
 			r.Staging = append(r.Staging, o.Path)
+			continue
+		case strings.HasPrefix(o.Path, layout.QuarantineDir+"/"):
+			if _, _, ok := layout.ParseQuarantineName(o.Path); !ok {
+				r.bad("unexpected name under %s/: %s", layout.QuarantineDir, o.Path)
+			}
+			r.Quarantined = append(r.Quarantined, o.Path)
 			continue
 		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"):
 			continue // node leases, stream configurations: not data

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
+)
+
+// The disk holding the state store (and the staging files) is lost while a
+// checkpoint commits: its files are renamed into place, its manifest is not
+// published. The destination then holds files no manifest names, whose
+// batches no client was told are committed; the producers rebuilt from the
+// manifests resend them. Recovery must set the half-committed files aside
+// (_quarantine/<node>/...) so every batch is in the destination once — not
+// leave them beside the resent copies. "first": the lost checkpoint was the
+// node's first, so no manifest shows the store is behind; only the lease
+// does.
+func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
+	for _, first := range []bool{false, true} {
+		name := map[bool]string{false: "after-manifests", true: "first"}[first]
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, nil)
+			clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+			r.tweak = func(c *Config) {
+				c.Now = func() time.Time { return clock }
+				c.Leaser = c.Publisher.(committer.Leaser)
+			}
+			e := r.start(nil)
+			ps, err := e.InitProducer(t.Context(), "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &Producer{ID: "p", Epoch: ps.Epoch}
+			must := map[invariant.BatchID]bool{}
+			seq := int64(0)
+			if !first {
+				if _, err := send(e, p, "a", seq, 2); err != nil {
+					t.Fatal(err)
+				}
+				must[invariant.BatchID{Producer: "p", Stream: "a", Seq: seq}] = true
+				seq++
+				if res := r.checkpoint(); res.State != recovery.Committed {
+					t.Fatalf("checkpoint: %+v", res)
+				}
+			}
+			// The checkpoint the disk loss cuts: two files, in two streams.
+			lostA, lostB := seq, int64(0)
+			for _, w := range []struct {
+				stream string
+				seq    int64
+			}{{"a", lostA}, {"b", lostB}} {
+				if _, err := send(e, p, w.stream, w.seq, 3); err != nil {
+					t.Fatal(err)
+				}
+				must[invariant.BatchID{Producer: "p", Stream: w.stream, Seq: w.seq}] = true
+			}
+			res := r.checkpoint()
+			if res.State != recovery.Committed || len(res.Files) != 2 {
+				t.Fatalf("checkpoint: %+v", res)
+			}
+			r.stop()
+			// Its files are in place; its manifest never was; the disk with
+			// the store is gone (a new, empty one takes its place).
+			if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, res.ID)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(r.storePath); err != nil {
+				t.Fatal(err)
+			}
+			expireLease(t, r.fs)
+
+			e = r.start(nil)
+			ps, err = e.InitProducer(t.Context(), "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Epoch = ps.Epoch
+			if got := ps.Streams["a"].NextSeq; got != lostA {
+				t.Fatalf("after the loss, init says next_seq %d on a; the lost checkpoint held %d", got, lostA)
+			}
+			// The client resends what it was never told is committed.
+			for _, w := range []struct {
+				stream string
+				seq    int64
+			}{{"a", lostA}, {"b", lostB}} {
+				wr, err := send(e, p, w.stream, w.seq, 3)
+				if err != nil || wr.Duplicate {
+					t.Fatalf("resend %s/%d: %+v, %v; want accepted anew", w.stream, w.seq, wr, err)
+				}
+			}
+			if res := r.checkpoint(); res.State != recovery.Committed {
+				t.Fatalf("checkpoint after the loss: %+v", res)
+			}
+			rep := r.check(invariant.Expect{Must: must, Exact: true})
+			if len(rep.Quarantined) != 2 {
+				t.Fatalf("quarantined %v, want the lost checkpoint's 2 files", rep.Quarantined)
+			}
+			for _, q := range rep.Quarantined {
+				if !strings.HasPrefix(q, layout.QuarantineDir+"/"+rigNode+"/") {
+					t.Fatalf("quarantined at %s", q)
+				}
+			}
+		})
+	}
+}
+
+// expireLease marks the node's lease in the rig's destination expired,
+// keeping the ids it reserved, as if the process that held it had died
+// long ago (a new store's start cannot prove it dead otherwise).
+func expireLease(t *testing.T, fs afero.Fs) {
+	t.Helper()
+	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
+	data, err := afero.ReadFile(fs, leasePath)
+	if err != nil {
+		t.Fatalf("read lease: %v", err)
+	}
+	var l Lease
+	if err := json.Unmarshal(data, &l); err != nil {
+		t.Fatalf("decode lease: %v", err)
+	}
+	l.ExpiresAt = l.RenewedAt // expired by the rig's clock, reserved ids kept
+	if data, err = json.Marshal(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := afero.WriteFile(fs, leasePath, data, 0o644); err != nil {
+		t.Fatalf("expire lease: %v", err)
+	}
+}
