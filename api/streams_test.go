@@ -210,7 +210,15 @@ func TestStreamPutDuringOutage(t *testing.T) {
 		t.Fatalf("after the PUT that timed out: %+v, want never configured", d)
 	}
 	sc.stuck.Store(false)
-	rec = r.admin("PUT", "/v1/streams/orders", `{"compression":"gzip"}`, "Content-Type", "application/json")
+	// The stuck commit passes at its next retry, which may come after one
+	// more --wait-timeout on a busy machine: retry the PUT as a client
+	// told 503 not_ready does.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rec = r.admin("PUT", "/v1/streams/orders", `{"compression":"gzip"}`, "Content-Type", "application/json")
+		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
 	expectStatus(t, rec, http.StatusOK)
 	if got := decode[StreamConfig](t, rec); got.Version != 1 || got.ActiveVersion != 1 {
 		t.Fatalf("PUT after the outage: %+v", got)

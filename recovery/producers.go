@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -215,26 +217,95 @@ func (s *Store) DeleteProducerIdle(id string, idleBefore time.Time) error {
 		if !idleBefore.IsZero() && !h.Active.Before(idleBefore) {
 			return fmt.Errorf("producer %s active at %s: %w", id, h.Active.Format(time.RFC3339), ErrNotIdle)
 		}
-		if err := tx.Bucket(bucketActive).Delete(activeKey(h.Active, id)); err != nil {
-			return err
-		}
-		if h.Epoch >= epochFloor(tx) {
-			if err := tx.Bucket(bucketMeta).Put(keyEpochFloor, u64(uint64(h.Epoch)+1)); err != nil {
-				return err
-			}
-		}
-		if err := tx.Bucket(bucketProducers).Delete([]byte(id)); err != nil {
-			return err
-		}
-		if err := addProducers(tx, -1); err != nil {
-			return err
-		}
-		return deleteSeqs(tx, id)
+		return deleteHead(tx, h)
 	})
 	if err != nil {
 		return fmt.Errorf("delete producer %s: %w", id, err)
 	}
 	return nil
+}
+
+// deleteHead forgets producer h: its index entry, row, count and
+// sequence numbers; the epoch floor rises above its epoch, so an
+// incarnation created later is told apart from it.
+func deleteHead(tx *bolt.Tx, h *producerRecord) error {
+	if err := tx.Bucket(bucketActive).Delete(activeKey(h.Active, h.ID)); err != nil {
+		return err
+	}
+	if err := raiseEpochFloor(tx, h.Epoch); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketProducers).Delete([]byte(h.ID)); err != nil {
+		return err
+	}
+	if err := addProducers(tx, -1); err != nil {
+		return err
+	}
+	return deleteSeqs(tx, h.ID)
+}
+
+// raiseEpochFloor makes new producers start above epoch.
+func raiseEpochFloor(tx *bolt.Tx, epoch int64) error {
+	if epoch < epochFloor(tx) {
+		return nil
+	}
+	return tx.Bucket(bucketMeta).Put(keyEpochFloor, u64(uint64(epoch)+1))
+}
+
+// ApplyForgotten forgets again, in one transaction, the producers that the
+// documents say were forgotten (layout.Forgotten) and that the store holds
+// as the forgotten incarnation: born at or below the epoch it had then,
+// with nothing committed after the document's checkpoint (a producer that
+// committed later was not forgotten: the forget failed after the document
+// was published). Every document raises the epoch floor above its epochs.
+// The store can be older than a forget (a copy restored, or a store
+// rebuilt from manifests, which do not show forgets). It returns how many
+// producers it forgot.
+func (s *Store) ApplyForgotten(docs []*layout.Forgotten) (int, error) {
+	n := 0
+	err := s.update("apply forgotten producers", func(tx *bolt.Tx) error {
+		n = 0
+		for _, d := range docs {
+			for id, epoch := range d.Producers {
+				if err := raiseEpochFloor(tx, epoch); err != nil {
+					return err
+				}
+				h, err := getHead(tx, id)
+				if errors.Is(err, ErrProducerDamaged) {
+					continue // a damaged row stays damaged: its producer answers so
+				}
+				if err != nil {
+					return err
+				}
+				if h == nil || h.Born > epoch {
+					continue // forgotten already, or created again since
+				}
+				streams, err := streamsOf(tx, id)
+				if errors.Is(err, ErrProducerDamaged) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				later := false
+				for _, ss := range streams {
+					later = later || ss.CommittedIn > d.After
+				}
+				if later {
+					continue
+				}
+				if err := deleteHead(tx, h); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("apply forgotten producers: %w", err)
+	}
+	return n, nil
 }
 
 // IdleProducers returns up to limit producers whose last activity is

@@ -66,13 +66,13 @@ func TestModel(t *testing.T) {
 type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
-	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit                                                       int
+	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry), %d manifests planted by another writer",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.planted)
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -563,32 +563,7 @@ func (mr *modelRun) storeEvent() {
 		} else {
 			mr.st.storeLosses++
 		}
-		var cut bool
-		mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, mr.rng.IntN(2) == 0, mr.fail)
-		if cut {
-			mr.st.lostMidCommit++
-		}
-		mr.km.storeLost()
-		mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
-		// Ids answered but never committed left no trace in the
-		// destination, so a lost store can't keep them out of
-		// reach (recovery step 5 continues after the manifests;
-		// see DESIGN). Only committed ids stay checked for I8.
-		mr.r.fs = mr.base
-		rep := mr.r.checker0(mr.m.expect())
-		mr.r.fs = mr.inj
-		inDest := map[uint64]bool{}
-		for _, ids := range rep.Checkpoints {
-			for _, id := range ids {
-				inDest[id] = true
-			}
-		}
-		for id := range mr.ans {
-			if !inDest[id] {
-				delete(mr.ans, id)
-			}
-		}
-		mr.fullCheck()
+		mr.loseStore(copyOf, mr.rng.IntN(2) == 0)
 	case y < 6: // a snapshot of the live state.db, restored at a later step
 		data, err := os.ReadFile(mr.r.storePath)
 		if err != nil {
@@ -816,6 +791,36 @@ func (mr *modelRun) fullCheck() {
 // one (the expiry), once everything is committed; each comes back at
 // once as a new incarnation of the same id (its records name it
 // p~N, sent as p: wireID), inits from seq 0 and commits a batch.
+// loseStore loses the state store (or restores copyOf, an older copy of
+// it), mid-commit of the last checkpoint when cut, and starts again.
+func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.fail)
+	if cut {
+		mr.st.lostMidCommit++
+	}
+	mr.km.storeLost()
+	mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
+	// Ids answered but never committed left no trace in the
+	// destination, so a lost store can't keep them out of
+	// reach (recovery step 5 continues after the manifests;
+	// see DESIGN). Only committed ids stay checked for I8.
+	mr.r.fs = mr.base
+	rep := mr.r.checker0(mr.m.expect())
+	mr.r.fs = mr.inj
+	inDest := map[uint64]bool{}
+	for _, ids := range rep.Checkpoints {
+		for _, id := range ids {
+			inDest[id] = true
+		}
+	}
+	for id := range mr.ans {
+		if !inDest[id] {
+			delete(mr.ans, id)
+		}
+	}
+	mr.fullCheck()
+}
+
 func (mr *modelRun) forget(expire bool) {
 	commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
 	var gone []int
@@ -875,7 +880,17 @@ func (mr *modelRun) forget(expire bool) {
 		}
 		mr.note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
 	}
-	commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+	switch mr.rng.IntN(4) {
+	case 0, 1:
+		commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+	case 2:
+		// The store is lost before the new incarnations commit: the
+		// destination shows only the forgotten ones' ranges.
+		mr.st.lostAfterForget++
+		mr.loseStore(nil, true)
+	default:
+		// Their batches ride in a later checkpoint.
+	}
 }
 
 // plantManifest plants a manifest under this node's prefix as another

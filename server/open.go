@@ -236,7 +236,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 		case ours.behind(newest):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			return lc.rebuildProducers(ctx, limit)
+			err = lc.rebuildProducers(ctx, limit)
 		case res.LastID == 0 && lc.leaseReserved(0) > 0:
 			// A new store where the lease shows a former incarnation: the
 			// store was lost before any manifest of this node (or the
@@ -244,9 +244,14 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the state store is new but the node lease shows checkpoints of a former incarnation: looking for files it left",
 				"store", lc.e.cfg.StorePath, "lease_reserved_checkpoint", lc.leaseReserved(0))
-			return lc.rebuildProducers(ctx, limit)
+			err = lc.rebuildProducers(ctx, limit)
 		}
-		return nil
+		if err != nil {
+			return err
+		}
+		// Forgets the store may not reflect (it is older, or rebuilt from
+		// manifests, which do not show them): forgotten.go.
+		return lc.applyForgotten(ctx, newest, limit)
 	})
 	return res, top, ok
 }

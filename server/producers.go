@@ -349,14 +349,15 @@ func (in *ingest) recount() {
 // ErrUnknownProducer when there is none, ErrProducerBusy while it has
 // uncommitted batches. Writing again then needs a new init.
 func (e *Engine) DeleteProducer(ctx context.Context, id string) error {
-	return e.ing.forget(id, time.Time{})
+	return e.ing.forget(id, time.Time{}, func() error { return e.life.recordForgotten(ctx, []string{id}) })
 }
 
 // forget removes producer id from the table and the store, unless it has
 // uncommitted batches; with a non-zero idleBefore, only if its recorded
 // activity is older than that (the expiry). initMu keeps an init of the
-// same producer out.
-func (in *ingest) forget(id string, idleBefore time.Time) error {
+// same producer out. record (nil: none) runs once the producer is known
+// not busy, before the store forgets it: an error keeps it.
+func (in *ingest) forget(id string, idleBefore time.Time, record func() error) error {
 	in.initMu.Lock()
 	defer in.initMu.Unlock()
 	in.mu.Lock()
@@ -376,7 +377,13 @@ func (in *ingest) forget(id string, idleBefore time.Time) error {
 	delete(in.prods.m, id)
 	in.prods.forgetting[id] = true
 	in.mu.Unlock()
-	err := in.e.store.DeleteProducerIdle(id, idleBefore)
+	var err error
+	if record != nil {
+		err = record()
+	}
+	if err == nil {
+		err = in.e.store.DeleteProducerIdle(id, idleBefore)
+	}
 	in.mu.Lock()
 	delete(in.prods.forgetting, id)
 	if err != nil && p != nil {
@@ -406,6 +413,13 @@ func (in *ingest) forget(id string, idleBefore time.Time) error {
 // expiry with nothing uncommitted, a batch at a time, and returns how many
 // it forgot. The expiry loop calls it; tests call it directly.
 func (e *Engine) ExpireProducers(now time.Time) (int, error) {
+	return e.life.expire(context.Background(), now)
+}
+
+// expire is ExpireProducers; ctx bounds the documents it publishes (the
+// expiry loop's ends when the engine closes).
+func (lc *lifecycle) expire(ctx context.Context, now time.Time) (int, error) {
+	e := lc.e
 	cutoff := now.Add(-e.cfg.ProducerExpiry)
 	var after []byte
 	n := 0
@@ -414,9 +428,15 @@ func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("expire producers: %w", err)
 		}
+		// One document for the batch, before any of it is forgotten
+		// (forgotten.go); a producer that turns out busy or active is
+		// not forgotten, and its later commits void the document for it.
+		if err := e.life.recordForgotten(ctx, ids); err != nil {
+			return n, fmt.Errorf("expire producers: %w", err)
+		}
 		forgot := 0
 		for _, id := range ids {
-			err := e.ing.forget(id, cutoff)
+			err := e.ing.forget(id, cutoff, nil)
 			switch {
 			case err == nil:
 				forgot++
@@ -452,7 +472,7 @@ func (lc *lifecycle) expireLoop(ctx context.Context) {
 	t := time.NewTicker(max(every, time.Second))
 	defer t.Stop()
 	lc.runEvery(ctx, t.C, func() bool {
-		n, err := lc.e.ExpireProducers(lc.e.cfg.Now())
+		n, err := lc.expire(ctx, lc.e.cfg.Now())
 		if lc.e.health.failOn(err) {
 			return true
 		}

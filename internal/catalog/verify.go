@@ -53,7 +53,7 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 			manifests = append(manifests, e.Path)
 		case strings.HasPrefix(e.Path, layout.QuarantineDir+"/"):
 			rep.Quarantined = append(rep.Quarantined, e.Path)
-		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"):
+		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"), strings.HasPrefix(e.Path, layout.ForgottenDir+"/"):
 			// S3 copy mode's staging objects, node leases and stream
 			// configurations are not committed data.
 		default:

@@ -221,8 +221,8 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			}
 			r.Quarantined = append(r.Quarantined, o.Path)
 			continue
-		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"):
-			continue // node leases, stream configurations: not data
+		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"), strings.HasPrefix(o.Path, layout.ForgottenDir+"/"):
+			continue // node leases, stream configurations, forgotten producers: not data
 		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)

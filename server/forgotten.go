@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/recovery"
+)
+
+// Forgotten producers in the destination.
+//
+// A producer forgotten (DELETE, expiry) and created again starts a new
+// incarnation at a higher epoch. Until that incarnation commits, nothing in
+// the destination shows it: a state store lost (or replaced by an older
+// copy) then would be rebuilt with the forgotten incarnation's sequence
+// numbers, and init would answer its committed_seq to a client whose own
+// batches are not committed — a client that trusts it drops them. So
+// before the store forgets producers, the engine publishes which, with
+// their epochs and the checkpoint their last batch is at most in
+// (layout.Forgotten); every start applies the documents its store may not
+// reflect (recovery.Store.ApplyForgotten).
+
+// recordForgotten publishes the forgotten-producers document for ids,
+// before the store forgets them: create-only, fenced by the lease. Ids the
+// store does not know are left out; nothing is published when none is
+// left. An error means nothing may be forgotten.
+func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string) error {
+	doc := layout.Forgotten{Node: lc.e.cfg.Node, Producers: map[string]int64{}}
+	for _, id := range ids {
+		epoch, ok, err := lc.e.store.ProducerEpoch(id)
+		if errors.Is(err, recovery.ErrProducerDamaged) {
+			continue // never forgotten: its row stays for an operator
+		}
+		if err != nil {
+			return fmt.Errorf("record forgotten producers: %w", err)
+		}
+		if ok {
+			doc.Producers[id] = epoch
+		}
+	}
+	if len(doc.Producers) == 0 {
+		return nil
+	}
+	// Every batch of a producer that may be forgotten is committed (it is
+	// not busy), so in a checkpoint before the open one.
+	lc.e.ing.mu.Lock()
+	doc.After = lc.e.ing.openID - 1
+	lc.e.ing.mu.Unlock()
+	body, err := json.Marshal(&doc)
+	if err != nil {
+		return fmt.Errorf("record forgotten producers: %w", err)
+	}
+	for n := 0; ; n++ {
+		if err := lc.leaseCheck(); err != nil {
+			return fmt.Errorf("record forgotten producers: %w", err)
+		}
+		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenName(doc.Node, doc.After, n), body)
+		if errors.Is(err, committer.ErrExists) && n < maxForgottenTries {
+			continue // another forget before the same checkpoint
+		}
+		if err != nil {
+			return fmt.Errorf("record forgotten producers: %w", err)
+		}
+		return nil
+	}
+}
+
+// maxForgottenTries bounds the names tried for one checkpoint's documents.
+const maxForgottenTries = 9999
+
+// applyForgotten reads this node's forgotten-producers documents written
+// after newest (the store's newest committed checkpoint: the store
+// reflects every forget before it) and within limit (the ids this node
+// reserved: beyond, not its own), and applies them to the store. Documents
+// that do not parse are reported and skipped.
+func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) error {
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		return nil
+	}
+	dir := path.Dir(layout.ForgottenName(lc.e.cfg.Node, 0, 0)) + "/"
+	entries, err := r.List(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("list forgotten producers: %w", err)
+	}
+	var docs []*layout.Forgotten
+	for _, en := range entries {
+		node, after, _, ok := layout.ParseForgottenName(en.Path)
+		switch {
+		case layout.IsTempName(en.Path):
+		case !ok || node != lc.e.cfg.Node || after > limit:
+			lc.e.log.Error("document under this node's forgotten-producers prefix that it did not write: ignored", "op", "recovery", "path", en.Path)
+		case after+1 < newest:
+			// The store had committed past it: it reflects the forget.
+		default:
+			doc, err := readForgotten(ctx, r, en.Path)
+			if errors.Is(err, layout.ErrBadForgotten) {
+				lc.e.log.Error("forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			docs = append(docs, doc)
+		}
+	}
+	n, err := lc.e.store.ApplyForgotten(docs)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		lc.e.log.Warn("forgot producers again that the state store still held (it is older than their forget)",
+			"op", "recovery", "producers", n, "documents", len(docs))
+	}
+	return nil
+}
+
+func readForgotten(ctx context.Context, r committer.Reader, name string) (*layout.Forgotten, error) {
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	return layout.DecodeForgotten(name, rc)
+}
