@@ -6,9 +6,11 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"path"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -135,7 +137,13 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	}
 	r.stop()
 	if cut {
-		if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, last.ID)); err != nil {
+		// Never published: removed for good, also for the power cuts
+		// the crash filesystem simulates later.
+		name := rigDest + "/" + layout.ManifestName(rigNode, last.ID)
+		if err := r.fs.Remove(name); err != nil {
+			fail("store %s: remove the manifest: %v", how, err)
+		}
+		if err := durable.SyncDir(r.fs, path.Dir(name)); err != nil {
 			fail("store %s: remove the manifest: %v", how, err)
 		}
 	}
