@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
+)
+
+// publishHook is the rig's local publisher with a hook that runs before
+// each forgotten-producers document is published.
+type publishHook struct {
+	*local.Local
+	before atomic.Pointer[func(name string)]
+}
+
+func (p *publishHook) Publish(ctx context.Context, name string, data []byte) error {
+	if h := p.before.Load(); h != nil && strings.HasPrefix(name, layout.ForgottenDir+"/") {
+		(*h)(name)
+	}
+	return p.Local.Publish(ctx, name, data)
+}
+
+// The expiry lists a producer as idle and publishes the batch's
+// forgotten-producers document; before the producer's turn to be
+// forgotten, its client comes back (init), so the expiry leaves it. The
+// node restarts with its state store intact before two more checkpoints
+// commit: the start applies the document, which names the producer, and
+// forgets a producer that was never forgotten — its client, holding the
+// next_seq init just returned, is told unknown_producer (I12). The same
+// happens to a producer the expiry finds busy whose batch rides in a
+// checkpoint being committed, and to one a DELETE kept because the store
+// failed after the document was published.
+func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
+	r := newRig(t, nil)
+	var pub *publishHook
+	r.tweak = func(c *Config) {
+		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
+		c.Publisher = pub
+		c.ProducerExpiry = time.Hour
+	}
+	e := r.start(nil)
+	ctx := t.Context()
+	ps, err := e.InitProducer(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	must := map[invariant.BatchID]bool{}
+	for q := range int64(3) {
+		if _, err := send(e, p, "s", q, 2); err != nil {
+			t.Fatal(err)
+		}
+		must[invariant.BatchID{Producer: "p", Stream: "s", Seq: q}] = true
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	// The expiry (cutoff: now) finds p idle; its client inits again
+	// before p's turn.
+	var again ProducerState
+	var againErr error
+	hook := func(string) {
+		pub.before.Store(nil)
+		again, againErr = e.InitProducer(ctx, "p")
+	}
+	pub.before.Store(&hook)
+	n, err := e.ExpireProducers(time.Now().Add(time.Hour))
+	if err != nil || againErr != nil {
+		t.Fatalf("expire: %d, %v; init meanwhile: %v", n, err, againErr)
+	}
+	if n != 0 {
+		t.Fatalf("the expiry forgot %d producers; p was active again", n)
+	}
+	if got := again.Streams["s"]; got.NextSeq != 3 {
+		t.Fatalf("init during the expiry: %+v, want next_seq 3", got)
+	}
+	p.Epoch = again.Epoch
+	r.stop() // a restart, the state store intact
+	e = r.start(nil)
+	if _, err := send(e, p, "s", 3, 2); err != nil {
+		t.Fatalf("the client of a producer the expiry left, at the next_seq its init returned, after a restart: %v (I12)", err)
+	}
+	must[invariant.BatchID{Producer: "p", Stream: "s", Seq: 3}] = true
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.check(invariant.Expect{Must: must, Exact: true})
+}
