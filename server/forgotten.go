@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
@@ -29,28 +30,49 @@ import (
 // before the store forgets them: create-only, fenced by the lease. Ids the
 // store does not know are left out; nothing is published when none is
 // left. An error means nothing may be forgotten.
-func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string) error {
+//
+// With a non-zero idleBefore (the expiry, which publishes one document for
+// a batch before it tries each producer), the producers that the expiry
+// will leave are left out too: busy ones (their batches may ride in a
+// checkpoint at most the document's, being committed) and ones active
+// since idleBefore (an init since the listing). A producer that becomes
+// busy or active after this check writes in a checkpoint beyond the
+// document's or inits at a higher epoch, which void the document for it
+// (recovery.Store.ApplyForgotten). A DELETE calls it once its producer is
+// known not busy and unknown to writes, under the init lock.
+func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefore time.Time) error {
 	doc := layout.Forgotten{Node: lc.e.cfg.Node, Producers: map[string]int64{}}
+	// Every batch of a producer that may be forgotten is committed (it is
+	// not busy at the check below, after this), so in a checkpoint before
+	// the one open now.
+	lc.e.ing.mu.Lock()
+	doc.After = lc.e.ing.openID - 1
+	lc.e.ing.mu.Unlock()
 	for _, id := range ids {
-		epoch, ok, err := lc.e.store.ProducerEpoch(id)
+		if !idleBefore.IsZero() {
+			lc.e.ing.mu.Lock()
+			p := lc.e.ing.prods.m[id]
+			busy := p != nil && lc.e.ing.prods.busy(p)
+			lc.e.ing.mu.Unlock()
+			if busy {
+				continue // the expiry leaves it
+			}
+		}
+		pr, err := lc.e.store.Producer(id)
 		if errors.Is(err, recovery.ErrProducerDamaged) {
 			continue // never forgotten: its row stays for an operator
 		}
 		if err != nil {
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}
-		if ok {
-			doc.Producers[id] = epoch
+		if pr == nil || (!idleBefore.IsZero() && !pr.Active.Before(idleBefore)) {
+			continue // unknown, or active again: the expiry leaves it
 		}
+		doc.Producers[id] = pr.Epoch
 	}
 	if len(doc.Producers) == 0 {
 		return nil
 	}
-	// Every batch of a producer that may be forgotten is committed (it is
-	// not busy), so in a checkpoint before the open one.
-	lc.e.ing.mu.Lock()
-	doc.After = lc.e.ing.openID - 1
-	lc.e.ing.mu.Unlock()
 	body, err := json.Marshal(&doc)
 	if err != nil {
 		return fmt.Errorf("record forgotten producers: %w", err)
