@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -92,4 +93,39 @@ func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 		t.Fatalf("checkpoint: %+v", res)
 	}
 	r.check(invariant.Expect{Must: must, Exact: true})
+}
+
+// Producers deleted one by one while no checkpoint passes (an admin's
+// clean-up on a node with --checkpoint-interval 0, or between two ticks):
+// each DELETE publishes its _forgotten/ document under the open
+// checkpoint's name, trying <after>-0000, -0001, ... until one is free, so
+// the k-th DELETE makes k create-only writes — quadratic — and the
+// 10,001st fails (only 4 digits) until a checkpoint passes. Each forget
+// must cost a bounded number of writes.
+func TestForgetDocumentsCostBounded(t *testing.T) {
+	r := newRig(t, nil)
+	var pub *publishHook
+	r.tweak = func(c *Config) {
+		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
+		c.Publisher = pub
+	}
+	e := r.start(nil)
+	ctx := t.Context()
+	const n = 60
+	for i := range n {
+		if _, err := e.InitProducer(ctx, fmt.Sprintf("p%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tries atomic.Int64
+	count := func(string) { tries.Add(1) }
+	pub.before.Store(&count)
+	for i := range n {
+		if err := e.DeleteProducer(ctx, fmt.Sprintf("p%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tries.Load(); got > 2*n {
+		t.Fatalf("%d DELETEs made %d writes of _forgotten/ documents, want at most %d", n, got, 2*n)
+	}
 }
