@@ -77,23 +77,38 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 	if err != nil {
 		return fmt.Errorf("record forgotten producers: %w", err)
 	}
-	for n := 0; ; n++ {
+	// Names under one checkpoint are used in order: start after the last
+	// one this run used (a former run's checkpoint ids are all below
+	// this one's, so its names are not in the way).
+	lc.forgot.Lock()
+	defer lc.forgot.Unlock()
+	n := 0
+	if lc.forgot.after == doc.After {
+		n = lc.forgot.next
+	}
+	for ; ; n++ {
+		if n > maxForgottenNum {
+			return fmt.Errorf("record forgotten producers: %d documents after checkpoint %d: no name left until a checkpoint passes: %w",
+				maxForgottenNum+1, doc.After, committer.ErrExists)
+		}
 		if err := lc.leaseCheck(); err != nil {
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}
 		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenName(doc.Node, doc.After, n), body)
-		if errors.Is(err, committer.ErrExists) && n < maxForgottenTries {
+		if errors.Is(err, committer.ErrExists) {
 			continue // another forget before the same checkpoint
 		}
 		if err != nil {
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}
+		lc.forgot.after, lc.forgot.next = doc.After, n+1
 		return nil
 	}
 }
 
-// maxForgottenTries bounds the names tried for one checkpoint's documents.
-const maxForgottenTries = 9999
+// maxForgottenNum is the highest document number of one checkpoint
+// (layout.ForgottenName: 4 digits).
+const maxForgottenNum = 9999
 
 // applyForgotten reads this node's forgotten-producers documents written
 // after newest (the store's newest committed checkpoint: the store
