@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // publishHook is the rig's local publisher with a hook that runs before
@@ -127,5 +128,36 @@ func TestForgetDocumentsCostBounded(t *testing.T) {
 	}
 	if got := tries.Load(); got > 2*n {
 		t.Fatalf("%d DELETEs made %d writes of _forgotten/ documents, want at most %d", n, got, 2*n)
+	}
+}
+
+// A document under this node's _forgotten/ prefix that it did not write
+// (anyone who can write the bucket), naming a producer with epoch
+// 2^63-1: every start within its checkpoint reads it and raises the epoch
+// floor above it, which wraps to -2^63. Every producer created after that
+// is handed a negative epoch by init, which the API refuses in
+// Producer-Epoch: it can never write (I13). Manifests bound their epochs
+// below layout.MaxSeq; the document must be held to the same bound and
+// skipped.
+func TestPlantedForgottenEpochBounded(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	after := e.Status().OpenID
+	doc := fmt.Sprintf(`{"node":%q,"after_checkpoint":%d,"producers":{"q":9223372036854775807}}`, rigNode, after)
+	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.ForgottenName(rigNode, after, 0), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.broken = "a planted document under _forgotten/"
+	r.stop()
+	e = r.start(nil)
+	ps, err := e.InitProducer(t.Context(), "z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Epoch < 0 {
+		t.Fatalf("a new producer's init after a planted document: epoch %d (the API refuses a negative Producer-Epoch)", ps.Epoch)
+	}
+	if _, err := send(e, &Producer{ID: "z", Epoch: ps.Epoch}, "s", 0, 1); err != nil {
+		t.Fatal(err)
 	}
 }
