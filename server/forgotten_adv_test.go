@@ -147,7 +147,6 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.ForgottenName(rigNode, after, 0), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.broken = "a planted document under _forgotten/"
 	r.stop()
 	e = r.start(nil)
 	ps, err := e.InitProducer(t.Context(), "z")
