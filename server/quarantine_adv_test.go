@@ -95,3 +95,77 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
 	}
 }
+
+// A checkpoint is renamed into place but its manifest is not published
+// (a crash mid-commit), and the state store that prepared it is replaced
+// by an older copy (a backup restored after the crash damaged it) taken
+// before that checkpoint was prepared. No manifest is newer than the copy
+// (the lost checkpoint has none) and the copy is not new, so neither
+// trigger of the rebuild fires, and the half-committed files stay beside
+// the copies their clients resend: each such batch is in the destination
+// twice for readers that list it, and in no manifest once (I2). The lease
+// shows ids reserved beyond the copy's, which only an older store shows.
+func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
+	r := newRig(t, nil)
+	clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	r.tweak = func(c *Config) {
+		c.Now = func() time.Time { return clock }
+		c.Leaser = c.Publisher.(committer.Leaser)
+	}
+	e := r.start(nil)
+	ps, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	must := map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true}
+	if _, err := send(e, p, "a", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.stop()
+	backup, err := os.ReadFile(r.storePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = r.start(nil) // reserves a new block of ids, in the store and the lease
+	if _, err := send(e, p, "a", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	res := r.checkpoint()
+	if res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.stop()
+	// The crash cut the commit before the manifest; the store is replaced
+	// by the backup.
+	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, res.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expireLease(t, r.fs)
+
+	e = r.start(nil)
+	ps, err = e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ps.Streams["a"].NextSeq; got != 1 {
+		t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
+	}
+	p.Epoch = ps.Epoch
+	if wr, err := send(e, p, "a", 1, 3); err != nil || wr.Duplicate {
+		t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint after the restore: %+v", res)
+	}
+	rep := r.check(invariant.Expect{Must: must, Exact: true})
+	if len(rep.Quarantined) != 1 {
+		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
+	}
+}
