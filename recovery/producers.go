@@ -425,6 +425,23 @@ func (s *Store) ProducerEpoch(id string) (epoch int64, ok bool, err error) {
 	return epoch, ok, nil
 }
 
+// ProducerActive returns a producer's epoch and last recorded activity;
+// ok is false when the store does not know it. Like ProducerEpoch, it
+// reads one row (not the producer's streams).
+func (s *Store) ProducerActive(id string) (epoch int64, active time.Time, ok bool, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		h, err := getHead(tx, id)
+		if h != nil {
+			epoch, active, ok = h.Epoch, h.Active, true
+		}
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("read state store %s: %w", s.path, err)
+	}
+	return epoch, active, ok, nil
+}
+
 // StreamSeq returns producer pid's durable state on stream; ok is false
 // when it has none there.
 func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error) {

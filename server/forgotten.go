@@ -58,17 +58,17 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 				continue // the expiry leaves it
 			}
 		}
-		pr, err := lc.e.store.Producer(id)
+		epoch, active, ok, err := lc.e.store.ProducerActive(id)
 		if errors.Is(err, recovery.ErrProducerDamaged) {
 			continue // never forgotten: its row stays for an operator
 		}
 		if err != nil {
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}
-		if pr == nil || (!idleBefore.IsZero() && !pr.Active.Before(idleBefore)) {
+		if !ok || (!idleBefore.IsZero() && !active.Before(idleBefore)) {
 			continue // unknown, or active again: the expiry leaves it
 		}
-		doc.Producers[id] = pr.Epoch
+		doc.Producers[id] = epoch
 	}
 	if len(doc.Producers) == 0 {
 		return nil
