@@ -169,3 +169,56 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
 	}
 }
+
+// A committed checkpoint's manifest is missing (deleted by an operator's
+// clean-up or a bucket rule; eosink itself never deletes one), and later
+// the state store is lost. Checkpoints commit one at a time and each
+// publishes its manifest before the next renames a file, so only files of
+// checkpoints after the newest manifest can be half-committed; but the
+// start moves every part file of this node whose checkpoint has no
+// manifest, so the files of that committed checkpoint — whose batches
+// clients were told are committed (200), and which the rebuilt producers
+// count as committed through the later manifests, so nobody resends them
+// — leave the stream for _quarantine/, and eosink verify calls that "not a
+// problem" (I7: committed data is never deleted or rewritten).
+func TestQuarantineSparesCheckpointsBeforeNewestManifest(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	ps, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	var first CheckpointResult
+	for q := range int64(2) {
+		if wr, err := send(e, p, "a", q, 2); err != nil || wr.Duplicate {
+			t.Fatalf("send: %+v, %v", wr, err)
+		}
+		res := r.checkpoint()
+		if res.State != recovery.Committed || len(res.Files) != 1 {
+			t.Fatalf("checkpoint: %+v", res)
+		}
+		if q == 0 {
+			first = res
+		}
+	}
+	r.stop()
+	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, first.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.storePath); err != nil {
+		t.Fatal(err)
+	}
+	r.broken = "a committed checkpoint's manifest was deleted"
+	e = r.start(nil)
+	ps, err = e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ps.Streams["a"].NextSeq; got != 2 {
+		t.Fatalf("after the loss, init says next_seq %d; 0 and 1 were committed", got)
+	}
+	if _, err := r.fs.Stat(rigDest + "/" + first.Files[0].Final); err != nil {
+		t.Fatalf("the committed file of the checkpoint whose manifest is missing: %v (I7)", err)
+	}
+}
