@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -20,6 +21,27 @@ import (
 type publishHook struct {
 	*local.Local
 	before atomic.Pointer[func(name string)]
+	listed atomic.Int64 // entries under _forgotten/ that listings returned
+}
+
+func (p *publishHook) countListed(es []committer.Entry) {
+	for _, e := range es {
+		if strings.HasPrefix(e.Path, layout.ForgottenDir+"/") {
+			p.listed.Add(1)
+		}
+	}
+}
+
+func (p *publishHook) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
+	es, err := p.Local.List(ctx, prefix)
+	p.countListed(es)
+	return es, err
+}
+
+func (p *publishHook) ListPage(ctx context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
+	es, err := p.Local.ListPage(ctx, prefix, after, limit)
+	p.countListed(es)
+	return es, err
 }
 
 func (p *publishHook) Publish(ctx context.Context, name string, data []byte) error {
@@ -158,5 +180,51 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 	}
 	if _, err := send(e, &Producer{ID: "z", Epoch: ps.Epoch}, "s", 0, 1); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every start reads this node's _forgotten/ documents its store may not
+// reflect: those after the checkpoint before its newest committed one.
+// But it lists every document the node ever wrote to find them, and
+// nothing removes them: a DELETE each, an expiry batch each (hourly,
+// 8,760 a year), so the start's cost grows with the node's age, not with
+// its retention windows (I11). Listing from the first name it may need
+// keeps it to the documents since the last commit.
+func TestForgottenListingAtStartBounded(t *testing.T) {
+	r := newRig(t, nil)
+	var pub *publishHook
+	r.tweak = func(c *Config) {
+		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
+		c.Publisher = pub
+	}
+	e := r.start(nil)
+	ctx := t.Context()
+	const n = 40
+	for i := range n {
+		id := fmt.Sprintf("p%d", i)
+		ps, err := e.InitProducer(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := send(e, &Producer{ID: id, Epoch: ps.Epoch}, "s", 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if res := r.checkpoint(); res.State != recovery.Committed {
+			t.Fatalf("checkpoint: %+v", res)
+		}
+		if err := e.DeleteProducer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := send(e, nil, "s", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	r.stop()
+	e = r.start(nil)
+	if got := pub.listed.Load(); got > 2 {
+		t.Fatalf("a start listed %d forgotten-producers documents; the store reflects all but at most the last", got)
 	}
 }
