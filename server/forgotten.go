@@ -121,7 +121,7 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 		return nil
 	}
 	dir := path.Dir(layout.ForgottenName(lc.e.cfg.Node, 0, 0)) + "/"
-	entries, err := r.List(ctx, dir)
+	entries, err := listForgotten(ctx, r, dir, newest)
 	if err != nil {
 		return fmt.Errorf("list forgotten producers: %w", err)
 	}
@@ -156,6 +156,35 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 	}
 	return nil
 }
+
+// listForgotten lists the documents under dir that may be after newest-1:
+// names sort by checkpoint (20 digits), so a Pager starts at the first
+// one that may be needed and the cost of a start depends on the documents
+// since its store's newest commit, not on every one the node ever wrote
+// (nothing removes them; I11). Names that sort before it are not
+// documents this node needs (nor wrote, when they do not parse).
+func listForgotten(ctx context.Context, r committer.Reader, dir string, newest uint64) ([]committer.Entry, error) {
+	pg, ok := r.(committer.Pager)
+	if !ok || newest < 2 {
+		return r.List(ctx, dir)
+	}
+	after := fmt.Sprintf("%s%020d", dir, newest-1) // sorts just before <newest-1>-0000.json
+	var out []committer.Entry
+	for {
+		page, err := pg.ListPage(ctx, dir, after, forgottenPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < forgottenPage {
+			return out, nil
+		}
+		after = page[len(page)-1].Path
+	}
+}
+
+// forgottenPage is how many forgotten-producers documents a start lists at once.
+const forgottenPage = 1000
 
 func readForgotten(ctx context.Context, r committer.Reader, name string) (*layout.Forgotten, error) {
 	rc, _, err := r.Open(ctx, name)
