@@ -255,9 +255,10 @@ func raiseEpochFloor(tx *bolt.Tx, epoch int64) error {
 // ApplyForgotten forgets again, in one transaction, the producers that the
 // documents say were forgotten (layout.Forgotten) and that the store holds
 // as the forgotten incarnation: born at or below the epoch it had then,
-// with nothing committed after the document's checkpoint (a producer that
-// committed later was not forgotten: the forget failed after the document
-// was published). Every document raises the epoch floor above its epochs.
+// not initialised since (its epoch at most that one), with nothing
+// committed after the document's checkpoint (a producer that committed or
+// inited later was not forgotten: the expiry left it, or the forget failed
+// after the document was published). Every document raises the epoch floor above its epochs.
 // The store can be older than a forget (a copy restored, or a store
 // rebuilt from manifests, which do not show forgets). It returns how many
 // producers it forgot.
@@ -277,8 +278,12 @@ func (s *Store) ApplyForgotten(docs []*layout.Forgotten) (int, error) {
 				if err != nil {
 					return err
 				}
-				if h == nil || h.Born > epoch {
-					continue // forgotten already, or created again since
+				if h == nil || h.Born > epoch || h.Epoch > epoch {
+					// Forgotten already, or created again since, or
+					// initialised again since the document was
+					// published: then it was not forgotten (a forget
+					// holds inits out until it is done).
+					continue
 				}
 				streams, err := streamsOf(tx, id)
 				if errors.Is(err, ErrProducerDamaged) {
@@ -418,6 +423,23 @@ func (s *Store) ProducerEpoch(id string) (epoch int64, ok bool, err error) {
 		return 0, false, fmt.Errorf("read state store %s: %w", s.path, err)
 	}
 	return epoch, ok, nil
+}
+
+// ProducerActive returns a producer's epoch and last recorded activity;
+// ok is false when the store does not know it. Like ProducerEpoch, it
+// reads one row (not the producer's streams).
+func (s *Store) ProducerActive(id string) (epoch int64, active time.Time, ok bool, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		h, err := getHead(tx, id)
+		if h != nil {
+			epoch, active, ok = h.Epoch, h.Active, true
+		}
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("read state store %s: %w", s.path, err)
+	}
+	return epoch, active, ok, nil
 }
 
 // StreamSeq returns producer pid's durable state on stream; ok is false

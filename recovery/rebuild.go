@@ -27,8 +27,8 @@ type Rebuilt struct {
 	Producers map[string]*RebuiltProducer
 	// MaxEpoch is the highest epoch any believed manifest records.
 	MaxEpoch int64
-	// Quarantine holds the part files of node, with ids within the limit, whose
-	// checkpoint has no manifest at all: files a commit renamed into place
+	// Quarantine holds the part files of node, with ids after its newest
+	// manifest and within the limit, whose checkpoint has no manifest at all: files a commit renamed into place
 	// before its state store was lost, whose manifest was never published.
 	// No client was told they committed, and the rebuild cannot name
 	// their producers' sequence numbers, so the clients resend them: the
@@ -174,18 +174,30 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		}
 		out.Producers[p] = &RebuiltProducer{Incarnation: newest, Epoch: pr.epoch, Streams: pr.incs[newest]}
 	}
-	if out.Quarantine, err = unnamedParts(ctx, r, node, limit, published); err != nil {
+	// Checkpoints commit one at a time, each publishing its manifest
+	// before the next renames a file: only one after the newest manifest
+	// can be half-committed. A part file of an older checkpoint without a
+	// manifest is committed data whose manifest went missing (I7: left
+	// where it is, for eosink verify to report).
+	var newest uint64
+	for id := range published {
+		if limit == 0 || id <= limit {
+			newest = max(newest, id)
+		}
+	}
+	if out.Quarantine, err = unnamedParts(ctx, r, node, newest, limit, published); err != nil {
 		return nil, fmt.Errorf("rebuild from destination: %w", err)
 	}
 	return out, nil
 }
 
 // unnamedParts lists the destination's part files of node whose checkpoint has
-// no manifest name in published, within limit (ids beyond it were not
-// written by node). Files under eosink's own folders, displaced files
-// and temp names are not looked at. It lists the whole destination once:
-// the rebuild runs only when the store was lost or is behind.
-func unnamedParts(ctx context.Context, r committer.Reader, node string, limit uint64, published map[uint64]bool) ([]string, error) {
+// no manifest name in published, after the newest one and within limit
+// (ids beyond it were not written by node). Files under eosink's own
+// folders, displaced files and temp names are not looked at. It lists the
+// whole destination once: the rebuild runs only when the store was lost or
+// is behind.
+func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, limit uint64, published map[uint64]bool) ([]string, error) {
 	all, err := r.List(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("list destination: %w", err)
@@ -199,7 +211,7 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, limit ui
 			continue
 		}
 		pn := layout.ParsePath(en.Path)
-		if pn.Kind != layout.PartPath || pn.Node != node || published[pn.Checkpoint] || (limit > 0 && pn.Checkpoint > limit) {
+		if pn.Kind != layout.PartPath || pn.Node != node || published[pn.Checkpoint] || pn.Checkpoint <= newest || (limit > 0 && pn.Checkpoint > limit) {
 			continue
 		}
 		out = append(out, en.Path)

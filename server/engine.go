@@ -168,6 +168,15 @@ type lifecycle struct {
 
 	sweepMu sync.Mutex // serialises orphan sweeps
 
+	// forgot serialises the publishing of forgotten-producers documents
+	// and remembers the last name used (forgotten.go), so a forget tries
+	// the next free name, not every one before it.
+	forgot struct {
+		sync.Mutex
+		after uint64
+		next  int
+	}
+
 	// Under the ingest lock (groupcommit.go):
 	commitWant  uint64 // the highest checkpoint a Wait asked to start
 	commitWaits int    // the Waits that asked for it

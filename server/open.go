@@ -237,13 +237,15 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
 			err = lc.rebuildProducers(ctx, limit)
-		case res.LastID == 0 && lc.leaseReserved(0) > 0:
-			// A new store where the lease shows a former incarnation: the
-			// store was lost before any manifest of this node (or the
-			// destination holds none), but a commit it began may have
+		case lc.leaseReserved(res.LastID) > res.LastID:
+			// The lease shows ids a former incarnation reserved beyond
+			// the store's (ids are reserved in the store first, then in
+			// the lease): the store is new, or an older copy, and no
+			// manifest shows it (none of this node, or none published
+			// since the copy), but a commit the lost store began may have
 			// placed files. The rebuild finds and sets them aside.
-			lc.e.log.Error("the state store is new but the node lease shows checkpoints of a former incarnation: looking for files it left",
-				"store", lc.e.cfg.StorePath, "lease_reserved_checkpoint", lc.leaseReserved(0))
+			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
+				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
 			err = lc.rebuildProducers(ctx, limit)
 		}
 		if err != nil {

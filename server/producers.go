@@ -349,7 +349,7 @@ func (in *ingest) recount() {
 // ErrUnknownProducer when there is none, ErrProducerBusy while it has
 // uncommitted batches. Writing again then needs a new init.
 func (e *Engine) DeleteProducer(ctx context.Context, id string) error {
-	return e.ing.forget(id, time.Time{}, func() error { return e.life.recordForgotten(ctx, []string{id}) })
+	return e.ing.forget(id, time.Time{}, func() error { return e.life.recordForgotten(ctx, []string{id}, time.Time{}) })
 }
 
 // forget removes producer id from the table and the store, unless it has
@@ -429,9 +429,10 @@ func (lc *lifecycle) expire(ctx context.Context, now time.Time) (int, error) {
 			return n, fmt.Errorf("expire producers: %w", err)
 		}
 		// One document for the batch, before any of it is forgotten
-		// (forgotten.go); a producer that turns out busy or active is
-		// not forgotten, and its later commits void the document for it.
-		if err := e.life.recordForgotten(ctx, ids); err != nil {
+		// (forgotten.go): it leaves out the producers busy or active
+		// now; one that turns busy or active later is not forgotten, and
+		// its later commits or init void the document for it.
+		if err := e.life.recordForgotten(ctx, ids, cutoff); err != nil {
 			return n, fmt.Errorf("expire producers: %w", err)
 		}
 		forgot := 0

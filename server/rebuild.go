@@ -50,7 +50,7 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
 
 // quarantine moves the part files of checkpoints whose record was
 // lost with the state store (recovery.Rebuilt.Orphans) to
-// _quarantine/<node>/<path>: no manifest names them, no client was told
+// _quarantine/<node>/<stream>/<part name>: no manifest names them, no client was told
 // they committed, and the producers rebuilt from the manifests resend
 // their batches, so left in place they would be read twice by readers that
 // list the destination. Moved, not deleted (I7): an operator can look.

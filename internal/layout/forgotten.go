@@ -70,7 +70,8 @@ func ParseForgottenName(name string) (node string, after uint64, n int, ok bool)
 
 // CheckForgotten checks a document read at name: its node and checkpoint
 // are the name's, it names 1..MaxForgotten valid producers with epochs
-// that are not negative.
+// in [0, MaxSeq), as a manifest's (a larger one, raised to the epoch
+// floor, would make new producers' epochs wrap).
 func CheckForgotten(name string, f *Forgotten) error {
 	node, after, _, ok := ParseForgottenName(name)
 	switch {
@@ -82,7 +83,7 @@ func CheckForgotten(name string, f *Forgotten) error {
 		return fmt.Errorf("%w: %s: %d producers", ErrBadForgotten, name, len(f.Producers))
 	}
 	for p, ep := range f.Producers {
-		if !Producer(p) || ep < 0 {
+		if !Producer(p) || ep < 0 || ep >= MaxSeq {
 			return fmt.Errorf("%w: %s: producer %q epoch %d", ErrBadForgotten, name, p, ep)
 		}
 	}

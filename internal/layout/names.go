@@ -298,26 +298,39 @@ func ParseDisplacedName(name string) (stream, part string, ok bool) {
 }
 
 // QuarantineName returns where recovery moves the part file final
-// (destination-relative) of node when no manifest names its checkpoint and
-// the state store that prepared it was lost: _quarantine/<node>/<final>.
-// Clients were never told its batches committed and resend them; moved
-// aside, the destination holds each batch once for readers that list it,
-// and the bytes are kept for an operator (I7). ParseQuarantineName reads it.
-func QuarantineName(node, final string) string { return QuarantineDir + "/" + node + "/" + final }
+// (destination-relative, <stream>/<partition>/<part name>) of node when no
+// manifest names its checkpoint and the state store that prepared it was
+// lost: _quarantine/<node>/<stream>/<part name>. Clients were never told
+// its batches committed and resend them; moved aside, the destination
+// holds each batch once for readers that list it, and the bytes are kept
+// for an operator (I7). The partition path is left out, as DisplacedName
+// does: part names are unique per node, checkpoint and index, and a name
+// that kept it would be longer than the file's own, which the write-time
+// check lets reach the destination's limit (PATH_MAX, an S3 key's 1,024
+// bytes), so the move could never be made. ParseQuarantineName reads it.
+func QuarantineName(node, final string) string {
+	stream, _, _ := strings.Cut(final, "/")
+	return QuarantineDir + "/" + node + "/" + stream + "/" + path.Base(final)
+}
 
-// ParseQuarantineName parses a name made by QuarantineName: the node and the part
-// file's former name, whose base must parse as a part name of that node.
-func ParseQuarantineName(name string) (node, final string, ok bool) {
+// ParseQuarantineName parses a name made by QuarantineName: the node, the
+// stream and the part file's base name, which must parse as a part name
+// of that node.
+func ParseQuarantineName(name string) (node, stream, part string, ok bool) {
 	rest, found := strings.CutPrefix(name, QuarantineDir+"/")
 	if !found {
-		return "", "", false
+		return "", "", "", false
 	}
-	node, final, found = strings.Cut(rest, "/")
-	if !found || !Node(node) || !strings.Contains(final, "/") {
-		return "", "", false
+	node, rest, found = strings.Cut(rest, "/")
+	if !found || !Node(node) {
+		return "", "", "", false
 	}
-	if n, _, _, _, ok := ParsePartName(path.Base(final)); !ok || n != node {
-		return "", "", false
+	stream, part, found = strings.Cut(rest, "/")
+	if !found || !Stream(stream) || strings.Contains(part, "/") {
+		return "", "", "", false
 	}
-	return node, final, true
+	if n, _, _, _, ok := ParsePartName(part); !ok || n != node {
+		return "", "", "", false
+	}
+	return node, stream, part, true
 }

@@ -137,23 +137,26 @@ func TestReservedElem(t *testing.T) {
 }
 
 func TestQuarantineNameRoundTrip(t *testing.T) {
-	final := "clicks/dt=2026-11-29/hour=09/" + PartName("n1", 7, 2, "ndjson")
+	part := PartName("n1", 7, 2, "ndjson")
+	final := "clicks/dt=2026-11-29/hour=09/" + part
 	got := QuarantineName("n1", final)
-	if want := "_quarantine/n1/" + final; got != want {
+	if want := "_quarantine/n1/clicks/" + part; got != want {
 		t.Fatalf("QuarantineName = %q, want %q", got, want)
 	}
-	node, back, ok := ParseQuarantineName(got)
-	if !ok || node != "n1" || back != final {
-		t.Fatalf("ParseQuarantineName(%q) = %q %q %v", got, node, back, ok)
+	node, stream, back, ok := ParseQuarantineName(got)
+	if !ok || node != "n1" || stream != "clicks" || back != part {
+		t.Fatalf("ParseQuarantineName(%q) = %q %q %q %v", got, node, stream, back, ok)
 	}
 	for _, bad := range []string{
-		"_quarantine/n1/" + PartName("n1", 7, 2, "ndjson"), // no stream folder
-		"_quarantine/n2/" + final,                          // another node's part
-		"_quarantine/n1/clicks/x.ndjson",                   // not a part name
-		"_quarantine/../" + final,
+		"_quarantine/n1/" + part,                      // no stream folder
+		"_quarantine/n2/clicks/" + part,               // another node's part
+		"_quarantine/n1/clicks/x.ndjson",              // not a part name
+		"_quarantine/n1/clicks/dt=2026-11-29/" + part, // a partition path
+		"_quarantine/n1/_x/" + part,                   // not a stream name
+		"_quarantine/../clicks/" + part,
 		final,
 	} {
-		if _, _, ok := ParseQuarantineName(bad); ok {
+		if _, _, _, ok := ParseQuarantineName(bad); ok {
 			t.Errorf("ParseQuarantineName(%q) ok", bad)
 		}
 	}

@@ -216,7 +216,7 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			r.Staging = append(r.Staging, o.Path)
 			continue
 		case strings.HasPrefix(o.Path, layout.QuarantineDir+"/"):
-			if _, _, ok := layout.ParseQuarantineName(o.Path); !ok {
+			if _, _, _, ok := layout.ParseQuarantineName(o.Path); !ok {
 				r.bad("unexpected name under %s/: %s", layout.QuarantineDir, o.Path)
 			}
 			r.Quarantined = append(r.Quarantined, o.Path)
