@@ -54,13 +54,9 @@ func TestLeaseCopiedDataDirRefused(t *testing.T) {
 	t.Logf("lease before: %s", held.Incarnation)
 	t.Logf("lease after the copy started: %s", now.Incarnation)
 	// Both engines now pass the fence and commit.
-	if _, err := send(a, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, a, nil, "s", 1, 1)
 	ra := checkpointWithin(t, a, 5*time.Second)
-	if _, err := send(b, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, b, nil, "s", 2, 1)
 	rb := checkpointWithin(t, b, 5*time.Second)
 	t.Logf("A (original, live) checkpoint %d %s; B (copy) checkpoint %d %s; A fence %v, B fence %v",
 		ra.ID, ra.State, rb.ID, rb.State, a.life.leaseCheck(), b.life.leaseCheck())

@@ -99,12 +99,8 @@ func TestLeaseSecondNodeRefusedThenTakesOver(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != held.Incarnation || !l.RenewedAt.After(held.RenewedAt) {
 		t.Fatalf("lease after 2 timeouts: %+v, want renewed by %s", l, held.Incarnation)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 	r.stop() // a crash: the lease stays until it expires
 	crashed := time.Now()
 	e2, err := openSecond(t, r)
@@ -122,9 +118,7 @@ func TestLeaseSecondNodeRefusedThenTakesOver(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation == held.Incarnation {
 		t.Fatalf("lease still names the crashed incarnation: %+v", l)
 	}
-	if _, err := send(e2, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e2, nil, "s", 2, 1)
 	if res := checkpointWithin(t, e2, 10*time.Second); res.State != recovery.Committed {
 		t.Fatalf("checkpoint of the new holder: %+v", res)
 	}
@@ -150,9 +144,7 @@ func TestLeaseStaleStopsCommits(t *testing.T) {
 	e := r.start(nil)
 	fl.down.Store(true)
 	time.Sleep(timeout) // past timeout minus margin since the last renewal
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	res := r.checkpoint()
 	if res.State != recovery.Aborted || !strings.Contains(res.Error, ErrLeaseStale.Error()) {
 		t.Fatalf("checkpoint with a stale lease: %+v, want aborted for %v", res, ErrLeaseStale)
@@ -166,9 +158,7 @@ func TestLeaseStaleStopsCommits(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := send(e, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 2, 1)
 	if res := r.checkpoint(); res.State != recovery.Committed {
 		t.Fatalf("checkpoint after renewal: %+v", res)
 	}
@@ -181,9 +171,7 @@ func TestLeaseLostStopsEngine(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	r := leaseRig(t, nil, timeout, nil)
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	// Another process takes it (as one would after an expiry it saw).
 	thief := readLease(t, r.fs)
 	thief.Incarnation, thief.ExpiresAt = "thief", time.Now().Add(time.Hour)
@@ -215,12 +203,8 @@ func TestLeaseReservedSurvivesStoreLoss(t *testing.T) {
 	tweak := r.tweak
 	r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 	var named uint64
 	for range 20 {
 		named = r.checkpoint().ID // empty: no manifest, but the id was named
@@ -305,12 +289,8 @@ func TestLeaseWriteAnswerLost(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != r.e.lease.doc.Incarnation {
 		t.Fatalf("lease holds %s, the engine is %s", l.Incarnation, r.e.lease.doc.Incarnation)
 	}
-	if _, err := send(r.e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, r.e, nil, "s", 1, 1)
+	r.commit()
 }
 
 // A process killed right after its lease write landed, before anything

@@ -86,9 +86,7 @@ func TestLeaseReplacementWaitsForCrashedHolder(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != e.lease.doc.Incarnation {
 		t.Fatalf("lease %+v, want the replacement's %s", l, e.lease.doc.Incarnation)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	if res := checkpointWithin(t, e, 10*time.Second); res.State != recovery.Committed {
 		t.Fatalf("checkpoint of the replacement: %+v", res)
 	}
@@ -168,12 +166,8 @@ func TestLeaseHugeReservedIgnored(t *testing.T) {
 	if l := readLease(t, r.fs); l.Reserved > 1<<41 {
 		t.Fatalf("the lease carries the planted mark on: %d", l.Reserved)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 }
 
 // After a host suspend the monotonic clock has not moved while the wall
@@ -201,9 +195,7 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	if res := r.checkpoint(); res.State != recovery.Committed {
 		t.Fatalf("checkpoint after the renewal: %+v", res)
 	}
@@ -222,12 +214,8 @@ func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 			tweak := r.tweak
 			r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
 			e := r.start(nil)
-			if _, err := send(e, nil, "s", 1, 1); err != nil {
-				t.Fatal(err)
-			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			mustSend(t, e, nil, "s", 1, 1)
+			r.commit()
 			var named uint64
 			for range 20 {
 				named = r.checkpoint().ID // empty: no manifest, but the id was named
@@ -253,12 +241,8 @@ func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 			if open := e.Status().OpenID; open <= named {
 				t.Fatalf("open checkpoint %d after losing store and lease; id %d was handed out before (I8)", open, named)
 			}
-			if _, err := send(e, nil, "s", 2, 1); err != nil {
-				t.Fatal(err)
-			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			mustSend(t, e, nil, "s", 2, 1)
+			r.commit()
 		})
 	}
 }

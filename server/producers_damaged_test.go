@@ -20,13 +20,9 @@ func TestProducerDamagedRowServesTheRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := send(e, &Producer{ID: id, Epoch: st.Epoch}, "s", 0, 1); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, &Producer{ID: id, Epoch: st.Epoch}, "s", 0, 1)
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	r.stop()
 	db, err := bolt.Open(r.storePath, 0o600, nil)
 	if err != nil {
@@ -61,9 +57,7 @@ func TestProducerDamagedRowServesTheRest(t *testing.T) {
 	if s := st.Streams["s"]; s.CommittedSeq != 0 || s.NextSeq != 1 {
 		t.Fatalf("the other producer after the restart: %+v", st)
 	}
-	if _, err := send(e, &Producer{ID: "good", Epoch: st.Epoch}, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, &Producer{ID: "good", Epoch: st.Epoch}, "s", 1, 1)
 	if res := r.checkpoint(); res.State != recovery.Committed {
 		t.Fatalf("checkpoint with a damaged producer in the store: %+v", res)
 	}
