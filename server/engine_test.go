@@ -15,11 +15,7 @@ import (
 func TestWriteCheckpointCommit(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p1", Epoch: ps.Epoch}
+	p := r.initProducer("p1")
 	must := map[invariant.BatchID]bool{}
 	for seq := range int64(5) {
 		res, err := send(e, p, "clicks", seq, 3)

@@ -180,11 +180,7 @@ func TestManifestRangesExact(t *testing.T) {
 	clock := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	r.tweak = func(c *Config) { c.Now = func() time.Time { return clock } }
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	p := r.initProducer("p")
 	must := map[invariant.BatchID]bool{}
 	for seq, step := range []time.Duration{0, -time.Minute, time.Minute, -time.Minute, 0, time.Minute} {
 		clock = clock.Add(step)
@@ -304,11 +300,7 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 	faults := &failSyncs{}
 	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	p := r.initProducer("p")
 	mustSend(t, e, p, "s", 0, 2)
 	holder := r.checkpoint()
 	b := invariant.BatchID{Producer: "p", Stream: "s", Seq: 0}

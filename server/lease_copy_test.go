@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,16 +33,7 @@ func TestLeaseCopiedDataDirRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := r.config(r.fs)
-	cfg.StorePath = filepath.Join(copyDir, "state.db")
-	b, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	err = b.WaitReady(ctx)
+	b, err := openWithStore(t, r, filepath.Join(copyDir, "state.db"))
 	if errors.Is(err, ErrLeaseHeld) {
 		return // what the design promises
 	}

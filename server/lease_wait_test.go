@@ -210,17 +210,7 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 	for _, lost := range []string{"deleted", "replaced"} {
 		t.Run(lost, func(t *testing.T) {
-			r := leaseRig(t, nil, 200*time.Millisecond, nil)
-			tweak := r.tweak
-			r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
-			e := r.start(nil)
-			mustSend(t, e, nil, "s", 1, 1)
-			r.commit()
-			var named uint64
-			for range 20 {
-				named = r.checkpoint().ID // empty: no manifest, but the id was named
-			}
-			named = max(named, e.Status().OpenID)
+			r, named := leaseRigNamingIDs(t)
 			r.stop()
 			if err := os.Remove(r.storePath); err != nil {
 				t.Fatal(err)
@@ -237,7 +227,7 @@ func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 				data, _ := json.Marshal(old)
 				plantLease(t, r, data)
 			}
-			e = r.start(nil)
+			e := r.start(nil)
 			if open := e.Status().OpenID; open <= named {
 				t.Fatalf("open checkpoint %d after losing store and lease; id %d was handed out before (I8)", open, named)
 			}

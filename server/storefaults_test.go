@@ -198,11 +198,7 @@ func TestStoreDiskFull(t *testing.T) {
 	t.Run("prepare", func(t *testing.T) {
 		r, f := storeRig(t)
 		e := r.start(nil)
-		ps, err := e.InitProducer(t.Context(), "p")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &Producer{ID: "p", Epoch: ps.Epoch}
+		p := r.initProducer("p")
 		mustSend(t, e, p, "s", 0, 2)
 		f.set(failOp("prepare", recovery.BeforeCommit, errPageENOSPC, 1))
 		if res := r.checkpoint(); res.State != recovery.Aborted || !strings.Contains(res.Error, "disk full") {
