@@ -65,6 +65,7 @@ func TestExitCodes(t *testing.T) {
 		{"node with dash", []string{"serve", "--node", "eosink-0", "--checkpoint-interval", "-1s"}, "--checkpoint-interval"},
 		{"bad log level", []string{"serve", "--log-level", "loud"}, "--log-level"},
 		{"bad dest", []string{"serve", "--dest", "ftp://x"}, "--dest"},
+		{"relative dest", []string{"serve", "--dest", "file://relative"}, "--dest"},
 		{"pprof not loopback", []string{"serve", "--pprof-listen", "10.1.2.3:6060"}, "--pprof-listen"},
 		{"pprof not an address", []string{"serve", "--pprof-listen", "nonsense"}, "--pprof-listen"},
 		{"bad trusted proxy", []string{"serve", "--trusted-proxies", "10.0.0.0/8,nonsense"}, "trusted-proxies"},

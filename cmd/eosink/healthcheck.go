@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,18 +17,13 @@ import (
 // made from the same environment the service reads (EOSINK_LISTEN,
 // EOSINK_TLS_CERT), so it needs no flags in the image.
 func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("healthcheck", "Usage: eosink healthcheck [flags]\n\nExits 0 if the URL answers 200, else 1.", stderr)
 	var target, caFile string
 	var timeout time.Duration
 	fs.StringVar(&target, "url", defaultHealthURL(os.Getenv("EOSINK_LISTEN"), os.Getenv("EOSINK_TLS_CERT") != ""),
 		"URL to GET (default from EOSINK_LISTEN and EOSINK_TLS_CERT)")
 	fs.StringVar(&caFile, "ca-file", "", "PEM CAs to verify an https URL with; without it a loopback https URL is not verified (it is our own process)")
 	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long (above 0)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: eosink healthcheck [flags]\n\nExits 0 if the URL answers 200, else 1.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}

@@ -68,8 +68,7 @@ const (
 const zeroRule = "Durations: 0 turns off what can be off (its help says so); any other duration must be above 0."
 
 func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n"+zeroRule, stderr)
 	host, _ := os.Hostname()
 	f.maxBody, f.maxRecord = api.DefaultMaxBody, api.DefaultMaxRecord
 	f.maxUncommitted, f.rollSize = server.DefaultMaxUncommittedBytes, server.DefaultRollBytes
@@ -111,10 +110,6 @@ func serveFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this loopback address (off when empty)")
 	addTLSFlags(fs, &f.tlsFlags)
 	addS3Flags(fs, &f.destFlags)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: eosink serve [flags]\n\nRuns the service. Every flag can also be set as EOSINK_<FLAG>.\n"+zeroRule+"\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	return fs
 }
 
