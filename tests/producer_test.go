@@ -228,6 +228,18 @@ type answer struct {
 // request in flight per stream, kept batches resent from expected_seq,
 // retries on transport errors, 5xx and 429. It is the reference the
 // client is compared with, and it lets tests see every answer.
+// sendNew sends batch seq of n new records (of about pad bytes each) to
+// stream once, requires 202, and counts its records in want.
+func (p *rawProducer) sendNew(t testing.TB, rng *rand.Rand, stream string, seq int64, n, pad int, want map[batchKey]int) {
+	t.Helper()
+	k := batchKey{P: p.ID(), S: stream, Q: seq}
+	recs := makeRecords(rng, k, n, pad)
+	if a := p.post(t.Context(), stream, &rawBatch{seq: seq, body: ndjson(recs)}, p.epoch, false); a.Status != http.StatusAccepted {
+		t.Fatalf("send %s: %d %s (%v), want 202", k, a.Status, a.Code, a.Err)
+	}
+	want[k] = len(recs)
+}
+
 type rawProducer struct {
 	id   string
 	base string
