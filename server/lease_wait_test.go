@@ -188,17 +188,9 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 	if err := e.life.leaseCheck(); !errors.Is(err, ErrLeaseStale) {
 		t.Fatalf("fence after the wall clock passed the expiry: %v, want ErrLeaseStale", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.life.leaseCheck() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no renewal after the fence found the lease stale: %v", e.life.leaseCheck())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRenewed(t, e, "after the fence found the lease stale")
 	mustSend(t, e, nil, "s", 1, 1)
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint after the renewal: %+v", res)
-	}
+	r.commit()
 }
 
 // I8 when the state store and the lease are both lost (or the lease was
