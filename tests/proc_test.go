@@ -453,15 +453,24 @@ func doRequest(hc *http.Client, req *http.Request) ([]byte, error) {
 
 // call does one request and decodes a 2xx JSON answer into out.
 func (p *proc) call(ctx context.Context, method, path string, body []byte, out any) error {
+	return callJSON(ctx, p.hc, p.URL, method, path, nil, body, out)
+}
+
+// callJSON does one request to base+path with the headers hdr and decodes
+// a 2xx JSON answer into out (unless nil).
+func callJSON(ctx context.Context, hc *http.Client, base, method, path string, hdr http.Header, body []byte, out any) error {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, p.URL+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
 	if err != nil {
 		return err
 	}
-	data, err := doRequest(p.hc, req)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	data, err := doRequest(hc, req)
 	if err != nil {
 		return err
 	}

@@ -566,25 +566,7 @@ func (p *rawProducer) rewindLocked(stream string, rs *rawStream, exp int64) erro
 
 // do is a plain JSON request against the producer's service.
 func (p *rawProducer) do(ctx context.Context, method, path string, hdr http.Header, body []byte, out any) error {
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, p.base+path, r)
-	if err != nil {
-		return err
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	data, err := doRequest(p.hc, req)
-	if err != nil {
-		return err
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
-	}
-	return nil
+	return callJSON(ctx, p.hc, p.base, method, path, hdr, body, out)
 }
 
 // transient reports whether a request should be retried: a transport
