@@ -451,6 +451,26 @@ func doRequest(hc *http.Client, req *http.Request) ([]byte, error) {
 	return data, nil
 }
 
+// postNDJSON posts body to stream as NDJSON and requires 202.
+func postNDJSON(t *testing.T, p *proc, stream string, body []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/streams/"+stream+"/records", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		t.Fatalf("POST %s: %d %s", stream, resp.StatusCode, b.String())
+	}
+}
+
 // call does one request and decodes a 2xx JSON answer into out.
 func (p *proc) call(ctx context.Context, method, path string, body []byte, out any) error {
 	return callJSON(ctx, p.hc, p.URL, method, path, nil, body, out)
