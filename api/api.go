@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eosink/eosink/api/batch"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
@@ -56,10 +57,11 @@ type Engine interface {
 
 var _ Engine = (*server.Engine)(nil)
 
-// Defaults for Config fields left zero.
+// Defaults for Config fields left zero (the body and record limits are
+// the parser's).
 const (
-	DefaultMaxBody     = 64 << 20
-	DefaultMaxRecord   = 1 << 20
+	DefaultMaxBody     = batch.DefaultMaxBody
+	DefaultMaxRecord   = batch.DefaultMaxRecord
 	DefaultWaitTimeout = 30 * time.Second
 	DefaultRetryAfter  = time.Second
 )

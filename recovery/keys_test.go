@@ -50,10 +50,7 @@ func keyNames(t *testing.T, s *Store, since time.Time) []string {
 // TestKeysPreparedExpiredCapped: keys are recorded by Prepare, oldest
 // first; the policy of a later prepare expires old ones and caps the count.
 func TestKeysPreparedExpiredCapped(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := openTemp(t)
 	defer s.Close()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	prepareKeys(t, s, 1, t0, KeyPolicy{}, true, "a", "b")
@@ -92,10 +89,7 @@ func TestKeysPreparedExpiredCapped(t *testing.T) {
 // commit still finds them (the replay commits the batch; its retry must be
 // a duplicate). Before, the cap dropped the oldest keys, committed or not.
 func TestKeysOfUncommittedCheckpointOutliveCap(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := openTemp(t)
 	defer s.Close()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	prepareKeys(t, s, 1, t0, KeyPolicy{}, true, "a")

@@ -16,10 +16,6 @@ import (
 // state, once.
 func TestStoreMigratesVersion1(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "state.db")
-	db, err := bolt.Open(p, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rows := map[string]map[string]string{
 		"meta": {"version": string(u64(1)), "last_id": string(u64(1030))},
 		"checkpoints": {
@@ -33,25 +29,7 @@ func TestStoreMigratesVersion1(t *testing.T) {
 		},
 		"intents": {},
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for b, kv := range rows {
-			bk, err := tx.CreateBucket([]byte(b))
-			if err != nil {
-				return err
-			}
-			for k, v := range kv {
-				if err := bk.Put([]byte(k), []byte(v)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeRows(t, p, rows)
 	{
 		s, err := Open(p)
 		if err != nil {

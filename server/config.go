@@ -11,6 +11,12 @@ import (
 )
 
 // Config configures an Engine.
+//
+// Zero has one meaning across the durations: a periodic part that can be
+// off (CheckpointInterval, CommitLinger, CommitMinGap, SweepInterval,
+// ProducerExpiry) is off at zero; a timeout, window or backoff, which
+// can't be off, takes its default at zero. The Default consts are also
+// the command line's defaults (cmd/eosink states none of its own).
 type Config struct {
 	Node       string              // node id in file names
 	FS         afero.Fs            // filesystem of the staging directory
@@ -22,14 +28,14 @@ type Config struct {
 	Now        func() time.Time    // nil means time.Now
 
 	CheckpointInterval  time.Duration // 0: only on request
-	RollBytes           int64         // start a new file beyond this size; default 1 GiB
-	MaxUncommittedBytes int64         // backpressure threshold; default 1 GiB
+	RollBytes           int64         // start a new file beyond this size; 0: DefaultRollBytes
+	MaxUncommittedBytes int64         // backpressure threshold; 0: DefaultMaxUncommittedBytes
 	BufferSize          int           // staging buffer per file; default 256 KiB
 	Retain              int           // committed checkpoints that keep details; default 1000
 	Parallel            int           // concurrent pre-commits and commits; default recovery.DefaultParallel
 	RetryMin, RetryMax  time.Duration // commit retry backoff; default 50ms..5s
 	MaxOpenFiles        int           // transactions (open staging files) per checkpoint; 0: no limit
-	ProducerExpiry      time.Duration // forget producers idle this long with nothing uncommitted; 0: DefaultProducerExpiry, negative: never
+	ProducerExpiry      time.Duration // forget producers idle this long with nothing uncommitted; 0: never
 	Hooks               Hooks         // optional observer
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
@@ -38,8 +44,7 @@ type Config struct {
 	// SweepInterval is how often the orphan sweep runs (recovery runs one
 	// at every start) when the committer prepares remotely: it retries
 	// failed aborts and removes this node's uploads and staging objects
-	// that nothing claims (I10). 0 means DefaultSweepInterval; negative
-	// turns the periodic sweep off.
+	// that nothing claims (I10). 0 turns the periodic sweep off.
 	SweepInterval time.Duration
 
 	// IdempotencyWindow is how long an idempotency key is kept after its
@@ -85,9 +90,15 @@ type Hooks struct {
 	ProducersExpired func(n int)
 }
 
-// DefaultSweepInterval is the orphan sweep's period when
-// Config.SweepInterval is 0.
-const DefaultSweepInterval = 10 * time.Minute
+// Defaults: of Config fields left zero, and of the periodic parts that
+// zero turns off (those are the command line's defaults).
+const (
+	DefaultCheckpointInterval  = 10 * time.Second      // --checkpoint-interval
+	DefaultCommitLinger        = 10 * time.Millisecond // --commit-linger
+	DefaultSweepInterval       = 10 * time.Minute      // --orphan-sweep-interval
+	DefaultRollBytes           = 1 << 30               // Config.RollBytes, --roll-size
+	DefaultMaxUncommittedBytes = 1 << 30               // Config.MaxUncommittedBytes, --max-uncommitted
+)
 
 func (c *Config) defaults() {
 	if c.Now == nil {
@@ -97,10 +108,10 @@ func (c *Config) defaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.RollBytes <= 0 {
-		c.RollBytes = 1 << 30
+		c.RollBytes = DefaultRollBytes
 	}
 	if c.MaxUncommittedBytes <= 0 {
-		c.MaxUncommittedBytes = 1 << 30
+		c.MaxUncommittedBytes = DefaultMaxUncommittedBytes
 	}
 	if c.Retain <= 0 {
 		c.Retain = recovery.DefaultRetain
@@ -113,12 +124,6 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
-	}
-	if c.ProducerExpiry == 0 {
-		c.ProducerExpiry = DefaultProducerExpiry
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
 	}
 	if c.idBlock == 0 {
 		c.idBlock = 1024

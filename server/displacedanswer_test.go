@@ -27,9 +27,7 @@ func TestDisplacedFileNamedWhereItIs(t *testing.T) {
 	if err := afero.WriteFile(r.fs, blocker, []byte("not eosink's"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(e, nil, "s", 1, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	res, err := e.Checkpoint(ctx)

@@ -15,11 +15,7 @@ import (
 func TestWriteCheckpointCommit(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p1", Epoch: ps.Epoch}
+	p := r.initProducer("p1")
 	must := map[invariant.BatchID]bool{}
 	for seq := range int64(5) {
 		res, err := send(e, p, "clicks", seq, 3)
@@ -31,9 +27,7 @@ func TestWriteCheckpointCommit(t *testing.T) {
 		}
 		must[invariant.BatchID{Producer: "p1", Stream: "clicks", Seq: seq}] = true
 	}
-	if _, err := send(e, nil, "views", 1000, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "views", 1000, 2)
 	must[invariant.BatchID{Stream: "views", Seq: 1000}] = true
 	if _, err := e.Write(Write{Stream: "views", Ext: "txt", Data: []byte("plain\n"), Records: 1}); err != nil {
 		t.Fatal(err)
@@ -78,9 +72,7 @@ func TestProducerRules(t *testing.T) {
 	}
 	ps, _ := e.InitProducer(t.Context(), "p")
 	p0 := &Producer{ID: "p", Epoch: ps.Epoch}
-	if _, err := send(e, p0, "s", 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, p0, "s", 0, 1)
 	// duplicate: nothing written, next_seq reported
 	res, err := send(e, p0, "s", 0, 1)
 	if err != nil || !res.Duplicate || res.NextSeq != 1 || res.Committed {
@@ -105,13 +97,9 @@ func TestProducerRules(t *testing.T) {
 		t.Fatalf("stale epoch: %v", err)
 	}
 	p1 := &Producer{ID: "p", Epoch: ps2.Epoch}
-	if _, err := send(e, p1, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, p1, "s", 1, 1)
 	// sequences are per stream
-	if _, err := send(e, p1, "other", 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, p1, "other", 0, 1)
 	r.checkpoint()
 	res, err = send(e, p1, "s", 0, 1)
 	if err != nil || !res.Duplicate || !res.Committed {
@@ -139,15 +127,11 @@ func TestUnpreparedBatchesForgottenOnRestart(t *testing.T) {
 	ps, _ := e.InitProducer(t.Context(), "p")
 	p := &Producer{ID: "p", Epoch: ps.Epoch}
 	for seq := range int64(3) {
-		if _, err := send(e, p, "s", seq, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "s", seq, 2)
 	}
 	r.checkpoint()
 	for seq := int64(3); seq < 6; seq++ {
-		if _, err := send(e, p, "s", seq, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "s", seq, 2)
 	}
 	r.stop() // crash: 3..5 accepted, never prepared
 	e = r.start(nil)
@@ -161,9 +145,7 @@ func TestUnpreparedBatchesForgottenOnRestart(t *testing.T) {
 		t.Fatalf("expected_seq: %v", err)
 	}
 	for seq := int64(3); seq < 6; seq++ {
-		if _, err := send(e, p, "s", seq, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "s", seq, 2)
 	}
 	r.checkpoint()
 	must := map[invariant.BatchID]bool{}
@@ -182,10 +164,7 @@ func TestEmptyCheckpoints(t *testing.T) {
 	before := f.count()
 	var ids []uint64
 	for range 10 {
-		res := r.checkpoint()
-		if res.State != recovery.Committed {
-			t.Fatalf("empty checkpoint: %+v", res)
-		}
+		res := r.commit()
 		if len(ids) > 0 && res.ID != ids[len(ids)-1]+1 {
 			t.Fatalf("empty checkpoint ids %v then %d", ids, res.ID)
 		}
@@ -271,9 +250,7 @@ func TestEarlyCheckpointWhenLarge(t *testing.T) {
 		r.tweak = func(c *Config) { c.MaxUncommittedBytes = 4000; c.CheckpointInterval = interval }
 		e := r.start(nil)
 		for i := range 10 { // about 1,800 bytes: past a quarter, short of the limit
-			if _, err := send(e, nil, "s", int64(i), 5); err != nil {
-				t.Fatal(err)
-			}
+			mustSend(t, e, nil, "s", int64(i), 5)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for e.Status().LastDone == 0 && interval > 0 && time.Now().Before(deadline) {

@@ -122,9 +122,7 @@ func TestCheckpointIDsNeverReused(t *testing.T) {
 			}
 			for range before {
 				write(e)
-				if res := r.checkpoint(); res.State != recovery.Committed {
-					t.Fatalf("checkpoint: %+v", res)
-				}
+				r.commit()
 			}
 			write(e) // into N, which stalls in pre-commit
 			powerCutDuringPreCommit(t, r, base, stall, func() { write(e) })
@@ -144,9 +142,7 @@ func TestCheckpointIDsNeverReused(t *testing.T) {
 			}
 			for range 3 {
 				write(e)
-				if res := r.checkpoint(); res.State != recovery.Committed {
-					t.Fatalf("checkpoint after restart: %+v", res)
-				}
+				r.commit()
 			}
 			rep := r.check(invariant.Expect{})
 			for b, ids := range rep.Checkpoints {
@@ -182,17 +178,11 @@ func TestManifestRangesExact(t *testing.T) {
 	clock := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	r.tweak = func(c *Config) { c.Now = func() time.Time { return clock } }
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	p := r.initProducer("p")
 	must := map[invariant.BatchID]bool{}
 	for seq, step := range []time.Duration{0, -time.Minute, time.Minute, -time.Minute, 0, time.Minute} {
 		clock = clock.Add(step)
-		if _, err := send(e, p, "s", int64(seq), 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "s", int64(seq), 2)
 		must[invariant.BatchID{Producer: "p", Stream: "s", Seq: int64(seq)}] = true
 	}
 	res := r.checkpoint()
@@ -244,9 +234,7 @@ func TestInitIsABarrier(t *testing.T) {
 				t.Fatal(err)
 			}
 			for seq := range int64(3) { // the first incarnation: accepted, never prepared
-				if _, err := send(e, &Producer{ID: "p", Epoch: old.Epoch}, "s", seq, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, &Producer{ID: "p", Epoch: old.Epoch}, "s", seq, 2)
 			}
 			faults.on.Store(tc.barrierFails)
 			ps, err := e.InitProducer(t.Context(), "p") // the second incarnation
@@ -289,9 +277,7 @@ func TestInitIsABarrier(t *testing.T) {
 					t.Fatalf("seq %d: a duplicate of a lost batch: %+v", seq, res)
 				}
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("final checkpoint: %+v", res)
-			}
+			r.commit()
 			must := map[invariant.BatchID]bool{}
 			for seq := range next + 2 {
 				must[invariant.BatchID{Producer: "p", Stream: "s", Seq: seq}] = true
@@ -310,14 +296,8 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 	faults := &failSyncs{}
 	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
-	if _, err := send(e, p, "s", 0, 2); err != nil {
-		t.Fatal(err)
-	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 2)
 	holder := r.checkpoint()
 	b := invariant.BatchID{Producer: "p", Stream: "s", Seq: 0}
 	check := func(when string) {
@@ -342,9 +322,7 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 		t.Fatalf("checkpoint %+v", res)
 	}
 	check("after a newer checkpoint")
-	if _, err := send(e, nil, "other", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "other", 2, 1)
 	faults.on.Store(true)
 	if res := r.checkpoint(); res.State != recovery.Aborted {
 		t.Fatalf("checkpoint did not abort: %+v", res)
@@ -363,9 +341,7 @@ func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
 func TestStatusAfterRestart(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	done := r.checkpoint()
 	r.stop()
 	e = r.start(nil)

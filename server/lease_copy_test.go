@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,16 +33,7 @@ func TestLeaseCopiedDataDirRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := r.config(r.fs)
-	cfg.StorePath = filepath.Join(copyDir, "state.db")
-	b, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	err = b.WaitReady(ctx)
+	b, err := openWithStore(t, r, filepath.Join(copyDir, "state.db"))
 	if errors.Is(err, ErrLeaseHeld) {
 		return // what the design promises
 	}
@@ -54,13 +44,9 @@ func TestLeaseCopiedDataDirRefused(t *testing.T) {
 	t.Logf("lease before: %s", held.Incarnation)
 	t.Logf("lease after the copy started: %s", now.Incarnation)
 	// Both engines now pass the fence and commit.
-	if _, err := send(a, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, a, nil, "s", 1, 1)
 	ra := checkpointWithin(t, a, 5*time.Second)
-	if _, err := send(b, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, b, nil, "s", 2, 1)
 	rb := checkpointWithin(t, b, 5*time.Second)
 	t.Logf("A (original, live) checkpoint %d %s; B (copy) checkpoint %d %s; A fence %v, B fence %v",
 		ra.ID, ra.State, rb.ID, rb.State, a.life.leaseCheck(), b.life.leaseCheck())

@@ -67,8 +67,15 @@ func readLease(t *testing.T, fs afero.Fs) Lease {
 // state store, and waits until it is ready or has failed.
 func openSecond(t *testing.T, r *rig) (*Engine, error) {
 	t.Helper()
+	return openWithStore(t, r, filepath.Join(fastTempDir(t), "state.db"))
+}
+
+// openWithStore opens another engine with the rig's node id over the
+// state store at storePath, and waits until it is ready or has failed.
+func openWithStore(t *testing.T, r *rig, storePath string) (*Engine, error) {
+	t.Helper()
 	cfg := r.config(r.fs)
-	cfg.StorePath = filepath.Join(fastTempDir(t), "state.db")
+	cfg.StorePath = storePath
 	e, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -99,12 +106,8 @@ func TestLeaseSecondNodeRefusedThenTakesOver(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != held.Incarnation || !l.RenewedAt.After(held.RenewedAt) {
 		t.Fatalf("lease after 2 timeouts: %+v, want renewed by %s", l, held.Incarnation)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 	r.stop() // a crash: the lease stays until it expires
 	crashed := time.Now()
 	e2, err := openSecond(t, r)
@@ -122,9 +125,7 @@ func TestLeaseSecondNodeRefusedThenTakesOver(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation == held.Incarnation {
 		t.Fatalf("lease still names the crashed incarnation: %+v", l)
 	}
-	if _, err := send(e2, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e2, nil, "s", 2, 1)
 	if res := checkpointWithin(t, e2, 10*time.Second); res.State != recovery.Committed {
 		t.Fatalf("checkpoint of the new holder: %+v", res)
 	}
@@ -150,28 +151,16 @@ func TestLeaseStaleStopsCommits(t *testing.T) {
 	e := r.start(nil)
 	fl.down.Store(true)
 	time.Sleep(timeout) // past timeout minus margin since the last renewal
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	res := r.checkpoint()
 	if res.State != recovery.Aborted || !strings.Contains(res.Error, ErrLeaseStale.Error()) {
 		t.Fatalf("checkpoint with a stale lease: %+v, want aborted for %v", res, ErrLeaseStale)
 	}
 	r.check(invariant.Expect{Exact: true}) // nothing in the destination
 	fl.down.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.life.leaseCheck() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease not renewed after the destination came back: %v", e.life.leaseCheck())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := send(e, nil, "s", 2, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint after renewal: %+v", res)
-	}
+	waitRenewed(t, e, "after the destination came back")
+	mustSend(t, e, nil, "s", 2, 1)
+	r.commit()
 	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 2}: true}, Exact: true})
 }
 
@@ -181,9 +170,7 @@ func TestLeaseLostStopsEngine(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	r := leaseRig(t, nil, timeout, nil)
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	// Another process takes it (as one would after an expiry it saw).
 	thief := readLease(t, r.fs)
 	thief.Incarnation, thief.ExpiresAt = "thief", time.Now().Add(time.Hour)
@@ -211,21 +198,8 @@ func TestLeaseLostStopsEngine(t *testing.T) {
 // Fails before the lease carried the mark: the new node opened at
 // manifest + block + 2.
 func TestLeaseReservedSurvivesStoreLoss(t *testing.T) {
-	r := leaseRig(t, nil, 200*time.Millisecond, nil)
-	tweak := r.tweak
-	r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
-	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
-	var named uint64
-	for range 20 {
-		named = r.checkpoint().ID // empty: no manifest, but the id was named
-	}
-	named = max(named, e.Status().OpenID)
+	r, named := leaseRigNamingIDs(t)
+	e := r.e
 	if l := readLease(t, r.fs); l.Reserved < named {
 		t.Fatalf("lease reserves up to %d, but id %d was handed out", l.Reserved, named)
 	}
@@ -238,6 +212,25 @@ func TestLeaseReservedSurvivesStoreLoss(t *testing.T) {
 	if open := e.Status().OpenID; open <= named {
 		t.Fatalf("open checkpoint %d after the store was lost; id %d was handed out before (I8)", open, named)
 	}
+}
+
+// leaseRigNamingIDs starts a lease rig (timeout 200ms) reserving ids 4 at
+// a time, commits one batch, then runs 20 empty checkpoints: they name
+// ids that no manifest records. It returns the rig and the highest id
+// named, the open checkpoint's included.
+func leaseRigNamingIDs(t *testing.T) (*rig, uint64) {
+	t.Helper()
+	r := leaseRig(t, nil, 200*time.Millisecond, nil)
+	tweak := r.tweak
+	r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
+	e := r.start(nil)
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
+	var named uint64
+	for range 20 {
+		named = r.checkpoint().ID // empty: no manifest, but the id was named
+	}
+	return r, max(named, e.Status().OpenID)
 }
 
 // A restart on the same data dir (the state store's file lock is ours, so
@@ -259,6 +252,30 @@ func TestLeaseRestartSameDataDirAtOnce(t *testing.T) {
 	// A node on another data dir cannot tell the holder from a crashed
 	// one until it renews (every 20 minutes here): it waits.
 	waitRecovering(t, openWaiting(t, r), "waiting for node lease")
+}
+
+// killedStart opens an engine whose leaser is wrap(the rig's), waits
+// until reached (the moment the test kills it: the start has done what
+// says) and closes it there, as a kill would leave things. The rig's
+// leaser is its own again afterwards.
+func killedStart(t *testing.T, r *rig, wrap func(committer.Leaser) committer.Leaser, reached <-chan struct{}, what string) {
+	t.Helper()
+	plain := r.tweak
+	r.tweak = func(c *Config) {
+		plain(c)
+		c.Leaser = wrap(c.Leaser)
+	}
+	defer func() { r.tweak = plain }()
+	e, err := Open(r.config(r.fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the start never %s", what)
+	}
+	_ = e.Close() // the kill: nothing after that point ran
 }
 
 // landedLeaser lets a lease write land, then behaves as a process that
@@ -305,12 +322,8 @@ func TestLeaseWriteAnswerLost(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != r.e.lease.doc.Incarnation {
 		t.Fatalf("lease holds %s, the engine is %s", l.Incarnation, r.e.lease.doc.Incarnation)
 	}
-	if _, err := send(r.e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, r.e, nil, "s", 1, 1)
+	r.commit()
 }
 
 // A process killed right after its lease write landed, before anything
@@ -324,29 +337,13 @@ func TestLeaseRestartAfterKillMidTake(t *testing.T) {
 	first := readLease(t, r.fs)
 	r.stop()
 
-	plain := r.tweak
 	w := &landedLeaser{kill: true, landed: make(chan struct{})}
-	r.tweak = func(c *Config) {
-		plain(c)
-		w.Leaser = c.Leaser
-		c.Leaser = w
-	}
-	e, err := Open(r.config(r.fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-w.landed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second start never wrote its lease")
-	}
-	_ = e.Close() // the kill: nothing after the write ran
+	killedStart(t, r, func(l committer.Leaser) committer.Leaser { w.Leaser = l; return w }, w.landed, "wrote its lease")
 	second := readLease(t, r.fs)
 	if second.Incarnation == first.Incarnation {
 		t.Fatalf("the killed start did not replace the lease: %+v", second)
 	}
 
-	r.tweak = plain
 	r.start(nil)
 	if l := readLease(t, r.fs); l.Incarnation == second.Incarnation || l.Incarnation == first.Incarnation {
 		t.Fatalf("restart kept an old incarnation's lease: %+v", l)
@@ -356,6 +353,27 @@ func TestLeaseRestartAfterKillMidTake(t *testing.T) {
 	waitRecovering(t, openWaiting(t, r), "waiting for node lease")
 }
 
+// waitRenewed waits up to 5s for e's lease fence to pass again (a renewal
+// went through); when says after what, for the failure.
+func waitRenewed(t *testing.T, e *Engine, when string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.life.leaseCheck() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("lease not renewed %s: %v", when, e.life.leaseCheck())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// staleLockHour makes the local leaser take a lease lock for stale only
+// after an hour: a test that passes broke the lock knowingly, not by
+// waiting.
+func staleLockHour(l committer.Leaser) committer.Leaser {
+	l.(*local.Local).StaleLock = time.Hour
+	return l
+}
+
 // A process killed inside a lease compare-and-swap leaves the local lock
 // file (<lease>.lock) behind. Every start swaps the lease it finds, so a
 // crash loop hits this often (by hand: 1 start in 40 killed 0-40 ms in).
@@ -363,12 +381,7 @@ func TestLeaseRestartAfterKillMidTake(t *testing.T) {
 // breaks it at once; before, it waited for the lock's stale age (10 s; an
 // hour here, so the old code cannot pass by waiting).
 func TestLeaseLockOfKilledProcessBrokenAtOnce(t *testing.T) {
-	var leaser *local.Local
-	r := leaseRig(t, nil, time.Hour, func(l committer.Leaser) committer.Leaser {
-		leaser = l.(*local.Local)
-		leaser.StaleLock = time.Hour
-		return l
-	})
+	r := leaseRig(t, nil, time.Hour, staleLockHour)
 	r.start(nil)
 	killed := readLease(t, r.fs).Incarnation
 	r.stop()
@@ -429,12 +442,7 @@ func (s *stuckLeaser) WriteLease(ctx context.Context, _ string, _ []byte, _ stri
 // keeps every former incarnation until a swap of ours went through the
 // lock (C once dropped B, not being the lease's holder).
 func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
-	var leaser *local.Local
-	r := leaseRig(t, nil, time.Hour, func(l committer.Leaser) committer.Leaser {
-		leaser = l.(*local.Local)
-		leaser.StaleLock = time.Hour
-		return l
-	})
+	r := leaseRig(t, nil, time.Hour, staleLockHour)
 	r.start(nil)
 	a := readLease(t, r.fs).Incarnation
 	r.stop()
@@ -448,25 +456,9 @@ func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// C: killed right before its lease write.
-	plain := r.tweak
 	stuck := &stuckLeaser{called: make(chan struct{}, 1)}
-	r.tweak = func(c *Config) {
-		plain(c)
-		stuck.Leaser = c.Leaser
-		c.Leaser = stuck
-	}
-	e, err := Open(r.config(r.fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-stuck.called:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the start never came to its lease write")
-	}
-	_ = e.Close()
+	killedStart(t, r, func(l committer.Leaser) committer.Leaser { stuck.Leaser = l; return stuck }, stuck.called, "came to its lease write")
 	// D.
-	r.tweak = plain
 	r.start(nil)
 	if ok, _ := afero.Exists(r.fs, lock); ok {
 		t.Fatal("B's lock is still there")

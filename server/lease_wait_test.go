@@ -86,9 +86,7 @@ func TestLeaseReplacementWaitsForCrashedHolder(t *testing.T) {
 	if l := readLease(t, r.fs); l.Incarnation != e.lease.doc.Incarnation {
 		t.Fatalf("lease %+v, want the replacement's %s", l, e.lease.doc.Incarnation)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	if res := checkpointWithin(t, e, 10*time.Second); res.State != recovery.Committed {
 		t.Fatalf("checkpoint of the replacement: %+v", res)
 	}
@@ -168,12 +166,8 @@ func TestLeaseHugeReservedIgnored(t *testing.T) {
 	if l := readLease(t, r.fs); l.Reserved > 1<<41 {
 		t.Fatalf("the lease carries the planted mark on: %d", l.Reserved)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 }
 
 // After a host suspend the monotonic clock has not moved while the wall
@@ -194,19 +188,9 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 	if err := e.life.leaseCheck(); !errors.Is(err, ErrLeaseStale) {
 		t.Fatalf("fence after the wall clock passed the expiry: %v, want ErrLeaseStale", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.life.leaseCheck() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no renewal after the fence found the lease stale: %v", e.life.leaseCheck())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint after the renewal: %+v", res)
-	}
+	waitRenewed(t, e, "after the fence found the lease stale")
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 }
 
 // I8 when the state store and the lease are both lost (or the lease was
@@ -218,21 +202,7 @@ func TestLeaseFenceChecksWallClock(t *testing.T) {
 func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 	for _, lost := range []string{"deleted", "replaced"} {
 		t.Run(lost, func(t *testing.T) {
-			r := leaseRig(t, nil, 200*time.Millisecond, nil)
-			tweak := r.tweak
-			r.tweak = func(c *Config) { tweak(c); c.idBlock = 4 }
-			e := r.start(nil)
-			if _, err := send(e, nil, "s", 1, 1); err != nil {
-				t.Fatal(err)
-			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
-			var named uint64
-			for range 20 {
-				named = r.checkpoint().ID // empty: no manifest, but the id was named
-			}
-			named = max(named, e.Status().OpenID)
+			r, named := leaseRigNamingIDs(t)
 			r.stop()
 			if err := os.Remove(r.storePath); err != nil {
 				t.Fatal(err)
@@ -249,16 +219,12 @@ func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 				data, _ := json.Marshal(old)
 				plantLease(t, r, data)
 			}
-			e = r.start(nil)
+			e := r.start(nil)
 			if open := e.Status().OpenID; open <= named {
 				t.Fatalf("open checkpoint %d after losing store and lease; id %d was handed out before (I8)", open, named)
 			}
-			if _, err := send(e, nil, "s", 2, 1); err != nil {
-				t.Fatal(err)
-			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			mustSend(t, e, nil, "s", 2, 1)
+			r.commit()
 		})
 	}
 }

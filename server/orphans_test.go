@@ -73,12 +73,8 @@ func TestFailedAbortKeepsIntentForRecovery(t *testing.T) {
 		t.Errorf("intents after recovery: %d, want 0", n)
 	}
 	// And the service goes on.
-	if _, err := send(e, nil, "a", 10, 2); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint after recovery: %+v", res)
-	}
+	mustSend(t, e, nil, "a", 10, 2)
+	r.commit()
 	r.check(invariant.Expect{Exact: true, Must: map[invariant.BatchID]bool{{Stream: "a", Seq: 10}: true},
 		MustNot: map[invariant.BatchID]bool{{Stream: "a", Seq: 0}: true, {Stream: "b", Seq: 1}: true}})
 }
@@ -89,9 +85,7 @@ func TestFailedAbortKeepsIntentForRecovery(t *testing.T) {
 func TestShutdownCutLeavesNoUploads(t *testing.T) {
 	r, fake := newRemoteRig(t)
 	e := r.start(nil)
-	if _, err := send(e, nil, "a", 1, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "a", 1, 2)
 	started := make(chan struct{})
 	fake.set(func(f *fakeRemote) {
 		f.onPrepare = func(ctx context.Context, _ committer.File) error {
@@ -129,9 +123,7 @@ func TestShutdownCutLeavesNoUploads(t *testing.T) {
 func abortWithAbortDown(t *testing.T, r *rig, fake *fakeRemote, e *Engine) {
 	t.Helper()
 	for i, s := range []string{"a", "b"} {
-		if _, err := send(e, nil, s, int64(i), 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, nil, s, int64(i), 2)
 	}
 	fake.set(func(f *fakeRemote) { f.onPrepare, f.abortDown = failOn("b"), true })
 	if res := r.checkpoint(); res.State != recovery.Aborted {
@@ -218,9 +210,7 @@ func TestSweepSparesInflightAndOtherNodes(t *testing.T) {
 	for _, n := range []string{other, otherManifest, orphan} {
 		fake.startUpload(n)
 	}
-	if _, err := send(e, nil, "a", 1, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "a", 1, 2)
 	inPrepare, release := make(chan string, 1), make(chan struct{})
 	fake.set(func(f *fakeRemote) {
 		f.onPrepare = func(ctx context.Context, file committer.File) error {

@@ -66,9 +66,7 @@ func TestReplayFailedDirSyncStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(e, &Producer{ID: "p", Epoch: ps.Epoch}, "s", 0, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, &Producer{ID: "p", Epoch: ps.Epoch}, "s", 0, 2)
 	// The commit's rename fails (retried): the checkpoint stays prepared.
 	var renames atomic.Int64
 	sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
@@ -144,24 +142,16 @@ func TestUnplaceableFileDoesNotWedge(t *testing.T) {
 	if err := afero.WriteFile(r.fs, blocker, []byte("not eosink's"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(e, nil, "s", 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := send(e, nil, "t", 1, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 3)
+	mustSend(t, e, nil, "t", 1, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	res, err := e.Checkpoint(ctx)
 	if err != nil || res.State != recovery.Committed {
 		t.Fatalf("checkpoint with an unplaceable file: %+v, %v (status %+v), want committed", res, err, e.Status())
 	}
-	if _, err := send(e, nil, "t", 2, 2); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("the next checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "t", 2, 2)
+	r.commit()
 	m := readManifest(t, r.fs, res.ID)
 	var displaced int
 	for _, f := range m.Files {
@@ -190,9 +180,7 @@ func TestUnplaceableFileDoesNotWedge(t *testing.T) {
 func TestUnplaceableFileReplay(t *testing.T) {
 	r := newRig(t, faultfs.NewCrashFS())
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 3)
 	// Prepared, then the engine stops before the commit.
 	e.fin.Fence = func() error { return errors.New("held for the test") }
 	done := make(chan struct{})
@@ -243,9 +231,7 @@ func readManifest(t *testing.T, fs afero.Fs, id uint64) *layout.Manifest {
 func TestLostFileStuckPermanent(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	if _, err := send(e, nil, "s", 1, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 3)
 	var lost atomic.Bool
 	e.fin.Fence = func() error {
 		if !lost.Load() {

@@ -21,8 +21,9 @@ import (
 // kept (I11). The sequence rule itself is recovery.CheckSeq and the
 // StreamSeq steps, which the store applies too.
 
-// DefaultProducerExpiry is how long an idle producer with nothing
-// uncommitted is kept when Config.ProducerExpiry is 0.
+// DefaultProducerExpiry is --producer-expiry's default: how long an idle
+// producer with nothing uncommitted is kept (Config.ProducerExpiry 0
+// keeps them forever).
 const DefaultProducerExpiry = 168 * time.Hour
 
 // expireBatch is how many idle producers one expiry step looks at, so the
@@ -411,7 +412,8 @@ func (in *ingest) forget(id string, idleBefore time.Time, record func() error) e
 
 // ExpireProducers forgets the producers idle since before now minus the
 // expiry with nothing uncommitted, a batch at a time, and returns how many
-// it forgot. The expiry loop calls it; tests call it directly.
+// it forgot. The expiry loop calls it (when Config.ProducerExpiry is
+// not 0); tests call it directly.
 func (e *Engine) ExpireProducers(now time.Time) (int, error) {
 	return e.life.expire(context.Background(), now)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/eosink/eosink/recovery"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -20,13 +19,9 @@ func TestProducerDamagedRowServesTheRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := send(e, &Producer{ID: id, Epoch: st.Epoch}, "s", 0, 1); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, &Producer{ID: id, Epoch: st.Epoch}, "s", 0, 1)
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	r.stop()
 	db, err := bolt.Open(r.storePath, 0o600, nil)
 	if err != nil {
@@ -61,12 +56,8 @@ func TestProducerDamagedRowServesTheRest(t *testing.T) {
 	if s := st.Streams["s"]; s.CommittedSeq != 0 || s.NextSeq != 1 {
 		t.Fatalf("the other producer after the restart: %+v", st)
 	}
-	if _, err := send(e, &Producer{ID: "good", Epoch: st.Epoch}, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint with a damaged producer in the store: %+v", res)
-	}
+	mustSend(t, e, &Producer{ID: "good", Epoch: st.Epoch}, "s", 1, 1)
+	r.commit()
 	ps, _, err := e.ProducersPage("", 10)
 	if err != nil || len(ps) != 1 || ps[0].ID != "good" {
 		t.Fatalf("producer list: %+v %v, want the undamaged one", ps, err)

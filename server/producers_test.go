@@ -28,9 +28,7 @@ func TestProducerExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := send(e, &Producer{ID: "busy"}, "clicks", 0, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, &Producer{ID: "busy"}, "clicks", 0, 2)
 	if n, err := e.ExpireProducers(now.Add(30 * time.Minute)); err != nil || n != 0 {
 		t.Fatalf("expired %d before the expiry: %v", n, err)
 	}
@@ -86,9 +84,7 @@ func TestDeleteProducer(t *testing.T) {
 	if _, err := e.InitProducer(t.Context(), "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(e, &Producer{ID: "p"}, "clicks", 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, &Producer{ID: "p"}, "clicks", 0, 1)
 	if err := e.DeleteProducer(t.Context(), "p"); !errors.Is(err, ErrProducerBusy) {
 		t.Fatalf("delete with an uncommitted batch: %v", err)
 	}
@@ -189,9 +185,7 @@ func TestStartLoadsNoProducer(t *testing.T) {
 			t.Fatal(err)
 		}
 		epochs = append(epochs, st.Epoch)
-		if _, err := send(e, &Producer{ID: id, Epoch: st.Epoch}, "clicks", 0, 1); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, &Producer{ID: id, Epoch: st.Epoch}, "clicks", 0, 1)
 	}
 	done := r.checkpoint()
 	r.stop()

@@ -32,19 +32,13 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 			if stream == "b" && seq > 2 {
 				continue
 			}
-			if _, err := send(e, p, stream, seq, 2); err != nil {
-				t.Fatal(err)
-			}
+			mustSend(t, e, p, stream, seq, 2)
 			must[invariant.BatchID{Producer: "p", Stream: stream, Seq: seq}] = true
 		}
-		if res := r.checkpoint(); res.State != recovery.Committed {
-			t.Fatalf("checkpoint: %+v", res)
-		}
+		r.commit()
 	}
 	// Accepted, never committed: lost with the store, as documented.
-	if _, err := send(e, p, "a", 5, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, p, "a", 5, 2)
 	r.stop()
 	if err := os.Remove(r.storePath); err != nil {
 		t.Fatal(err)
@@ -85,9 +79,7 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 		}
 	}
 	must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 5}] = true
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})
 
 	// Restarting again (the store now keeps up) does not rebuild, and

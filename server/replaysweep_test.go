@@ -61,9 +61,7 @@ func replaySweepRun(t *testing.T, n int64) (faultfs.Op, bool) {
 		} else if i == 2 {
 			seq = 1
 		}
-		if _, err := send(e, &Producer{ID: "p", Epoch: ps.Epoch}, s, seq, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, &Producer{ID: "p", Epoch: ps.Epoch}, s, seq, 2)
 		must[invariant.BatchID{Producer: "p", Stream: s, Seq: seq}] = true
 	}
 	// Prepared, then the commit is held until the engine stops.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -179,4 +180,34 @@ func fastTempDir(t testing.TB) string {
 		}
 	}
 	return t.TempDir()
+}
+
+// commit runs a checkpoint on r.e and fails the test unless it committed.
+func (r *rig) commit() CheckpointResult {
+	r.t.Helper()
+	res := r.checkpoint()
+	if res.State != recovery.Committed {
+		r.t.Fatalf("checkpoint: %+v", res)
+	}
+	return res
+}
+
+// initProducer inits producer id on r.e and returns it at its new epoch.
+func (r *rig) initProducer(id string) *Producer {
+	r.t.Helper()
+	st, err := r.e.InitProducer(context.Background(), id)
+	if err != nil {
+		r.t.Fatalf("init producer %s: %v", id, err)
+	}
+	return &Producer{ID: id, Epoch: st.Epoch}
+}
+
+// mustSend is send that fails the test on an error.
+func mustSend(t testing.TB, e *Engine, p *Producer, stream string, seq int64, n int) WriteResult {
+	t.Helper()
+	res, err := send(e, p, stream, seq, n)
+	if err != nil {
+		t.Fatalf("send %s/%d: %v", stream, seq, err)
+	}
+	return res
 }

@@ -11,9 +11,7 @@ import (
 func TestStatusOffIngestLock(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	if _, err := send(e, nil, "clicks", 1, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "clicks", 1, 3)
 	e.ing.mu.Lock()
 	got := make(chan Status, 1)
 	go func() { got <- e.Status() }()

@@ -144,9 +144,7 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := send(e, &Producer{ID: "p", Epoch: ps.Epoch}, "s", 0, 2); err != nil {
-						t.Fatal(err)
-					}
+					mustSend(t, e, &Producer{ID: "p", Epoch: ps.Epoch}, "s", 0, 2)
 					if tc.op == "abort" {
 						sw.Set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpSync), syscall.EIO))
 					}
@@ -200,14 +198,8 @@ func TestStoreDiskFull(t *testing.T) {
 	t.Run("prepare", func(t *testing.T) {
 		r, f := storeRig(t)
 		e := r.start(nil)
-		ps, err := e.InitProducer(t.Context(), "p")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &Producer{ID: "p", Epoch: ps.Epoch}
-		if _, err := send(e, p, "s", 0, 2); err != nil {
-			t.Fatal(err)
-		}
+		p := r.initProducer("p")
+		mustSend(t, e, p, "s", 0, 2)
 		f.set(failOp("prepare", recovery.BeforeCommit, errPageENOSPC, 1))
 		if res := r.checkpoint(); res.State != recovery.Aborted || !strings.Contains(res.Error, "disk full") {
 			t.Fatalf("checkpoint on a full disk: %+v", res)
@@ -218,21 +210,15 @@ func TestStoreDiskFull(t *testing.T) {
 		if _, err := send(e, p, "s", 0, 2); err != nil {
 			t.Fatalf("resend: %v", err)
 		}
-		if res := r.checkpoint(); res.State != recovery.Committed {
-			t.Fatalf("checkpoint once space is back: %+v", res)
-		}
+		r.commit()
 		r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}, Exact: true})
 	})
 	t.Run("commit", func(t *testing.T) {
 		r, f := storeRig(t)
 		e := r.start(nil)
-		if _, err := send(e, nil, "s", 1, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, nil, "s", 1, 2)
 		f.set(failOp("commit", recovery.BeforeCommit, errPageENOSPC, 3))
-		if res := r.checkpoint(); res.State != recovery.Committed {
-			t.Fatalf("checkpoint: %+v", res)
-		}
+		r.commit()
 		if e.Err() != nil || len(f.fired) != 3 {
 			t.Fatalf("engine error %v, faults fired %v", e.Err(), f.fired)
 		}
@@ -277,9 +263,7 @@ func TestIdleEngineWritesNothing(t *testing.T) {
 		t.Fatalf("idle engine recorded checkpoints: %+v %v", list, err)
 	}
 	// Work still gets checkpointed periodically.
-	if _, err := send(e, nil, "s", 1, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 2)
 	deadline := time.Now().Add(5 * time.Second)
 	for e.Status().LastDone == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

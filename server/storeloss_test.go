@@ -46,9 +46,7 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 			var last uint64
 			var backup []byte
 			for i := range int64(4) {
-				if _, err := send(e, nil, "s", i, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, nil, "s", i, 2)
 				must[invariant.BatchID{Stream: "s", Seq: i}] = true
 				res := checkpointWithin(t, e, 10*time.Second)
 				if res.State != recovery.Committed {
@@ -79,9 +77,7 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 				t.Fatalf("open checkpoint %d after the store was %s; manifests go up to %d", open, name, last)
 			}
 			for i := int64(100); i < 103; i++ {
-				if _, err := send(e, nil, "s", i, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, nil, "s", i, 2)
 				must[invariant.BatchID{Stream: "s", Seq: i}] = true
 				res := checkpointWithin(t, e, 10*time.Second)
 				if res.State != recovery.Committed || res.ID <= last {

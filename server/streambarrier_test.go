@@ -64,9 +64,7 @@ func TestStreamPutIsABarrier(t *testing.T) {
 	if _, err := e.InitProducer(t.Context(), "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(e, p, "ev", 0, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, p, "ev", 0, 2)
 	if _, err := e.PutStream(t.Context(), "ev", byK); err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +107,12 @@ func TestStreamPutBarrierBounded(t *testing.T) {
 	r := newRig(t, nil)
 	r.tweak = func(c *Config) { sc = &stuckCommitter{Committer: c.Committer}; c.Committer = sc }
 	e := r.start(nil)
-	if _, err := send(e, nil, "ev", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "ev", 1, 1)
 	sc.stuck.Store(true)
 	done := make(chan CheckpointResult, 1)
 	go func() { res, _ := e.Checkpoint(context.Background()); done <- res }()
 	waitStuck(t, e)
-	if _, err := send(e, nil, "ev", 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "ev", 2, 1)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "ev", Seq: 1}: true, {Stream: "ev", Seq: 2}: true, {Stream: "ev", Seq: 3}: true}, Exact: true}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()

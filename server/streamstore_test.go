@@ -59,9 +59,7 @@ func TestStreamConfigRestoredAfterStoreLoss(t *testing.T) {
 	if !got.Configured || got.Config.Version != 2 || !reflect.DeepEqual(got.Config, info.Config) || got.ActiveVersion != 2 {
 		t.Fatalf("stream after the store was lost: %+v, want %+v in force", got, info.Config)
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
 	res := r.checkpoint()
 	if res.State != recovery.Committed || len(res.Files) != 1 || !strings.HasSuffix(res.Files[0].Final, ".ndjson.gz") || !strings.HasPrefix(res.Files[0].Final, "s/p=") {
 		t.Fatalf("checkpoint after the restore: %+v, want one gzip file under the configured partition", res)

@@ -26,21 +26,14 @@ func TestOlderStoreCopyIsDetected(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
 	ctx := t.Context()
-	st, err := e.InitProducer(ctx, "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: st.Epoch}
+	p := r.initProducer("p")
 	must := map[invariant.BatchID]bool{}
 	var backup []byte
+	var err error
 	for seq := range int64(4) {
-		if _, err := send(e, p, "a", seq, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "a", seq, 2)
 		must[invariant.BatchID{Producer: "p", Stream: "a", Seq: seq}] = true
-		if res := r.checkpoint(); res.State != recovery.Committed {
-			t.Fatalf("checkpoint: %+v", res)
-		}
+		r.commit()
 		if seq == 0 {
 			// The copy a volume snapshot takes of the live file, between
 			// two transactions: its reserved block is the running one.
@@ -54,7 +47,7 @@ func TestOlderStoreCopyIsDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	e = r.start(nil)
-	st, err = e.InitProducer(ctx, "p")
+	st, err := e.InitProducer(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +65,7 @@ func TestOlderStoreCopyIsDetected(t *testing.T) {
 		}
 	}
 	must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 4}] = true
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})
 }
 
@@ -95,19 +86,12 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
 			e := r.start(nil)
 			ctx := t.Context()
-			st, err := e.InitProducer(ctx, "p")
-			if err != nil {
-				t.Fatal(err)
-			}
-			zombie := &Producer{ID: "p", Epoch: st.Epoch}
+			zombie := r.initProducer("p")
 			for seq := range int64(3) {
-				if _, err := send(e, zombie, "a", seq, 1); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, zombie, "a", seq, 1)
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			r.commit()
+			var err error
 			if how == "delete" {
 				err = e.DeleteProducer(ctx, "p")
 			} else {
@@ -120,7 +104,7 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err = e.InitProducer(ctx, "p")
+			st, err := e.InitProducer(ctx, "p")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,12 +112,8 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 				t.Fatalf("second incarnation at epoch %d, the first was at %d", st.Epoch, zombie.Epoch)
 			}
 			p := &Producer{ID: "p", Epoch: st.Epoch}
-			if _, err := send(e, p, "a", 0, 1); err != nil {
-				t.Fatal(err)
-			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			mustSend(t, e, p, "a", 0, 1)
+			r.commit()
 			r.stop()
 			if err := os.Remove(r.storePath); err != nil {
 				t.Fatal(err)
@@ -151,9 +131,7 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			if err != nil || res.Duplicate {
 				t.Fatalf("the second incarnation's a/1 after the rebuild: %+v %v, want accepted", res, err)
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			r.commit()
 			rep := r.checker0(invariant.Expect{})
 			want := map[int64]int{0: 2, 1: 2, 2: 1}
 			for seq, n := range want {
@@ -204,20 +182,11 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 			r := newRig(t, nil)
 			e := r.start(nil)
 			ctx := t.Context()
-			st, err := e.InitProducer(ctx, "p")
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := &Producer{ID: "p", Epoch: st.Epoch}
+			p := r.initProducer("p")
 			must := map[invariant.BatchID]bool{}
-			if _, err := send(e, p, "a", 0, 1); err != nil {
-				t.Fatal(err)
-			}
+			mustSend(t, e, p, "a", 0, 1)
 			must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 0}] = true
-			res := r.checkpoint()
-			if res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			res := r.commit()
 			r.stop()
 			pn, data := make(res.ID)
 			plant(t, r.fs, pn, data)
@@ -262,19 +231,9 @@ func TestPlantedManifestBeyondReservedIDs(t *testing.T) {
 		c.Leaser, c.LeaseTimeout = local.New(c.FS, rigDest, rigStaging), time.Hour
 	}
 	e := r.start(nil)
-	ctx := t.Context()
-	st, err := e.InitProducer(ctx, "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: st.Epoch}
-	if _, err := send(e, p, "a", 0, 1); err != nil {
-		t.Fatal(err)
-	}
-	res := r.checkpoint()
-	if res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, "a", 0, 1)
+	res := r.commit()
 	r.stop()
 	id := res.ID + 1<<20
 	data := []byte("{\"planted\":true}\n")
@@ -315,19 +274,11 @@ func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
 	r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
 	e := r.start(nil)
 	ctx := t.Context()
-	st, err := e.InitProducer(ctx, "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := &Producer{ID: "p", Epoch: st.Epoch}
+	first := r.initProducer("p")
 	for seq := range int64(3) {
-		if _, err := send(e, first, "a", seq, 1); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, first, "a", seq, 1)
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	backup, err := os.ReadFile(r.storePath) // a live snapshot
 	if err != nil {
 		t.Fatal(err)
@@ -335,16 +286,9 @@ func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
 	if err := e.DeleteProducer(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if st, err = e.InitProducer(ctx, "p"); err != nil {
-		t.Fatal(err)
-	}
-	second := &Producer{ID: "p", Epoch: st.Epoch}
-	if _, err := send(e, second, "b", 0, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	second := r.initProducer("p")
+	mustSend(t, e, second, "b", 0, 1)
+	r.commit()
 	r.stop()
 	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
 		t.Fatal(err)

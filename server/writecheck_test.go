@@ -237,11 +237,7 @@ func TestPathTooLongRefused(t *testing.T) {
 	if _, err := writeLines(e, "ev", `{"f00":"x","f01":"x","f02":"x","f03":"x","f04":"x","f05":"x","f06":"x","f07":"x","f08":"x","f09":"x","f10":"x","f11":"x","f12":"x","f13":"x","f14":"x","f15":"x"}`); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if res, err := e.Checkpoint(ctx); err != nil || res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v, %v", res, err)
-	}
+	r.commit()
 }
 
 // TestPartitionOverPartFileRefused: after a template gains a level, a
@@ -267,11 +263,7 @@ func TestPartitionOverPartFileRefused(t *testing.T) {
 	if _, err := writeLines(e, "ev", `{"a":"x","b":"y"}`); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if res, err := e.Checkpoint(ctx); err != nil || res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v, %v", res, err)
-	}
+	r.commit()
 }
 
 // TestParquetRecordOverEncoderLimit: a record larger than the Parquet
@@ -293,9 +285,7 @@ func TestParquetRecordOverEncoderLimit(t *testing.T) {
 	if _, err := writeLines(e, "pq", `{"v":1}`); err != nil {
 		t.Fatal(err)
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 }
 
 // TestMaxPartitionsNotRolls: max_partitions counts partitions, not the

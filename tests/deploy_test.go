@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,17 +109,10 @@ func TestStaticBuild(t *testing.T) {
 			<-exited
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, out := health()
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("healthcheck never passed: exit %d %s", code, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var code int
+	var said string
+	eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { code, said = health(); return code == 0 },
+		func() string { return fmt.Sprintf("healthcheck never passed: exit %d %s", code, said) })
 	if err := svc.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

@@ -57,25 +57,6 @@ type duckPosted struct {
 	eventsVSum int64
 }
 
-func postNDJSON(t *testing.T, p *proc, stream string, body []byte) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/streams/"+stream+"/records", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		t.Fatalf("POST %s: %d %s", stream, resp.StatusCode, b.String())
-	}
-}
-
 // duckWorkload configures the streams, posts orders and events, and
 // commits them; it returns what was posted.
 func duckWorkload(t *testing.T, p *proc) duckPosted {

@@ -216,17 +216,12 @@ func TestGracefulStop(t *testing.T) {
 // for the producer and stream went past k's seq).
 func waitAccepted(t testing.TB, ctx context.Context, p *proc, k batchKey) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := p.Producer(ctx, k.P)
-		if err == nil && st.Streams[k.S].NextSeq > k.Q {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s not accepted after 10s (state %+v, err %v)", k, st, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var st producerState
+	var err error
+	eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		st, err = p.Producer(ctx, k.P)
+		return err == nil && st.Streams[k.S].NextSeq > k.Q
+	}, func() string { return fmt.Sprintf("batch %s not accepted after 10s (state %+v, err %v)", k, st, err) })
 }
 
 // waitTimeout waits for wg at most d.

@@ -58,6 +58,16 @@ func (p *proc) scrape(ctx context.Context) string {
 	return string(body)
 }
 
+// wantLines fails the test for every line of want that text (what) lacks.
+func wantLines(t *testing.T, what, text string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w+"\n") {
+			t.Errorf("%s lacks %q", what, w)
+		}
+	}
+}
+
 // TestMetrics scrapes the binary's /metrics after writes (one refused), a
 // checkpoint, a file download, a UI page and a 404, checks the series users
 // expect — HTTP requests by route pattern (never the raw path), code and
@@ -71,19 +81,14 @@ func TestMetrics(t *testing.T) {
 	ctx := t.Context()
 
 	// Before any traffic: every state and reason is there, at 0.
-	before := p.scrape(ctx)
-	for _, want := range []string{
+	wantLines(t, "/metrics before any write", p.scrape(ctx),
 		`eosink_checkpoints_total{state="committed"} 0`,
 		`eosink_checkpoints_total{state="aborted"} 0`,
 		`eosink_batches_rejected_total{reason="unknown_producer"} 0`,
 		`eosink_batches_rejected_total{reason="producer_fenced"} 0`,
 		`eosink_batches_rejected_total{reason="out_of_order_sequence"} 0`,
 		`eosink_batches_rejected_total{reason="backpressure"} 0`,
-	} {
-		if !strings.Contains(before, want+"\n") {
-			t.Errorf("/metrics before any write lacks %q", want)
-		}
-	}
+	)
 
 	post := func(stream, body string, hdr ...string) int {
 		t.Helper()
@@ -140,7 +145,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	text := p.scrape(ctx)
-	for _, want := range []string{
+	wantLines(t, "/metrics", text,
 		`eosink_http_requests_total{code="202",method="POST",route="/v1/streams/{stream}/records"} 3`,
 		`eosink_http_requests_total{code="409",method="POST",route="/v1/streams/{stream}/records"} 1`,
 		`eosink_http_requests_total{code="200",method="POST",route="/v1/checkpoints"} 1`,
@@ -152,11 +157,7 @@ func TestMetrics(t *testing.T) {
 		`eosink_checkpoints_total{state="aborted"} 0`,
 		`eosink_batches_rejected_total{reason="unknown_producer"} 1`,
 		`eosink_batches_rejected_total{reason="producer_fenced"} 0`,
-	} {
-		if !strings.Contains(text, want+"\n") {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
+	)
 	// Bounded labels: no stream name, file name or unknown path as a route.
 	for _, raw := range []string{`route="/v1/streams/s0`, ck.Files[0].Path, "/no/such/path"} {
 		if strings.Contains(text, raw) {

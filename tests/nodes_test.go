@@ -136,12 +136,7 @@ func TestNodeLease(t *testing.T) {
 			}
 			rng, _ := testRand(t)
 			want := map[batchKey]int{}
-			k := batchKey{P: "p", S: "events", Q: 0}
-			recs := makeRecords(rng, k, 3, 16)
-			if ans := prod.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs)}, prod.epoch, false); ans.Status != http.StatusAccepted {
-				t.Fatalf("write to a: %d %s %v", ans.Status, ans.Code, ans.Err)
-			}
-			want[k] = len(recs)
+			prod.sendNew(t, rng, "events", 0, 3, 16, want)
 			mustCommit(t, a)
 
 			a.Kill()
@@ -167,12 +162,7 @@ func TestNodeLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			k2 := batchKey{P: "p2", S: "events", Q: 0}
-			recs2 := makeRecords(rng, k2, 3, 16)
-			if ans := prod2.post(t.Context(), "events", &rawBatch{seq: 0, body: ndjson(recs2)}, prod2.epoch, false); ans.Status != http.StatusAccepted {
-				t.Fatalf("write to b: %d %s %v", ans.Status, ans.Code, ans.Err)
-			}
-			want[k2] = len(recs2)
+			prod2.sendNew(t, rng, "events", 0, 3, 16, want)
 			mustCommit(t, b)
 			if code := b.Term(); code != 0 {
 				t.Fatalf("b: SIGTERM exit %d", code)

@@ -60,14 +60,8 @@ func newOrphanRig(t *testing.T, shutdownTimeout time.Duration) *orphanRig {
 // requires 202.
 func (r *orphanRig) send(stream string, seq int64) {
 	r.t.Helper()
-	k := batchKey{P: r.prod.ID(), S: stream, Q: seq}
 	rng := rand.New(rand.NewPCG(uint64(seq), uint64(len(stream))))
-	recs := makeRecords(rng, k, 3, 32)
-	a := r.prod.post(r.t.Context(), stream, &rawBatch{seq: seq, body: ndjson(recs)}, r.prod.epoch, false)
-	if a.Status != http.StatusAccepted {
-		r.t.Fatalf("send %s: %d %s (%v), want 202", k, a.Status, a.Code, a.Err)
-	}
-	r.want[k] = len(recs)
+	r.prod.sendNew(r.t, rng, stream, seq, 3, 32, r.want)
 }
 
 // uploads lists the incomplete uploads under the rig's prefix, straight
@@ -173,13 +167,9 @@ func TestS3Orphans(t *testing.T) {
 		}
 
 		r.proxy.Cut(false)
-		deadline := time.Now().Add(30 * time.Second)
-		for len(r.uploads()) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("uploads 30s after S3 came back: %v; log %s:\n%s", r.uploads(), r.p.LogPath, r.p.logTail(20))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { return len(r.uploads()) == 0 }, func() string {
+			return fmt.Sprintf("uploads 30s after S3 came back: %v; log %s:\n%s", r.uploads(), r.p.LogPath, r.p.logTail(20))
+		})
 		// The sweep counts what it removed once it has gone through all of
 		// it, a moment after the last upload is gone.
 		removed := 0.0
@@ -264,12 +254,7 @@ func TestStoreLoss(t *testing.T) {
 				}
 				rng, _ := testRand(t)
 				for seq := range int64(3) {
-					k := batchKey{P: producer, S: "events", Q: seq}
-					recs := makeRecords(rng, k, 2, 16)
-					if a := prod.post(t.Context(), "events", &rawBatch{seq: seq, body: ndjson(recs)}, prod.epoch, false); a.Status != http.StatusAccepted {
-						t.Fatalf("send %s: %d %s", k, a.Status, a.Code)
-					}
-					want[k] = len(recs)
+					prod.sendNew(t, rng, "events", seq, 2, 16, want)
 					ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 					ck, err := p.Checkpoint(ctx)
 					cancel()

@@ -322,16 +322,9 @@ func (r *outageRig) stuckCommit() uint64 {
 		defer cancel()
 		_, _ = r.p.Checkpoint(ctx) // ends when the checkpoint commits, or the service stops
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if hit, _ := r.proxy.Hit(); hit {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no commit request reached the proxy in 30s; log %s:\n%s", r.p.LogPath, r.p.logTail(20))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, 30*time.Second, 5*time.Millisecond, func() bool { hit, _ := r.proxy.Hit(); return hit }, func() string {
+		return fmt.Sprintf("no commit request reached the proxy in 30s; log %s:\n%s", r.p.LogPath, r.p.logTail(20))
+	})
 	var list struct {
 		Checkpoints []checkpointAnswer `json:"checkpoints"`
 	}
@@ -371,33 +364,25 @@ func (r *outageRig) holdStuck(id uint64, d time.Duration) {
 func (r *outageRig) waitState(id uint64, state string, d time.Duration) {
 	t := r.t
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ck, err := r.p.CheckpointState(t.Context(), id)
-		if err == nil && ck.State == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("checkpoint %d not %s after %s: %+v, %v; log %s", id, state, d, ck, err, r.p.LogPath)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var ck checkpointAnswer
+	var err error
+	eventually(t, d, 20*time.Millisecond, func() bool {
+		ck, err = r.p.CheckpointState(t.Context(), id)
+		return err == nil && ck.State == state
+	}, func() string {
+		return fmt.Sprintf("checkpoint %d not %s after %s: %+v, %v; log %s", id, state, d, ck, err, r.p.LogPath)
+	})
 }
 
 func (r *outageRig) waitMetric(name string, want float64, d time.Duration) {
 	t := r.t
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		v, err := r.p.Metric(t.Context(), name)
-		if err == nil && v == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v (%v) after %s, want %v", name, v, err, d, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var v float64
+	var err error
+	eventually(t, d, 20*time.Millisecond, func() bool {
+		v, err = r.p.Metric(t.Context(), name)
+		return err == nil && v == want
+	}, func() string { return fmt.Sprintf("%s = %v (%v) after %s, want %v", name, v, err, d, want) })
 }
 
 func (r *outageRig) hitDesc() string {

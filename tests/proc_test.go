@@ -451,17 +451,46 @@ func doRequest(hc *http.Client, req *http.Request) ([]byte, error) {
 	return data, nil
 }
 
+// postNDJSON posts body to stream as NDJSON and requires 202.
+func postNDJSON(t *testing.T, p *proc, stream string, body []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/streams/"+stream+"/records", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		t.Fatalf("POST %s: %d %s", stream, resp.StatusCode, b.String())
+	}
+}
+
 // call does one request and decodes a 2xx JSON answer into out.
 func (p *proc) call(ctx context.Context, method, path string, body []byte, out any) error {
+	return callJSON(ctx, p.hc, p.URL, method, path, nil, body, out)
+}
+
+// callJSON does one request to base+path with the headers hdr and decodes
+// a 2xx JSON answer into out (unless nil).
+func callJSON(ctx context.Context, hc *http.Client, base, method, path string, hdr http.Header, body []byte, out any) error {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, p.URL+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
 	if err != nil {
 		return err
 	}
-	data, err := doRequest(p.hc, req)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	data, err := doRequest(hc, req)
 	if err != nil {
 		return err
 	}

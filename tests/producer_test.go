@@ -228,6 +228,18 @@ type answer struct {
 // request in flight per stream, kept batches resent from expected_seq,
 // retries on transport errors, 5xx and 429. It is the reference the
 // client is compared with, and it lets tests see every answer.
+// sendNew sends batch seq of n new records (of about pad bytes each) to
+// stream once, requires 202, and counts its records in want.
+func (p *rawProducer) sendNew(t testing.TB, rng *rand.Rand, stream string, seq int64, n, pad int, want map[batchKey]int) {
+	t.Helper()
+	k := batchKey{P: p.ID(), S: stream, Q: seq}
+	recs := makeRecords(rng, k, n, pad)
+	if a := p.post(t.Context(), stream, &rawBatch{seq: seq, body: ndjson(recs)}, p.epoch, false); a.Status != http.StatusAccepted {
+		t.Fatalf("send %s: %d %s (%v), want 202", k, a.Status, a.Code, a.Err)
+	}
+	want[k] = len(recs)
+}
+
 type rawProducer struct {
 	id   string
 	base string
@@ -554,25 +566,7 @@ func (p *rawProducer) rewindLocked(stream string, rs *rawStream, exp int64) erro
 
 // do is a plain JSON request against the producer's service.
 func (p *rawProducer) do(ctx context.Context, method, path string, hdr http.Header, body []byte, out any) error {
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, p.base+path, r)
-	if err != nil {
-		return err
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	data, err := doRequest(p.hc, req)
-	if err != nil {
-		return err
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
-	}
-	return nil
+	return callJSON(ctx, p.hc, p.base, method, path, hdr, body, out)
 }
 
 // transient reports whether a request should be retried: a transport

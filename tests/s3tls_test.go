@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,19 +51,7 @@ func TestS3OverTLS(t *testing.T) {
 	})
 	p.StartReady()
 	body := []byte("{\"over\":\"tls\"}\n{\"n\":2}\n")
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/v1/streams/secure/records", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("write: %s", resp.Status)
-	}
+	postNDJSON(t, p, "secure", body)
 	cp, err := p.Checkpoint(ctx)
 	if err != nil || cp.State != "committed" || len(cp.Files) != 1 {
 		t.Fatalf("checkpoint: %+v %v", cp, err)

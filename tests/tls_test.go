@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -212,30 +213,16 @@ func servedCert(t testing.TB, addr string, roots *tls.Config) string {
 
 func waitServed(t testing.TB, p *proc, roots *tls.Config, want string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := servedCert(t, p.Addr, roots)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still serving %q after %s, want %q; log:\n%s", got, timeout, want, p.logTail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var got string
+	eventually(t, timeout, 50*time.Millisecond, func() bool { got = servedCert(t, p.Addr, roots); return got == want }, func() string {
+		return fmt.Sprintf("still serving %q after %s, want %q; log:\n%s", got, timeout, want, p.logTail(20))
+	})
 }
 
 func waitLog(t testing.TB, p *proc, text string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	eventually(t, timeout, 20*time.Millisecond, func() bool {
 		b, err := os.ReadFile(p.LogPath)
-		if err == nil && strings.Contains(string(b), text) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q not logged after %s; log:\n%s", text, timeout, p.logTail(20))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && strings.Contains(string(b), text)
+	}, func() string { return fmt.Sprintf("%q not logged after %s; log:\n%s", text, timeout, p.logTail(20)) })
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,20 +17,18 @@ import (
 // made from the same environment the service reads (EOSINK_LISTEN,
 // EOSINK_TLS_CERT), so it needs no flags in the image.
 func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("healthcheck", "Usage: eosink healthcheck [flags]\n\nExits 0 if the URL answers 200, else 1.", stderr)
 	var target, caFile string
 	var timeout time.Duration
 	fs.StringVar(&target, "url", defaultHealthURL(os.Getenv("EOSINK_LISTEN"), os.Getenv("EOSINK_TLS_CERT") != ""),
 		"URL to GET (default from EOSINK_LISTEN and EOSINK_TLS_CERT)")
 	fs.StringVar(&caFile, "ca-file", "", "PEM CAs to verify an https URL with; without it a loopback https URL is not verified (it is our own process)")
-	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: eosink healthcheck [flags]\n\nExits 0 if the URL answers 200, else 1.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long (above 0)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %v: want a duration above 0 (it can't be off)", errUsage, timeout)
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -76,11 +73,11 @@ func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // wildcard host (":8080", "0.0.0.0:8080", "[::]:8080") is asked on loopback.
 func defaultHealthURL(listen string, tlsOn bool) string {
 	if listen == "" {
-		listen = "127.0.0.1:8080"
+		listen = defaultListen
 	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		host, port = "127.0.0.1", "8080"
+		host, port, _ = net.SplitHostPort(defaultListen)
 	}
 	switch host {
 	case "", "0.0.0.0":

@@ -121,6 +121,18 @@ func version() string {
 	return fmt.Sprintf("%s (%s) %s %s/%s", v, r, in.GoVersion, runtime.GOOS, runtime.GOARCH)
 }
 
+// newFlagSet is a command's flag set: errors and usage go to stderr, the
+// usage being the command's text, then its flags.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // envFlags sets each flag of fs not given on the command line from
 // EOSINK_<NAME>, with dashes as underscores. Command-line flags win.
 func envFlags(fs *flag.FlagSet, args []string) error {

@@ -72,12 +72,6 @@ func TestUsage(t *testing.T) {
 	if err := run(context.Background(), []string{"verify"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Fatalf("verify without --dest: %v", err)
 	}
-	for _, bad := range [][]string{{"--node", "-a"}, {"--dest", "ftp://x"}, {"--dest", "file://relative"}, {"--log-level", "loud"}} {
-		args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, bad...)
-		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
-			t.Errorf("serve %v: accepted", bad)
-		}
-	}
 }
 
 // verify --dry-run on a local destination: nothing remote to sweep, and

@@ -141,9 +141,9 @@ func (p *process) openEngine(reg *prometheus.Registry, dest destination, dataDir
 		Node: f.node, FS: p.fs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
 		Committer: dest, Publisher: dest, Logger: p.log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
-		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: sweepInterval(f.producerExpiry),
-		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: f.idemMaxKeys,
-		Hooks: metrics.Hooks(), SweepInterval: sweepInterval(f.sweepInterval),
+		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: f.producerExpiry,
+		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: int(f.idemMaxKeys),
+		Hooks: metrics.Hooks(), SweepInterval: f.sweepInterval,
 		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
 	})
 	if err != nil {

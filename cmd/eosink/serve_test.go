@@ -70,6 +70,23 @@ func startProcessT(t *testing.T, args ...string) (string, *process) {
 	return "http://" + p.addr, p
 }
 
+// noRedirects returns a client that answers a redirect as it is, without
+// following it.
+func noRedirects() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// statusOf sends req through c and returns the answer's status.
+func statusOf(t *testing.T, c *http.Client, req *http.Request) int {
+	t.Helper()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
 // TestHeaderLimits: request headers are bounded in size (431 beyond) and
 // in time; net/http's default let each connection hold 1 MiB of them.
 func TestHeaderLimits(t *testing.T) {
@@ -82,12 +99,7 @@ func TestHeaderLimits(t *testing.T) {
 		req, _ := http.NewRequest("GET", base+"/v1/streams", nil)
 		req.Header.Set("Authorization", "Bearer "+testReadToken)
 		req.Header.Set("X-Pad", strings.Repeat("p", n))
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = res.Body.Close()
-		return res.StatusCode
+		return statusOf(t, http.DefaultClient, req)
 	}
 	if code := do(1000); code != http.StatusOK {
 		t.Fatalf("1 KB of headers: %d, want 200", code)
@@ -110,12 +122,7 @@ func TestTrustedProxiesFlag(t *testing.T) {
 		req, _ := http.NewRequest("GET", base+"/v1/streams", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("X-Forwarded-For", client)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = res.Body.Close()
-		return res.StatusCode
+		return statusOf(t, http.DefaultClient, req)
 	}
 	for i := range 20 {
 		if code := get("203.0.113.5", fmt.Sprintf("guess-%016d", i)); code != http.StatusUnauthorized {
@@ -149,12 +156,7 @@ func TestTrustedProxiesFlag(t *testing.T) {
 		req, _ := http.NewRequest("POST", base+"/ui/login", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("X-Forwarded-For", client)
-		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = res.Body.Close()
-		return res.StatusCode
+		return statusOf(t, noRedirects(), req)
 	}
 	if code := login("203.0.113.5", "form-guess-0000000000"); code != http.StatusTooManyRequests {
 		t.Fatalf("the guesser at the login form: %d, want 429", code)

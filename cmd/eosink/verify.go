@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +16,7 @@ import (
 )
 
 func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("verify", "Usage: eosink verify --dest URL [flags]\n\nReads the destination and reports every file no manifest names and every\nmanifest entry whose file is missing or whose size, records or checksum\ndiffer. Exits 1 if it finds any.\n\nWith --dry-run it also lists the S3 uploads and staging objects that the\norphan sweep of a node (or of every node) would remove, and removes nothing.", stderr)
 	var df destFlags
 	var asJSON, dryRun bool
 	var node string
@@ -29,10 +27,6 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&dryRun, "dry-run", false, "also report what the orphan sweep would remove (S3 uploads and staging objects); removes nothing")
 	fs.StringVar(&node, "node", "", "with --dry-run: only this node's leftovers (default: every node found)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: eosink verify --dest URL [flags]\n\nReads the destination and reports every file no manifest names and every\nmanifest entry whose file is missing or whose size, records or checksum\ndiffer. Exits 1 if it finds any.\n\nWith --dry-run it also lists the S3 uploads and staging objects that the\norphan sweep of a node (or of every node) would remove, and removes nothing.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	if err := envFlags(fs, args); err != nil {
 		return usageError(err)
 	}

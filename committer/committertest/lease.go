@@ -75,47 +75,29 @@ func testLeaseMissing(t *testing.T, l committer.Leaser) {
 }
 
 func testLeaseConcurrent(t *testing.T, l committer.Leaser) {
-	ctx := t.Context()
-	v0, err := l.WriteLease(ctx, leaseName, []byte(`{"round":0}`), "")
+	v0, err := l.WriteLease(t.Context(), leaseName, []byte(`{"round":0}`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 8
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = l.WriteLease(ctx, leaseName, fmt.Appendf(nil, `{"writer":%d}`, i), v0)
-		}()
-	}
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, committer.ErrPrecondition):
-			t.Errorf("writer %d: %v, want nil or ErrPrecondition", i, err)
-		}
-	}
-	if won != 1 {
-		t.Fatalf("%d swaps from one version succeeded, want exactly 1 (%v)", won, errs)
-	}
+	oneWriterWins(t, l, v0, committer.ErrPrecondition, "swaps from one version")
 }
 
 func testLeaseConcurrentCreate(t *testing.T, l committer.Leaser) {
+	oneWriterWins(t, l, "", committer.ErrExists, "creates")
+}
+
+// oneWriterWins runs 8 lease writes over version at once: exactly one
+// must succeed, every other must fail with lost.
+func oneWriterWins(t *testing.T, l committer.Leaser, version string, lost error, what string) {
+	t.Helper()
 	ctx := t.Context()
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = l.WriteLease(ctx, leaseName, fmt.Appendf(nil, `{"writer":%d}`, i), "")
-		}()
+		wg.Go(func() {
+			_, errs[i] = l.WriteLease(ctx, leaseName, fmt.Appendf(nil, `{"writer":%d}`, i), version)
+		})
 	}
 	wg.Wait()
 	won := 0
@@ -123,11 +105,11 @@ func testLeaseConcurrentCreate(t *testing.T, l committer.Leaser) {
 		switch {
 		case err == nil:
 			won++
-		case !errors.Is(err, committer.ErrExists):
-			t.Errorf("writer %d: %v, want nil or ErrExists", i, err)
+		case !errors.Is(err, lost):
+			t.Errorf("writer %d: %v, want nil or %v", i, err, lost)
 		}
 	}
 	if won != 1 {
-		t.Fatalf("%d creates succeeded, want exactly 1 (%v)", won, errs)
+		t.Fatalf("%d %s succeeded, want exactly 1 (%v)", won, what, errs)
 	}
 }

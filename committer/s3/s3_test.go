@@ -36,6 +36,25 @@ type rig struct {
 	prefix string
 }
 
+// forEachMode runs test once per commit mode, each on a rig of its own
+// over the shared MinIO.
+func forEachMode(t *testing.T, partSize int64, test func(t *testing.T, r *rig)) {
+	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
+		t.Run(mode.String(), func(t *testing.T) {
+			test(t, newRig(t, shared.Get(t), mode, partSize))
+		})
+	}
+}
+
+// dropUpload aborts a prepared file's multipart upload behind the
+// committer's back, as the server does when it expires one.
+func (r *rig) dropUpload(t *testing.T, key, uploadID string) {
+	t.Helper()
+	if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, key, uploadID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func newRig(t testing.TB, srv *testsrv.MinIO, mode s3.Mode, partSize int64) *rig {
 	t.Helper()
 	client, err := srv.Client()
@@ -217,56 +236,50 @@ func TestLargeFileCopy(t *testing.T) {
 
 // TestAbortAbortsUpload: after Abort, the upload is gone from the server.
 func TestAbortAbortsUpload(t *testing.T) {
-	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
-		t.Run(mode.String(), func(t *testing.T) {
-			r := newRig(t, shared.Get(t), mode, s3.MinPartSize)
-			f := committertest.Prepare(t, r.env(), finalName, committertest.Content(44, 6<<20))
-			key := r.s3.Key(finalName)
-			ids, err := r.s3.Uploads(t.Context(), key)
-			if err != nil || len(ids) != 1 || ids[0] != f.UploadID {
-				t.Fatalf("before abort: uploads %v, %v; want [%s]", ids, err, f.UploadID)
-			}
-			if err := r.s3.Abort(t.Context(), f); err != nil {
-				t.Fatalf("abort: %v", err)
-			}
-			res, err := r.core.ListMultipartUploads(t.Context(), r.srv.Bucket, key, "", "", "", 1000)
-			if err != nil || len(res.Uploads) != 0 {
-				t.Fatalf("after abort: uploads %+v, %v", res.Uploads, err)
-			}
-			_, err = r.core.ListObjectParts(t.Context(), r.srv.Bucket, key, f.UploadID, 0, 1000)
-			if minio.ToErrorResponse(err).Code != minio.NoSuchUpload {
-				t.Fatalf("list parts after abort: %v, want NoSuchUpload", err)
-			}
-		})
-	}
+	forEachMode(t, s3.MinPartSize, func(t *testing.T, r *rig) {
+		f := committertest.Prepare(t, r.env(), finalName, committertest.Content(44, 6<<20))
+		key := r.s3.Key(finalName)
+		ids, err := r.s3.Uploads(t.Context(), key)
+		if err != nil || len(ids) != 1 || ids[0] != f.UploadID {
+			t.Fatalf("before abort: uploads %v, %v; want [%s]", ids, err, f.UploadID)
+		}
+		if err := r.s3.Abort(t.Context(), f); err != nil {
+			t.Fatalf("abort: %v", err)
+		}
+		res, err := r.core.ListMultipartUploads(t.Context(), r.srv.Bucket, key, "", "", "", 1000)
+		if err != nil || len(res.Uploads) != 0 {
+			t.Fatalf("after abort: uploads %+v, %v", res.Uploads, err)
+		}
+		_, err = r.core.ListObjectParts(t.Context(), r.srv.Bucket, key, f.UploadID, 0, 1000)
+		if minio.ToErrorResponse(err).Code != minio.NoSuchUpload {
+			t.Fatalf("list parts after abort: %v, want NoSuchUpload", err)
+		}
+	})
 }
 
 // TestAbortIntentWithoutUploadID: a crash between starting an upload and
 // recording its id leaves an intent without one; Abort still finds the
 // upload on the exact key.
 func TestAbortIntentWithoutUploadID(t *testing.T) {
-	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
-		t.Run(mode.String(), func(t *testing.T) {
-			r := newRig(t, shared.Get(t), mode, s3.MinPartSize)
-			e := r.env()
-			intent := committertest.Stage(t, e, finalName, committertest.Content(45, 7<<20))
-			// A half-done staging upload too, as a crash mid-Prepare leaves it.
-			if _, err := r.core.NewMultipartUpload(t.Context(), r.srv.Bucket, r.s3.StagingKey(finalName), minio.PutObjectOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := r.s3.Prepare(t.Context(), intent); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.s3.Abort(t.Context(), intent); err != nil {
-				t.Fatalf("abort: %v", err)
-			}
-			left, err := r.leftovers(t.Context(), intent)
-			if err != nil || len(left) > 0 {
-				t.Fatalf("after abort: leftovers %v, %v", left, err)
-			}
-			committertest.WantAbsent(t, r.s3, finalName)
-		})
-	}
+	forEachMode(t, s3.MinPartSize, func(t *testing.T, r *rig) {
+		e := r.env()
+		intent := committertest.Stage(t, e, finalName, committertest.Content(45, 7<<20))
+		// A half-done staging upload too, as a crash mid-Prepare leaves it.
+		if _, err := r.core.NewMultipartUpload(t.Context(), r.srv.Bucket, r.s3.StagingKey(finalName), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.s3.Prepare(t.Context(), intent); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.s3.Abort(t.Context(), intent); err != nil {
+			t.Fatalf("abort: %v", err)
+		}
+		left, err := r.leftovers(t.Context(), intent)
+		if err != nil || len(left) > 0 {
+			t.Fatalf("after abort: leftovers %v, %v", left, err)
+		}
+		committertest.WantAbsent(t, r.s3, finalName)
+	})
 }
 
 // TestCommitRace: two different files racing for one final name: exactly
@@ -327,28 +340,21 @@ func TestCommitRace(t *testing.T) {
 // (expiry during an outage); the staging file is still there, so Commit
 // uploads again. Without it, the file is lost.
 func TestCommitReuploadsWhenUploadGone(t *testing.T) {
-	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
-		t.Run(mode.String(), func(t *testing.T) {
-			r := newRig(t, shared.Get(t), mode, 0)
-			data := committertest.Content(60, 100_000)
-			f := committertest.Prepare(t, r.env(), finalName, data)
-			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, r.s3.Key(finalName), f.UploadID); err != nil {
-				t.Fatal(err)
-			}
-			r.commitClean(t, f, finalName, data)
+	forEachMode(t, 0, func(t *testing.T, r *rig) {
+		data := committertest.Content(60, 100_000)
+		f := committertest.Prepare(t, r.env(), finalName, data)
+		r.dropUpload(t, r.s3.Key(finalName), f.UploadID)
+		r.commitClean(t, f, finalName, data)
 
-			g := committertest.Prepare(t, r.env(), "lost.ndjson", data)
-			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, r.s3.Key(g.Final), g.UploadID); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.fs.Remove(g.Temp); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.s3.Commit(t.Context(), g); !errors.Is(err, committer.ErrLost) {
-				t.Fatalf("commit with upload and staging file gone: %v, want ErrLost", err)
-			}
-		})
-	}
+		g := committertest.Prepare(t, r.env(), "lost.ndjson", data)
+		r.dropUpload(t, r.s3.Key(g.Final), g.UploadID)
+		if err := r.fs.Remove(g.Temp); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.s3.Commit(t.Context(), g); !errors.Is(err, committer.ErrLost) {
+			t.Fatalf("commit with upload and staging file gone: %v, want ErrLost", err)
+		}
+	})
 }
 
 // TestPrepareChecksStagingFile: the bytes uploaded are the bytes recorded.
@@ -642,24 +648,19 @@ func TestLeftovers(t *testing.T) {
 // that leaves the new upload. The next Commit's retry removes it: nothing
 // stays on the key once the file is committed.
 func TestReuploadAbortsEarlierRetries(t *testing.T) {
-	for _, mode := range []s3.Mode{s3.Multipart, s3.Copy} {
-		t.Run(mode.String(), func(t *testing.T) {
-			r := newRig(t, shared.Get(t), mode, 0)
-			data := committertest.Content(61, 10_000)
-			f := committertest.Prepare(t, r.env(), finalName, data)
-			key := r.s3.Key(finalName)
-			if err := r.core.AbortMultipartUpload(t.Context(), r.srv.Bucket, key, f.UploadID); err != nil {
+	forEachMode(t, 0, func(t *testing.T, r *rig) {
+		data := committertest.Content(61, 10_000)
+		f := committertest.Prepare(t, r.env(), finalName, data)
+		key := r.s3.Key(finalName)
+		r.dropUpload(t, key, f.UploadID)
+		// What a reupload cut off by a crash leaves on the keys.
+		for _, k := range []string{key, r.s3.StagingKey(finalName)} {
+			if _, err := r.core.NewMultipartUpload(t.Context(), r.srv.Bucket, k, minio.PutObjectOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			// What a reupload cut off by a crash leaves on the keys.
-			for _, k := range []string{key, r.s3.StagingKey(finalName)} {
-				if _, err := r.core.NewMultipartUpload(t.Context(), r.srv.Bucket, k, minio.PutObjectOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			r.commitClean(t, f, finalName, data)
-		})
-	}
+		}
+		r.commitClean(t, f, finalName, data)
+	})
 }
 
 // TestLeaseConformance: the S3 Leaser passes the suite (and the MinIO under

@@ -30,13 +30,19 @@ func TestDefaultMatchesServerPartition(t *testing.T) {
 		time.Unix(0, 0),
 	}
 	for _, tm := range times {
-		got, err := tmpl.Eval(tm, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := serverPartition(tm); got != want {
-			t.Errorf("Eval(%v) = %q, want %q", tm, got, want)
-		}
+		checkServerPartition(t, tmpl, tm)
+	}
+}
+
+// checkServerPartition: the template puts tm where serverPartition does.
+func checkServerPartition(t *testing.T, tmpl *Template, tm time.Time) {
+	t.Helper()
+	got, err := tmpl.Eval(tm, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := serverPartition(tm); got != want {
+		t.Errorf("Eval(%v) = %q, want %q", tm, got, want)
 	}
 }
 
@@ -52,13 +58,7 @@ func FuzzDefaultMatchesServerPartition(f *testing.F) {
 		if y := tm.UTC().Year(); y < 1 || y > 9999 {
 			return
 		}
-		got, err := tmpl.Eval(tm, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := serverPartition(tm); got != want {
-			t.Fatalf("Eval(%v) = %q, want %q", tm, got, want)
-		}
+		checkServerPartition(t, tmpl, tm)
 	})
 }
 

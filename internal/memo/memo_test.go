@@ -23,25 +23,24 @@ func TestCacheKeepsUntilVersionChanges(t *testing.T) {
 		}
 		return v
 	}
-	if got := get(1, "a"); got != "a@1#1" {
-		t.Fatalf("first: %s", got)
-	}
-	if got := get(1, "a"); got != "a@1#1" {
-		t.Fatalf("same version: %s, want the kept a@1#1", got)
-	}
-	if got := get(1, "b"); got != "b@1#2" {
-		t.Fatalf("other key: %s", got)
-	}
-	if got := get(2, "a"); got != "a@2#3" {
-		t.Fatalf("new version: %s, want computed again", got)
-	}
-	// A lookup that took its version before the newest may get the newer
-	// answer, never makes the cache go back.
-	if got := get(1, "a"); got != "a@2#3" {
-		t.Fatalf("older version: %s, want the newer kept answer", got)
-	}
-	if got := get(2, "a"); got != "a@2#3" {
-		t.Fatalf("after an older lookup: %s", got)
+	for _, step := range []struct {
+		what    string
+		version uint64
+		key     string
+		want    string
+	}{
+		{"first", 1, "a", "a@1#1"},
+		{"same version: the kept answer", 1, "a", "a@1#1"},
+		{"other key", 1, "b", "b@1#2"},
+		{"new version: computed again", 2, "a", "a@2#3"},
+		// A lookup that took its version before the newest may get the
+		// newer answer, never makes the cache go back.
+		{"older version: the newer kept answer", 1, "a", "a@2#3"},
+		{"after an older lookup", 2, "a", "a@2#3"},
+	} {
+		if got := get(step.version, step.key); got != step.want {
+			t.Fatalf("%s: %s, want %s", step.what, got, step.want)
+		}
 	}
 }
 

@@ -73,11 +73,31 @@ func makeOrders(t *testing.T, seed uint64, n int) []order {
 	return out
 }
 
+// dest is a destination directory (files) and a staging directory on the
+// OS file system, in a temp dir.
+type dest struct {
+	fs      afero.Fs
+	dirs    *durable.Dirs
+	staging string
+	files   string
+}
+
+func newDest(t *testing.T) *dest {
+	t.Helper()
+	root := t.TempDir()
+	d := &dest{fs: afero.NewOsFs(), dirs: &durable.Dirs{}, staging: filepath.Join(root, "staging"), files: filepath.Join(root, "files")}
+	if err := durable.MkdirAll(d.fs, d.staging); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // writeFile stages records as one transaction, encodes it and moves it to
 // final (with the durable recipe), as a checkpoint would.
-func writeFile(t *testing.T, fs afero.Fs, dirs *durable.Dirs, stagingDir, final string, recs [][]byte, enc format.Encoding) staging.Summary {
+func (d *dest) writeFile(t *testing.T, final string, recs [][]byte, enc format.Encoding) staging.Summary {
 	t.Helper()
-	tx, err := staging.Create(fs, staging.TempName(stagingDir, filepath.Base(final)), 0)
+	fs, dirs := d.fs, d.dirs
+	tx, err := staging.Create(fs, staging.TempName(d.staging, filepath.Base(final)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,14 +167,7 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 		}
 		byPart[p] = append(byPart[p], rec)
 	}
-	root := t.TempDir()
-	fs := afero.NewOsFs()
-	dirs := &durable.Dirs{}
-	stagingDir := filepath.Join(root, "staging")
-	if err := durable.MkdirAll(fs, stagingDir); err != nil {
-		t.Fatal(err)
-	}
-	dest := filepath.Join(root, "files")
+	d := newDest(t)
 	enc := format.EncodingFor(conf)
 	enc.RowGroupBytes = 8 << 10 // several row groups per file
 	ext, err := conf.Ext("ndjson")
@@ -167,8 +180,8 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 	}
 	sort.Strings(parts)
 	for i, p := range parts {
-		final := filepath.Join(dest, "orders", p, fmt.Sprintf("part-n1-%020d-%04d.%s", 7, i, ext))
-		sum := writeFile(t, fs, dirs, stagingDir, final, byPart[p], enc)
+		final := filepath.Join(d.files, "orders", p, fmt.Sprintf("part-n1-%020d-%04d.%s", 7, i, ext))
+		sum := d.writeFile(t, final, byPart[p], enc)
 		if sum.Records != int64(len(byPart[p])) {
 			t.Fatalf("%s: %d records, want %d", final, sum.Records, len(byPart[p]))
 		}
@@ -188,7 +201,7 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 		}
 	}
 	db := openDB(t)
-	glob := filepath.Join(dest, "orders", "**", "*.parquet")
+	glob := filepath.Join(d.files, "orders", "**", "*.parquet")
 	src := fmt.Sprintf("read_parquet('%s', hive_partitioning = true, hive_types = {'dt': VARCHAR, 'region': VARCHAR})", glob)
 
 	var n, ids, amounts int64
@@ -252,13 +265,7 @@ func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
 		recs[i] = o.json(false)
 		wantIDs += o.id
 	}
-	root := t.TempDir()
-	fs := afero.NewOsFs()
-	dirs := &durable.Dirs{}
-	stagingDir := filepath.Join(root, "staging")
-	if err := durable.MkdirAll(fs, stagingDir); err != nil {
-		t.Fatal(err)
-	}
+	d := newDest(t)
 	db := openDB(t)
 	for _, comp := range []string{"none", "gzip", "zstd"} {
 		conf := streamconf.Config{Format: "ndjson", Compression: comp}.Defaults()
@@ -266,8 +273,8 @@ func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		final := filepath.Join(root, "files", "clicks", "dt=2026-11-29", "hour=09", "part-n1-00000000000000000003-0000."+ext)
-		writeFile(t, fs, dirs, stagingDir, final, recs, format.EncodingFor(conf))
+		final := filepath.Join(d.files, "clicks", "dt=2026-11-29", "hour=09", "part-n1-00000000000000000003-0000."+ext)
+		d.writeFile(t, final, recs, format.EncodingFor(conf))
 		if _, err := os.Stat(final); err != nil {
 			t.Fatal(err)
 		}

@@ -402,22 +402,7 @@ func TestCrashFSConcurrent(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			name := "/d/" + string(rune('a'+i))
-			f, err := fs.Create(name)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for range 20 {
-				if _, err := f.WriteString("x"); err != nil {
-					t.Error(err)
-				}
-			}
-			if err := f.Sync(); err != nil {
-				t.Error(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Error(err)
-			}
+			writeX(t, fs, name, 20)
 		})
 		wg.Go(func() {
 			_ = fs.CrashClone()

@@ -135,3 +135,25 @@ func allFs() []fsCase {
 		{"inject", func(*testing.T) afero.Fs { return NewInjectFS(NewCrashFS(), nil) }},
 	}
 }
+
+// writeX creates name and writes n bytes "x" one at a time, then syncs
+// and closes it; it reports errors with t.Error, so goroutines may call it.
+func writeX(t *testing.T, fs afero.Fs, name string, n int) {
+	t.Helper()
+	f, err := fs.Create(name)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for range n {
+		if _, err := f.WriteString("x"); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Error(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -137,14 +137,20 @@ func (fs *InjectFS) RemoveAll(path string) error {
 // Injected errors come back as *os.LinkError.
 func (fs *InjectFS) Rename(oldname, newname string) error {
 	if err := fs.check(OpRename, oldname); err != nil {
-		var pe *os.PathError
-		var le *os.LinkError
-		if errors.As(err, &pe) || errors.As(err, &le) {
-			return err
-		}
-		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+		return renameErr(oldname, newname, err)
 	}
 	return fs.fs.Rename(oldname, newname)
+}
+
+// renameErr is an injected rename error as *os.LinkError, unless the
+// fault already is a path or link error.
+func renameErr(oldname, newname string, err error) error {
+	var pe *os.PathError
+	var le *os.LinkError
+	if errors.As(err, &pe) || errors.As(err, &le) {
+		return err
+	}
+	return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 }
 
 // RenameNoReplace is Rename that never replaces newname (see
@@ -152,12 +158,7 @@ func (fs *InjectFS) Rename(oldname, newname string) error {
 // wrapped file system's own RenameNoReplace is used when it has one.
 func (fs *InjectFS) RenameNoReplace(oldname, newname string) error {
 	if err := fs.check(OpRename, oldname); err != nil {
-		var pe *os.PathError
-		var le *os.LinkError
-		if errors.As(err, &pe) || errors.As(err, &le) {
-			return err
-		}
-		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+		return renameErr(oldname, newname, err)
 	}
 	return durable.RenameNoReplace(fs.fs, oldname, newname)
 }

@@ -369,22 +369,7 @@ func TestInjectFSConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Go(func() {
-			f, err := fs.Create(fmt.Sprintf("/f%d", i))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for range writes {
-				if _, err := f.WriteString("x"); err != nil {
-					t.Error(err)
-				}
-			}
-			if err := f.Sync(); err != nil {
-				t.Error(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Error(err)
-			}
+			writeX(t, fs, fmt.Sprintf("/f%d", i), writes)
 		})
 	}
 	wg.Wait()

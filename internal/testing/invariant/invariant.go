@@ -71,7 +71,10 @@ func Batch(b BatchID, n int) []byte {
 	return out
 }
 
-// manifest is a checkpoint's manifest as the checker reads it.
+// manifest is a checkpoint's manifest as the checker reads it: the
+// fields docs/design.md documents, declared here rather than taken from
+// layout.Manifest on purpose, so that a change to the written document's
+// field names fails the checker instead of changing it along.
 type manifest struct {
 	Checkpoint uint64          `json:"checkpoint"`
 	Node       string          `json:"node"`
@@ -189,177 +192,229 @@ type span struct {
 // Check reads the whole destination and checks it against exp.
 func (c *Checker) Check(exp Expect) *Report { return c.CheckContext(context.Background(), exp) }
 
-// CheckContext is Check with a context for the destination's reads.
+// CheckContext is Check with a context for the destination's reads. Its
+// steps, in order, are checkRun's methods.
 func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
-	r := &Report{Nodes: map[string]int{}, Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}}
 	if c.seen == nil {
 		c.seen = map[string]uint32{}
 	}
-	src := c.Source
-	if src == nil {
-		src = FSDest{FS: c.FS, Dir: c.Dest}
+	run := &checkRun{c: c, ctx: ctx, src: c.Source, r: &Report{Nodes: map[string]int{}, Batches: map[BatchID]int{}, Checkpoints: map[BatchID][]uint64{}},
+		files: map[string]*dataFile{}, claims: map[[2]string][]claim{}, spans: map[[2]string][]span{}}
+	if run.src == nil {
+		run.src = FSDest{FS: c.FS, Dir: c.Dest}
 	}
-	objs, err := src.List(ctx)
+	if run.list() {
+		run.readManifests()
+		run.checkClaims()
+		run.checkOrder()
+		run.checkNamed()
+		run.checkExpected(exp)
+	}
+	sort.Strings(run.r.Problems)
+	return run.r
+}
+
+// checkRun is one Check: what it read of the destination so far, and the
+// report it builds.
+type checkRun struct {
+	c   *Checker
+	ctx context.Context
+	src Dest
+	r   *Report
+
+	files     map[string]*dataFile  // data files by path
+	manifests []string              // manifest paths, sorted
+	claims    map[[2]string][]claim // (producer, stream) -> the ranges manifests claim
+	spans     map[[2]string][]span  // (producer, stream) -> one span per file
+}
+
+// list lists the destination, sorts each object into a kind and reads the
+// data files (step 1). It returns false if the listing failed.
+func (run *checkRun) list() bool {
+	objs, err := run.src.List(run.ctx)
 	if err != nil {
-		r.bad("list destination: %v", err)
-		return r
+		run.r.bad("list destination: %v", err)
+		return false
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Path < objs[j].Path })
-	files := map[string]*dataFile{}
-	var manifests []string
 	for _, o := range objs {
 		switch {
 		case layout.IsTempName(o.Path):
-			r.bad("I1: temp file in destination: %s", o.Path)
-			continue
+			run.r.bad("I1: temp file in destination: %s", o.Path)
 		case strings.HasPrefix(o.Path, layout.StagingDir+"/"):
-			r.Staging = append(r.Staging, o.Path)
-			continue
+			run.r.Staging = append(run.r.Staging, o.Path)
 		case strings.HasPrefix(o.Path, layout.QuarantineDir+"/"):
 			if _, _, _, ok := layout.ParseQuarantineName(o.Path); !ok {
-				r.bad("unexpected name under %s/: %s", layout.QuarantineDir, o.Path)
+				run.r.bad("unexpected name under %s/: %s", layout.QuarantineDir, o.Path)
 			}
-			r.Quarantined = append(r.Quarantined, o.Path)
-			continue
+			run.r.Quarantined = append(run.r.Quarantined, o.Path)
 		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"), strings.HasPrefix(o.Path, layout.ForgottenDir+"/"):
-			continue // node leases, stream configurations, forgotten producers: not data
+			// node leases, stream configurations, forgotten producers: not data
 		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
-				r.bad("unexpected name under _manifests/: %s", o.Path)
+				run.r.bad("unexpected name under _manifests/: %s", o.Path)
 				continue
 			}
-			manifests = append(manifests, o.Path)
-			continue
+			run.manifests = append(run.manifests, o.Path)
+		default:
+			run.readDataFile(o)
 		}
-		f := &dataFile{size: o.Size}
-		files[o.Path] = f
-		node, ckpt, _, ext, ok := layout.ParsePartName(path.Base(o.Path))
-		if !ok || (c.Paths != nil && !c.Paths.MatchString(o.Path)) {
-			r.bad("unexpected object in the destination: %s (%d bytes)", o.Path, o.Size)
-			continue
-		}
-		f.node, f.ckpt = node, ckpt
-		data, err := src.Read(ctx, o.Path)
-		if err != nil {
-			r.bad("read %s: %v", o.Path, err)
-			continue
-		}
-		f.raw = data
-		r.Files++
-		r.Bytes += int64(len(data))
-		r.Nodes[node]++
-		if int64(len(data)) != o.Size {
-			r.bad("I1: %s: listed with %d bytes, read %d", o.Path, o.Size, len(data))
-		}
-		if len(data) == 0 {
-			if c.NoEmpty {
-				r.bad("empty data file %s", o.Path)
-			}
-			continue
-		}
-		// Compressed and Parquet files are read back through staging's
-		// decoders (a complete file decodes, a partial one does not).
-		lines, encoded, err := decodeLines(o.Path, data)
-		if err != nil {
-			r.bad("I1: %s does not decode: %v", o.Path, err)
-			continue
-		}
-		if encoded {
-			if r.Encoded == nil {
-				r.Encoded = map[string]int{}
-			}
-			r.Encoded[ext]++
-		}
-		if len(lines) == 0 || lines[len(lines)-1] != '\n' {
-			r.bad("I1: %s does not end with a newline (partial?)", o.Path)
-		}
-		f.lines = lines
 	}
-	claims := map[[2]string][]claim{}
-	spans := map[[2]string][]span{} // (producer, stream) -> one span per file
-	for _, m := range manifests {
-		r.Manifests++
-		data, err := src.Read(ctx, m)
+	return true
+}
+
+// readDataFile reads one data file and checks what it alone can show: its
+// name, size, that it decodes and ends with a newline (I1).
+func (run *checkRun) readDataFile(o Object) {
+	r := run.r
+	f := &dataFile{size: o.Size}
+	run.files[o.Path] = f
+	node, ckpt, _, ext, ok := layout.ParsePartName(path.Base(o.Path))
+	if !ok || (run.c.Paths != nil && !run.c.Paths.MatchString(o.Path)) {
+		r.bad("unexpected object in the destination: %s (%d bytes)", o.Path, o.Size)
+		return
+	}
+	f.node, f.ckpt = node, ckpt
+	data, err := run.src.Read(run.ctx, o.Path)
+	if err != nil {
+		r.bad("read %s: %v", o.Path, err)
+		return
+	}
+	f.raw = data
+	r.Files++
+	r.Bytes += int64(len(data))
+	r.Nodes[node]++
+	if int64(len(data)) != o.Size {
+		r.bad("I1: %s: listed with %d bytes, read %d", o.Path, o.Size, len(data))
+	}
+	if len(data) == 0 {
+		if run.c.NoEmpty {
+			r.bad("empty data file %s", o.Path)
+		}
+		return
+	}
+	// Compressed and Parquet files are read back through staging's
+	// decoders (a complete file decodes, a partial one does not).
+	lines, encoded, err := decodeLines(o.Path, data)
+	if err != nil {
+		r.bad("I1: %s does not decode: %v", o.Path, err)
+		return
+	}
+	if encoded {
+		if r.Encoded == nil {
+			r.Encoded = map[string]int{}
+		}
+		r.Encoded[ext]++
+	}
+	if len(lines) == 0 || lines[len(lines)-1] != '\n' {
+		r.bad("I1: %s does not end with a newline (partial?)", o.Path)
+	}
+	f.lines = lines
+}
+
+// readManifests reads every manifest and checks each entry against its
+// file (step 2).
+func (run *checkRun) readManifests() {
+	for _, m := range run.manifests {
+		run.r.Manifests++
+		data, err := run.src.Read(run.ctx, m)
 		if err != nil {
-			r.bad("read manifest %s: %v", m, err)
+			run.r.bad("read manifest %s: %v", m, err)
 			continue
 		}
 		var mf manifest
 		if err := json.Unmarshal(data, &mf); err != nil {
-			r.bad("I1: manifest %s is not valid JSON: %v", m, err)
+			run.r.bad("I1: manifest %s is not valid JSON: %v", m, err)
 			continue
 		}
 		if want := layout.ManifestName(mf.Node, mf.Checkpoint); want != m {
-			r.bad("manifest %s names checkpoint %d of node %s", m, mf.Checkpoint, mf.Node)
+			run.r.bad("manifest %s names checkpoint %d of node %s", m, mf.Checkpoint, mf.Node)
 		}
 		for _, f := range mf.Files {
-			df := files[f.Path]
-			if df == nil {
-				r.bad("I1: %s in manifest %s is missing", f.Path, m)
-				continue
-			}
-			if df.named++; df.named > 1 {
-				r.bad("I2: %s named by %d manifests", f.Path, df.named)
-			}
-			if df.raw == nil {
-				continue // reported above
-			}
-			if df.ckpt != mf.Checkpoint || df.node != mf.Node {
-				r.bad("manifest %s (checkpoint %d, node %s) names %s", m, mf.Checkpoint, mf.Node, f.Path)
-			}
-			if dir, _, _ := strings.Cut(f.Path, "/"); dir != f.Stream {
-				r.bad("%s: in the directory of stream %q, manifest %s says stream %q", f.Path, dir, m, f.Stream)
-			}
-			if df.size != f.Bytes {
-				r.bad("I1: %s has %d bytes, manifest says %d", f.Path, df.size, f.Bytes)
-			}
-			sum := crc32.Checksum(df.raw, castagnoli)
-			if got := fmt.Sprintf("%08x", sum); got != f.CRC32C {
-				r.bad("I1: %s crc32c %s, manifest says %s", f.Path, got, f.CRC32C)
-			}
-			if df.lines == nil {
-				continue // does not decode: reported above
-			}
-			if n := int64(bytes.Count(df.lines, []byte{'\n'})); n != f.Records {
-				r.bad("I1: %s has %d records, manifest says %d", f.Path, n, f.Records)
-			}
-			if old, ok := c.seen[f.Path]; ok && old != sum {
-				r.bad("I7: committed file %s was rewritten", f.Path)
-			}
-			c.seen[f.Path] = sum
-			found, foreign := c.scan(r, f.Path, f.Stream, df.lines)
-			for _, b := range found {
-				r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
-			}
-			if !foreign {
-				c.checkRanges(r, f.Path, f.Producers, found)
-			}
-			for p, rs := range f.Producers {
-				k := [2]string{p, f.Stream}
-				if ep, ok := f.Epochs[p]; ok {
-					k[0] = fmt.Sprintf("%s (incarnation %d)", p, ep.Incarnation)
-				}
-				for _, rg := range rs {
-					claims[k] = append(claims[k], claim{rg, f.Path})
-				}
-			}
-			for p, sp := range fileSpans(found, mf.Node, mf.Checkpoint) {
-				k := [2]string{p, f.Stream}
-				spans[k] = append(spans[k], sp)
-			}
+			run.checkEntry(m, &mf, f)
 		}
 	}
-	for k, cs := range claims {
+}
+
+// checkEntry checks one manifest entry against the file it names: the
+// file exists, is named once, by its own checkpoint, node and stream, with
+// its size, checksum and record count (I1), unchanged since an earlier
+// Check (I7); then scans its records and notes its ranges and spans.
+func (run *checkRun) checkEntry(m string, mf *manifest, f manifestEntry) {
+	r, c := run.r, run.c
+	df := run.files[f.Path]
+	if df == nil {
+		r.bad("I1: %s in manifest %s is missing", f.Path, m)
+		return
+	}
+	if df.named++; df.named > 1 {
+		r.bad("I2: %s named by %d manifests", f.Path, df.named)
+	}
+	if df.raw == nil {
+		return // reported by readDataFile
+	}
+	if df.ckpt != mf.Checkpoint || df.node != mf.Node {
+		r.bad("manifest %s (checkpoint %d, node %s) names %s", m, mf.Checkpoint, mf.Node, f.Path)
+	}
+	if dir, _, _ := strings.Cut(f.Path, "/"); dir != f.Stream {
+		r.bad("%s: in the directory of stream %q, manifest %s says stream %q", f.Path, dir, m, f.Stream)
+	}
+	if df.size != f.Bytes {
+		r.bad("I1: %s has %d bytes, manifest says %d", f.Path, df.size, f.Bytes)
+	}
+	sum := crc32.Checksum(df.raw, castagnoli)
+	if got := fmt.Sprintf("%08x", sum); got != f.CRC32C {
+		r.bad("I1: %s crc32c %s, manifest says %s", f.Path, got, f.CRC32C)
+	}
+	if df.lines == nil {
+		return // does not decode: reported by readDataFile
+	}
+	if n := int64(bytes.Count(df.lines, []byte{'\n'})); n != f.Records {
+		r.bad("I1: %s has %d records, manifest says %d", f.Path, n, f.Records)
+	}
+	if old, ok := c.seen[f.Path]; ok && old != sum {
+		r.bad("I7: committed file %s was rewritten", f.Path)
+	}
+	c.seen[f.Path] = sum
+	found, foreign := c.scan(r, f.Path, f.Stream, df.lines)
+	for _, b := range found {
+		r.Checkpoints[b] = append(r.Checkpoints[b], mf.Checkpoint)
+	}
+	if !foreign {
+		c.checkRanges(r, f.Path, f.Producers, found)
+	}
+	for p, rs := range f.Producers {
+		k := [2]string{p, f.Stream}
+		if ep, ok := f.Epochs[p]; ok {
+			k[0] = fmt.Sprintf("%s (incarnation %d)", p, ep.Incarnation)
+		}
+		for _, rg := range rs {
+			run.claims[k] = append(run.claims[k], claim{rg, f.Path})
+		}
+	}
+	for p, sp := range fileSpans(found, mf.Node, mf.Checkpoint) {
+		k := [2]string{p, f.Stream}
+		run.spans[k] = append(run.spans[k], sp)
+	}
+}
+
+// checkClaims: no (producer, stream, seq) is claimed by two files'
+// manifest ranges (step 3).
+func (run *checkRun) checkClaims() {
+	for k, cs := range run.claims {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].rg[0] < cs[j].rg[0] })
 		for i := 1; i < len(cs); i++ {
 			if cs[i].rg[0] <= cs[i-1].rg[1] {
-				r.bad("manifest ranges: producer %s stream %s: %s claims %v and %s claims %v", k[0], k[1], cs[i-1].file, cs[i-1].rg, cs[i].file, cs[i].rg)
+				run.r.bad("manifest ranges: producer %s stream %s: %s claims %v and %s claims %v", k[0], k[1], cs[i-1].file, cs[i-1].rg, cs[i].file, cs[i].rg)
 			}
 		}
 	}
-	// Order: per producer and stream, a later checkpoint of a node holds
-	// later sequence numbers.
-	for k, ss := range spans {
+}
+
+// checkOrder: per producer and stream, a later checkpoint of a node holds
+// later sequence numbers (step 4).
+func (run *checkRun) checkOrder() {
+	for k, ss := range run.spans {
 		sort.Slice(ss, func(i, j int) bool {
 			if ss[i].node != ss[j].node {
 				return ss[i].node < ss[j].node
@@ -369,20 +424,30 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 		for i := 1; i < len(ss); i++ {
 			a, b := ss[i-1], ss[i]
 			if a.node == b.node && a.ckpt < b.ckpt && a.max >= b.min {
-				r.bad("order: %s/%s: checkpoint %d holds seqs %d..%d, later checkpoint %d holds %d..%d", k[0], k[1], a.ckpt, a.min, a.max, b.ckpt, b.min, b.max)
+				run.r.bad("order: %s/%s: checkpoint %d holds seqs %d..%d, later checkpoint %d holds %d..%d", k[0], k[1], a.ckpt, a.min, a.max, b.ckpt, b.min, b.max)
 			}
 		}
 	}
-	for p, f := range files {
+}
+
+// checkNamed: every data file is named by a manifest (I1), and every file
+// an earlier Check saw committed is still there (I7) (step 5).
+func (run *checkRun) checkNamed() {
+	for p, f := range run.files {
 		if f.named == 0 {
-			r.bad("I1: %s is in the destination but in no manifest", p)
+			run.r.bad("I1: %s is in the destination but in no manifest", p)
 		}
 	}
-	for p := range c.seen {
-		if _, ok := files[p]; !ok {
-			r.bad("I7: committed file %s was deleted", p)
+	for p := range run.c.seen {
+		if _, ok := run.files[p]; !ok {
+			run.r.bad("I7: committed file %s was deleted", p)
 		}
 	}
+}
+
+// checkExpected compares the batches found with exp (I2, I3) (step 6).
+func (run *checkRun) checkExpected(exp Expect) {
+	r := run.r
 	for b := range exp.Must {
 		if n := r.Batches[b]; n != 1 {
 			r.bad("I2: batch %s appears %d times, want exactly once", b, n)
@@ -401,8 +466,6 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			r.bad("I3: batch %s appears but was never expected", b)
 		}
 	}
-	sort.Strings(r.Problems)
-	return r
 }
 
 // fileSpans returns the sequence numbers each producer but "" has in one

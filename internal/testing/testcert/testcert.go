@@ -29,10 +29,6 @@ type CA struct {
 // NewCA makes a CA named name, valid for a day.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("generate CA key: %v", err)
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(t),
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"eosink tests"}},
@@ -42,15 +38,8 @@ func NewCA(t testing.TB, name string) *CA {
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("create CA certificate: %v", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("parse CA certificate: %v", err)
-	}
-	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}
+	key, cert, certPEM := issue(t, "CA", tmpl, nil, nil)
+	return &CA{Cert: cert, CertPEM: certPEM, key: key}
 }
 
 // Pool returns a pool holding only this CA.
@@ -79,10 +68,6 @@ type Leaf struct {
 // any extra DNS names), signed by ca, with commonName cn.
 func (ca *CA) Server(t testing.TB, cn string, dnsNames ...string) *Leaf {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("generate server key: %v", err)
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{"eosink tests"}},
@@ -93,23 +78,35 @@ func (ca *CA) Server(t testing.TB, cn string, dnsNames ...string) *Leaf {
 		DNSNames:     append([]string{"localhost"}, dnsNames...),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("create server certificate: %v", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("parse server certificate: %v", err)
-	}
+	key, cert, certPEM := issue(t, "server", tmpl, ca.Cert, ca.key)
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatalf("marshal server key: %v", err)
 	}
-	return &Leaf{
-		Cert:    cert,
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
+	return &Leaf{Cert: cert, CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})}
+}
+
+// issue makes a P-256 key and a certificate of tmpl for it, signed by
+// parent's key (nil parent: self-signed); what names the certificate in
+// messages.
+func issue(t testing.TB, what string, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("generate %s key: %v", what, err)
 	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatalf("create %s certificate: %v", what, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("parse %s certificate: %v", what, err)
+	}
+	return key, cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // Write writes the certificate and key to certPath and keyPath (key mode
