@@ -285,6 +285,7 @@ func (s *Server) Mount(r chi.Router) {
 	r.With(s.openCheckpointHeader, ingest).Post("/v1/streams/{stream}/records", s.postRecords)
 	r.With(ingest).Post("/v1/producers/{producer}/init", s.initProducer)
 	r.With(producers).Get("/v1/producers/{producer}", s.getProducer)
+	r.With(producers).Get("/v1/producers/{producer}/streams/{stream}/seqs/{seq}", s.getSeq) // seqs.go
 	r.With(admin).Delete("/v1/producers/{producer}", s.deleteProducer)
 	r.With(producers).Get("/v1/producers", s.listProducers)
 	r.With(admin).Post("/v1/checkpoints", s.postCheckpoint)

@@ -205,3 +205,30 @@ type CommitList struct {
 	// More: the page stopped at a bound and more commits are there now.
 	More bool `json:"more"`
 }
+
+// SeqLocation is one committed file holding a producer's batch.
+type SeqLocation struct {
+	Node        string     `json:"node"`
+	Checkpoint  uint64     `json:"checkpoint"`
+	CommittedAt *time.Time `json:"committed_at,omitempty"`
+	Manifest    string     `json:"manifest"`
+	Path        string     `json:"path"`
+	// First and Last bound the producer's range in the file holding it.
+	First int64 `json:"first"`
+	Last  int64 `json:"last"`
+	// Epoch and Incarnation: the producer's as of the checkpoint; absent
+	// in manifests written before they were kept.
+	Epoch       *int64 `json:"epoch,omitempty"`
+	Incarnation *int64 `json:"incarnation,omitempty"`
+}
+
+// SeqLocations answers GET /v1/producers/{producer}/streams/{stream}/seqs/{seq}.
+type SeqLocations struct {
+	Producer string `json:"producer"`
+	Stream   string `json:"stream"`
+	Seq      int64  `json:"seq"`
+	// Locations: newest incarnation first, then newest commit.
+	Locations []SeqLocation `json:"locations"`
+	// Complete: every manifest was read (false: only the newest ones).
+	Complete bool `json:"complete"`
+}

@@ -94,3 +94,31 @@ func TestCommitsIterator(t *testing.T) {
 		break
 	}
 }
+
+func TestLocate(t *testing.T) {
+	r := newRig(t, 0).start()
+	p := r.client("locator")
+	if _, err := p.Init(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := records("x", 2)
+	res, err := p.Send(ctx(t), "clicks", recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Locate(ctx(t), "locator", "clicks", res.Seq); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("before the commit: %v, want ErrNotFound", err)
+	}
+	r.checkpoint()
+	loc, err := p.Locate(ctx(t), "locator", "clicks", res.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loc.Locations) != 1 || loc.Locations[0].Incarnation == nil || !loc.Complete {
+		t.Fatalf("locations %+v", loc)
+	}
+	data, err := p.Download(ctx(t), loc.Locations[0].Path, 1<<20)
+	if err != nil || !bytes.Contains(data, recs[1]) {
+		t.Fatalf("download %s: %q %v", loc.Locations[0].Path, data, err)
+	}
+}
