@@ -206,7 +206,7 @@ func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometh
 	if g := apiSrv.Gate(); g != nil {
 		auth = g
 	}
-	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth, FeedURL: "/v1/commits",
 		Logger: p.log.With("component", "web"), Node: f.node})
 	if err != nil {
 		return nil, err

@@ -143,3 +143,25 @@ func (c *Catalog) pollTips(ctx context.Context, cur Cursor) error {
 	}
 	return nil
 }
+
+// FeedTip returns a cursor at (or, by a poll interval, near) the end of
+// the feed: the newest manifest known of each node, after a poll unless
+// one ran within the interval. The first call lists every node's
+// manifests once; later ones list only what is newer. For a display that
+// follows new commits from now on (the UI), not for a consumer: a
+// manifest published while the poll listed may be passed over.
+func (c *Catalog) FeedTip(ctx context.Context) (Cursor, error) {
+	if err := c.pollTips(ctx, Cursor{}); err != nil {
+		return Cursor{}, err
+	}
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	var cur Cursor
+	for node, id := range c.watch.tips {
+		if len(cur.nodes) == MaxFeedNodes {
+			break
+		}
+		cur = cur.With(node, id)
+	}
+	return cur, nil
+}
