@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,8 @@ type feedConsumer struct {
 	marks   map[string][]string // cursor -> commits seen after it (Mark)
 	marked  []string            // the marked cursors
 	polls   int
+	failed  []string // failed steps (a node down), the first few
+	fails   int
 }
 
 func newFeedConsumer(hc *http.Client, urls ...string) *feedConsumer {
@@ -155,12 +158,17 @@ func (fc *feedConsumer) mark() {
 	}
 }
 
-// run follows the feed until ctx ends, moving to the next URL on errors
-// (a killed service).
+// run follows the feed until ctx ends, each page through the next URL
+// in turn (so a cursor of one node goes to the next), waiting a moment
+// after an error (a killed service).
 func (fc *feedConsumer) run(ctx context.Context) {
-	for i := 0; ctx.Err() == nil; {
-		if _, err := fc.step(ctx, fc.urls[i%len(fc.urls)], "2"); err != nil {
-			i++
+	for i := 0; ctx.Err() == nil; i++ {
+		if _, err := fc.step(ctx, fc.urls[i%len(fc.urls)], "2"); err != nil && ctx.Err() == nil {
+			fc.mu.Lock()
+			if fc.fails++; len(fc.failed) < 5 {
+				fc.failed = append(fc.failed, err.Error())
+			}
+			fc.mu.Unlock()
 			_ = sleepCtx(ctx, 50*time.Millisecond)
 		}
 	}
@@ -176,10 +184,39 @@ func (fc *feedConsumer) drain(ctx context.Context) error {
 	}
 }
 
+// checkReplays fails t unless each marked cursor (taken before a kill)
+// gives now exactly the commits the consumer saw after it. The services
+// must be running.
+func (fc *feedConsumer) checkReplays(t *testing.T, ctx context.Context) {
+	t.Helper()
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, m := range fc.marked {
+		var again []string
+		cursor := m
+		for {
+			p, err := fc.page(ctx, fc.urls[len(fc.urls)-1], cursor, "0")
+			if err != nil {
+				t.Fatalf("replay from a cursor of before the restarts: %v", err)
+			}
+			for _, c := range p.Commits {
+				again = append(again, fmt.Sprintf("%s/%d", c.Node, c.Checkpoint))
+			}
+			cursor = p.Next
+			if len(p.Commits) == 0 && !p.More {
+				break
+			}
+		}
+		if !sameSet(again, fc.marks[m]) {
+			t.Errorf("the feed from cursor %s gives %d commits now, %d when the consumer passed it", m, len(again), len(fc.marks[m]))
+		}
+	}
+}
+
 // check fails t unless the consumer read every batch of want exactly once
-// and nothing else, saw every manifest of the destination exactly once,
-// and the marked cursors (taken before restarts) replay what followed them.
-func (fc *feedConsumer) check(t *testing.T, ctx context.Context, want map[batchKey]int, rep *invariant.Report) {
+// and nothing else, and saw every manifest of the destination exactly
+// once.
+func (fc *feedConsumer) check(t *testing.T, want map[batchKey]int, rep *invariant.Report) {
 	t.Helper()
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
@@ -202,26 +239,19 @@ func (fc *feedConsumer) check(t *testing.T, ctx context.Context, want map[batchK
 	if rep != nil && len(fc.commits) != rep.Manifests {
 		t.Errorf("consumer saw %d commits, the destination holds %d manifests", len(fc.commits), rep.Manifests)
 	}
-	for _, m := range fc.marked {
-		var again []string
-		cursor := m
-		for {
-			p, err := fc.page(ctx, fc.urls[len(fc.urls)-1], cursor, "0")
-			if err != nil {
-				t.Fatalf("replay from a cursor of before the restarts: %v", err)
-			}
-			for _, c := range p.Commits {
-				again = append(again, fmt.Sprintf("%s/%d", c.Node, c.Checkpoint))
-			}
-			cursor = p.Next
-			if len(p.Commits) == 0 && !p.More {
-				break
-			}
-		}
-		if !sameSet(again, fc.marks[m]) {
-			t.Errorf("the feed from cursor %s gives %d commits now, %d when the consumer passed it", m, len(again), len(fc.marks[m]))
-		}
+}
+
+// summary says what the consumer did.
+func (fc *feedConsumer) summary() string {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	nodes := map[string]bool{}
+	for c := range fc.commits {
+		n, _, _ := strings.Cut(c, "/")
+		nodes[n] = true
 	}
+	return fmt.Sprintf("commit feed: %d commits of %d nodes, %d records read exactly once over %d pages through %d addresses (%d failed while a node was down, e.g. %q); %d cursors of before a kill replayed",
+		len(fc.commits), len(nodes), len(fc.records), fc.polls, len(fc.urls), fc.fails, fc.failed, len(fc.marked))
 }
 
 func sameSet(a, b []string) bool {
