@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,23 +171,14 @@ func (c *Catalog) Commits(ctx context.Context, q FeedQuery) (FeedPage, error) {
 	return page, nil
 }
 
-// feedNodes returns the nodes with manifests, by id, one listing call
-// each. Every node of cur must be among them, with the manifest cur names.
+// feedNodes returns the nodes with manifests, by id: those a listing
+// found within the poll interval (listNodes), and every node of cur,
+// which must hold the manifest cur names. A node that appears between
+// listings is in the next page's: its commits come later, none is passed.
 func (c *Catalog) feedNodes(ctx context.Context, cur Cursor) ([]string, error) {
-	var nodes []string
-	err := c.Walk(ctx, layout.ManifestDir+"/", "", 1, func(e committer.Entry) (string, bool) {
-		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, layout.ManifestDir+"/"), "/")
-		if !ok || !layout.Node(id) {
-			return "", false // not eosink's: no node writes there
-		}
-		nodes = append(nodes, id)
-		return AfterPast(layout.ManifestDir + "/" + id + "/"), false
-	})
+	nodes, err := c.listNodes(ctx, false)
 	if err != nil {
-		return nil, fmt.Errorf("list feed nodes: %w", err)
-	}
-	if len(nodes) > MaxFeedNodes {
-		return nil, fmt.Errorf("%w: manifests of more than %d nodes", ErrTooManyNodes, MaxFeedNodes)
+		return nil, err
 	}
 	for _, n := range cur.nodes {
 		m, err := c.manifests.get(ctx, layout.ManifestName(n.Node, n.ID))
@@ -196,8 +188,51 @@ func (c *Catalog) feedNodes(ctx context.Context, cur Cursor) ([]string, error) {
 		case err != nil && !errors.Is(err, layout.ErrBadManifest) && !errors.Is(err, ErrManifestTooLarge):
 			return nil, fmt.Errorf("check cursor: %w", err)
 		}
+		if !slices.Contains(nodes, n.Node) {
+			nodes = append(nodes, n.Node)
+		}
 	}
+	if len(nodes) > MaxFeedNodes {
+		return nil, fmt.Errorf("%w: manifests of more than %d nodes", ErrTooManyNodes, MaxFeedNodes)
+	}
+	slices.Sort(nodes)
 	return nodes, nil
+}
+
+// listNodes returns the nodes with manifests, one listing call each, kept
+// for the poll interval unless fresh: a node's folder is read whole by
+// some destinations to find its first name.
+func (c *Catalog) listNodes(ctx context.Context, fresh bool) ([]string, error) {
+	w := c.watch
+	w.mu.Lock()
+	if !fresh && w.nodes != nil && time.Since(w.nodesAt) < c.feedPoll {
+		nodes := slices.Clone(w.nodes)
+		w.mu.Unlock()
+		return nodes, nil
+	}
+	w.mu.Unlock()
+	nodes := []string{}
+	err := c.Walk(ctx, layout.ManifestDir+"/", "", 1, func(e committer.Entry) (string, bool) {
+		id, _, ok := strings.Cut(strings.TrimPrefix(e.Path, layout.ManifestDir+"/"), "/")
+		if !ok || !layout.Node(id) {
+			return "", false // not eosink's: no node writes there
+		}
+		nodes = append(nodes, id)
+		if len(nodes) > MaxFeedNodes {
+			return "", true
+		}
+		return AfterPast(layout.ManifestDir + "/" + id + "/"), false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list feed nodes: %w", err)
+	}
+	if len(nodes) > MaxFeedNodes {
+		return nil, fmt.Errorf("%w: manifests of more than %d nodes", ErrTooManyNodes, MaxFeedNodes)
+	}
+	w.mu.Lock()
+	w.nodes, w.nodesAt = nodes, time.Now()
+	w.mu.Unlock()
+	return slices.Clone(nodes), nil
 }
 
 // trustedIDs returns up to limit ids of node's manifests after after, in

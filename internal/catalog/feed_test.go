@@ -84,6 +84,8 @@ func TestFeedEveryCommitOnce(t *testing.T) {
 	_, cur := follow(t, c, Cursor{}, FeedQuery{Limit: 1000})
 	d.commit("a", 1<<40+4, 1, "clicks")
 	d.commit("c", 3, 1, "clicks")
+	// A new node is listed within the poll interval (20 ms here).
+	time.Sleep(30 * time.Millisecond)
 	got, _ := follow(t, c, cur, FeedQuery{Limit: 1000})
 	checkOnce(t, got, map[string]bool{fmt.Sprintf("a/%d", uint64(1<<40+4)): true, "c/3": true})
 }

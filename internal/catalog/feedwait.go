@@ -24,6 +24,8 @@ type feedWatch struct {
 	changed  chan struct{}
 	polledAt time.Time
 	polling  chan struct{} // non-nil while a poll runs; closed at its end
+	nodes    []string      // the nodes with manifests, as listed at nodesAt
+	nodesAt  time.Time
 }
 
 func newFeedWatch() *feedWatch {
@@ -115,7 +117,7 @@ func (c *Catalog) pollTips(ctx context.Context, cur Cursor) error {
 		close(done)
 		w.mu.Unlock()
 	}()
-	nodes, err := c.feedNodes(ctx, Cursor{})
+	nodes, err := c.listNodes(ctx, true)
 	if err != nil {
 		return fmt.Errorf("poll feed: %w", err)
 	}

@@ -46,7 +46,7 @@ func (c *Catalog) LocateSeq(ctx context.Context, producer, stream string, seq in
 	if budget <= 0 {
 		budget = DefaultSeqScan
 	}
-	nodes, err := c.feedNodes(ctx, Cursor{})
+	nodes, err := c.listNodes(ctx, false)
 	if err != nil {
 		return nil, false, err
 	}
