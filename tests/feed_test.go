@@ -282,3 +282,30 @@ func TestFeedCrashLoop(t *testing.T) {
 		feed:      true,
 	}.run(t)
 }
+
+// TestFeedWaitEndsOnStop: a SIGTERM answers a waiting GET /v1/commits at
+// once (an empty page), and the service stops cleanly well within its
+// shutdown timeout instead of waiting out the wait.
+func TestFeedWaitEndsOnStop(t *testing.T) {
+	dir := workDir(t)
+	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dir + "/dest", "--node", "stop", "--checkpoint-interval", "0"},
+		ShutdownTimeout: 50 * time.Second})
+	p.StartReady()
+	fc := newFeedConsumer(p.hc, p.URL)
+	got := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		_, err := fc.page(t.Context(), p.URL, "", "60")
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if code := p.Term(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting request: %v", err)
+	}
+	if d := time.Since(began); d > 20*time.Second {
+		t.Fatalf("the stop took %s: it waited out the long poll", d)
+	}
+}
