@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -142,6 +143,12 @@ func (c *Client) Commits(ctx context.Context, q FeedQuery) iter.Seq2[CommitPage,
 				return
 			}
 			if len(p.Commits) == 0 && p.Next == q.After {
+				// Nothing came within the wait; never a tight loop, even
+				// against a service that answers at once.
+				if err := sleep(ctx, pollMin); err != nil {
+					yield(CommitPage{}, fmt.Errorf("read commits: %w", err))
+					return
+				}
 				continue
 			}
 			q.After = p.Next

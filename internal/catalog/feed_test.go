@@ -322,3 +322,28 @@ func TestFeedRacyListingSkipsNothing(t *testing.T) {
 	got, _ := follow(t, c, Cursor{}, FeedQuery{Limit: 10})
 	checkOnce(t, got, map[string]bool{"a/1": true, "a/2": true, "a/3": true})
 }
+
+// The node list is kept for the poll interval, yet a node's first commit is
+// followed at once when the engine tells of it (Notify), and LocateSeq
+// always looks at the nodes there are now.
+func TestFeedNewNodeNotKeptOut(t *testing.T) {
+	d := newDest(t)
+	c := d.catalog(Config{FeedPoll: time.Hour})
+	page, err := c.Commits(t.Context(), FeedQuery{Limit: 10})
+	if err != nil || len(page.Commits) != 0 {
+		t.Fatalf("empty destination: %+v %v", page, err)
+	}
+	if locs, _, err := c.LocateSeq(t.Context(), "p1", "clicks", 0, 0); err != nil || len(locs) != 0 {
+		t.Fatalf("empty destination: %v %v", locs, err)
+	}
+	d.commit("a", 1, 1, "clicks")
+	c.Notify("a", 1)
+	page, err = c.Commits(t.Context(), FeedQuery{Limit: 10})
+	if err != nil || len(page.Commits) != 1 {
+		t.Fatalf("after node a's first commit: %+v %v", page, err)
+	}
+	d.commitSeqs("b", 1, "clicks", "p1", 0, committer.SeqRanges{{0, 0}})
+	if locs, _, err := c.LocateSeq(t.Context(), "p1", "clicks", 0, 0); err != nil || len(locs) != 1 {
+		t.Fatalf("after node b's first commit: %v %v", locs, err)
+	}
+}

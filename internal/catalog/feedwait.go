@@ -9,6 +9,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,6 +38,12 @@ func newFeedWatch() *feedWatch {
 func (w *feedWatch) raiseLocked(node string, id uint64) {
 	if id <= w.tips[node] {
 		return
+	}
+	if _, ok := w.tips[node]; !ok && w.nodes != nil && !slices.Contains(w.nodes, node) {
+		// A node's first manifest: followed now, not from the next
+		// listing of the nodes.
+		w.nodes = append(w.nodes, node)
+		slices.Sort(w.nodes)
 	}
 	w.tips[node] = id
 	close(w.changed)

@@ -46,7 +46,7 @@ func (c *Catalog) LocateSeq(ctx context.Context, producer, stream string, seq in
 	if budget <= 0 {
 		budget = DefaultSeqScan
 	}
-	nodes, err := c.listNodes(ctx, false)
+	nodes, err := c.listNodes(ctx, true) // a question asked now: the nodes now
 	if err != nil {
 		return nil, false, err
 	}
