@@ -9,12 +9,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
@@ -307,5 +312,30 @@ func TestFeedWaitEndsOnStop(t *testing.T) {
 	}
 	if d := time.Since(began); d > 20*time.Second {
 		t.Fatalf("the stop took %s: it waited out the long poll", d)
+	}
+}
+
+// TestDeployTimeoutsCoverFeedWait: the proxies of deploy/ wait for an
+// answer longer than the commit feed's longest ?wait=, so a long poll is
+// answered by eosink, not cut off as a 504.
+func TestDeployTimeoutsCoverFeedWait(t *testing.T) {
+	root := repoRoot(t)
+	for _, tc := range []struct{ file, re string }{
+		{"nginx.conf", `proxy_read_timeout\s+(\d+)s;`},
+		{"haproxy.cfg", `timeout server\s+(\d+)s`},
+		{"haproxy.cfg", `timeout client\s+(\d+)s`},
+	} {
+		conf, err := os.ReadFile(filepath.Join(root, "deploy", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(tc.re).FindSubmatch(conf)
+		if m == nil {
+			t.Fatalf("deploy/%s: no %s", tc.file, tc.re)
+		}
+		secs, _ := strconv.Atoi(string(m[1]))
+		if time.Duration(secs)*time.Second < api.MaxFeedWait+5*time.Second {
+			t.Errorf("deploy/%s: %s is %ds, not beyond the feed's longest wait %s", tc.file, tc.re, secs, api.MaxFeedWait)
+		}
 	}
 }
