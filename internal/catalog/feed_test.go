@@ -347,3 +347,28 @@ func TestFeedNewNodeNotKeptOut(t *testing.T) {
 		t.Fatalf("after node b's first commit: %v %v", locs, err)
 	}
 }
+
+// FeedTip is the feed's end; it reads the destination again only when its
+// last poll is old, and this node's commits (Notify) move it at once.
+func TestFeedTip(t *testing.T) {
+	d := newDest(t)
+	d.commit("a", 1, 1, "clicks")
+	d.commit("b", 4, 1, "clicks")
+	c := d.catalog(Config{FeedPoll: time.Hour})
+	cur, err := c.FeedTip(t.Context())
+	if err != nil || cur.At("a") != 1 || cur.At("b") != 4 {
+		t.Fatalf("tip %v %v", cur.Nodes(), err)
+	}
+	d.commit("a", 2, 1, "clicks")
+	c.Notify("a", 2)
+	d.commit("b", 5, 1, "clicks") // another node's: seen at the next poll
+	cur, err = c.FeedTip(t.Context())
+	if err != nil || cur.At("a") != 2 || cur.At("b") != 4 {
+		t.Fatalf("tip %v %v", cur.Nodes(), err)
+	}
+	// From there the feed gives what came since, nothing before.
+	page, err := c.Commits(t.Context(), FeedQuery{After: cur, Limit: 10})
+	if err != nil || len(page.Commits) != 1 || page.Commits[0].Node != "b" || page.Commits[0].Checkpoint != 5 {
+		t.Fatalf("page %+v %v", page, err)
+	}
+}

@@ -153,15 +153,22 @@ func (c *Catalog) pollTips(ctx context.Context, cur Cursor) error {
 	return nil
 }
 
-// FeedTip returns a cursor at (or, by a poll interval, near) the end of
-// the feed: the newest manifest known of each node, after a poll unless
-// one ran within the interval. The first call lists every node's
-// manifests once; later ones list only what is newer. For a display that
-// follows new commits from now on (the UI), not for a consumer: a
-// manifest published while the poll listed may be passed over.
+// FeedTip returns a cursor at (or near) the end of the feed: the newest
+// manifest known of each node. The tips are polled again only when the
+// last poll is older than tipAge polls (this node's commits keep them
+// fresh through Notify): a page that shows the feed from now on (the UI)
+// must not read every node's manifest folder on each load. The first call
+// lists every node's manifests once. For a display, not for a consumer:
+// a manifest published while a poll listed may be passed over, and a
+// cursor a little behind shows a few commits of just before.
 func (c *Catalog) FeedTip(ctx context.Context) (Cursor, error) {
-	if err := c.pollTips(ctx, Cursor{}); err != nil {
-		return Cursor{}, err
+	c.watch.mu.Lock()
+	stale := time.Since(c.watch.polledAt) > tipAge*c.feedPoll
+	c.watch.mu.Unlock()
+	if stale {
+		if err := c.pollTips(ctx, Cursor{}); err != nil {
+			return Cursor{}, err
+		}
 	}
 	c.watch.mu.Lock()
 	defer c.watch.mu.Unlock()
@@ -174,3 +181,6 @@ func (c *Catalog) FeedTip(ctx context.Context) (Cursor, error) {
 	}
 	return cur, nil
 }
+
+// tipAge is how many poll intervals FeedTip uses the tips without a poll.
+const tipAge = 10
