@@ -170,8 +170,9 @@ func (fc *feedConsumer) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		if _, err := fc.step(ctx, fc.urls[i%len(fc.urls)], "2"); err != nil && ctx.Err() == nil {
 			fc.mu.Lock()
-			if fc.fails++; len(fc.failed) < 5 {
-				fc.failed = append(fc.failed, err.Error())
+			if fc.fails++; len(fc.failed) < 2 {
+				msg := err.Error()
+				fc.failed = append(fc.failed, msg[:min(len(msg), 120)])
 			}
 			fc.mu.Unlock()
 			_ = sleepCtx(ctx, 50*time.Millisecond)
