@@ -158,6 +158,7 @@ type Server struct {
 	hosts      []string // names served without tokens, besides loopback ones
 	anyIP      bool     // without tokens, any IP literal Host is served too
 	stall      time.Duration
+	feedWaits  waits
 }
 
 // New checks cfg and returns a Server.
@@ -229,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 		windows:    &budget{limit: max(cfg.MaxInflightBody/2, zstdMaxWindow)},
 		origin:     http.NewCrossOriginProtection(),
 		stall:      cfg.DownloadStall,
+		feedWaits:  waits{done: make(chan struct{})},
 	}
 	if cfg.Auth != nil {
 		s.gate = auth.NewGate(auth.GateConfig{Tokens: cfg.Auth, Failures: cfg.AuthFailures, Window: cfg.AuthFailureWindow,
@@ -285,6 +287,7 @@ func (s *Server) Mount(r chi.Router) {
 	r.With(s.openCheckpointHeader, ingest).Post("/v1/streams/{stream}/records", s.postRecords)
 	r.With(ingest).Post("/v1/producers/{producer}/init", s.initProducer)
 	r.With(producers).Get("/v1/producers/{producer}", s.getProducer)
+	r.With(producers).Get("/v1/producers/{producer}/streams/{stream}/seqs/{seq}", s.getSeq) // seqs.go
 	r.With(admin).Delete("/v1/producers/{producer}", s.deleteProducer)
 	r.With(producers).Get("/v1/producers", s.listProducers)
 	r.With(admin).Post("/v1/checkpoints", s.postCheckpoint)
@@ -293,6 +296,7 @@ func (s *Server) Mount(r chi.Router) {
 	r.With(read).Get("/v1/streams", s.listStreams)
 	r.With(admin).Put("/v1/streams/{stream}", s.putStream) // streams.go
 	r.With(read).Get("/v1/streams/{stream}", s.getStream)
+	r.With(read).Get("/v1/commits", s.listCommits) // commits.go
 	r.With(read).Get("/v1/files", s.listFiles)
 	r.With(read).Get("/v1/files/*", s.getFile)
 	r.With(read).Head("/v1/files/*", s.getFile)

@@ -51,6 +51,8 @@ func TestAuthTable(t *testing.T) {
 		{"POST /v1/producers/{producer}/init", "/v1/producers/q/init", "", "", ingestOnly, 200},
 		{"GET /v1/producers/{producer}", "/v1/producers/p", "", "", producers, 200},
 		{"GET /v1/producers", "/v1/producers", "", "", producers, 200},
+		{"GET /v1/producers/{producer}/streams/{stream}/seqs/{seq}", "/v1/producers/p/streams/clicks/seqs/0", "", "", producers, 404},
+		{"GET /v1/commits", "/v1/commits?limit=1", "", "", readOnly, 200},
 		{"DELETE /v1/producers/{producer}", "/v1/producers/nobody", "", "", adminOnly, 404},
 		{"POST /v1/checkpoints", "/v1/checkpoints", "", "", adminOnly, 200},
 		{"GET /v1/checkpoints/{id}", "/v1/checkpoints/1", "", "", readOnly, 200},

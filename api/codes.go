@@ -16,6 +16,7 @@ const (
 	CodeInvalidPrefix          = "invalid_prefix"
 	CodeInvalidNode            = "invalid_node"
 	CodeInvalidPath            = "invalid_path"
+	CodeInvalidCursor          = "invalid_cursor"
 	CodeInvalidPartition       = "invalid_partition"
 	CodeSchemaMismatch         = "schema_mismatch"
 	CodeUnknownProducer        = "unknown_producer"
@@ -57,6 +58,7 @@ var ErrorCodes = []string{
 	CodeInvalidPrefix,
 	CodeInvalidNode,
 	CodeInvalidPath,
+	CodeInvalidCursor,
 	CodeInvalidPartition,
 	CodeSchemaMismatch,
 	CodeUnknownProducer,

@@ -37,6 +37,18 @@
 // and adds nothing to its stream's records in /v1/streams. ?node= keeps
 // one node's files.
 //
+// # The commit feed
+//
+// GET /v1/commits (commits.go) pages catalog.Commits: every node's
+// committed checkpoints, each once along a chain of cursors
+// (catalog.ParseCursor; a bad one is 400 invalid_cursor). With ?wait= an
+// empty page waits in catalog.WaitCommits, woken by this node's commits
+// (the engine's hook calls Catalog.Notify) or the shared poll of the other
+// nodes, and at least 100 ms apart; Server.EndWaits, called when the HTTP
+// server shuts down, answers every wait at once. GET
+// /v1/producers/{p}/streams/{s}/seqs/{n} (seqs.go) asks catalog.LocateSeq
+// which committed file holds a producer's batch.
+//
 // # Downloads
 //
 // GET /v1/files/{path} serves one committed file with http.ServeContent

@@ -172,3 +172,63 @@ func checkpointFrom(c *catalog.Checkpoint, withFiles bool) Checkpoint {
 	}
 	return out
 }
+
+// CommitFile is one file of a commit of the feed.
+type CommitFile struct {
+	Path    string `json:"path"`
+	Stream  string `json:"stream"`
+	Records int64  `json:"records"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// Commit is one committed checkpoint of one node, as the feed gives it.
+type Commit struct {
+	Node        string       `json:"node"`
+	Checkpoint  uint64       `json:"checkpoint"`
+	CommittedAt *time.Time   `json:"committed_at,omitempty"` // absent when its manifest is too large to read
+	Manifest    string       `json:"manifest"`               // its manifest's path, under /v1/files/
+	Files       []CommitFile `json:"files"`
+	// FileCount is how many files it has (of ?stream=); absent when its
+	// manifest is too large to read.
+	FileCount *int `json:"file_count,omitempty"`
+	// FilesTruncated: files holds only its first files by path, as many
+	// as fit a page; its manifest names them all.
+	FilesTruncated bool `json:"files_truncated,omitempty"`
+}
+
+// CommitList answers GET /v1/commits.
+type CommitList struct {
+	Commits []Commit `json:"commits"`
+	// Next is the position after this page, never empty: the after of the
+	// next call, now or after any restart.
+	Next string `json:"next"`
+	// More: the page stopped at a bound and more commits are there now.
+	More bool `json:"more"`
+}
+
+// SeqLocation is one committed file holding a producer's batch.
+type SeqLocation struct {
+	Node        string     `json:"node"`
+	Checkpoint  uint64     `json:"checkpoint"`
+	CommittedAt *time.Time `json:"committed_at,omitempty"`
+	Manifest    string     `json:"manifest"`
+	Path        string     `json:"path"`
+	// First and Last bound the producer's range in the file holding it.
+	First int64 `json:"first"`
+	Last  int64 `json:"last"`
+	// Epoch and Incarnation: the producer's as of the checkpoint; absent
+	// in manifests written before they were kept.
+	Epoch       *int64 `json:"epoch,omitempty"`
+	Incarnation *int64 `json:"incarnation,omitempty"`
+}
+
+// SeqLocations answers GET /v1/producers/{producer}/streams/{stream}/seqs/{seq}.
+type SeqLocations struct {
+	Producer string `json:"producer"`
+	Stream   string `json:"stream"`
+	Seq      int64  `json:"seq"`
+	// Locations: newest incarnation first, then newest commit.
+	Locations []SeqLocation `json:"locations"`
+	// Complete: every manifest was read (false: only the newest ones).
+	Complete bool `json:"complete"`
+}

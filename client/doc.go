@@ -72,4 +72,11 @@
 // next write is refused with 409 producer_fenced, or Flush sees the newer
 // epoch. The client then drops its kept batches and every call returns
 // ErrFenced: the newer instance owns the producer id.
+//
+// # Reading what was committed
+//
+// Commits follows the service's commit feed (GET /v1/commits): every
+// committed checkpoint of every node, each once, a page at a time, with a
+// cursor to store with what the consumer made of each page
+// (docs/feed.md, ExampleClient_Commits). Download reads a committed file.
 package client

@@ -45,6 +45,9 @@ var (
 	ErrEmptyBatch = errors.New("empty batch")
 	// ErrInvalidStream: a stream name the service refuses (400 invalid_stream).
 	ErrInvalidStream = errors.New("invalid stream name")
+	// ErrInvalidCursor: the commit feed refused the cursor (400
+	// invalid_cursor): not one it gave, or of another destination.
+	ErrInvalidCursor = errors.New("invalid feed cursor")
 	// ErrBadRequest: any other 400 answer.
 	ErrBadRequest = errors.New("bad request")
 	// ErrUnsupportedMediaType: 415 unsupported_media_type.
@@ -141,6 +144,7 @@ var codeErrors = map[string]error{
 	"aborted":                ErrAborted,
 	"insufficient_storage":   ErrInsufficientStorage,
 	"idempotency_key_reused": ErrKeyReused,
+	"invalid_cursor":         ErrInvalidCursor,
 }
 
 // Unwrap returns the sentinel for the error's code or status.

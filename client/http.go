@@ -67,6 +67,8 @@ type request struct {
 	query  url.Values
 	header http.Header
 	body   []byte // nil: no body
+	// maxAnswer bounds the bytes read of the answer; 0 means maxAnswer.
+	maxAnswer int64
 }
 
 // do sends req once. A non-2xx answer is an *APIError; a 2xx answer's body
@@ -98,7 +100,11 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 		return fmt.Errorf("%s %s: %w", req.method, req.path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	limit := req.maxAnswer
+	if limit <= 0 {
+		limit = maxAnswer
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", req.method, req.path, err)
 	}
@@ -107,6 +113,10 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 		return apiError(resp, data)
 	}
 	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*rawAnswer); ok {
+		raw.data = data
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {

@@ -34,6 +34,9 @@ type crashLoop struct {
 	// configure: stream -> PUT /v1/streams/{stream} body, sent once the
 	// service is first ready; those streams are written too.
 	configure map[string]string
+	// feed: a consumer follows the commit feed all along (feed_test.go)
+	// and must read every committed batch exactly once.
+	feed bool
 }
 
 // crashConfigured: the crash loop's zstd stream and Parquet stream.
@@ -160,6 +163,17 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		}
 	}
 
+	var feed *feedConsumer
+	feedCtx, feedStop := context.WithCancel(ctx)
+	feedDone := make(chan struct{})
+	if cl.feed {
+		feed = newFeedConsumer(p.hc, p.URL)
+		go func() { defer close(feedDone); feed.run(feedCtx) }()
+	} else {
+		close(feedDone)
+	}
+	defer func() { feedStop(); <-feedDone }()
+
 	led := newLedger()
 	var stop atomic.Bool
 	var errs errorLog
@@ -217,6 +231,9 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 			if err := sleepCtx(ctx, time.Duration(30+rng.IntN(1000))*time.Millisecond); err != nil {
 				t.Fatalf("crash loop: %v after %d kills", err, st.kills)
 			}
+		}
+		if feed != nil {
+			feed.mark()
 		}
 		p.Kill()
 		st.kills++
@@ -284,6 +301,14 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		}
 		t.Errorf("producer error: %v", err)
 	}
+	if feed != nil {
+		feedStop()
+		<-feedDone
+		if err := feed.drain(ctx); err != nil {
+			t.Fatalf("drain the commit feed: %v", err)
+		}
+		feed.checkReplays(t, ctx)
+	}
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM after the loop: exit %d, want 0; log %s", code, p.LogPath)
 	}
@@ -297,6 +322,10 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	want := led.snapshot()
 	st.batches, st.records = led.records()
 	st.report = requireDest(t, cl.dest, want, true)
+	if feed != nil {
+		feed.check(t, want, st.report)
+		report(t, "%s, across %d SIGKILLs", feed.summary(), st.kills)
+	}
 	for _, ext := range []string{"ndjson.zst", "parquet"} {
 		if len(cl.configure) > 0 && st.report.Encoded[ext] == 0 {
 			t.Errorf("no .%s file committed: the configured streams were not written encoded (%v)", ext, st.report.Encoded)

@@ -26,6 +26,8 @@
 //	EOSINK_E2E_KEEP=1        keep the logs and data of passing tests too (a failing
 //	                         test always keeps them and prints where)
 //	EOSINK_LB_KILLS=n        SIGKILLs in TestLBCrashLoop (default 4, one node after another)
+//	EOSINK_E2E_FEED_KILLS=n  SIGKILLs in TestFeedCrashLoop, followed by a commit feed
+//	                         consumer (default 12)
 //	EOSINK_NGINX=path        nginx for the load-balancer tests (default /usr/sbin/nginx)
 //	EOSINK_HAPROXY=path      haproxy for them (default /usr/sbin/haproxy)
 //	EOSINK_CHROMIUM=path     the browser for TestUIOnBinary (default /usr/bin/chromium,

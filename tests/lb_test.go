@@ -529,6 +529,18 @@ func TestLBCrashLoop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute+time.Duration(kills)*3*time.Second)
 	defer cancel()
 
+	// A consumer follows the commit feed all along, each page through the
+	// next address in turn: nginx, then each node directly.
+	urls := []string{cl.URL}
+	for _, n := range cl.nodes {
+		urls = append(urls, n.URL)
+	}
+	feed := newFeedConsumer(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, urls...)
+	feedCtx, feedStop := context.WithCancel(ctx)
+	feedDone := make(chan struct{})
+	go func() { defer close(feedDone); feed.run(feedCtx) }()
+	defer func() { feedStop(); <-feedDone }()
+
 	led := newLedger()
 	var stop atomic.Bool
 	var errs errorLog
@@ -572,6 +584,7 @@ func TestLBCrashLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 		i := (first + k) % len(cl.nodes) // each node in turn
+		feed.mark()
 		cl.nodes[i].Kill()
 		killedAt := time.Now()
 		killed[cl.ids[i]]++
@@ -592,6 +605,12 @@ func TestLBCrashLoop(t *testing.T) {
 		}
 		t.Errorf("producer error: %v", err)
 	}
+	feedStop()
+	<-feedDone
+	if err := feed.drain(ctx); err != nil {
+		t.Fatalf("drain the commit feed: %v", err)
+	}
+	feed.checkReplays(t, ctx)
 	cl.term(t)
 
 	want := led.snapshot()
@@ -613,6 +632,8 @@ func TestLBCrashLoop(t *testing.T) {
 		perNode[ns[0]]++
 	}
 	requireVerify(t, cl.env, cl.flags...)
+	feed.check(t, want, rep)
+	report(t, "%s", feed.summary())
 	status := map[int]int{}
 	for _, e := range cl.nginx.Access() {
 		status[e.Status]++

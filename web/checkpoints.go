@@ -26,6 +26,7 @@ type checkpointsData struct {
 	Older     string // the next page's URL, "" on the last
 	Node      string // another node's checkpoints, from its manifests, oldest first
 	Later     string // that list's next page
+	Live      live   // new commits as they happen, on this node's first page
 }
 
 // checkpointsQuery is the parsed query of the checkpoints page.
@@ -102,6 +103,8 @@ func (u *ui) checkpoints(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		if q.before > 0 {
 			d.Newest = q.url(0, 0)
+		} else {
+			d.Live = u.live(r)
 		}
 	}
 	if err != nil {

@@ -87,6 +87,7 @@ type overviewData struct {
 	RecentTable template.HTML // the table of the recent checkpoints
 	ListErr     string
 	Producers   int
+	Live        live // new commits as they happen
 }
 
 // overviewState is what the overview reads from the state store (the
@@ -154,6 +155,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	d.Window, d.Files, d.Records, d.Bytes = o.window, o.files, o.records, o.bytes
 	d.RecentTable, d.StreamRows = o.recentHTML, o.streamRows
 	d.MoreActive = max(o.active-topStreams, 0)
+	d.Live = u.live(r)
 	if st.Ready {
 		d.RecordRate, d.ByteRate, d.RateSince, d.HasRate = ingestRate(o.cs, st, now)
 	}
@@ -207,4 +209,26 @@ func (u *ui) streams(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Next = "/ui/streams?after=" + url.QueryEscape(rows[len(rows)-1].Name)
 	}
 	u.render(w, r, http.StatusOK, "streams.html", &view{Title: "Streams", Nav: "overview", Sess: s, Data: d})
+}
+
+// live is what the live commits panel needs: where the feed is, and the
+// cursor to follow it from (its end now). Empty Feed: no panel.
+type live struct {
+	Feed   string
+	Cursor string
+	Node   string // this node: its commits link to their checkpoint pages
+}
+
+// live returns the panel's data; none when the UI has no feed or its end
+// cannot be read now (logged: the page still works).
+func (u *ui) live(r *http.Request) live {
+	if u.feed == "" {
+		return live{}
+	}
+	cur, err := u.cat.FeedTip(r.Context())
+	if err != nil {
+		u.log.Warn("live commits off for this page", "op", "feed tip", "err", err)
+		return live{}
+	}
+	return live{Feed: u.feed, Cursor: cur.String(), Node: u.node}
 }

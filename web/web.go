@@ -80,7 +80,11 @@ type Config struct {
 	// this node's files, whose checkpoint ids the state store knows.
 	Node string
 
-	DownloadPrefix    string        // where files download from; default "/v1/files/" (the API)
+	DownloadPrefix string // where files download from; default "/v1/files/" (the API)
+	// FeedURL is where the API serves the commit feed ("/v1/commits"):
+	// the overview and the checkpoints page then show new commits as they
+	// happen, read by a script with the session's cookie. "" shows none.
+	FeedURL           string
 	PageSize          int           // rows per page of a folder; default 500
 	CheckpointTimeout time.Duration // longest "Checkpoint now" waits; default 1m
 }
@@ -94,6 +98,7 @@ type ui struct {
 	now      func() time.Time
 	node     string
 	download string
+	feed     string
 	pageSize int
 	ckptWait time.Duration
 
@@ -157,6 +162,7 @@ func New(cfg Config) (http.Handler, error) {
 		now:      cfg.Now,
 		node:     cfg.Node,
 		download: cfg.DownloadPrefix,
+		feed:     cfg.FeedURL,
 		pageSize: cfg.PageSize,
 		ckptWait: cfg.CheckpointTimeout,
 		csrfKey:  key,

@@ -18,6 +18,7 @@ import (
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 	"github.com/eosink/eosink/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,11 +47,13 @@ type process struct {
 	log     *slog.Logger
 	fs      afero.Fs // the OS file system, with renames that never replace
 	tls     *serviceTLS
-	eng     atomic.Pointer[server.Engine] // set once the engine is open; metrics read it
-	hs      *http.Server                  // nil until listening
-	addr    string                        // the address listened on (the port, when :0 was asked)
-	pprof   *http.Server                  // nil without --pprof-listen
-	httpErr chan error                    // the HTTP server's end
+	eng     atomic.Pointer[server.Engine]   // set once the engine is open; metrics read it
+	cat     atomic.Pointer[catalog.Catalog] // set once the handlers are built; the commit hook tells it
+	endWait func()                          // ends the commit feed's long polls (api.Server.EndWaits)
+	hs      *http.Server                    // nil until listening
+	addr    string                          // the address listened on (the port, when :0 was asked)
+	pprof   *http.Server                    // nil without --pprof-listen
+	httpErr chan error                      // the HTTP server's end
 }
 
 // startProcess opens the engine and starts serving. On an error what it
@@ -143,7 +146,7 @@ func (p *process) openEngine(reg *prometheus.Registry, dest destination, dataDir
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: f.producerExpiry,
 		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: int(f.idemMaxKeys),
-		Hooks: metrics.Hooks(), SweepInterval: f.sweepInterval,
+		Hooks: p.hooks(metrics.Hooks()), SweepInterval: f.sweepInterval,
 		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
 	})
 	if err != nil {
@@ -151,6 +154,23 @@ func (p *process) openEngine(reg *prometheus.Registry, dest destination, dataDir
 	}
 	p.eng.Store(eng)
 	return eng, nil
+}
+
+// hooks adds to h what tells the commit feed's waiters of this node's
+// commits at once (without, they find them at the next poll).
+func (p *process) hooks(h server.Hooks) server.Hooks {
+	metrics := h.Checkpoint
+	node := p.f.node
+	h.Checkpoint = func(r server.CheckpointResult) {
+		if metrics != nil {
+			metrics(r)
+		}
+		// An empty checkpoint publishes no manifest.
+		if cat := p.cat.Load(); cat != nil && r.State == recovery.Committed && len(r.Files) > 0 {
+			cat.Notify(node, r.ID)
+		}
+	}
+	return h
 }
 
 // status is the engine's status for the metrics; zero until it is open.
@@ -178,13 +198,15 @@ func (p *process) rootHandler(eng *server.Engine, dest destination, reg *prometh
 	if err != nil {
 		return nil, err
 	}
+	p.cat.Store(cat)
+	p.endWait = apiSrv.EndWaits
 	// The UI checks tokens through the API's gate: one limit of invalid
 	// tokens per client address for the login form, cookies and bearers.
 	var auth web.Authenticator
 	if g := apiSrv.Gate(); g != nil {
 		auth = g
 	}
-	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth,
+	ui, err := web.New(web.Config{Engine: eng, Files: dest, Catalog: cat, Auth: auth, FeedURL: "/v1/commits",
 		Logger: p.log.With("component", "web"), Node: f.node})
 	if err != nil {
 		return nil, err
@@ -210,6 +232,9 @@ func (p *process) listen(ctx context.Context, h http.Handler, stdout io.Writer) 
 		WriteTimeout:      f.waitTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	if p.endWait != nil {
+		p.hs.RegisterOnShutdown(p.endWait) // a long poll must not hold the stop up
 	}
 	fmt.Fprintf(stdout, "eosink listening on %s://%s\n", p.tls.scheme(), ln.Addr())
 	go func() { p.httpErr <- p.tls.serve(p.hs, ln) }()

@@ -63,8 +63,8 @@ func TestRootRoutes(t *testing.T) {
 	slices.Sort(routes)
 	want := []string{
 		"DELETE /v1/producers/{producer}", "GET /", "GET /healthz", "GET /metrics", "GET /readyz",
-		"GET /ui", "GET /ui/*", "GET /v1/checkpoints", "GET /v1/checkpoints/{id}", "GET /v1/files", "GET /v1/files/*",
-		"GET /v1/openapi.yaml", "GET /v1/producers", "GET /v1/producers/{producer}", "GET /v1/streams", "GET /v1/streams/{stream}",
+		"GET /ui", "GET /ui/*", "GET /v1/checkpoints", "GET /v1/checkpoints/{id}", "GET /v1/commits", "GET /v1/files", "GET /v1/files/*",
+		"GET /v1/openapi.yaml", "GET /v1/producers", "GET /v1/producers/{producer}", "GET /v1/producers/{producer}/streams/{stream}/seqs/{seq}", "GET /v1/streams", "GET /v1/streams/{stream}",
 		"HEAD /v1/files/*", "POST /ui/*", "POST /v1/checkpoints", "POST /v1/producers/{producer}/init",
 		"POST /v1/streams/{stream}/records", "PUT /v1/streams/{stream}",
 	}

@@ -83,6 +83,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of lease expiry; nil means time.Now.
 	Now func() time.Time
+	// FeedPoll is how often the commit feed's waiters look for other
+	// nodes' commits (one poll shared by all); default DefaultFeedPoll.
+	FeedPoll time.Duration
 }
 
 // Catalog is the read model of committed files. Safe for concurrent use.
@@ -94,6 +97,8 @@ type Catalog struct {
 	now       func() time.Time
 	manifests *manifestCache
 	answers   *memo.Cache[any]
+	watch     *feedWatch
+	feedPoll  time.Duration
 }
 
 // New checks cfg and returns a Catalog.
@@ -116,8 +121,12 @@ func New(cfg Config) (*Catalog, error) {
 	if cfg.State == nil {
 		cfg.State = noState{}
 	}
+	if cfg.FeedPoll <= 0 {
+		cfg.FeedPoll = DefaultFeedPoll
+	}
 	return &Catalog{files: cfg.Files, state: cfg.State, node: cfg.Node, log: cfg.Logger, now: cfg.Now,
-		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes, cfg.Logger), answers: memo.New[any](cfg.AnswerBytes)}, nil
+		manifests: newManifestCache(cfg.Files, cfg.ManifestBytes, cfg.Logger), answers: memo.New[any](cfg.AnswerBytes),
+		watch: newFeedWatch(), feedPoll: cfg.FeedPoll}, nil
 }
 
 // Answer returns what compute makes of the state store alone under key:

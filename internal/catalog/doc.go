@@ -14,7 +14,11 @@
 //     node's manifests from the destination;
 //   - node status from the leases _nodes/<node>.json;
 //   - Verify: every manifest's files exist with the bytes, records and
-//     CRC-32C it names, and no file is in no manifest.
+//     CRC-32C it names, and no file is in no manifest;
+//   - the commit feed (feed.go, its cursor in cursor.go, the long poll in
+//     feedwait.go): every node's manifests, each once along a chain of
+//     cursors, and LocateSeq (seqs.go): which file holds a producer's
+//     batch.
 //
 // It covers every node's manifests under _manifests/<node>/, not only this
 // node's. Names are parsed by internal/layout only.

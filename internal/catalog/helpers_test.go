@@ -24,12 +24,12 @@ const (
 // dest is a local destination on a MemMapFs that tests fill with
 // committed checkpoints of any node, as the engine would leave them.
 type dest struct {
-	t     *testing.T
+	t     testing.TB
 	fs    afero.Fs
 	local *local.Local
 }
 
-func newDest(t *testing.T) *dest {
+func newDest(t testing.TB) *dest {
 	t.Helper()
 	fs := afero.NewMemMapFs()
 	for _, d := range []string{tDest, tStaging} {

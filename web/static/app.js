@@ -65,7 +65,66 @@
     });
   }
 
+  // Live commits: long-poll the commit feed from the page's cursor and
+  // put each new commit on top of the table; keep the newest liveRows.
+  var liveRows = 20;
+  function setupLive(table) {
+    var after = table.dataset.after;
+    var body = table.tBodies[0];
+    function cell(tr, text, cls) {
+      var td = document.createElement('td');
+      if (cls) td.className = cls;
+      if (text instanceof Node) td.appendChild(text); else td.textContent = text;
+      tr.appendChild(td);
+    }
+    function add(c) {
+      var empty = body.querySelector('.live-empty');
+      if (empty) empty.remove();
+      var tr = document.createElement('tr');
+      tr.className = 'live-new';
+      tr.dataset.node = c.node;
+      tr.dataset.checkpoint = String(c.checkpoint);
+      var records = 0;
+      for (var i = 0; i < c.files.length; i++) records += c.files[i].records;
+      var a = document.createElement('a');
+      a.className = 'mono';
+      a.href = '/ui/checkpoints/' + c.checkpoint + (c.node === table.dataset.node ? '' : '?node=' + encodeURIComponent(c.node));
+      a.textContent = '#' + c.checkpoint;
+      cell(tr, c.node, 'mono');
+      cell(tr, a);
+      cell(tr, String(c.file_count === undefined ? '?' : c.file_count), 'num');
+      cell(tr, records.toLocaleString() + (c.files_truncated ? '+' : ''), 'num');
+      var t = document.createElement('time');
+      if (c.committed_at) {
+        t.setAttribute('datetime', c.committed_at);
+        t.setAttribute('data-rel', '');
+        t.textContent = new Date(c.committed_at).toISOString().replace('T', ' ').slice(0, 19);
+      }
+      cell(tr, t);
+      body.insertBefore(tr, body.firstChild);
+      while (body.rows.length > liveRows) body.deleteRow(body.rows.length - 1);
+    }
+    function poll() {
+      var url = table.dataset.feed + '?wait=25&limit=100&after=' + encodeURIComponent(after);
+      fetch(url, { credentials: 'same-origin', headers: { Accept: 'application/json' } }).then(function (r) {
+        if (!r.ok) throw new Error('commit feed: ' + r.status);
+        return r.json();
+      }).then(function (page) {
+        for (var i = 0; i < page.commits.length; i++) add(page.commits[i]);
+        after = page.next;
+        table.dataset.after = after;
+        if (page.commits.length) updateTimes();
+        window.setTimeout(poll, page.more ? 0 : 250);
+      }).catch(function () {
+        window.setTimeout(poll, 5000); // a restart, a lost network: try again
+      });
+    }
+    poll();
+  }
+
   document.addEventListener('DOMContentLoaded', function () {
+    var live = document.getElementById('live-commits');
+    if (live) setupLive(live);
     updateTimes();
     window.setInterval(updateTimes, 15000);
 
