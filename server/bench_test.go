@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -152,12 +154,15 @@ func reportQuantiles(b *testing.B, durs []time.Duration) {
 }
 
 // BenchmarkRecovery10000Prepared measures a start that must re-commit a
-// prepared checkpoint of 10,000 files: the time until ready.
+// prepared checkpoint of 10,000 files (in 50 directories): the time until
+// ready. The staging files are made durable (sync(2)) before the clock
+// starts, as a pre-commit leaves them, so the start does not pay for
+// writing them back.
 func BenchmarkRecovery10000Prepared(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		dir := b.TempDir()
-		fs := afero.NewOsFs()
+		fs := durable.NewOsFs() // what eosink runs on: renames never replace
 		staging, dest := filepath.Join(dir, "staging"), filepath.Join(dir, "files")
 		if err := fs.MkdirAll(staging, 0o755); err != nil {
 			b.Fatal(err)
@@ -181,6 +186,7 @@ func BenchmarkRecovery10000Prepared(b *testing.B) {
 		if err := st.Close(); err != nil {
 			b.Fatal(err)
 		}
+		syscall.Sync()
 		b.StartTimer()
 		e := benchStart(b, fs, dir, staging, dest)
 		b.StopTimer()
