@@ -117,7 +117,7 @@ key:
 // skipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
 func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
 	return i
@@ -229,12 +229,15 @@ func scanString(b []byte, i int) int {
 // and 0 in the others. Each byte is computed on its own seven low bits,
 // so no carry crosses into the next: the mask is exact.
 func special(x uint64) uint64 {
-	const low7, high = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
 	const ones = 0x0101010101010101
-	zero := func(v uint64) uint64 { return ^((v&low7 + low7) | v | low7) } // 0x80 where v's byte is 0
-	ctl := ^((x&low7 + ones*0x60) | x) & high                              // below 0x20, high bit clear
-	return zero(x^(ones*'"')) | zero(x^(ones*'\\')) | ctl | x&high
+	ctl := ^((x&low7 + ones*0x60) | x) & high // below 0x20, high bit clear
+	return zeroBytes(x^(ones*'"')) | zeroBytes(x^(ones*'\\')) | ctl | x&high
 }
+
+const low7, high = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+
+// zeroBytes returns 0x80 in each byte of v that is 0, and 0 in the others.
+func zeroBytes(v uint64) uint64 { return ^((v&low7 + low7) | v | low7) }
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
