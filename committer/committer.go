@@ -123,6 +123,26 @@ type Committer interface {
 	Abort(ctx context.Context, f File) error
 }
 
+// BatchCommitter is implemented by committers whose Commit ends with a
+// sync that many files can share (local: the fsync of the final
+// directory), so that a checkpoint pays one sync per directory, not one
+// per file. The caller commits every file with CommitUnsynced, then calls
+// SyncCommits once for each distinct token they returned. A file is
+// committed, as Commit would leave it, only once SyncCommits of its token
+// has returned nil: nothing may be recorded committed before that.
+type BatchCommitter interface {
+	Committer
+	// CommitUnsynced is Commit without the shared sync. It returns the
+	// token of the sync still owed ("" when none is). It is idempotent and
+	// fails like Commit, and is safe for concurrent use on different files.
+	CommitUnsynced(ctx context.Context, f File) (token string, err error)
+	// SyncCommits makes durable every CommitUnsynced that returned token
+	// before the call. A failed sync must not be retried (the kernel may
+	// have dropped what it was to write): the commit stops and recovery
+	// commits the files again. Safe for concurrent use.
+	SyncCommits(ctx context.Context, token string) error
+}
+
 // RemotePreparer marks committers whose Prepare leaves state outside the
 // local staging directory (S3 uploads, staging objects). The engine records
 // an intent for every file before Prepare, so recovery can abort what no

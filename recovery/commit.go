@@ -57,15 +57,8 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	}
 	// Every file is tried, whatever the others do: errors are kept, not
 	// used to cancel.
-	errs := make([]error, len(c.Files))
-	files := append([]committer.File(nil), c.Files...) // as committed: some may be displaced
-	var g errgroup.Group
-	g.SetLimit(par)
-	for i := range files {
-		g.Go(func() error { files[i], errs[i] = f.commitFile(ctx, files[i]); return nil })
-	}
-	_ = g.Wait() // the goroutines return nil; errs has their errors
-	if err := errors.Join(errs...); err != nil {
+	files, err := f.commitFiles(ctx, c.Files, par)
+	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
 	committed := *c
@@ -105,21 +98,67 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	return nil
 }
 
-// commitFile commits file, or its displaced form when the destination
-// refuses its name for good (Displace). It returns the file as committed.
-func (f *Finisher) commitFile(ctx context.Context, file committer.File) (committer.File, error) {
-	err := f.Committer.Commit(ctx, file)
+// commitFiles commits every file, par at a time, and returns them as
+// committed (some may be displaced). Every file is tried, whatever the
+// others do: errors are kept, not used to cancel.
+//
+// A committer.BatchCommitter commits every file first and then syncs each
+// token once, after all the commits that returned it (local: one fsync per
+// final directory, not per file). Only when every sync succeeded are the
+// files committed; a failed sync is never retried here.
+func (f *Finisher) commitFiles(ctx context.Context, in []committer.File, par int) ([]committer.File, error) {
+	files := append([]committer.File(nil), in...)
+	errs := make([]error, len(files))
+	tokens := make([]string, len(files))
+	bc, batch := f.Committer.(committer.BatchCommitter)
+	commit := func(file committer.File) (string, error) { return "", f.Committer.Commit(ctx, file) }
+	if batch {
+		commit = func(file committer.File) (string, error) { return bc.CommitUnsynced(ctx, file) }
+	}
+	var g errgroup.Group
+	g.SetLimit(par)
+	for i := range files {
+		g.Go(func() error { files[i], tokens[i], errs[i] = f.commitFile(files[i], commit); return nil })
+	}
+	_ = g.Wait() // the goroutines return nil; errs has their errors
+	if err := errors.Join(errs...); err != nil || !batch {
+		return files, err
+	}
+	seen := make(map[string]bool)
+	var owed []string
+	for _, t := range tokens {
+		if t != "" && !seen[t] {
+			seen[t] = true
+			owed = append(owed, t)
+		}
+	}
+	errs = make([]error, len(owed))
+	g = errgroup.Group{}
+	g.SetLimit(par)
+	for i, t := range owed {
+		g.Go(func() error { errs[i] = bc.SyncCommits(ctx, t); return nil })
+	}
+	_ = g.Wait()
+	return files, errors.Join(errs...)
+}
+
+// commitFile commits file with commit, or its displaced form when the
+// destination refuses its name for good (Displace). It returns the file as
+// committed and the sync it owes.
+func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (string, error)) (committer.File, string, error) {
+	token, err := commit(file)
 	if err == nil || f.Displace == nil {
-		return file, err
+		return file, token, err
 	}
 	moved, ok := f.Displace(file, err)
 	if !ok {
-		return file, err
+		return file, "", err
 	}
-	if derr := f.Committer.Commit(ctx, moved); derr != nil {
-		return file, fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr)
+	token, derr := commit(moved)
+	if derr != nil {
+		return file, "", fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr)
 	}
-	return moved, nil
+	return moved, token, nil
 }
 
 func (f *Finisher) fence() error {

@@ -15,22 +15,31 @@ import (
 // bytes have always had (encoding/json writes fields in declaration
 // order): TestV2Fixture holds them to a store written before these types.
 
-// checkpointRecord is a checkpoints-bucket row.
-type checkpointRecord struct {
-	ID          uint64       `json:"id"`
-	State       State        `json:"state"`
-	Files       []fileRecord `json:"files,omitempty"`
-	FileCount   int          `json:"file_count"`
-	Records     int64        `json:"records"`
-	Bytes       int64        `json:"bytes"`
-	StartedAt   time.Time    `json:"started_at"`
-	PreparedAt  time.Time    `json:"prepared_at,omitzero"`
-	CommittedAt time.Time    `json:"committed_at,omitzero"`
-	DurationMS  int64        `json:"duration_ms"`
-	Error       string       `json:"error,omitempty"`
+// checkpointRow is a checkpoints-bucket row, its files as F: one
+// declaration for both forms below, so they cannot drift apart.
+type checkpointRow[F any] struct {
+	ID          uint64    `json:"id"`
+	State       State     `json:"state"`
+	Files       F         `json:"files,omitempty"`
+	FileCount   int       `json:"file_count"`
+	Records     int64     `json:"records"`
+	Bytes       int64     `json:"bytes"`
+	StartedAt   time.Time `json:"started_at"`
+	PreparedAt  time.Time `json:"prepared_at,omitzero"`
+	CommittedAt time.Time `json:"committed_at,omitzero"`
+	DurationMS  int64     `json:"duration_ms"`
+	Error       string    `json:"error,omitempty"`
 	// Seqs: producer -> stream -> next sequence number as of the barrier.
 	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
 }
+
+// checkpointRecord is a checkpoints-bucket row.
+type checkpointRecord = checkpointRow[[]fileRecord]
+
+// checkpointRaw is a checkpoints-bucket row with its files left encoded,
+// for a change that keeps them (CommitFiles): neither decoded nor encoded
+// again, in the same bytes and field order as a checkpointRecord.
+type checkpointRaw = checkpointRow[json.RawMessage]
 
 // checkpointHead is a checkpoints-bucket row read without its files and
 // seqs, for lists: encoding/json skips them without building them.
@@ -132,6 +141,16 @@ func encodeCheckpoint(c *Checkpoint) ([]byte, error) {
 	}
 	return json.Marshal(&r)
 }
+
+func decodeCheckpointRaw(v []byte) (*checkpointRaw, error) {
+	var r checkpointRaw
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func encodeCheckpointRaw(r *checkpointRaw) ([]byte, error) { return json.Marshal(r) }
 
 func decodeCheckpoint(v []byte) (*Checkpoint, error) {
 	var r checkpointRecord

@@ -134,6 +134,13 @@ type Store struct {
 	broken error // the commit failure that left the store in an unknown state
 
 	decodedOnOpen int // checkpoint rows init decoded; tests check it stays small
+	// opened holds the prepared checkpoints init decoded, for the first
+	// Pending (the replay) to take instead of decoding them again, as
+	// long as the store has not changed since (txid).
+	opened struct {
+		txid    int
+		pending []Checkpoint
+	}
 
 	heads *headCache // decoded rows for List and ListBefore
 
@@ -265,6 +272,8 @@ func (s *Store) init() error {
 			}
 		}
 		cks := tx.Bucket(bucketCheckpoints)
+		checked := map[string]bool{}
+		s.opened.pending = nil
 		if err := tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
 			if len(k) != 8 {
 				return s.corrupt("pending key %x", k)
@@ -276,6 +285,8 @@ func (s *Store) init() error {
 			if c.State != Prepared {
 				return s.corrupt("checkpoint %d: pending but %s", c.ID, c.State)
 			}
+			checked[string(k)] = true
+			s.opened.pending = append(s.opened.pending, *c)
 			return nil
 		}); err != nil {
 			return err
@@ -283,11 +294,14 @@ func (s *Store) init() error {
 		c := cks.Cursor()
 		n := 0
 		for k, v := c.Last(); k != nil && n < checkOnOpen; k, v = c.Prev() {
-			if _, err := s.checkRow(k, v); err != nil {
-				return err
+			if !checked[string(k)] { // a prepared row was checked above
+				if _, err := s.checkRow(k, v); err != nil {
+					return err
+				}
 			}
 			n++
 		}
+		s.opened.txid = tx.ID()
 		return nil
 	})
 	if err != nil {
@@ -539,6 +553,11 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 // not at its first final name).
 func (s *Store) CommitFiles(id uint64, files []committer.File, at time.Time, durationMS int64, retain int) error {
 	return s.update("commit", func(tx *bolt.Tx) error {
+		if files == nil {
+			// The files stay as prepared: the row is rewritten without
+			// decoding them (a checkpoint may name many thousands).
+			return commitRow(tx, id, at, durationMS, retain)
+		}
 		c, err := getCheckpoint(tx, id)
 		if err != nil {
 			return err
@@ -550,37 +569,69 @@ func (s *Store) CommitFiles(id uint64, files []committer.File, at time.Time, dur
 			return fmt.Errorf("commit checkpoint %d: state is %s", id, c.State)
 		}
 		c.State, c.CommittedAt, c.DurationMS = Committed, at.UTC(), durationMS
-		if files != nil {
-			c.Files = files
-		}
-		for pid, streams := range c.Seqs {
-			for stream, next := range streams {
-				ss, ok, err := getSeq(tx, pid, stream)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					continue // its producer was deleted
-				}
-				if err := putSeq(tx, pid, stream, ss.Committed(next, id)); err != nil {
-					return err
-				}
-			}
-		}
+		c.Files = files
 		if err := putCheckpoint(tx, c); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketPending).Delete(u64(id)); err != nil {
-			return err
-		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keyLastCommitted); v == nil || binary.BigEndian.Uint64(v) < id {
-			if err := meta.Put(keyLastCommitted, u64(id)); err != nil {
+		return committed(tx, id, c.Seqs, retain)
+	})
+}
+
+// commitRow records checkpoint id committed, its files as prepared.
+func commitRow(tx *bolt.Tx, id uint64, at time.Time, durationMS int64, retain int) error {
+	v := tx.Bucket(bucketCheckpoints).Get(u64(id))
+	if v == nil {
+		return fmt.Errorf("checkpoint %d: %w", id, ErrNotFound)
+	}
+	r, err := decodeCheckpointRaw(v)
+	if err != nil {
+		return fmt.Errorf("decode checkpoint %d: %w", id, err)
+	}
+	if r.State == Committed {
+		return nil
+	}
+	if r.State != Prepared {
+		return fmt.Errorf("commit checkpoint %d: state is %s", id, r.State)
+	}
+	r.State, r.CommittedAt, r.DurationMS = Committed, at.UTC(), durationMS
+	nv, err := encodeCheckpointRaw(r)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint %d: %w", id, err)
+	}
+	if err := tx.Bucket(bucketCheckpoints).Put(u64(id), nv); err != nil {
+		return fmt.Errorf("put checkpoint %d: %w", id, err)
+	}
+	return committed(tx, id, r.Seqs, retain)
+}
+
+// committed does what recording checkpoint id committed does besides its
+// row: the producers' committed sequence numbers, the pending index, the
+// last committed id and the pruning of old rows.
+func committed(tx *bolt.Tx, id uint64, seqs map[string]map[string]int64, retain int) error {
+	for pid, streams := range seqs {
+		for stream, next := range streams {
+			ss, ok, err := getSeq(tx, pid, stream)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // its producer was deleted
+			}
+			if err := putSeq(tx, pid, stream, ss.Committed(next, id)); err != nil {
 				return err
 			}
 		}
-		return prune(tx, id, retain)
-	})
+	}
+	if err := tx.Bucket(bucketPending).Delete(u64(id)); err != nil {
+		return err
+	}
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(keyLastCommitted); v == nil || binary.BigEndian.Uint64(v) < id {
+		if err := meta.Put(keyLastCommitted, u64(id)); err != nil {
+			return err
+		}
+	}
+	return prune(tx, id, retain)
 }
 
 // prune deletes checkpoint rows beyond the newest retain ones, except
@@ -704,11 +755,27 @@ func (s *Store) NewestCommitted() (uint64, error) {
 func (s *Store) Pending() ([]Checkpoint, error) {
 	var out []Checkpoint
 	err := s.view(func(tx *bolt.Tx) error {
+		if out = s.takeOpened(tx.ID()); out != nil {
+			return nil
+		}
 		var err error
 		out, err = pendingIn(tx)
 		return err
 	})
 	return out, err
+}
+
+// takeOpened hands over, once, the prepared checkpoints init decoded, if
+// the store is still as init left it (txid: no write since).
+func (s *Store) takeOpened(txid int) []Checkpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.opened.pending
+	s.opened.pending = nil
+	if txid != s.opened.txid {
+		return nil
+	}
+	return out
 }
 
 func pendingIn(tx *bolt.Tx) ([]Checkpoint, error) {

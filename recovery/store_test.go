@@ -194,3 +194,41 @@ func flip(b []byte) []byte {
 	}
 	return out
 }
+
+// TestStorePendingAfterOpen: the replay's Pending takes the prepared
+// checkpoints Open decoded, once, and only while the store is unchanged;
+// a commit that keeps the files rewrites the row with them as prepared.
+func TestStorePendingAfterOpen(t *testing.T) {
+	s, p := openTemp(t)
+	files := []committer.File{FileOf("s", "/st/a", "s/a", 3, 1, "d6a8b2e4"), FileOf("s", "/st/b", "s/b", 4, 2, "")}
+	for id := uint64(1); id <= 2; id++ {
+		if err := s.Prepare(&Checkpoint{ID: id, Files: files, Seqs: map[string]map[string]int64{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = reopen(t, s, p)
+	for i := range 2 { // from Open, then decoded again
+		pend, err := s.Pending()
+		if err != nil || len(pend) != 2 || pend[0].ID != 1 || len(pend[1].Files) != 2 || pend[1].Files[1].Final != "s/b" {
+			t.Fatalf("pending %d: %+v %v", i, pend, err)
+		}
+	}
+	s = reopen(t, s, p)
+	if err := s.Commit(1, time.Now(), 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	pend, err := s.Pending() // changed since Open: read from the store
+	if err != nil || len(pend) != 1 || pend[0].ID != 2 {
+		t.Fatalf("pending after a commit: %+v %v", pend, err)
+	}
+	c, err := s.Get(1)
+	if err != nil || c.State != Committed || c.DurationMS != 7 || len(c.Files) != 2 || c.Files[0].CRC32C != "d6a8b2e4" || c.Files[1].Records != 2 {
+		t.Fatalf("committed row: %+v %v", c, err)
+	}
+	if err := s.Commit(1, time.Now(), 9, 0); err != nil { // again: already committed
+		t.Fatal(err)
+	}
+	if c, err := s.Get(1); err != nil || c.DurationMS != 7 {
+		t.Fatalf("committed twice: %+v %v", c, err)
+	}
+}

@@ -196,13 +196,10 @@ func parseLines(body []byte, maxRecord int, checkJSON bool) (data []byte, record
 				return nil, 0, &LineError{Line: lineNo, Err: ErrTooLarge,
 					Msg: fmt.Sprintf("record is %d bytes, limit %d", len(line), maxRecord)}
 			}
-			if checkJSON && !validJSON(line) {
-				msg, _ := syntaxMsg(line)
-				return nil, 0, &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
-			}
-			if checkJSON && !utf8.Valid(line) {
-				msg, _ := utf8Msg(line)
-				return nil, 0, &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
+			if checkJSON {
+				if err := checkRecord(line, lineNo); err != nil {
+					return nil, 0, err
+				}
 			}
 			records++
 		}
@@ -221,6 +218,24 @@ func parseLines(body []byte, maxRecord int, checkJSON bool) (data []byte, record
 		return body, records, nil
 	}
 	return out, records, nil
+}
+
+// checkRecord checks one NDJSON record: valid JSON in valid UTF-8. The
+// error, on the slow path only, says which of the two it is not.
+func checkRecord(line []byte, lineNo int) error {
+	ok, sure := validRecord(line)
+	if ok {
+		return nil
+	}
+	if !sure && validJSON(line) && utf8.Valid(line) {
+		return nil
+	}
+	if !validJSON(line) {
+		msg, _ := syntaxMsg(line)
+		return &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
+	}
+	msg, _ := utf8Msg(line)
+	return &LineError{Line: lineNo, Err: ErrInvalidJSON, Msg: msg}
 }
 
 // isBlank reports whether line holds only JSON whitespace other than '\n'.

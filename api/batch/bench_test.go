@@ -52,6 +52,20 @@ func BenchmarkParseNDJSON(b *testing.B) {
 	})
 }
 
+// BenchmarkParseNDJSONSmall is the small-record load of issue 26: 1000
+// records of 200 bytes, mostly structure (keys, numbers, nesting).
+func BenchmarkParseNDJSONSmall(b *testing.B) {
+	var body []byte
+	for i := range 1000 {
+		head := fmt.Sprintf(`{"ts":"2026-11-29T09:%02d:%02d.%03dZ","producer":"bench-p1","i":%d,"event":"page_view","user":{"id":%d,"country":"DE","premium":%t},"latency_ms":%d.%d,"tags":["web","eu"],"pad":"`,
+			(i/60)%60, i%60, i%1000, i, 100000+i*7919%900000, i%3 == 0, i%500, i%10)
+		body = append(body, head...)
+		body = append(body, strings.Repeat("x", 200-len(head)-3)...)
+		body = append(body, "\"}\n"...)
+	}
+	benchParse(b, "application/x-ndjson", body)
+}
+
 func BenchmarkParseText(b *testing.B) {
 	recs := benchRecords(100, 1024)
 	b.Run("lf", func(b *testing.B) {

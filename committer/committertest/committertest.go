@@ -53,6 +53,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"CommitAfterAbortIsLost", testCommitAfterAbort},
 		{"ConflictLeavesExistingContent", testConflict},
 		{"ConcurrentFiles", testConcurrentFiles},
+		{"BatchCommitThenSync", testBatchCommit},
 		{"PublishCreateOnly", testPublishCreateOnly},
 		{"ListPrefixes", testList},
 		{"ListPagesInPathOrder", testListPages},
@@ -349,6 +350,56 @@ func testConcurrentFiles(t *testing.T, e Env) {
 			t.Fatalf("file %d: %v", i, err)
 		}
 		WantContent(t, e.Reader, final(i), Content(uint64(100+i), 3000+i))
+	}
+}
+
+// testBatchCommit: a committer.BatchCommitter commits files unsynced,
+// concurrently, then syncs each distinct token once; committing again
+// (a replay) succeeds and owes a sync again. Others skip.
+func testBatchCommit(t *testing.T, e Env) {
+	bc, ok := e.Committer.(committer.BatchCommitter)
+	if !ok {
+		t.Skip("not a committer.BatchCommitter")
+	}
+	const n = 6
+	name := func(i int) string {
+		return fmt.Sprintf("s/dt=2026-11-29/hour=%02d/part-n-%020d-%04d.ndjson", i%2, 1, i)
+	}
+	files := make([]committer.File, n)
+	for i := range n {
+		files[i] = Prepare(t, e, name(i), Content(uint64(200+i), 1000+i))
+	}
+	for round := range 2 {
+		tokens := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { tokens[i], errs[i] = bc.CommitUnsynced(t.Context(), files[i]) })
+		}
+		wg.Wait()
+		owed := map[string]bool{}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: commit unsynced %d: %v", round, i, err)
+			}
+			if tokens[i] != "" {
+				owed[tokens[i]] = true
+			}
+		}
+		for tok := range owed {
+			if err := bc.SyncCommits(t.Context(), tok); err != nil {
+				t.Fatalf("round %d: sync %q: %v", round, tok, err)
+			}
+		}
+		for i := range n {
+			WantContent(t, e.Reader, name(i), Content(uint64(200+i), 1000+i))
+			wantNoTemp(t, e, files[i])
+		}
+	}
+	// Committed unsynced and then Commit (a retry through the plain path)
+	// agree: the file is final, the temp gone.
+	if err := e.Committer.Commit(t.Context(), files[0]); err != nil {
+		t.Fatalf("commit after a batch commit: %v", err)
 	}
 }
 

@@ -25,12 +25,13 @@ import (
 )
 
 var (
-	_ committer.Committer = (*Local)(nil)
-	_ committer.Publisher = (*Local)(nil)
-	_ committer.Reader    = (*Local)(nil)
-	_ committer.Pager     = (*Local)(nil)
-	_ committer.Limiter   = (*Local)(nil)
-	_ committer.Mover     = (*Local)(nil)
+	_ committer.Committer      = (*Local)(nil)
+	_ committer.BatchCommitter = (*Local)(nil)
+	_ committer.Publisher      = (*Local)(nil)
+	_ committer.Reader         = (*Local)(nil)
+	_ committer.Pager          = (*Local)(nil)
+	_ committer.Limiter        = (*Local)(nil)
+	_ committer.Mover          = (*Local)(nil)
 )
 
 // Local commits into Dest on FS. Temp files for published objects go to
@@ -93,49 +94,79 @@ func (l *Local) Prepare(_ context.Context, f committer.File) (committer.File, er
 //
 // The rename never replaces a file (durable.Rename): one that appears at
 // the final name after the check is handled as "both present".
-func (l *Local) Commit(_ context.Context, f committer.File) error {
+func (l *Local) Commit(ctx context.Context, f committer.File) error {
+	dir, err := l.CommitUnsynced(ctx, f)
+	if err != nil || dir == "" {
+		return err
+	}
+	return l.SyncCommits(ctx, dir)
+}
+
+// CommitUnsynced is Commit up to the fsync of the final directory, which it
+// returns for SyncCommits ("" when it synced already: a final found beside
+// its temp file is made durable before the temp file goes).
+func (l *Local) CommitUnsynced(_ context.Context, f committer.File) (string, error) {
 	final := l.abs(f.Final)
+	// The common case first, in one rename: temp present, final absent.
+	// Anything else (a replay, a conflict) fails the rename without a
+	// change, since it never replaces, and is sorted out below.
+	if dir, err := durable.RenameUnsynced(l.FS, &l.dirs, f.Temp, final); err == nil {
+		return dir, nil
+	} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("commit %s: %w", f.Final, err)
+	}
 	_, terr := l.FS.Stat(f.Temp)
 	fi, ferr := l.FS.Stat(final)
 	tempOK, finalOK := terr == nil, ferr == nil
 	if terr != nil && !errors.Is(terr, os.ErrNotExist) {
-		return fmt.Errorf("commit %s: stat temp: %w", f.Final, terr)
+		return "", fmt.Errorf("commit %s: stat temp: %w", f.Final, terr)
 	}
 	if ferr != nil && !errors.Is(ferr, os.ErrNotExist) {
-		return fmt.Errorf("commit %s: stat final: %w", f.Final, ferr)
+		return "", fmt.Errorf("commit %s: stat final: %w", f.Final, ferr)
 	}
 	switch {
 	case tempOK && !finalOK:
-		err := durable.Rename(l.FS, &l.dirs, f.Temp, final)
+		dir, err := durable.RenameUnsynced(l.FS, &l.dirs, f.Temp, final)
 		if errors.Is(err, fs.ErrExist) {
-			return l.commitOver(f, final)
+			return "", l.commitOver(f, final)
 		}
 		if err != nil {
-			return fmt.Errorf("commit %s: %w", f.Final, err)
+			return "", fmt.Errorf("commit %s: %w", f.Final, err)
 		}
-		return nil
+		return dir, nil
 	case !tempOK && finalOK:
 		if fi.Size() != f.Bytes {
-			return fmt.Errorf("commit %s: %w: %d bytes, expected %d", f.Final, committer.ErrConflict, fi.Size(), f.Bytes)
+			return "", fmt.Errorf("commit %s: %w: %d bytes, expected %d", f.Final, committer.ErrConflict, fi.Size(), f.Bytes)
 		}
 		if f.CRC32C != "" {
 			sum, err := crcOf(l.FS, final)
 			if err != nil {
-				return fmt.Errorf("commit %s: %w", f.Final, err)
+				return "", fmt.Errorf("commit %s: %w", f.Final, err)
 			}
 			if sum != f.CRC32C {
-				return fmt.Errorf("commit %s: %w: crc32c %s, expected %s", f.Final, committer.ErrConflict, sum, f.CRC32C)
+				return "", fmt.Errorf("commit %s: %w: crc32c %s, expected %s", f.Final, committer.ErrConflict, sum, f.CRC32C)
 			}
 		}
-		if err := l.syncPath(path.Dir(final)); err != nil {
-			return fmt.Errorf("commit %s: %w", f.Final, err)
+		// The rename may not be durable yet: its directory is synced again.
+		dir := path.Dir(final)
+		if err := l.dirs.MkdirAll(l.FS, dir); err != nil {
+			return "", fmt.Errorf("commit %s: %w", f.Final, err)
 		}
-		return nil
+		return dir, nil
 	case tempOK && finalOK:
-		return l.commitOver(f, final)
+		return "", l.commitOver(f, final)
 	default:
-		return fmt.Errorf("commit %s: %w", f.Final, committer.ErrLost)
+		return "", fmt.Errorf("commit %s: %w", f.Final, committer.ErrLost)
 	}
+}
+
+// SyncCommits fsyncs dir, a final directory CommitUnsynced returned, making
+// the renames into it durable. A failure wraps durable.ErrSync.
+func (l *Local) SyncCommits(_ context.Context, dir string) error {
+	if err := durable.SyncDir(l.FS, dir); err != nil {
+		return fmt.Errorf("commit into %s: %w", dir, err)
+	}
+	return nil
 }
 
 // commitOver handles a final file present with the temp file: the same

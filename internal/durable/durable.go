@@ -168,14 +168,26 @@ func SyncClose(f afero.File) error {
 // name is durable. It never replaces a file at final: it fails with an
 // error wrapping fs.ErrExist instead (see RenameNoReplace).
 func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
-	dir := filepath.Dir(final)
-	if err := dirs.MkdirAll(fs, dir); err != nil {
+	dir, err := RenameUnsynced(fs, dirs, tmp, final)
+	if err != nil {
 		return err
 	}
-	if err := RenameNoReplace(fs, tmp, final); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
 	return SyncDir(fs, dir)
+}
+
+// RenameUnsynced is Rename without its last step: it returns final's
+// directory, which the caller must SyncDir before the new name counts as
+// durable. It is for callers that rename many files and sync each
+// directory once, after all of its renames (a checkpoint's commit).
+func RenameUnsynced(fs afero.Fs, dirs *Dirs, tmp, final string) (dir string, err error) {
+	dir = filepath.Dir(final)
+	if err := dirs.MkdirAll(fs, dir); err != nil {
+		return "", err
+	}
+	if err := RenameNoReplace(fs, tmp, final); err != nil {
+		return "", fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return dir, nil
 }
 
 // WriteFile writes data to tmp (created exclusively), syncs and closes it,
