@@ -102,6 +102,16 @@ func (f *fakeRemote) Prepare(ctx context.Context, file committer.File) (committe
 	return f.Local.Prepare(ctx, file)
 }
 
+// CommitUnsynced is Commit: a remote commit owes no sync. Defined so that
+// the embedded local committer's batch commit (committer.BatchCommitter)
+// is not promoted past the fake's uploads.
+func (f *fakeRemote) CommitUnsynced(ctx context.Context, file committer.File) (string, error) {
+	return "", f.Commit(ctx, file)
+}
+
+// SyncCommits has nothing to sync (see CommitUnsynced).
+func (f *fakeRemote) SyncCommits(context.Context, string) error { return nil }
+
 func (f *fakeRemote) Commit(ctx context.Context, file committer.File) error {
 	f.mu.Lock()
 	if f.down {
