@@ -56,6 +56,7 @@ type Encoders struct {
 	slots  chan *slot
 	step   int64
 	inline bool
+	pages  *format.PageCodecs // shared by every Parquet file's writer
 }
 
 // slot is one step's scratch: reused from step to step, never shared.
@@ -74,7 +75,7 @@ func NewEncoders(n int, stepBytes int64) *Encoders {
 	if stepBytes <= 0 {
 		stepBytes = DefaultStepBytes
 	}
-	es := &Encoders{slots: make(chan *slot, n), step: stepBytes}
+	es := &Encoders{slots: make(chan *slot, n), step: stepBytes, pages: format.NewPageCodecs(n)}
 	for range n {
 		es.slots <- &slot{}
 	}
@@ -262,7 +263,7 @@ func (en *encoder) encodeFrame(s *slot, r io.Reader) error {
 
 func (en *encoder) encodeParquet(s *slot, r io.Reader) error {
 	if en.pq == nil {
-		pq, err := format.NewParquetWriter(&en.cw, en.e)
+		pq, err := format.NewParquetWriter(&en.cw, en.e, en.es.pages)
 		if err != nil {
 			return err
 		}

@@ -2,10 +2,12 @@ package format
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
+	"unicode/utf8"
 
 	"github.com/eosink/eosink/internal/jsontop"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -14,7 +16,6 @@ import (
 	pqgzip "github.com/parquet-go/parquet-go/compress/gzip"
 	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
-	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
 )
 
 // Parquet files.
@@ -93,10 +94,12 @@ func (f namedField) Name() string { return f.name }
 // are made from the records' JSON.
 func (f namedField) Value(reflect.Value) reflect.Value { return reflect.Value{} }
 
-func pageCodec(c string) (compress.Codec, error) {
+func pageCodec(c string, concurrency int) (compress.Codec, error) {
+	switch {
+	case isZstdPages(c):
+		return newZstdPages(concurrency)
+	}
 	switch c {
-	case "", streamconf.CompressionZstd:
-		return &pqzstd.Codec{Level: pqzstd.DefaultLevel, Concurrency: 1}, nil
 	case streamconf.CompressionSnappy:
 		return &snappy.Codec{}, nil
 	case streamconf.CompressionGzip:
@@ -110,7 +113,7 @@ func pageCodec(c string) (compress.Codec, error) {
 // encodeParquet writes the NDJSON records of r to w as one Parquet file and
 // returns how many it wrote.
 func encodeParquet(w io.Writer, r io.Reader, e Encoding) (records int64, err error) {
-	pw, err := NewParquetWriter(w, e)
+	pw, err := NewParquetWriter(w, e, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -152,14 +155,15 @@ type ParquetWriter struct {
 	err        error
 }
 
-// NewParquetWriter starts a Parquet file of encoding e on w. Nothing is
-// written before the first row group is complete.
-func NewParquetWriter(w io.Writer, e Encoding) (*ParquetWriter, error) {
+// NewParquetWriter starts a Parquet file of encoding e on w, its pages
+// compressed by pages' codec (nil: a codec of its own). Nothing is written
+// before the first row group is complete.
+func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWriter, error) {
 	schema, err := ParquetSchema(e.Schema)
 	if err != nil {
 		return nil, err
 	}
-	codec, err := pageCodec(e.Compression)
+	codec, err := pages.codec(e.Compression)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +270,7 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 		// No copies: the writer copies values into its column buffers
 		// during WriteRows, before the line buffer is reused
 		// (TestEncodeRoundTrip would see reused bytes otherwise).
-		b, err := jsontop.StrBytes(raw)
+		b, err := stringBytes(raw)
 		if err != nil {
 			return parquet.Value{}, err
 		}
@@ -289,6 +293,21 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 		return parquet.ByteArrayValue(raw), nil
 	}
 	return parquet.Value{}, fmt.Errorf("%w: type %q", ErrUnsupported, t)
+}
+
+// stringBytes returns the text of a JSON string value of a checked record:
+// its bytes between the quotes when they mean themselves, else
+// jsontop.StrBytes's decoding. The record is valid JSON (the write path
+// refuses any other), so its strings hold no raw control bytes: no '\\'
+// and valid UTF-8 suffice, and both checks run a word at a time, where
+// jsontop's plain goes byte by byte.
+func stringBytes(raw []byte) ([]byte, error) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
+		if in := raw[1 : n-1]; bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+			return in, nil
+		}
+	}
+	return jsontop.StrBytes(raw)
 }
 
 // errRecordTooLarge is returned for a line over MaxRecordBytes.
