@@ -69,10 +69,12 @@ func newZstdPages(concurrency int) (*zstdPages, error) {
 	return &zstdPages{enc: enc}, nil
 }
 
-func (z *zstdPages) String() string                            { return "ZSTD" }
+func (z *zstdPages) String() string                              { return "ZSTD" }
 func (z *zstdPages) CompressionCodec() pqformat.CompressionCodec { return pqformat.Zstd }
 
-func (z *zstdPages) Encode(dst, src []byte) ([]byte, error) { return z.enc.EncodeAll(src, dst[:0]), nil }
+func (z *zstdPages) Encode(dst, src []byte) ([]byte, error) {
+	return z.enc.EncodeAll(src, dst[:0]), nil
+}
 
 func (z *zstdPages) Decode(dst, src []byte) ([]byte, error) { return z.dec.Decode(dst, src) }
 
