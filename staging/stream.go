@@ -153,6 +153,19 @@ type encoder struct {
 // errStopped ends a step that an abort or release interrupted.
 var errStopped = errors.New("encoding stopped")
 
+// stopReader reads r until stop is set, then fails with errStopped.
+type stopReader struct {
+	r    io.Reader
+	stop *atomic.Bool
+}
+
+func (s stopReader) Read(p []byte) (int, error) {
+	if s.stop.Load() {
+		return 0, errStopped
+	}
+	return s.r.Read(p)
+}
+
 // advance notes that avail bytes of whole batches are in the plain file
 // and starts a step if enough wait. Called by Append.
 func (en *encoder) advance(avail int64) {
@@ -215,7 +228,9 @@ func (en *encoder) encode(s *slot, upto int64) (err error) {
 	s.bw.Reset(en.out)
 	en.cw.w = s.bw
 	en.srcSeen.w, en.srcSeen.lines = io.Discard, true
-	r := io.TeeReader(io.NewSectionReader(en.in, en.done, upto-en.done), &en.srcSeen)
+	// Abort and Release (under the engine's ingest lock) wait for a
+	// running step: stopReader ends it within one read.
+	r := io.TeeReader(stopReader{io.NewSectionReader(en.in, en.done, upto-en.done), &en.stop}, &en.srcSeen)
 	switch {
 	case en.e.Format == streamconf.FormatParquet:
 		err = en.encodeParquet(s, r)
@@ -280,9 +295,6 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader) error {
 		}
 	}()
 	for {
-		if en.stop.Load() {
-			return errStopped
-		}
 		var err error
 		s.line, err = format.ReadLine(s.br, s.line[:0])
 		if err == io.EOF {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 
@@ -240,5 +241,69 @@ func TestCreateEncodedAbortWhileEncoding(t *testing.T) {
 				t.Fatalf("left %v", names)
 			}
 		})
+	}
+}
+
+// The memory an open Parquet transaction holds between steps is its row
+// group being built (compressed pages and a page buffer per column), not
+// its file's size: measured as live heap after full GCs, with 16 files
+// open at once, each 6 MiB into an 8 MiB row group (the worst point: the
+// most compressed pages held, none written yet).
+func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("memory means nothing under the race detector")
+	}
+	const files, perFile = 16, 6 << 20
+	recs := orders.Records(t, 14, perFile/100)
+	var batches [][]byte
+	for i := 0; i < len(recs); i += 100 {
+		var batch []byte
+		for _, r := range recs[i:min(i+100, len(recs))] {
+			batch = append(append(batch, r...), '\n')
+		}
+		batches = append(batches, batch)
+	}
+	recs = nil
+	live := func() int64 {
+		runtime.GC()
+		runtime.GC() // the second clears sync.Pool victims
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
+	es := NewInlineEncoders(0)
+	enc := Encoding{Format: "parquet", Schema: orders.Schema}
+	// One file first: the encoders' shared codec state is not per file.
+	warm, err := CreateEncoded(fs, "/warm.parquet.inprogress", 0, enc, es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range batches[:len(batches)/4] {
+		if err := warm.Append(b, 100, "", int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := live()
+	txns := make([]*Txn, files)
+	for k := range txns {
+		if txns[k], err = CreateEncoded(fs, fmt.Sprintf("/m%02d.parquet.inprogress", k), 0, enc, es); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range batches {
+			if err := txns[k].Append(b, 100, "", int64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	per := (live() - base) / files
+	t.Logf("%d open Parquet files, %d MiB of records each: live heap +%.2f MiB per file", files, perFile>>20, float64(per)/(1<<20))
+	if limit := int64(4 << 20); per > limit {
+		t.Errorf("live heap +%d bytes per open Parquet file, want at most %d", per, limit)
+	}
+	for _, tx := range append(txns, warm) {
+		if err := tx.Abort(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
