@@ -136,6 +136,7 @@ type encoder struct {
 	avail   int64     // bytes of whole batches in the plain file
 	done    int64     // bytes of the plain file encoded
 	running bool      // a step is running or queued
+	active  bool      // a step holds a slot and may touch the files
 	err     error     // sticky: the encoded file can't be finished
 	stop    atomic.Bool
 
@@ -186,6 +187,7 @@ func (en *encoder) run() {
 	s := en.es.acquire()
 	defer en.es.release(s)
 	en.mu.Lock()
+	en.active = true
 	for en.err == nil && !en.stop.Load() && en.avail-en.done >= en.es.step {
 		upto := en.avail
 		en.mu.Unlock()
@@ -195,7 +197,7 @@ func (en *encoder) run() {
 			en.err = err
 		}
 	}
-	en.running = false
+	en.running, en.active = false, false
 	en.idle.Broadcast()
 	en.mu.Unlock()
 }
@@ -362,10 +364,15 @@ func (en *encoder) finish(written, records int64, crc uint32) (Summary, error) {
 	return Summary{Temp: en.dst, Bytes: en.cw.n, Records: records, CRC32C: hexCRC(en.cw.crc), Plain: en.src}, nil
 }
 
-// halt stops the steps, waits for a running one and closes the files.
+// halt stops the steps, waits for an active one (a queued one will see
+// stop before it touches anything) and closes the files.
 func (en *encoder) halt() {
 	en.stop.Store(true)
-	en.wait()
+	en.mu.Lock()
+	for en.active {
+		en.idle.Wait()
+	}
+	en.mu.Unlock()
 	en.closeIn()
 	if en.out != nil {
 		_ = en.out.Close() // abandoned or deleted next: its close error says nothing
