@@ -279,13 +279,11 @@ func (pipe *pipeline) preCommit(ctx context.Context, id uint64, txns []*openTxn)
 	for i, ot := range txns {
 		g.Go(func() error {
 			sum, err := ot.txn.PreCommit()
-			if err == nil {
-				sum, err = pipe.encodeStaged(ot, sum) // streams.go
-			}
 			if err != nil {
-				errs[i] = err
+				errs[i] = fmt.Errorf("stream %s: %w", ot.key.Stream, err)
 				return nil
 			}
+			pipe.removePlain(sum) // streams.go
 			prod := make(map[string]committer.SeqRanges, len(sum.Producers))
 			for p, rs := range sum.Producers {
 				prod[p] = rs
@@ -363,7 +361,7 @@ func (pipe *pipeline) abort(ctx context.Context, c *cut, files []committer.File,
 // orphan sweep and recovery.
 func (pipe *pipeline) abortFiles(ctx context.Context, c *cut, files []committer.File) {
 	for _, ot := range c.txns {
-		if err := errors.Join(ot.txn.Abort(), pipe.removeEncoded(ot)); err != nil {
+		if err := ot.txn.Abort(); err != nil {
 			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
 		}
 	}

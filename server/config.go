@@ -2,12 +2,14 @@ package server
 
 import (
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/spf13/afero"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 )
 
 // Config configures an Engine.
@@ -40,6 +42,10 @@ type Config struct {
 	// StoreOptions are passed to recovery.OpenWith; tests inject state
 	// store faults through them.
 	StoreOptions recovery.Options
+	// Encoders encode compressed and Parquet files as their batches
+	// arrive (staging.CreateEncoded); nil means staging.NewEncoders with
+	// one step at a time per CPU. Fault sweeps use inline ones.
+	Encoders *staging.Encoders
 
 	// SweepInterval is how often the orphan sweep runs (recovery runs one
 	// at every start) when the committer prepares remotely: it retries
@@ -118,6 +124,9 @@ func (c *Config) defaults() {
 	}
 	if c.Parallel <= 0 {
 		c.Parallel = recovery.DefaultParallel
+	}
+	if c.Encoders == nil {
+		c.Encoders = staging.NewEncoders(runtime.GOMAXPROCS(0), 0)
 	}
 	if c.RetryMin <= 0 {
 		c.RetryMin = 50 * time.Millisecond

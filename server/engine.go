@@ -74,10 +74,8 @@ type openTxn struct {
 	txn   *staging.Txn
 	final string
 	// Stream configuration hooks (streams.go): the configuration the
-	// file is written with, and its encoded temp file once pre-commit
-	// encoded it.
-	conf    *streamConf
-	encoded string
+	// file is written with (and encoded in, as its batches arrive).
+	conf *streamConf
 }
 
 type outcome struct {
@@ -339,7 +337,8 @@ func (in *ingest) txnLocked(key staging.Key) (*openTxn, error) {
 		return nil, fmt.Errorf("stream %s: %d staging files open, the most per checkpoint (--max-open-files): %w", key.Stream, n, ErrBackpressure)
 	}
 	base := layout.PartName(in.e.cfg.Node, in.openID, in.nextIndex, key.Ext)
-	t, err := staging.Create(in.e.cfg.FS, staging.TempName(in.e.cfg.StagingDir, base), in.e.cfg.BufferSize)
+	conf := in.confFor(key.Stream)
+	t, err := staging.CreateEncoded(in.e.cfg.FS, staging.TempName(in.e.cfg.StagingDir, base), in.e.cfg.BufferSize, conf.enc, in.e.cfg.Encoders)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		// Out of file descriptors (the process's or the system's): a
 		// checkpoint closes ours; the client retries after it.
@@ -350,7 +349,7 @@ func (in *ingest) txnLocked(key staging.Key) (*openTxn, error) {
 		return nil, err
 	}
 	in.nextIndex++
-	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: in.confFor(key.Stream)}
+	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: conf}
 	in.cur[key] = ot
 	in.openTxns = append(in.openTxns, ot)
 	return ot, nil

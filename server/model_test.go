@@ -22,6 +22,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -190,6 +191,9 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		c.Now = func() time.Time { return mr.clock }
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
+		// Compressed and Parquet files encoded as batches arrive, a step
+		// per 256 bytes, inline: the seed alone decides the order of ops.
+		c.Encoders = staging.NewInlineEncoders(256)
 		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
 		c.MaxKeys = modelMaxKeys                  // the cap is reached: committed keys are dropped, never live ones (keyModel)
 		// A node lease that never expires on this clock: every start must

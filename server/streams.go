@@ -602,26 +602,18 @@ func (in *ingest) rollBytes(stream string) int64 {
 	return in.e.cfg.RollBytes
 }
 
-// encodeStaged turns a pre-committed plain temp file into its stream's
-// encoding (staging.Encode, the durable recipe) and removes the plain
-// one; the caller syncs the staging directory. A crash or failure in
-// between leaves only temp files no prepared checkpoint names, which the
-// abort or recovery deletes.
-func (pipe *pipeline) encodeStaged(ot *openTxn, sum staging.Summary) (staging.Summary, error) {
-	if ot.conf == nil || ot.conf.enc.Plain() {
-		return sum, nil
+// removePlain deletes the plain temp file a pre-committed encoded one was
+// made from (staging.CreateEncoded: compressed and Parquet files are
+// encoded as their batches arrive, and pre-commit only finishes them).
+// Nothing names it: a crash or failure leaves it to the abort or recovery.
+func (pipe *pipeline) removePlain(sum staging.Summary) {
+	if sum.Plain == "" {
+		return
 	}
-	dst := staging.EncodedName(sum.Temp)
-	ot.encoded = dst // abort removes it, whatever Encode got to
-	enc, err := staging.Encode(pipe.e.cfg.FS, sum, dst, ot.conf.enc)
-	if err != nil {
-		return staging.Summary{}, fmt.Errorf("encode stream %s: %w", ot.key.Stream, err)
-	}
-	if err := staging.Remove(pipe.e.cfg.FS, sum.Temp); err != nil {
+	if err := staging.Remove(pipe.e.cfg.FS, sum.Plain); err != nil {
 		// Unnamed by any checkpoint: recovery deletes it at the next start.
-		pipe.e.log.Warn("remove plain staging file after encoding", "path", sum.Temp, "err", err)
+		pipe.e.log.Warn("remove plain staging file after encoding", "path", sum.Plain, "err", err)
 	}
-	return enc, nil
 }
 
 // fileFormat returns what a file record says of its encoding.
@@ -634,14 +626,6 @@ func (ot *openTxn) fileFormat() (format, compression string, version int64) {
 		compression = ot.conf.cfg.Compression
 	}
 	return format, compression, ot.conf.cfg.Version
-}
-
-// removeEncoded deletes the encoded temp file of an aborted transaction.
-func (pipe *pipeline) removeEncoded(ot *openTxn) error {
-	if ot.encoded == "" {
-		return nil
-	}
-	return staging.Remove(pipe.e.cfg.FS, ot.encoded)
 }
 
 // dropEmpty aborts the transactions that hold no record (opened for a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -200,5 +202,89 @@ func TestStreamSplitAppendFails(t *testing.T) {
 	}
 	if records != 2 {
 		t.Fatalf("%d records committed, want the retried batch's 2", records)
+	}
+}
+
+// TestStreamEncodeInBackground: zstd and Parquet files encoded by
+// background steps (tiny ones, so many run, on goroutines, while writers
+// and checkpoints go on concurrently; files roll by encoded size) hold
+// every batch exactly once and nothing else; the invariant checker decodes
+// them. Run it with -race.
+func TestStreamEncodeInBackground(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) {
+		c.BufferSize = 64
+		c.Encoders = staging.NewEncoders(2, 512)
+		c.RollBytes = 8 << 10
+	}
+	e := r.start(nil)
+	configureTestStreams(t, e)
+	r.checkpoint()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	must := map[invariant.BatchID]bool{}
+	for k, s := range []string{zstdStream, parquetStream, zstdStream, parquetStream} {
+		ps, err := e.InitProducer(t.Context(), fmt.Sprint("p", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			p := &Producer{ID: ps.ID, Epoch: ps.Epoch}
+			for seq := int64(0); seq < 400; {
+				res, err := send(e, p, s, seq, 5)
+				if err != nil {
+					if errors.Is(err, ErrBackpressure) {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					t.Errorf("%s seq %d: %v", p.ID, seq, err)
+					return
+				}
+				if res.NextSeq != seq+1 {
+					t.Errorf("%s seq %d: next %d", p.ID, seq, res.NextSeq)
+					return
+				}
+				mu.Lock()
+				must[invariant.BatchID{Producer: p.ID, Stream: s, Seq: seq}] = true
+				mu.Unlock()
+				seq++
+			}
+		})
+	}
+	stop := make(chan struct{})
+	ckpts := make(chan int)
+	go func() {
+		n := 0
+		defer func() { ckpts <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			res, err := e.Checkpoint(ctx)
+			cancel()
+			if err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+			if res.State == recovery.Committed && len(res.Files) > 0 {
+				n++
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	if n := <-ckpts; n < 3 {
+		t.Logf("only %d checkpoints with files ran beside the writes", n)
+	}
+	res := r.checkpoint()
+	if res.State != recovery.Committed {
+		t.Fatalf("final checkpoint %+v", res)
+	}
+	r.check(invariant.Expect{Must: must, Exact: true})
+	if left, _ := afero.ReadDir(r.fs, rigStaging); len(left) != 0 {
+		t.Fatalf("%d staging files left", len(left))
 	}
 }

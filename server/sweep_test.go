@@ -13,6 +13,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -251,6 +252,12 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		c.Parallel = 1
 		c.Now = func() time.Time { return fixed }
 		c.StoreOptions.WriteFault = sf.hook
+		// Every batch written at once, and the zstd and Parquet files
+		// encoded a step per write, inline: the encoder's operations (the
+		// read back, the frames, the encoded file's create) are swept too,
+		// in the same order every run.
+		c.BufferSize = 8
+		c.Encoders = staging.NewInlineEncoders(1)
 		// A node lease, as every real node has: the start's first
 		// operations take it over and reserve ids in it, and are swept
 		// too. With the clock fixed and an hour's timeout, a restart that

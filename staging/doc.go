@@ -12,10 +12,12 @@
 // and reports its size, record count, CRC-32C and the producer sequence ranges
 // it holds. Abort closes and deletes it. Files never live under the destination.
 //
-// A temp file is always plain NDJSON or text. Compressed and Parquet files
-// are made from it at pre-commit by Encode, as a second temp file named
-// EncodedName(temp) (see encode.go for the order of steps and why). The
-// codecs themselves (gzip, zstd, Parquet, and the readers previews and
+// A temp file is always plain NDJSON or text. A compressed or Parquet
+// transaction (CreateEncoded) also encodes its batches as they arrive, in
+// background steps, into a second temp file named EncodedName(temp), and
+// its PreCommit only finishes, fsyncs and closes that one (see stream.go
+// for the steps and why). Encode (encode.go) makes the same file from a
+// whole plain one, for tools and tests. The codecs themselves (gzip, zstd, Parquet, and the readers previews and
 // `eosink verify` use) are internal/format's. The format of a file is
 // named by its extension (streamconf.Ext, streamconf.ParseExt).
 //

@@ -137,3 +137,58 @@ func reportCPU(b *testing.B, cpu time.Duration, src Summary) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(src.Records), "cpu-ns/record")
 	b.ReportMetric(float64(src.Bytes)*float64(b.N)/cpu.Seconds()/1e6, "cpu-MB/s")
 }
+
+// BenchmarkCreateEncoded measures encoding as batches arrive: appends of
+// 100 records (about 10 KiB) to a CreateEncoded Txn with background steps,
+// then PreCommit. Same metrics as BenchmarkEncode, for the whole.
+//
+//	go test -run XXX -bench BenchmarkCreateEncoded -count 5 ./staging/
+func BenchmarkCreateEncoded(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		enc  Encoding
+	}{
+		{"plain", Encoding{Format: "ndjson", Compression: "none"}},
+		{"zstd", Encoding{Format: "ndjson", Compression: "zstd"}},
+		{"parquet-zstd", Encoding{Format: "parquet", Compression: "zstd", Schema: orders.Schema}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			fs := afero.NewBasePathFs(afero.NewOsFs(), benchDir(b))
+			recs := orders.Records(b, 42, (8<<20)/100)
+			var batches [][]byte
+			var size int64
+			for i := 0; i < len(recs); i += 100 {
+				var batch []byte
+				for _, r := range recs[i:min(i+100, len(recs))] {
+					batch = append(append(batch, r...), '\n')
+				}
+				batches = append(batches, batch)
+				size += int64(len(batch))
+			}
+			es := NewEncoders(2, 0)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				tx, err := CreateEncoded(fs, "/b.inprogress", 0, bc.enc, es)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, batch := range batches {
+					if err := tx.Append(batch, bytes.Count(batch, []byte{'\n'}), "p", int64(i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sum, err := tx.PreCommit()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Abort(); err != nil {
+					b.Fatal(err)
+				}
+				_ = sum
+			}
+			reportCPU(b, cpuTime()-cpu0, Summary{Bytes: size, Records: int64(len(recs))})
+		})
+	}
+}

@@ -41,6 +41,9 @@ type Summary struct {
 	// Producers holds each producer's exact sequence numbers in the file,
 	// as ascending, disjoint, inclusive [first, last] ranges.
 	Producers map[string][][2]int64
+	// Plain, for an encoded file (CreateEncoded), is the plain temp file it
+	// was made from: unsynced, named by nothing, for the caller to remove.
+	Plain string
 }
 
 // Txn is one open temp file.
@@ -56,6 +59,7 @@ type Txn struct {
 	prod    map[string][][2]int64
 	err     error // sticky: set when the file can no longer be trusted
 	closed  bool
+	enc     *encoder // encodes as batches arrive (CreateEncoded); nil if plain
 }
 
 // TempName returns the temp file name for a final base name, in dir.
@@ -80,8 +84,15 @@ func Create(fs afero.Fs, name string, bufSize int) (*Txn, error) {
 // Name returns the temp file's path.
 func (t *Txn) Name() string { return t.name }
 
-// Size returns the bytes appended so far, buffered or written.
-func (t *Txn) Size() int64 { return t.written + int64(len(t.buf)) }
+// Size returns the bytes appended so far, buffered or written. For an
+// encoded Txn it is the encoded file's bytes so far plus the appended
+// bytes not yet encoded: what roll_size is held to.
+func (t *Txn) Size() int64 {
+	if t.enc != nil {
+		return t.enc.size(t.written + int64(len(t.buf)))
+	}
+	return t.written + int64(len(t.buf))
+}
 
 // Records returns the records appended so far.
 func (t *Txn) Records() int64 { return t.records }
@@ -141,6 +152,9 @@ func (t *Txn) write(p []byte) error {
 	n, err := t.f.Write(p)
 	if err == nil && n == len(p) {
 		t.written += int64(n)
+		if t.enc != nil {
+			t.enc.advance(t.written)
+		}
 		return nil
 	}
 	if err == nil {
@@ -178,27 +192,54 @@ func (t *Txn) PreCommit() (Summary, error) {
 		t.buf = nil
 	}
 	t.closed = true
+	if t.enc != nil {
+		return t.preCommitEncoded()
+	}
 	if err := durable.SyncClose(t.f); err != nil {
 		t.err = err
 		return Summary{}, fmt.Errorf("pre-commit staging file: %w", err)
 	}
+	var sum [4]byte
+	sum[0], sum[1], sum[2], sum[3] = byte(t.crc>>24), byte(t.crc>>16), byte(t.crc>>8), byte(t.crc)
+	return Summary{Temp: t.name, Bytes: t.written, Records: t.records, CRC32C: hex.EncodeToString(sum[:]), Producers: t.producers()}, nil
+}
+
+// preCommitEncoded finishes, fsyncs and closes the encoded file; the plain
+// one is closed unsynced: nothing names it.
+func (t *Txn) preCommitEncoded() (Summary, error) {
+	sum, err := t.enc.finish(t.written, t.records, t.crc)
+	if err != nil {
+		t.err = err
+		t.enc.halt()
+		_ = t.f.Close() // only read back, never named: its close error says nothing
+		return Summary{}, fmt.Errorf("pre-commit staging file: %w", err)
+	}
+	_ = t.f.Close() // as above
+	sum.Producers = t.producers()
+	return sum, nil
+}
+
+func (t *Txn) producers() map[string][][2]int64 {
 	prod := make(map[string][][2]int64, len(t.prod))
 	for k, v := range t.prod {
 		prod[k] = slices.Clone(v)
 	}
-	var sum [4]byte
-	sum[0], sum[1], sum[2], sum[3] = byte(t.crc>>24), byte(t.crc>>16), byte(t.crc>>8), byte(t.crc)
-	return Summary{Temp: t.name, Bytes: t.written, Records: t.records, CRC32C: hex.EncodeToString(sum[:]), Producers: prod}, nil
+	return prod
 }
 
-// Abort closes the file if open and deletes it. A missing file is not an
-// error, so Abort can be repeated.
+// Abort closes the file if open and deletes it, and the encoded one of an
+// encoded Txn, after stopping its encoding. A missing file is not an error,
+// so Abort can be repeated.
 func (t *Txn) Abort() error {
 	if !t.closed {
 		t.closed = true
 		_ = t.f.Close() // the file is deleted next; its close error says nothing useful
 	}
 	t.buf = nil
+	if t.enc != nil {
+		t.enc.halt()
+		return errors.Join(Remove(t.fs, t.name), Remove(t.fs, t.enc.dst))
+	}
 	return Remove(t.fs, t.name)
 }
 
@@ -248,6 +289,9 @@ func (t *Txn) Release() {
 	if !t.closed {
 		t.closed = true
 		_ = t.f.Close() // abandoned: recovery deletes the file
+	}
+	if t.enc != nil {
+		t.enc.halt()
 	}
 	t.buf = nil
 }

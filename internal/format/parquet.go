@@ -2,10 +2,12 @@ package format
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
+	"unicode/utf8"
 
 	"github.com/eosink/eosink/internal/jsontop"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -14,7 +16,6 @@ import (
 	pqgzip "github.com/parquet-go/parquet-go/compress/gzip"
 	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
-	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
 )
 
 // Parquet files.
@@ -93,10 +94,12 @@ func (f namedField) Name() string { return f.name }
 // are made from the records' JSON.
 func (f namedField) Value(reflect.Value) reflect.Value { return reflect.Value{} }
 
-func pageCodec(c string) (compress.Codec, error) {
+func pageCodec(c string, concurrency int) (compress.Codec, error) {
+	switch {
+	case isZstdPages(c):
+		return newZstdPages(concurrency)
+	}
 	switch c {
-	case "", streamconf.CompressionZstd:
-		return &pqzstd.Codec{Level: pqzstd.DefaultLevel, Concurrency: 1}, nil
 	case streamconf.CompressionSnappy:
 		return &snappy.Codec{}, nil
 	case streamconf.CompressionGzip:
@@ -110,49 +113,112 @@ func pageCodec(c string) (compress.Codec, error) {
 // encodeParquet writes the NDJSON records of r to w as one Parquet file and
 // returns how many it wrote.
 func encodeParquet(w io.Writer, r io.Reader, e Encoding) (records int64, err error) {
-	schema, err := ParquetSchema(e.Schema)
+	pw, err := NewParquetWriter(w, e, nil)
 	if err != nil {
 		return 0, err
 	}
-	codec, err := pageCodec(e.Compression)
-	if err != nil {
-		return 0, err
-	}
-	groupBytes := e.RowGroupBytes
-	if groupBytes <= 0 {
-		groupBytes = DefaultRowGroupBytes
-	}
-	defer func() {
-		// parquet-go panics on some internal errors; a panic must not take
-		// the process down with it: the transaction aborts instead.
-		if p := recover(); p != nil {
-			err = fmt.Errorf("parquet writer panicked: %v", p)
-		}
-	}()
-	pw := parquet.NewWriter(w, schema, parquet.Compression(codec))
-	check := e.Schema.NewChecker(true)
-	fields := e.Schema.Fields
 	br := bufio.NewReaderSize(r, encodeBufferSize)
 	var line []byte
-	rows := []parquet.Row{make(parquet.Row, 0, len(fields))}
-	var inGroup int64
 	for {
 		line, err = readLine(br, line[:0])
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return records, err
+			return pw.Records(), err
 		}
-		vals, err := check.Values(line)
+		if err := pw.WriteRecord(line); err != nil {
+			return pw.Records(), err
+		}
+	}
+	if err := pw.Close(); err != nil {
+		return pw.Records(), err
+	}
+	return pw.Records(), nil
+}
+
+// ParquetWriter writes NDJSON records to one Parquet file as they come, a
+// row group at a time: a row group is written to w once RowGroupBytes of
+// source records are in it, so its memory is bounded by one row group
+// (see DefaultRowGroupBytes) whatever the file's size. Close writes the
+// last row group and the footer. After an error the file is unusable and
+// every later call returns that error. Not safe for concurrent use.
+type ParquetWriter struct {
+	pw         *parquet.Writer
+	check      *streamconf.Checker
+	fields     []streamconf.Field
+	rows       []parquet.Row
+	groupBytes int64
+	inGroup    int64 // source bytes in the row group being built
+	records    int64
+	before     func()
+	err        error
+}
+
+// NewParquetWriter starts a Parquet file of encoding e on w, its pages
+// compressed by pages' codec (nil: a codec of its own). Nothing is written
+// before the first row group is complete.
+func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWriter, error) {
+	schema, err := ParquetSchema(e.Schema)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := pages.codec(e.Compression)
+	if err != nil {
+		return nil, err
+	}
+	groupBytes := e.RowGroupBytes
+	if groupBytes <= 0 {
+		groupBytes = DefaultRowGroupBytes
+	}
+	p := &ParquetWriter{check: e.Schema.NewChecker(true), fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
+	p.rows = []parquet.Row{make(parquet.Row, 0, len(p.fields))}
+	err = p.guard(func() error {
+		p.pw = parquet.NewWriter(w, schema, parquet.Compression(codec))
+		return nil
+	})
+	return p, err
+}
+
+// Records returns the records written so far, in complete row groups or not.
+func (p *ParquetWriter) Records() int64 { return p.records }
+
+// Buffered returns the source bytes of the records in the row group being
+// built, not yet written to w.
+func (p *ParquetWriter) Buffered() int64 { return p.inGroup }
+
+// guard runs f, turning a panic of parquet-go (it panics on some internal
+// errors) into an error, and makes the first error sticky: a panic must
+// not take the process down with it, the transaction aborts instead.
+func (p *ParquetWriter) guard(f func() error) (err error) {
+	if p.err != nil {
+		return p.err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("parquet writer panicked: %v", r)
+		}
 		if err != nil {
-			return records, fmt.Errorf("record %d: %w", records+1, err)
+			p.err = err
 		}
-		row := rows[0][:0]
-		for i, f := range fields {
+	}()
+	return f()
+}
+
+// WriteRecord adds one record (a JSON object, without its '\n'); when the
+// row group holds RowGroupBytes of records it is written to w. The record
+// is copied: line may be reused after the call.
+func (p *ParquetWriter) WriteRecord(line []byte) error {
+	return p.guard(func() error {
+		vals, err := p.check.Values(line)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", p.records+1, err)
+		}
+		row := p.rows[0][:0]
+		for i, f := range p.fields {
 			v, err := parquetValue(f.Type, vals[i])
 			if err != nil {
-				return records, fmt.Errorf("record %d: field %q: %w", records+1, f.Name, err)
+				return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
 			}
 			def := 0
 			if !f.Required && vals[i] != nil {
@@ -160,29 +226,39 @@ func encodeParquet(w io.Writer, r io.Reader, e Encoding) (records int64, err err
 			}
 			row = append(row, v.Level(0, def, i))
 		}
-		rows[0] = row
-		if _, err := pw.WriteRows(rows); err != nil {
-			return records, fmt.Errorf("write Parquet row: %w", err)
+		p.rows[0] = row
+		if _, err := p.pw.WriteRows(p.rows); err != nil {
+			return fmt.Errorf("write Parquet row: %w", err)
 		}
-		records++
-		if inGroup += int64(len(line)) + 1; inGroup >= groupBytes {
-			if e.beforeRowGroup != nil {
-				e.beforeRowGroup()
+		p.records++
+		if p.inGroup += int64(len(line)) + 1; p.inGroup >= p.groupBytes {
+			if p.before != nil {
+				p.before()
 			}
-			if err := pw.Flush(); err != nil {
-				return records, fmt.Errorf("write Parquet row group: %w", err)
+			if err := p.pw.Flush(); err != nil {
+				return fmt.Errorf("write Parquet row group: %w", err)
 			}
-			inGroup = 0
+			p.inGroup = 0
 		}
-	}
-	if e.beforeRowGroup != nil {
-		e.beforeRowGroup()
-	}
-	if err := pw.Close(); err != nil {
-		return records, fmt.Errorf("finish Parquet file: %w", err)
-	}
-	return records, nil
+		return nil
+	})
 }
+
+// Close writes the last row group and the footer. It does not close w.
+func (p *ParquetWriter) Close() error {
+	return p.guard(func() error {
+		if p.before != nil {
+			p.before()
+		}
+		if err := p.pw.Close(); err != nil {
+			return fmt.Errorf("finish Parquet file: %w", err)
+		}
+		p.err = errWriterClosed
+		return nil
+	})
+}
+
+var errWriterClosed = errors.New("parquet writer closed")
 
 // parquetValue converts one checked raw JSON value (nil when absent).
 func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
@@ -194,7 +270,7 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 		// No copies: the writer copies values into its column buffers
 		// during WriteRows, before the line buffer is reused
 		// (TestEncodeRoundTrip would see reused bytes otherwise).
-		b, err := jsontop.StrBytes(raw)
+		b, err := stringBytes(raw)
 		if err != nil {
 			return parquet.Value{}, err
 		}
@@ -217,6 +293,21 @@ func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
 		return parquet.ByteArrayValue(raw), nil
 	}
 	return parquet.Value{}, fmt.Errorf("%w: type %q", ErrUnsupported, t)
+}
+
+// stringBytes returns the text of a JSON string value of a checked record:
+// its bytes between the quotes when they mean themselves, else
+// jsontop.StrBytes's decoding. The record is valid JSON (the write path
+// refuses any other), so its strings hold no raw control bytes: no '\\'
+// and valid UTF-8 suffice, and both checks run a word at a time, where
+// jsontop's plain goes byte by byte.
+func stringBytes(raw []byte) ([]byte, error) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
+		if in := raw[1 : n-1]; bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+			return in, nil
+		}
+	}
+	return jsontop.StrBytes(raw)
 }
 
 // errRecordTooLarge is returned for a line over MaxRecordBytes.
@@ -244,3 +335,9 @@ func readLine(br *bufio.Reader, buf []byte) ([]byte, error) {
 		}
 	}
 }
+
+// ReadLine appends the next '\n'-terminated line of br to buf, without the
+// '\n', as the encoders read plain records: io.EOF at the end,
+// io.ErrUnexpectedEOF for a last line without '\n', and an error for a
+// line over MaxRecordBytes.
+func ReadLine(br *bufio.Reader, buf []byte) ([]byte, error) { return readLine(br, buf) }

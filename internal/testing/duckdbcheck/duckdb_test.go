@@ -92,28 +92,33 @@ func newDest(t *testing.T) *dest {
 	return d
 }
 
-// writeFile stages records as one transaction, encodes it and moves it to
+// writeFile stages records as one transaction, encoding them as they
+// arrive as the engine does (staging.CreateEncoded, here in inline steps
+// of 4 KiB: many zstd frames or gzip members per file), and moves it to
 // final (with the durable recipe), as a checkpoint would.
 func (d *dest) writeFile(t *testing.T, final string, recs [][]byte, enc format.Encoding) staging.Summary {
 	t.Helper()
 	fs, dirs := d.fs, d.dirs
-	tx, err := staging.Create(fs, staging.TempName(d.staging, filepath.Base(final)), 0)
+	tx, err := staging.CreateEncoded(fs, staging.TempName(d.staging, filepath.Base(final)), 1<<10, enc, staging.NewInlineEncoders(4<<10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var batch []byte
-	for _, r := range recs {
-		batch = append(append(batch, r...), '\n')
-	}
-	if err := tx.Append(batch, len(recs), "", 0); err != nil {
-		t.Fatal(err)
+	for i := 0; i < len(recs); i += 20 {
+		var batch []byte
+		j := min(i+20, len(recs))
+		for _, r := range recs[i:j] {
+			batch = append(append(batch, r...), '\n')
+		}
+		if err := tx.Append(batch, j-i, "", int64(i/20)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sum, err := tx.PreCommit()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !enc.Plain() {
-		if sum, err = staging.Encode(fs, sum, staging.EncodedName(sum.Temp), enc); err != nil {
+	if sum.Plain != "" {
+		if err := staging.Remove(fs, sum.Plain); err != nil {
 			t.Fatal(err)
 		}
 	}

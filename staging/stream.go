@@ -1,0 +1,388 @@
+package staging
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/spf13/afero"
+)
+
+// Encoding as records arrive.
+//
+// A Txn made by CreateEncoded still appends its batches to a plain temp
+// file, exactly as Create's (whole batches, truncate on failure, sticky
+// error), and also encodes them, in the background, into a second temp
+// file EncodedName(temp): each time DefaultStepBytes more of whole batches
+// are in the plain file, a step reads them back (from the page cache) and
+// feeds them to the codec. Parquet keeps one writer per file and writes a
+// row group each RowGroupBytes of records; gzip and zstd write each step as
+// an independent member or frame (format.Framer), which concatenate into a
+// valid file, so no codec state lives between steps. PreCommit then only
+// encodes what arrived since the last step, writes the last row group and
+// the footer, and fsyncs and closes the encoded file: the plain one is
+// neither synced nor named by the prepared record, only read.
+//
+// Why read back rather than encode in Append: Append stays what it was (a
+// batch is in the plain file whole or not at all, a failed write truncates
+// back and refuses only that batch), the encoder never sees part of a
+// batch, and no encoding CPU runs on the write path under the engine's
+// ingest lock. Steps run on an Encoders: at most n at once, each with its
+// slot's buffers and codec state, so the memory of encoding is n slots plus,
+// per open Parquet file, its row group being built (compressed pages and a
+// page buffer per column), not a file's size.
+//
+// Crash safety is the plain staging's: until the prepared record names the
+// encoded file, both are temp files no prepared checkpoint names, deleted by
+// the abort or by recovery. A failed step (a read or write error, a record
+// the codec refuses) is sticky: PreCommit returns it and the checkpoint
+// aborts; no step ever fsyncs, and the final fsync is not retried.
+
+// DefaultStepBytes is how much of whole batches a background step waits
+// for: a zstd or gzip frame covers at least this much, and at most this
+// much plus what arrives during a step is left to encode at pre-commit.
+const DefaultStepBytes = 1 << 20
+
+// Encoders runs the encoding steps of Txns: at most n at once, each in a
+// slot that holds its buffers and codec state. Safe for concurrent use.
+type Encoders struct {
+	slots  chan *slot
+	step   int64
+	inline bool
+	pages  *format.PageCodecs // shared by every Parquet file's writer
+}
+
+// slot is one step's scratch: reused from step to step, never shared.
+type slot struct {
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	line    []byte
+	framers map[string]*format.Framer
+}
+
+// NewEncoders returns Encoders that run at most n steps at once (n < 1
+// means 1), each in its own goroutine, once stepBytes (<= 0:
+// DefaultStepBytes) of whole batches wait in a file.
+func NewEncoders(n int, stepBytes int64) *Encoders {
+	n = max(n, 1)
+	if stepBytes <= 0 {
+		stepBytes = DefaultStepBytes
+	}
+	es := &Encoders{slots: make(chan *slot, n), step: stepBytes, pages: format.NewPageCodecs(n)}
+	for range n {
+		es.slots <- &slot{}
+	}
+	return es
+}
+
+// NewInlineEncoders returns Encoders that run each step inside the Append
+// whose write made it due, one at a time: the same steps, in an order that
+// depends on nothing but the appends, so that a fault sweep can fail each
+// of their operations in turn.
+func NewInlineEncoders(stepBytes int64) *Encoders {
+	es := NewEncoders(1, stepBytes)
+	es.inline = true
+	return es
+}
+
+func (es *Encoders) acquire() *slot  { return <-es.slots }
+func (es *Encoders) release(s *slot) { es.slots <- s }
+
+func (es *Encoders) start(f func()) {
+	if es.inline {
+		f()
+		return
+	}
+	go f()
+}
+
+// CreateEncoded opens a new, empty temp file at name, like Create, whose
+// records are encoded in e into EncodedName(name) as they arrive (see
+// above); for a plain e it is Create. PreCommit then returns the encoded
+// file's Summary, whose Plain names the plain file for the caller to
+// remove.
+func CreateEncoded(fs afero.Fs, name string, bufSize int, e Encoding, es *Encoders) (*Txn, error) {
+	t, err := Create(fs, name, bufSize)
+	if err != nil || e.Plain() {
+		return t, err
+	}
+	if e.Format != streamconf.FormatParquet {
+		if _, err := format.NewFramer(e.Compression); err != nil { // refused now, not at pre-commit
+			_ = t.Abort() // empty and unnamed; Abort's error adds nothing
+			return nil, err
+		}
+	}
+	t.enc = &encoder{fs: fs, e: e, es: es, src: name, dst: EncodedName(name)}
+	t.enc.idle.L = &t.enc.mu
+	return t, nil
+}
+
+// encoder encodes one Txn's plain file into its encoded file, step by step.
+type encoder struct {
+	fs       afero.Fs
+	e        Encoding
+	es       *Encoders
+	src, dst string
+
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when a step ends
+	avail   int64     // bytes of whole batches in the plain file
+	done    int64     // bytes of the plain file encoded
+	running bool      // a step is running or queued
+	active  bool      // a step holds a slot and may touch the files
+	err     error     // sticky: the encoded file can't be finished
+	stop    atomic.Bool
+
+	// Read by Txn.Size while steps run.
+	outBytes atomic.Int64 // bytes of the encoded file written so far
+	covered  atomic.Int64 // bytes of the plain file those stand for
+
+	// Owned by the running step, or by the Txn once no step runs.
+	in, out afero.File
+	cw      countingWriter // out, counted and checksummed, through a slot's buffer
+	srcSeen countingWriter // the plain bytes read, counted, checksummed, lines counted
+	pq      *format.ParquetWriter
+}
+
+// errStopped ends a step that an abort or release interrupted.
+var errStopped = errors.New("encoding stopped")
+
+// stopReader reads r until stop is set, then fails with errStopped.
+type stopReader struct {
+	r    io.Reader
+	stop *atomic.Bool
+}
+
+func (s stopReader) Read(p []byte) (int, error) {
+	if s.stop.Load() {
+		return 0, errStopped
+	}
+	return s.r.Read(p)
+}
+
+// advance notes that avail bytes of whole batches are in the plain file
+// and starts a step if enough wait. Called by Append.
+func (en *encoder) advance(avail int64) {
+	en.mu.Lock()
+	en.avail = avail
+	due := !en.running && en.err == nil && avail-en.done >= en.es.step
+	if due {
+		en.running = true
+	}
+	en.mu.Unlock()
+	if due {
+		en.es.start(en.run)
+	}
+}
+
+// run encodes steps while enough waits.
+func (en *encoder) run() {
+	s := en.es.acquire()
+	defer en.es.release(s)
+	en.mu.Lock()
+	en.active = true
+	for en.err == nil && !en.stop.Load() && en.avail-en.done >= en.es.step {
+		upto := en.avail
+		en.mu.Unlock()
+		err := en.encode(s, upto)
+		en.mu.Lock()
+		if err != nil {
+			en.err = err
+		}
+	}
+	en.running, en.active = false, false
+	en.idle.Broadcast()
+	en.mu.Unlock()
+}
+
+// wait returns once no step runs.
+func (en *encoder) wait() {
+	en.mu.Lock()
+	for en.running {
+		en.idle.Wait()
+	}
+	en.mu.Unlock()
+}
+
+// encode feeds the plain file's bytes from en.done to upto (a batch
+// boundary) to the codec, and writes what the codec made of them.
+func (en *encoder) encode(s *slot, upto int64) (err error) {
+	if en.in == nil {
+		if en.in, err = en.fs.Open(en.src); err != nil {
+			return fmt.Errorf("open staging file %s to encode: %w", en.src, err)
+		}
+	}
+	if en.out == nil {
+		if en.out, err = en.fs.OpenFile(en.dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err != nil {
+			return durable.Classify(fmt.Errorf("create encoded file %s: %w", en.dst, err))
+		}
+	}
+	if s.bw == nil {
+		s.bw = bufio.NewWriterSize(en.out, encodeBufferSize)
+	}
+	s.bw.Reset(en.out)
+	en.cw.w = s.bw
+	en.srcSeen.w, en.srcSeen.lines = io.Discard, true
+	// Abort and Release (under the engine's ingest lock) wait for a
+	// running step: stopReader ends it within one read.
+	r := io.TeeReader(stopReader{io.NewSectionReader(en.in, en.done, upto-en.done), &en.stop}, &en.srcSeen)
+	switch {
+	case en.e.Format == streamconf.FormatParquet:
+		err = en.encodeParquet(s, r)
+	case upto == en.done:
+		// nothing new: no empty frame
+	default:
+		err = en.encodeFrame(s, r)
+	}
+	if err == nil {
+		err = s.bw.Flush()
+	}
+	en.cw.w = nil // a slot's buffer is not ours between steps
+	if err != nil {
+		return durable.Classify(fmt.Errorf("encode %s: %w", en.src, err))
+	}
+	if en.srcSeen.n != upto {
+		return fmt.Errorf("encode %s: %w: read %d bytes, want %d", en.src, ErrSourceChanged, en.srcSeen.n, upto)
+	}
+	en.mu.Lock()
+	en.done = upto
+	en.mu.Unlock()
+	covered := upto
+	if en.pq != nil {
+		covered -= en.pq.Buffered()
+	}
+	en.covered.Store(covered)
+	en.outBytes.Store(en.cw.n)
+	return nil
+}
+
+func (en *encoder) encodeFrame(s *slot, r io.Reader) error {
+	f := s.framers[en.e.Compression]
+	if f == nil {
+		var err error
+		if f, err = format.NewFramer(en.e.Compression); err != nil {
+			return err
+		}
+		if s.framers == nil {
+			s.framers = map[string]*format.Framer{}
+		}
+		s.framers[en.e.Compression] = f
+	}
+	return f.Frame(&en.cw, r)
+}
+
+func (en *encoder) encodeParquet(s *slot, r io.Reader) error {
+	if en.pq == nil {
+		pq, err := format.NewParquetWriter(&en.cw, en.e, en.es.pages)
+		if err != nil {
+			return err
+		}
+		en.pq = pq
+	}
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(r, encodeBufferSize)
+	}
+	s.br.Reset(r)
+	defer func() {
+		s.br.Reset(nil)
+		if cap(s.line) > encodeBufferSize {
+			s.line = nil // a huge record's buffer is not kept
+		}
+	}()
+	for {
+		var err error
+		s.line, err = format.ReadLine(s.br, s.line[:0])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := en.pq.WriteRecord(s.line); err != nil {
+			return err
+		}
+	}
+}
+
+// size returns the encoded file's size so far, counting the plain bytes
+// not yet in it (raw bytes appended in all) as they are.
+func (en *encoder) size(raw int64) int64 {
+	return en.outBytes.Load() + raw - en.covered.Load()
+}
+
+// finish encodes the rest of the plain file's written bytes, completes,
+// fsyncs and closes the encoded file, and checks that what was encoded is
+// what the Txn appended.
+func (en *encoder) finish(written, records int64, crc uint32) (Summary, error) {
+	en.wait()
+	en.mu.Lock()
+	err := en.err
+	en.mu.Unlock()
+	if err != nil {
+		return Summary{}, err
+	}
+	s := en.es.acquire()
+	defer en.es.release(s)
+	if err := en.encode(s, written); err != nil {
+		return Summary{}, err
+	}
+	if en.pq != nil {
+		s.bw.Reset(en.out)
+		en.cw.w = s.bw
+		err := en.pq.Close()
+		if err == nil {
+			err = s.bw.Flush()
+		}
+		en.cw.w = nil
+		if err != nil {
+			return Summary{}, durable.Classify(fmt.Errorf("encode %s: %w", en.src, err))
+		}
+	}
+	got := records
+	if en.pq != nil {
+		got = en.pq.Records()
+	}
+	switch {
+	case hexCRC(en.srcSeen.crc) != hexCRC(crc):
+		return Summary{}, fmt.Errorf("encode %s: %w: CRC-32C %s, appended %s", en.src, ErrSourceChanged, hexCRC(en.srcSeen.crc), hexCRC(crc))
+	case en.srcSeen.records != records || got != records:
+		return Summary{}, fmt.Errorf("encode %s: %w: %d lines (%d encoded), appended %d records", en.src, ErrSourceChanged, en.srcSeen.records, got, records)
+	}
+	out := en.out
+	en.out = nil
+	if err := durable.SyncClose(out); err != nil {
+		return Summary{}, fmt.Errorf("encode %s: %w", en.src, err)
+	}
+	en.closeIn()
+	return Summary{Temp: en.dst, Bytes: en.cw.n, Records: records, CRC32C: hexCRC(en.cw.crc), Plain: en.src}, nil
+}
+
+// halt stops the steps, waits for an active one (a queued one will see
+// stop before it touches anything) and closes the files.
+func (en *encoder) halt() {
+	en.stop.Store(true)
+	en.mu.Lock()
+	for en.active {
+		en.idle.Wait()
+	}
+	en.mu.Unlock()
+	en.closeIn()
+	if en.out != nil {
+		_ = en.out.Close() // abandoned or deleted next: its close error says nothing
+		en.out = nil
+	}
+}
+
+func (en *encoder) closeIn() {
+	if en.in != nil {
+		_ = en.in.Close() // read only: its close error says nothing about data
+		en.in = nil
+	}
+}
