@@ -49,6 +49,8 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"):
 			// S3 copy mode's staging objects, node leases and stream
 			// configurations are not committed data.
+		case layout.IsTableMetadata(e.Path):
+			// An Iceberg table's metadata (internal/table).
 		default:
 			files[e.Path] = e
 		}

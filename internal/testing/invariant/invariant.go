@@ -214,6 +214,8 @@ func (c *Checker) CheckContext(ctx context.Context, exp Expect) *Report {
 			continue
 		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"):
 			continue // node leases, stream configurations: not data
+		case layout.IsTableMetadata(o.Path):
+			continue // an Iceberg table's metadata: its readers check it
 		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				r.bad("unexpected name under _manifests/: %s", o.Path)
