@@ -91,10 +91,11 @@ func CompileTableTemplate(src string) (*TableTemplate, error) {
 		if inSeg++; inSeg > 1 {
 			return fail(off, "a table stream takes one placeholder per path segment, so that each value can be read back from the path")
 		}
+		if p.kind == pieceIngest {
+			return fail(off, "{ingest:...} is no record field: a table's partitions come from its columns ({time:F:%%Y-%%m-%%d}, {time:F:%%H} or {field:F})")
+		}
 		part := TablePart{Field: t.fields[p.field], Segment: seg, Prefix: lit.String()}
 		switch p.kind {
-		case pieceIngest:
-			return fail(off, "{ingest:...} is no record field: a table's partitions come from its columns ({time:F:%%Y-%%m-%%d}, {time:F:%%H} or {field:F})")
 		case pieceField:
 			part.Transform = TransformIdentity
 		case pieceTime:
