@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/eosink/eosink/internal/testing/icebergread"
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // Iceberg table streams read by readers that know nothing of eosink:
@@ -252,4 +253,49 @@ func TestIcebergS3(t *testing.T) {
 	p.StartReady()
 	icebergE2E(t, p, b.tableDest())
 	requireVerify(t, b.env(), b.destFlags()...)
+}
+
+// TestCrashLoopIceberg is the crash loop (SIGKILLs at random moments,
+// producers resending what a crash lost) with a table stream besides the
+// crash loop's streams; afterwards both readers must see each of the
+// table's records exactly once. EOSINK_E2E_KILLS runs it longer.
+func TestCrashLoopIceberg(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash loop: not in -short mode")
+	}
+	configure := map[string]string{tableStream: tableStreamConf}
+	for s, c := range crashConfigured {
+		configure[s] = c
+	}
+	t.Run("local", func(t *testing.T) {
+		dir := workDir(t)
+		dest := dir + "/dest"
+		crashLoop{
+			kills:     envInt(t, envKills, 8),
+			producers: envInt(t, envProducers, 4),
+			streams:   crashStreams[:1],
+			configure: configure,
+			args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
+			aim:       30,
+			dest:      invariant.LocalDest(dest),
+			verify:    []string{"--dest", "file://" + dest},
+			dir:       dir,
+			after:     func(t *testing.T, want map[batchKey]int) { checkTable(t, localTableDest(dest), want) },
+		}.run(t)
+	})
+	t.Run("s3", func(t *testing.T) {
+		b := newS3Bucket(t, sharedMinIO(t), "e2e/crash-iceberg")
+		crashLoop{
+			kills:     envInt(t, envKills, 5),
+			producers: envInt(t, envProducers, 4),
+			streams:   crashStreams[:1],
+			configure: configure,
+			args:      append([]string{"--dest", b.url(), "--node", "e2e"}, b.s3Flags()...),
+			env:       b.env(),
+			dest:      b.dest(),
+			aim:       100,
+			verify:    b.destFlags(),
+			after:     func(t *testing.T, want map[batchKey]int) { checkTable(t, b.tableDest(), want) },
+		}.run(t)
+	})
 }
