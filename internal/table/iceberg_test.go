@@ -39,14 +39,14 @@ var ordersConf = streamconf.Config{
 
 // rig is one destination directory with table committers over it.
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	dest *local.Local
 	mu   sync.Mutex
 	conf streamconf.Config
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	dest := filepath.Join(dir, "files")
