@@ -621,3 +621,55 @@ func token() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// DataFiles returns the destination-relative names of the data files in
+// md's current snapshot, in manifest order, duplicates kept (a reader
+// would read such a file twice: Verify reports it). md is stream's table
+// as Load returned it; its locations must lie in the destination r reads.
+func DataFiles(ctx context.Context, r committer.Reader, stream string, md icetable.Metadata) ([]string, error) {
+	s := md.CurrentSnapshot()
+	if s == nil {
+		return nil, nil
+	}
+	base, ok := strings.CutSuffix(md.Location(), "/"+stream)
+	if !ok {
+		return nil, fmt.Errorf("%w: table location %s does not end in /%s", ErrCorrupt, md.Location(), stream)
+	}
+	t := &Iceberg{Dest: nil, Location: base}
+	rel := func(loc string) (string, error) { return t.rel(loc) }
+	name, err := rel(s.ManifestList)
+	if err != nil {
+		return nil, err
+	}
+	b, err := readAll(ctx, r, name)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest list: %w", err)
+	}
+	list, err := iceberg.ReadManifestList(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
+	}
+	var out []string
+	for _, m := range list {
+		mn, err := rel(m.FilePath())
+		if err != nil {
+			return nil, err
+		}
+		mb, err := readAll(ctx, r, mn)
+		if err != nil {
+			return nil, fmt.Errorf("read manifest: %w", err)
+		}
+		entries, err := iceberg.ReadManifest(m, bytes.NewReader(mb), true)
+		if err != nil {
+			return nil, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, mn, err)
+		}
+		for _, e := range entries {
+			p, err := rel(e.DataFile().FilePath())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
