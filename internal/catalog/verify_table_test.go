@@ -65,3 +65,20 @@ func TestVerifyTable(t *testing.T) {
 		t.Fatalf("a table file in no manifest: %+v", rep.Problems)
 	}
 }
+
+// TestStreamsSkipTableMetadata: a table stream's file count is its data
+// files, not its metadata files.
+func TestStreamsSkipTableMetadata(t *testing.T) {
+	d := newDest(t)
+	d.commit("n1", 1, 3, "tb")
+	d.write("tb/metadata/v1.metadata.json", []byte("{}"))
+	d.write("tb/metadata/version-hint.text", []byte("1"))
+	d.write("tb/metadata/eosink-n1-00000000000000000001-m0.avro", []byte("x"))
+	out, _, err := d.catalog(Config{}).Streams(t.Context(), "", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 || out[0].Files != 1 || out[0].Unknown != 0 {
+		t.Fatalf("streams %+v, want tb with its one data file", out)
+	}
+}
