@@ -154,14 +154,33 @@ func BenchmarkMaintenance(b *testing.B) {
 			}
 		}
 	}
-	b.Run(fmt.Sprintf("snapshots=%d/before", n), func(b *testing.B) { read(b, n) })
+	plan := func(b *testing.B, files int) {
+		cur, err := table.Load(ctx, r.dest, "orders")
+		if err != nil {
+			b.Fatal(err)
+		}
+		loc := "file://" + filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", cur.Version))
+		b.ResetTimer()
+		for b.Loop() {
+			got, err := icebergread.Plan(ctx, iceio.LocalFS{}, loc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got != files {
+				b.Fatalf("%d files planned, want %d", got, files)
+			}
+		}
+	}
+	b.Run(fmt.Sprintf("snapshots=%d/before/plan", n), func(b *testing.B) { plan(b, n) })
+	b.Run(fmt.Sprintf("snapshots=%d/before/read", n), func(b *testing.B) { read(b, n) })
 	r.conf.KeepSnapshots = 100
 	began := time.Now()
 	if err := ice.Commit(ctx, "n1", uint64(n+1), r.files("orders", "n1", uint64(n+1), recs(n, 1))); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("the maintained commit took %s", time.Since(began).Round(time.Millisecond))
-	b.Run(fmt.Sprintf("snapshots=%d/after", n), func(b *testing.B) { read(b, n+1) })
+	b.Run(fmt.Sprintf("snapshots=%d/after/plan", n), func(b *testing.B) { plan(b, n+1) })
+	b.Run(fmt.Sprintf("snapshots=%d/after/read", n), func(b *testing.B) { read(b, n+1) })
 }
 
 // buildUnmaintained writes the table BenchmarkMaintenance starts from.

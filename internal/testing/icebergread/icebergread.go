@@ -123,3 +123,19 @@ func (i fileInfo) Mode() fs.FileMode  { return 0o444 }
 func (i fileInfo) ModTime() time.Time { return time.Time{} }
 func (i fileInfo) IsDir() bool        { return false }
 func (i fileInfo) Sys() any           { return nil }
+
+// Plan opens metaLocation with iceberg-go and plans a full scan (the
+// metadata, the manifest list, every manifest), reading no data file: the
+// part of a read that table metadata decides. It returns the files to read.
+func Plan(ctx context.Context, fsys iceio.IO, metaLocation string) (int, error) {
+	tbl, err := icetable.NewFromLocation(ctx, []string{"t"}, metaLocation,
+		func(context.Context) (iceio.IO, error) { return fsys, nil }, nil)
+	if err != nil {
+		return 0, fmt.Errorf("iceberg-go: open %s: %w", metaLocation, err)
+	}
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("iceberg-go: plan: %w", err)
+	}
+	return len(tasks), nil
+}
