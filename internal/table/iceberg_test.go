@@ -419,3 +419,29 @@ func TestExpirableKeepsNewestPerNode(t *testing.T) {
 		t.Fatalf("expired %v under the limit", got)
 	}
 }
+
+// TestJSONAndBoolColumns: json (Parquet JSON text) and bool columns read
+// back through iceberg-go as string and boolean.
+func TestJSONAndBoolColumns(t *testing.T) {
+	r := newRig(t)
+	r.conf = streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: "data",
+		Schema: &streamconf.Schema{Fields: []streamconf.Field{
+			{Name: "id", Type: streamconf.TypeInt64, Required: true},
+			{Name: "doc", Type: streamconf.TypeJSON},
+			{Name: "ok", Type: streamconf.TypeBool},
+		}}}.Defaults()
+	if err := r.conf.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	files := r.files("j", "n1", 1, []string{`{"id":0,"doc":{"a":[1,2]},"ok":true}`, `{"id":1}`})
+	if err := r.iceberg().Commit(context.Background(), "n1", 1, files); err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := r.read("j")
+	wantIDs(t, ids(t, tb.Rows), 2)
+	for _, row := range tb.Rows {
+		if row["id"].(float64) == 0 && (row["doc"] != `{"a":[1,2]}` || row["ok"] != true) {
+			t.Fatalf("row %v", row)
+		}
+	}
+}
