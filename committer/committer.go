@@ -70,6 +70,9 @@ type File struct {
 	Format        string `json:"format,omitempty"`
 	Compression   string `json:"compression,omitempty"`
 	SchemaVersion int64  `json:"schema_version,omitempty"`
+	// Table is "iceberg" for a file of a table stream: the commit appends
+	// it to the stream's table (docs/design.md "Tables"). Empty otherwise.
+	Table string `json:"table,omitempty"`
 
 	// Set by committers that upload at Prepare (S3).
 	UploadID   string `json:"upload_id,omitempty"`

@@ -15,7 +15,8 @@ import (
 
 // The commit step, shared by the live checkpoint (server) and the replay on
 // start: once a checkpoint is recorded prepared, Finish makes its files
-// final, publishes its manifest and records it committed.
+// final, commits the table streams' files into their tables, publishes
+// its manifest and records it committed.
 
 // Finisher completes prepared checkpoints: commit every file, publish the
 // manifest, record "committed". Each step is idempotent, so Finish can run
@@ -40,6 +41,19 @@ type Finisher struct {
 	// first name fails for good, ErrLost included (the temp may have moved
 	// there already). Nil: no file is displaced.
 	Displace func(f committer.File, err error) (committer.File, bool)
+	// Tables, when set, commits the checkpoint's files of table streams
+	// into their tables after every file is final and before the manifest
+	// is published (docs/design.md "Tables"). Nil: no table step.
+	Tables Tables
+}
+
+// Tables commits checkpoints into table formats (internal/table).
+type Tables interface {
+	// Commit appends files (those of table streams; others are skipped)
+	// to their tables as node's checkpoint, exactly once: a checkpoint
+	// the table holds already is success. Safe to call again after any
+	// failure or crash.
+	Commit(ctx context.Context, node string, checkpoint uint64, files []committer.File) error
 }
 
 // DefaultParallel is how many files eosink pre-commits or commits at once
@@ -60,6 +74,14 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	files, err := f.commitFiles(ctx, c.Files, par)
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
+	}
+	if f.Tables != nil {
+		if err := f.fence(); err != nil {
+			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
+		}
+		if err := f.Tables.Commit(ctx, f.Node, c.ID, files); err != nil {
+			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
+		}
 	}
 	committed := *c
 	committed.Files = files

@@ -202,6 +202,17 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 	if err != nil {
 		return nil, fmt.Errorf("list destination: %w", err)
 	}
+	// An Iceberg table's snapshot may already name a half-committed
+	// checkpoint's files (the table commit precedes the manifest): moved,
+	// they would leave the table naming missing files. Table streams'
+	// files stay where they are (eosink verify reports them).
+	tables := map[string]bool{}
+	for _, en := range all {
+		if layout.IsTableMetadata(en.Path) {
+			stream, _, _ := strings.Cut(en.Path, "/")
+			tables[stream] = true
+		}
+	}
 	var out []string
 	for _, en := range all {
 		if strings.HasPrefix(en.Path, "_") || layout.IsTempName(en.Path) {
@@ -212,6 +223,9 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 		}
 		pn := layout.ParsePath(en.Path)
 		if pn.Kind != layout.PartPath || pn.Node != node || published[pn.Checkpoint] || pn.Checkpoint <= newest || (limit > 0 && pn.Checkpoint > limit) {
+			continue
+		}
+		if stream, _, _ := strings.Cut(en.Path, "/"); tables[stream] {
 			continue
 		}
 		out = append(out, en.Path)

@@ -3,7 +3,8 @@
 # server (scripts/minio.sh), Chromium (scripts/chromium.sh), axe-core for the
 # accessibility checks (scripts/axe.sh), promtool for the metrics check
 # (scripts/promtool.sh), and nginx and HAProxy for the load-balancer tests
-# (scripts/nginx.sh, scripts/haproxy.sh). Safe to run again; installs are
+# (scripts/nginx.sh, scripts/haproxy.sh), and npm icebird, a JavaScript Iceberg
+# reader (scripts/icebird.sh). Safe to run again; installs are
 # skipped when already done.
 #
 # Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
@@ -16,6 +17,7 @@ echo "== install test dependencies"
 bash scripts/minio.sh
 bash scripts/chromium.sh
 bash scripts/axe.sh
+bash scripts/icebird.sh
 bash scripts/promtool.sh
 bash scripts/nginx.sh >/dev/null
 bash scripts/haproxy.sh >/dev/null

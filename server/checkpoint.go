@@ -9,6 +9,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"golang.org/x/sync/errgroup"
@@ -291,6 +292,9 @@ func (pipe *pipeline) preCommit(ctx context.Context, id uint64, txns []*openTxn)
 			files[i] = committer.File{Stream: ot.key.Stream, Temp: sum.Temp, Final: ot.final, Bytes: sum.Bytes,
 				Records: sum.Records, CRC32C: sum.CRC32C, Producers: prod}
 			files[i].Format, files[i].Compression, files[i].SchemaVersion = ot.fileFormat()
+			if ot.conf != nil && ot.conf.cfg.IsTable() {
+				files[i].Table = streamconf.TableIceberg
+			}
 			return nil
 		})
 	}

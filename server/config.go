@@ -26,8 +26,13 @@ type Config struct {
 	StorePath  string              // bbolt state file, on the OS filesystem
 	Committer  committer.Committer // makes files final
 	Publisher  committer.Publisher // publishes manifests
-	Logger     *slog.Logger        // nil discards
-	Now        func() time.Time    // nil means time.Now
+	// TableLocation is the destination's absolute URI (file:///abs or
+	// s3://bucket/prefix) as table metadata names files. Set with a
+	// Publisher that is also a table.Dest, it turns on Iceberg table
+	// streams; empty: a stream configured as a table is refused.
+	TableLocation string
+	Logger        *slog.Logger     // nil discards
+	Now           func() time.Time // nil means time.Now
 
 	CheckpointInterval  time.Duration // 0: only on request
 	RollBytes           int64         // start a new file beyond this size; 0: DefaultRollBytes

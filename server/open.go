@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"golang.org/x/sync/errgroup"
@@ -55,6 +58,13 @@ func Open(cfg Config) (*Engine, error) {
 		// An S3 upload is bound to its key at Prepare: only a local
 		// destination can commit a file under another name.
 		e.fin.Displace = e.health.displace
+	}
+	if d, ok := cfg.Publisher.(table.Dest); ok && cfg.TableLocation != "" {
+		e.fin.Tables = &table.Iceberg{Dest: d, Location: strings.TrimSuffix(cfg.TableLocation, "/"), Now: cfg.Now, Log: cfg.Logger,
+			Config: func(stream string) (streamconf.Config, bool) {
+				sc := e.ing.confFor(stream)
+				return sc.cfg, sc != defaultConf
+			}}
 	}
 	e.health.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {

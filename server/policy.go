@@ -9,6 +9,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -66,6 +67,8 @@ var abortErrors = []error{
 	syscall.ENOTDIR,       // a file where the path needs a directory
 	syscall.EISDIR,        // a directory where the path needs a file
 	syscall.ENAMETOOLONG,  // a name or path over the destination's limit
+	table.ErrIncompatible, // a table that can't take the stream's files (schema, spec)
+	table.ErrCorrupt,      // table metadata in the destination that doesn't parse
 }
 
 // errStop ends a retry at once: the engine cannot go on.

@@ -203,8 +203,17 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 	if err != nil {
 		return StreamInfo{}, err
 	}
+	if c.IsTable() && e.fin.Tables == nil {
+		return StreamInfo{}, &streamconf.FieldError{Field: "table", Message: "this destination is not set up for tables"}
+	}
 	e.ing.streams.putMu.Lock()
 	defer e.ing.streams.putMu.Unlock()
+	e.ing.mu.Lock()
+	prev := e.ing.streams.newest[stream]
+	e.ing.mu.Unlock()
+	if err := streamconf.CheckChange(prev.Config, sc.cfg); err != nil {
+		return StreamInfo{}, err
+	}
 	// 1. No batch of the stream is accepted under the old configuration
 	// from here on.
 	e.ing.mu.Lock()

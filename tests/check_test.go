@@ -14,9 +14,10 @@ import (
 // (invariant.S3Dest). Never through eosink.
 type destReader = invariant.Dest
 
-// dataFileRE is a data file's path under the default partition template:
-// stream, dt=, hour=, part-<node>-<checkpoint>-<index>.ndjson.
-var dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/part-([A-Za-z0-9_.-]+)-(\d{20})-(\d{4})\.(ndjson|ndjson\.gz|ndjson\.zst|parquet)$`)
+// dataFileRE is a data file's path under the default partition template
+// (or the table stream's, p=<producer>): stream, dt=, hour=,
+// part-<node>-<checkpoint>-<index>.ndjson.
+var dataFileRE = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]*)/(?:dt=\d{4}-\d{2}-\d{2}/hour=\d{2}|p=[A-Za-z0-9_.-]+)/part-([A-Za-z0-9_.-]+)-(\d{20})-(\d{4})\.(ndjson|ndjson\.gz|ndjson\.zst|parquet)$`)
 
 // checkDest reads the whole destination and checks it with the invariant
 // checker against want, the batches that must each be there exactly once;

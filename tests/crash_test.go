@@ -37,6 +37,10 @@ type crashLoop struct {
 	// feed: a consumer follows the commit feed all along (feed_test.go)
 	// and must read every committed batch exactly once.
 	feed bool
+	// after, when set, checks more once the destination is checked: it
+	// gets the batches that must each be committed once (the table
+	// readers of iceberg_test.go).
+	after func(t *testing.T, want map[batchKey]int)
 }
 
 // crashConfigured: the crash loop's zstd stream and Parquet stream.
@@ -338,6 +342,9 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		t.Errorf("destination holds %d records, producers sent %d", st.report.Records, st.records)
 	}
 	requireVerify(t, cl.env, cl.verify...)
+	if cl.after != nil {
+		cl.after(t, want)
+	}
 	st.recommits, st.cleanups, st.leaseWaits = recoveryWork(t, p.LogPath)
 	if st.leaseWaits > 0 {
 		// One node, one data dir: nothing else holds its lease or lock.

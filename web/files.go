@@ -81,7 +81,13 @@ type folderData struct {
 	Later    bool   // a page after the first
 	Start    string // the first page, with the filter
 	Next     string // the next page, "" on the last
+	// Table is the stream's Iceberg table (a table stream's folder,
+	// first page), nil otherwise.
+	Table *catalog.TableView
 }
+
+// tableSnapshots is how many snapshots a table stream's folder shows.
+const tableSnapshots = 20
 
 // maxCursor bounds ?after= and ?q= of a folder page.
 const maxCursor = 4096
@@ -141,6 +147,13 @@ func (u *ui) folder(w http.ResponseWriter, r *http.Request, s *session, name str
 	}
 	for _, e := range rows {
 		d.Rows = append(d.Rows, u.folderRow(r.Context(), prefix, node, e))
+	}
+	if layout.Stream(name) && after == "" {
+		tv, err := u.cat.Table(r.Context(), name, tableSnapshots)
+		if err != nil {
+			u.log.Warn("read table metadata", "stream", name, "err", err) // the files are still worth showing
+		}
+		d.Table = tv
 	}
 	title := "Files"
 	if name != "" {

@@ -127,6 +127,27 @@ func openS3Dest(ctx context.Context, df destFlags, u *url.URL, fsys afero.Fs, no
 	return c, df.dest, nil
 }
 
+// tableLocation is the destination's absolute URI as Iceberg metadata
+// names files: file:///abs/path or s3://bucket/prefix, no trailing slash.
+// "" for a --dest openDest would refuse.
+func tableLocation(dest string) string {
+	u, err := url.Parse(dest)
+	if err != nil {
+		return ""
+	}
+	switch u.Scheme {
+	case "file":
+		return "file://" + filepath.ToSlash(filepath.Clean(u.Path))
+	case "s3":
+		loc := "s3://" + u.Host
+		if prefix := strings.Trim(u.Path, "/"); prefix != "" {
+			loc += "/" + prefix
+		}
+		return loc
+	}
+	return ""
+}
+
 // within reports whether path is dir or lies under it; both are absolute.
 // A name that only starts with ".." ("..x") is inside, not above.
 func within(dir, path string) bool {

@@ -142,7 +142,7 @@ func (p *process) openEngine(reg *prometheus.Registry, dest destination, dataDir
 	metrics := server.NewMetrics(reg, p.status)
 	eng, err := server.Open(server.Config{
 		Node: f.node, FS: p.fs, StagingDir: staging, StorePath: filepath.Join(dataDir, "state.db"),
-		Committer: dest, Publisher: dest, Logger: p.log,
+		Committer: dest, Publisher: dest, TableLocation: tableLocation(f.dest), Logger: p.log,
 		CheckpointInterval: f.interval, RollBytes: int64(f.rollSize), MaxUncommittedBytes: int64(f.maxUncommitted),
 		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: f.producerExpiry,
 		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: int(f.idemMaxKeys),

@@ -75,8 +75,12 @@ func verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		for _, p := range rep.Problems {
 			fmt.Fprintf(stdout, "PROBLEM %s: %s\n", p.Path, p.What)
 		}
-		fmt.Fprintf(stdout, "%s: %d manifests, %d files, %d records, %d bytes verified; %d problems\n",
-			name, rep.Manifests, rep.Files, rep.Records, rep.Bytes, len(rep.Problems))
+		tables := ""
+		if rep.Tables > 0 {
+			tables = fmt.Sprintf(", %d Iceberg tables (%d data files) checked against them", rep.Tables, rep.TableFiles)
+		}
+		fmt.Fprintf(stdout, "%s: %d manifests, %d files, %d records, %d bytes verified%s; %d problems\n",
+			name, rep.Manifests, rep.Files, rep.Records, rep.Bytes, tables, len(rep.Problems))
 		if len(rep.Quarantined) > 0 {
 			fmt.Fprintf(stdout, "%d files set aside under %s/ by recovery (a checkpoint whose state store was lost before its manifest; their batches were resent): not a problem, kept for you to look at\n",
 				len(rep.Quarantined), layout.QuarantineDir)

@@ -189,6 +189,9 @@ func (c *Catalog) Streams(ctx context.Context, after string, limit, countCap int
 			st.Capped = true
 			return AfterPast(name + "/"), false
 		}
+		if layout.IsTableMetadata(e.Path) {
+			return "", false // a table's metadata, not a committed file
+		}
 		c.count(ctx, st, e)
 		return "", false
 	})

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/table"
 )
 
 // Problem is one thing Verify found wrong.
@@ -21,11 +23,14 @@ type Problem struct {
 
 // VerifyReport is the result of Verify.
 type VerifyReport struct {
-	Manifests int       `json:"manifests"`
-	Files     int       `json:"files"`
-	Bytes     int64     `json:"bytes"`
-	Records   int64     `json:"records"`
-	Problems  []Problem `json:"problems"`
+	Manifests int   `json:"manifests"`
+	Files     int   `json:"files"`
+	Bytes     int64 `json:"bytes"`
+	Records   int64 `json:"records"`
+	// Tables counts the Iceberg tables checked; TableFiles their data files.
+	Tables     int       `json:"tables"`
+	TableFiles int       `json:"table_files"`
+	Problems   []Problem `json:"problems"`
 	// Quarantined lists the files recovery set aside under _quarantine/
 	// (part files of a checkpoint whose state store was lost before its
 	// manifest was published; their batches were resent). Not a problem:
@@ -46,7 +51,7 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 	}
 	rep := &VerifyReport{}
 	files := map[string]committer.Entry{}
-	var manifests []string
+	var manifests, tables []string
 	for _, e := range all {
 		switch {
 		case strings.HasPrefix(e.Path, layout.ManifestDir+"/"):
@@ -56,6 +61,12 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		case strings.HasPrefix(e.Path, layout.StagingDir+"/"), strings.HasPrefix(e.Path, layout.LeaseDir+"/"), strings.HasPrefix(e.Path, layout.StreamDir+"/"), strings.HasPrefix(e.Path, layout.ForgottenDir+"/"):
 			// S3 copy mode's staging objects, node leases and stream
 			// configurations are not committed data.
+		case layout.IsTableMetadata(e.Path):
+			// An Iceberg table's metadata (internal/table), checked
+			// against the manifests below.
+			if stream, _, ok := layout.ParseTableMetadataName(e.Path); ok && !slices.Contains(tables, stream) {
+				tables = append(tables, stream)
+			}
 		default:
 			files[e.Path] = e
 		}
@@ -74,6 +85,9 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		if progress != nil {
 			progress(i+1, len(entries))
 		}
+	}
+	for _, stream := range tables {
+		c.verifyTable(ctx, stream, named, rep)
 	}
 	var stray []string
 	for p := range files {
@@ -180,4 +194,38 @@ func scanFile(ctx context.Context, r Reader, name string) (size, lines int64, su
 		}
 	}
 	return size, lines, fmt.Sprintf("%08x", h.Sum32()), nil
+}
+
+// verifyTable checks stream's Iceberg table (its newest metadata) against
+// the manifests: every data file of its current snapshot is a committed
+// file some manifest names, and none is in it twice (a reader would read
+// it twice).
+func (c *Catalog) verifyTable(ctx context.Context, stream string, named map[string]bool, rep *VerifyReport) {
+	where := layout.TableHintName(stream)
+	cur, err := table.Load(ctx, c.files, stream)
+	if err != nil {
+		rep.Problems = append(rep.Problems, Problem{Path: where, What: "table: " + err.Error()})
+		return
+	}
+	if cur.Version == 0 {
+		return
+	}
+	where = layout.TableMetadataName(stream, cur.Version)
+	files, err := table.DataFiles(ctx, c.files, stream, cur.Metadata)
+	if err != nil {
+		rep.Problems = append(rep.Problems, Problem{Path: where, What: "table: " + err.Error()})
+		return
+	}
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		switch {
+		case seen[f]:
+			rep.Problems = append(rep.Problems, Problem{Path: f, What: "in table " + stream + " twice (" + where + ")"})
+		case !named[f]:
+			rep.Problems = append(rep.Problems, Problem{Path: f, What: "in table " + stream + " (" + where + ") but in no manifest"})
+		}
+		seen[f] = true
+	}
+	rep.Tables++
+	rep.TableFiles += len(seen)
 }

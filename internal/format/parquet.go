@@ -31,6 +31,9 @@ import (
 //	          of an RFC 3339 time are truncated to the microsecond
 //	json      BYTE_ARRAY (JSON), the value's JSON text as written
 //
+// Every column carries a field id, its position from 1 (for all streams:
+// Iceberg table streams need them, other readers ignore them).
+//
 // Record fields not in the schema can't be stored, so the write path refuses
 // them for Parquet streams (streamconf.NewChecker(strict)); Encode refuses
 // them too rather than drop data.
@@ -62,6 +65,10 @@ func ParquetSchema(s *streamconf.Schema) (*parquet.Schema, error) {
 		if !f.Required {
 			n = parquet.Optional(n)
 		}
+		// Field ids are the fields' positions from 1, as the Iceberg table
+		// schema gives them (internal/table): Iceberg readers match
+		// columns by id. Other readers ignore them.
+		n = parquet.FieldID(n, len(g.names)+1)
 		g.Group[f.Name] = n
 		g.names = append(g.names, f.Name)
 	}

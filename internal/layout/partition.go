@@ -135,6 +135,9 @@ type Template struct {
 	src    string
 	pieces []piece
 	fields []string
+	// table: the template places files of a table stream, whose first
+	// segment may not be the table's metadata directory (see table.go).
+	table bool
 }
 
 // CompileTemplate parses and checks a partition template. The error is a
@@ -382,13 +385,24 @@ func (t *Template) Eval(ingest time.Time, rec []byte) (string, error) {
 				return "", &PartitionError{Field: t.fields[p.field], Reason: err.Error()}
 			}
 			var ok bool
+			at := len(out)
 			if out, ok = appendSafe(out, s, len(out) == segStart); !ok {
 				return "", &PartitionError{Field: t.fields[p.field], Reason: valueReason(s)}
+			}
+			if t.table && strings.IndexByte(string(out[at:]), '%') >= 0 {
+				// Table readers take data file paths as URIs and
+				// would decode %XX: a table's value must need none.
+				return "", &PartitionError{Field: t.fields[p.field], Reason: "a table's partition value may hold only A-Z a-z 0-9 _ . - and not start with . or _"}
 			}
 		}
 	}
 	if err := t.checkSegment(out[segStart:], len(t.pieces)); err != nil {
 		return "", err
+	}
+	if t.table {
+		if err := t.checkTableFirst(out); err != nil {
+			return "", err
+		}
 	}
 	return string(out), nil
 }

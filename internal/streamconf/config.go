@@ -51,6 +51,12 @@ const (
 	DedupBody = "body"
 )
 
+// Tables (docs/design.md "Tables"): "" is the same as TableNone.
+const (
+	TableNone    = "none"
+	TableIceberg = "iceberg" // an Apache Iceberg v2 table at <stream>/; needs format parquet
+)
+
 // Limits of a configuration.
 const (
 	MinRollSize = 4 << 10 // bytes; 0 means the server's --roll-size
@@ -96,7 +102,23 @@ type Config struct {
 	// pass it with what is open already waits for the next checkpoint
 	// (429).
 	MaxPartitions int `json:"max_partitions,omitempty"`
+	// Table makes the stream an Iceberg table (TableIceberg) or not (""
+	// or TableNone).
+	Table string `json:"table,omitempty"`
+	// KeepSnapshots bounds an Iceberg table's snapshots: table maintenance
+	// expires older ones (never the newest of each node) and merges their
+	// manifests. 0 means DefaultKeepSnapshots.
+	KeepSnapshots int `json:"keep_snapshots,omitempty"`
 }
+
+// Limits of keep_snapshots.
+const (
+	DefaultKeepSnapshots = 100
+	MaxKeepSnapshots     = 100000
+)
+
+// IsTable reports whether the stream is an Iceberg table.
+func (c Config) IsTable() bool { return c.Table == TableIceberg }
 
 // Defaults returns c with every empty field set to its default: no
 // compression, the default partition template, no dedup. Format stays ""
@@ -159,6 +181,14 @@ func Decode(body []byte) (Config, error) {
 			}
 		case "max_partitions":
 			if err := decodeValue(m.val, &c.MaxPartitions, "max_partitions", "an integer"); err != nil {
+				return c, err
+			}
+		case "table":
+			if err := decodeValue(m.val, &c.Table, "table", "a string"); err != nil {
+				return c, err
+			}
+		case "keep_snapshots":
+			if err := decodeValue(m.val, &c.KeepSnapshots, "keep_snapshots", "an integer"); err != nil {
 				return c, err
 			}
 		case "schema":
@@ -306,6 +336,29 @@ func (c Config) Validate() error {
 	default:
 		return fieldErr("compression", "%q is not one of none, gzip, zstd (or snappy for parquet)", c.Compression)
 	}
+	switch c.Table {
+	case "", TableNone:
+	case TableIceberg:
+		if c.Format != FormatParquet {
+			return fieldErr("table", "an Iceberg table needs format parquet")
+		}
+		if c.Partition == "" {
+			return fieldErr("partition", "an Iceberg table needs a partition template of its columns ({time:F:%%Y-%%m-%%d}, {time:F:%%H}, {field:F}) or of literal text only; the default partitions by ingest time, which is no column")
+		}
+	default:
+		return fieldErr("table", "%q is not one of none, iceberg", c.Table)
+	}
+	if c.KeepSnapshots < 0 || c.KeepSnapshots > MaxKeepSnapshots {
+		return fieldErr("keep_snapshots", "%d is outside 1..%d (0 for the default, %d)", c.KeepSnapshots, MaxKeepSnapshots, DefaultKeepSnapshots)
+	}
+	if c.KeepSnapshots != 0 && !c.IsTable() {
+		return fieldErr("keep_snapshots", "only a table stream keeps snapshots: set table to iceberg")
+	}
+	if c.IsTable() {
+		if err := c.validateTable(); err != nil {
+			return err
+		}
+	}
 	if c.Partition != "" {
 		tmpl, err := layout.CompileTemplate(c.Partition)
 		if err != nil {
@@ -357,9 +410,91 @@ func formatName(f string) string {
 	return f
 }
 
+// validateTable checks what an Iceberg table needs of the partition
+// template and the schema: transforms of schema columns of the right type.
+func (c Config) validateTable() error {
+	tt, err := layout.CompileTableTemplate(c.Partition)
+	if err != nil {
+		var te *layout.TemplateError
+		if errors.As(err, &te) {
+			return fieldErr("partition", "at byte %d: %s", te.Offset, te.Msg)
+		}
+		return fieldErr("partition", "%v", err)
+	}
+	if c.Schema == nil {
+		return nil // the schema check below says it is needed
+	}
+	for _, p := range tt.Parts {
+		i := c.Schema.index(p.Field)
+		if i < 0 {
+			return fieldErr("partition", "field %q is not in the schema", p.Field)
+		}
+		f := c.Schema.Fields[i]
+		switch {
+		case p.Transform == layout.TransformIdentity && f.Type != TypeString && f.Type != TypeInt64:
+			return fieldErr("partition", "{field:%s}: identity partitions of a table take a string or int64 column, %q is %s", p.Field, p.Field, f.Type)
+		case p.Transform != layout.TransformIdentity && f.Type != TypeTimestamp:
+			return fieldErr("partition", "{time:%s:...}: %s partitions of a table take a timestamp column, %q is %s", p.Field, p.Transform, p.Field, f.Type)
+		case !f.Required:
+			return fieldErr("partition", "field %q: a table partitions by required columns only", p.Field)
+		}
+	}
+	return nil
+}
+
+// TableTemplate compiles the partition template of a table stream. Call
+// it on a validated Config with IsTable.
+func (c Config) TableTemplate() (*layout.TableTemplate, error) {
+	return layout.CompileTableTemplate(c.Partition)
+}
+
+// CheckChange refuses a change of a table stream's configuration that its
+// table cannot follow: a table stays a table with its partition template
+// and format, and its schema changes only as Iceberg allows without
+// rewriting files — optional fields added at the end (the fields' ids are
+// their positions). The error is a *FieldError.
+func CheckChange(old, next Config) error {
+	if !old.IsTable() {
+		return nil
+	}
+	switch {
+	case !next.IsTable():
+		return fieldErr("table", "the stream is an Iceberg table and stays one")
+	case next.Partition != old.Partition:
+		return fieldErr("partition", "a table stream keeps its partition template %q (its files and partition spec follow it)", old.Partition)
+	case next.Format != old.Format:
+		return fieldErr("format", "a table stream stays %s", old.Format)
+	}
+	if old.Schema == nil || next.Schema == nil {
+		return nil
+	}
+	of, nf := old.Schema.Fields, next.Schema.Fields
+	for i, f := range of {
+		if i >= len(nf) {
+			return fieldErr("schema.fields", "field %q is missing: a table's columns can't be dropped", f.Name)
+		}
+		if nf[i] != f {
+			return fieldErr(fmt.Sprintf("schema.fields[%d]", i), "field %q changed: a table takes only new optional fields, added at the end", f.Name)
+		}
+	}
+	for i := len(of); i < len(nf); i++ {
+		if nf[i].Required {
+			return fieldErr(fmt.Sprintf("schema.fields[%d].required", i), "a new field of a table must be optional: its older files have no value for it")
+		}
+	}
+	return nil
+}
+
 // Template compiles the configuration's partition template (the default
 // when none is set). Call it on a validated Config.
 func (c Config) Template() (*layout.Template, error) {
+	if c.IsTable() {
+		tt, err := layout.CompileTableTemplate(c.Partition)
+		if err != nil {
+			return nil, err
+		}
+		return tt.Template, nil
+	}
 	if c.Partition == "" {
 		return layout.CompileTemplate(layout.DefaultPartition)
 	}

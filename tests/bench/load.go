@@ -42,6 +42,10 @@ var scenarios = []scenario{
 		Config: `{"format":"ndjson","compression":"zstd"}`},
 	{Name: "parquet", ContentType: "application/x-ndjson", Records: 100, RecordBytes: 1024, Idempotent: true,
 		Config: `{"format":"parquet",` + benchSchema + `}`},
+	// The Parquet load into an Iceberg table stream (one snapshot per
+	// checkpoint): compare with parquet's eosink row of the same run.
+	{Name: "iceberg", ContentType: "application/x-ndjson", Records: 100, RecordBytes: 1024, Idempotent: true,
+		Config: `{"format":"parquet","table":"iceberg","partition":"dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}",` + benchSchema + `}`},
 }
 
 // configure PUTs the scenario's stream configuration and runs the

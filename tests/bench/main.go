@@ -95,7 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.producers, "producers", 8, "concurrent producers, one request in flight each")
 	fs.DurationVar(&cfg.duration, "duration", 20*time.Second, "measured time per run (per soak with --soak)")
 	fs.DurationVar(&cfg.warmup, "warmup", 3*time.Second, "unmeasured load before each run's measurement")
-	fs.StringVar(&scen, "scenario", "all", "all, or a comma list of: text, ndjson, ndjson-small, ndjson-zstd, parquet")
+	fs.StringVar(&scen, "scenario", "all", "all, or a comma list of: text, ndjson, ndjson-small, ndjson-zstd, parquet, iceberg")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "runs per scenario and target, interleaved baseline/eosink; medians are reported")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.BoolVar(&cfg.soak, "soak", false, "run one scenario (default ndjson) against eosink for --duration and print RSS every --soak-every")

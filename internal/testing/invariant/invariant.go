@@ -250,6 +250,8 @@ func (run *checkRun) list() bool {
 			run.r.Quarantined = append(run.r.Quarantined, o.Path)
 		case strings.HasPrefix(o.Path, layout.LeaseDir+"/"), strings.HasPrefix(o.Path, layout.StreamDir+"/"), strings.HasPrefix(o.Path, layout.ForgottenDir+"/"):
 			// node leases, stream configurations, forgotten producers: not data
+		case layout.IsTableMetadata(o.Path):
+			// an Iceberg table's metadata: its readers check it
 		case strings.HasPrefix(o.Path, layout.ManifestDir+"/"):
 			if _, _, ok := layout.ParseManifestName(o.Path); !ok {
 				run.r.bad("unexpected name under _manifests/: %s", o.Path)

@@ -1,0 +1,84 @@
+package catalog
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/table"
+)
+
+// TestVerifyTable: verify checks an Iceberg table against the manifests:
+// a file in the table twice, or in the table and in no manifest, is a
+// problem; the table's metadata files are not strays.
+func TestVerifyTable(t *testing.T) {
+	d := newDest(t)
+	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
+		Partition: "dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}",
+		Schema:    &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
+	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
+		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+	asTable := func(paths []string) []committer.File {
+		var out []committer.File
+		for _, p := range paths {
+			out = append(out, committer.File{Stream: "tb", Final: p, Bytes: 10, Records: 3, Table: streamconf.TableIceberg})
+		}
+		return out
+	}
+	verify := func() *VerifyReport {
+		t.Helper()
+		rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	first := d.commit("n1", 1, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 1, asTable(first)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verify(); len(rep.Problems) != 0 || rep.Tables != 1 || rep.TableFiles != 1 {
+		t.Fatalf("a sound table: %+v", rep)
+	}
+	// The same file added again by another checkpoint: read twice.
+	if err := ice.Commit(t.Context(), "n1", 2, asTable(first)); err != nil {
+		t.Fatal(err)
+	}
+	rep := verify()
+	if len(rep.Problems) != 1 || rep.Problems[0].Path != first[0] || !strings.Contains(rep.Problems[0].What, "twice") {
+		t.Fatalf("a file added twice: %+v", rep.Problems)
+	}
+	// A file in the table that no manifest names.
+	d.write("tb/dt=2026-11-29/hour=09/part-n9-00000000000000000001-0000.ndjson", []byte("{}\n"))
+	if err := ice.Commit(t.Context(), "n9", 1, asTable([]string{"tb/dt=2026-11-29/hour=09/part-n9-00000000000000000001-0000.ndjson"})); err != nil {
+		t.Fatal(err)
+	}
+	rep = verify()
+	var found bool
+	for _, p := range rep.Problems {
+		if strings.Contains(p.What, "but in no manifest") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("a table file in no manifest: %+v", rep.Problems)
+	}
+}
+
+// TestStreamsSkipTableMetadata: a table stream's file count is its data
+// files, not its metadata files.
+func TestStreamsSkipTableMetadata(t *testing.T) {
+	d := newDest(t)
+	d.commit("n1", 1, 3, "tb")
+	d.write("tb/metadata/v1.metadata.json", []byte("{}"))
+	d.write("tb/metadata/version-hint.text", []byte("1"))
+	d.write("tb/metadata/eosink-n1-00000000000000000001-m0.avro", []byte("x"))
+	out, _, err := d.catalog(Config{}).Streams(t.Context(), "", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 || out[0].Files != 1 || out[0].Unknown != 0 {
+		t.Fatalf("streams %+v, want tb with its one data file", out)
+	}
+}

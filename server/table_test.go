@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/table"
+	"github.com/eosink/eosink/internal/testing/invariant"
+)
+
+const tableStream = "tb"
+
+var tableConf = streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
+	Schema: testSchema, Partition: "s={field:s}"}
+
+// crashingDest is the local destination with a "crash" (a failed fsync,
+// which stops the engine) at the next manifest publish while armed.
+type crashingDest struct {
+	*local.Local
+	armed atomic.Bool
+}
+
+func (d *crashingDest) Publish(ctx context.Context, name string, data []byte) error {
+	if strings.HasPrefix(name, layout.ManifestDir+"/") && d.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("publish %s: %w: injected crash after the table commit", name, durable.ErrSync)
+	}
+	return d.Local.Publish(ctx, name, data)
+}
+
+func tableRig(t *testing.T) (*rig, *crashingDest) {
+	r := newRig(t, nil)
+	d := &crashingDest{}
+	r.tweak = func(c *Config) {
+		d.Local = local.New(c.FS, rigDest, rigStaging)
+		c.Publisher, c.TableLocation = d, "file://"+rigDest
+	}
+	return r, d
+}
+
+func snapshotsOf(t *testing.T, d committer.Reader) table.Loaded {
+	t.Helper()
+	cur, err := table.Load(context.Background(), d, tableStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cur
+}
+
+// TestTableCrashBeforeManifest: the engine stops after the table commit
+// and before the manifest; the replay on the next start finishes the
+// checkpoint and its table holds it once: one snapshot, every record.
+func TestTableCrashBeforeManifest(t *testing.T) {
+	r, d := tableRig(t)
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
+		t.Fatal(err)
+	}
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for seq := int64(1); seq <= 3; seq++ {
+		if _, err := send(e, nil, tableStream, seq, 4); err != nil {
+			t.Fatal(err)
+		}
+		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
+	}
+	d.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.Checkpoint(ctx); err == nil {
+		t.Fatal("checkpoint passed with its manifest failing")
+	}
+	select {
+	case <-e.Failed():
+	case <-ctx.Done():
+		t.Fatal("the engine did not stop")
+	}
+	if cur := snapshotsOf(t, d); cur.Version != 1 || len(cur.Metadata.Snapshots()) != 1 {
+		t.Fatalf("before the replay: table v%d, want v1 with one snapshot", cur.Version)
+	}
+	_ = e.Close()
+	r.e = nil
+	r.start(nil) // the replay
+	cur := snapshotsOf(t, d)
+	snaps := cur.Metadata.Snapshots()
+	if cur.Version != 1 || len(snaps) != 1 {
+		t.Fatalf("after the replay: table v%d with %d snapshots, want v1 with one", cur.Version, len(snaps))
+	}
+	if got := snaps[0].Summary.Properties["total-records"]; got != "12" {
+		t.Fatalf("table holds %s records, want 12", got)
+	}
+	r.check(exp)
+	// The next checkpoint is one more snapshot.
+	if _, err := send(r.e, nil, tableStream, 4, 2); err != nil {
+		t.Fatal(err)
+	}
+	exp.Must[invariant.BatchID{Stream: tableStream, Seq: 4}] = true
+	r.checkpoint()
+	if cur := snapshotsOf(t, d); cur.Version != 2 || len(cur.Metadata.Snapshots()) != 2 {
+		t.Fatalf("table v%d, want v2 with two snapshots", cur.Version)
+	}
+	r.check(exp)
+}
+
+// TestTablePutRules: a table stream's configuration changes only as its
+// table can follow, and a destination without a table location refuses
+// table streams.
+func TestTablePutRules(t *testing.T) {
+	r, _ := tableRig(t)
+	e := r.start(nil)
+	ctx := context.Background()
+	if _, err := e.PutStream(ctx, tableStream, tableConf); err != nil {
+		t.Fatal(err)
+	}
+	grown := tableConf
+	grown.Schema = &streamconf.Schema{Fields: append(append([]streamconf.Field(nil), testSchema.Fields...), streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
+	if _, err := e.PutStream(ctx, tableStream, grown); err != nil {
+		t.Fatalf("adding an optional field: %v", err)
+	}
+	for name, c := range map[string]streamconf.Config{
+		"partition":     {Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Schema: grown.Schema, Partition: "x={field:p}"},
+		"table":         {Format: streamconf.FormatParquet, Schema: grown.Schema, Partition: grown.Partition},
+		"schema.fields": {Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Schema: testSchema, Partition: grown.Partition},
+		"schema.fields[5].required": {Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: grown.Partition,
+			Schema: &streamconf.Schema{Fields: append(append([]streamconf.Field(nil), grown.Schema.Fields...), streamconf.Field{Name: "req", Type: streamconf.TypeString, Required: true})}},
+	} {
+		_, err := e.PutStream(ctx, tableStream, c)
+		var fe *streamconf.FieldError
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, strings.Split(name, "[")[0]) {
+			t.Errorf("change of %s: %v, want a field error naming it", name, err)
+		}
+	}
+	r.stop()
+	r.tweak = nil
+	e = r.start(nil)
+	var fe *streamconf.FieldError
+	if _, err := e.PutStream(ctx, "other", tableConf); !errors.As(err, &fe) || fe.Field != "table" {
+		t.Fatalf("a table stream without a table location: %v", err)
+	}
+}
