@@ -160,10 +160,7 @@ func TestDownload(t *testing.T) {
 	}
 
 	rec = r.do("GET", "/v1/files/clicks/nope.ndjson", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	// A directory is not a file.
 	expectStatus(t, r.do("GET", "/v1/files/clicks", ""), http.StatusNotFound)
 }
@@ -342,10 +339,7 @@ func TestProducerRoutes(t *testing.T) {
 		t.Fatalf("list %+v", pl)
 	}
 	rec = r.do("GET", "/v1/producers/ghost", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	for _, target := range []string{"/v1/producers/-x/init", "/v1/producers/a%2Fb/init", "/v1/producers/" + strings.Repeat("a", 129) + "/init"} {
 		rec := r.do("POST", target, "")
 		expectStatus(t, rec, http.StatusBadRequest)
@@ -377,15 +371,9 @@ func TestProbesAndMisc(t *testing.T) {
 	rec = r.do("GET", "/metrics", "")
 	expectStatus(t, rec, http.StatusOK)
 	rec = r.do("GET", "/v2/nothing", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	rec = r.do("DELETE", "/v1/streams", "")
-	expectStatus(t, rec, http.StatusMethodNotAllowed)
-	if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusMethodNotAllowed, "method_not_allowed")
 }
 
 // TestListFilesTwoNodes: /v1/files covers every node's files, with each
@@ -480,8 +468,7 @@ func TestMultiRange(t *testing.T) {
 		many = append(many, fmt.Sprintf("%d-%d", i*150, i*150))
 	}
 	rec = r.do("GET", url, "", "Range", "bytes="+strings.Join(many, ","))
-	expectStatus(t, rec, http.StatusRequestedRangeNotSatisfiable)
-	if e := decode[ErrorResponse](t, rec); e.Error != "range_not_satisfiable" || rec.Header().Get("Content-Range") != "bytes */3000" {
+	if e := expectError(t, rec, http.StatusRequestedRangeNotSatisfiable, "range_not_satisfiable"); rec.Header().Get("Content-Range") != "bytes */3000" {
 		t.Fatalf("too many ranges: %+v %v", e, rec.Header())
 	}
 	// As many as allowed are served.

@@ -145,6 +145,18 @@ func expectStatus(t *testing.T, rec *httptest.ResponseRecorder, want int) {
 	}
 }
 
+// expectError fails the test unless rec is an error answer with status
+// and code, and returns it.
+func expectError(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) ErrorResponse {
+	t.Helper()
+	expectStatus(t, rec, status)
+	e := decode[ErrorResponse](t, rec)
+	if e.Error != code {
+		t.Fatalf("answer %+v, want code %s", e, code)
+	}
+	return e
+}
+
 // checkpoint runs a checkpoint through the API and expects it committed.
 func (r *rig) checkpoint() Checkpoint {
 	r.t.Helper()
