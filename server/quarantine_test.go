@@ -98,15 +98,15 @@ func newLeasedRig(t *testing.T, fs afero.Fs) *rig {
 		c.Now = func() time.Time { return clock }
 		c.Leaser = c.Publisher.(committer.Leaser)
 	}
-	r.leased = true
 	return r
 }
 
 // loseCommit stops the engine as if a crash cut checkpoint id's commit
 // after its renames and before its manifest (the manifest is removed), and
 // the state store is lost with it: replaced by backup, or by a new, empty
-// store when backup is nil. On a leased rig (newLeasedRig) the lease is
-// expired too, as the dead process would have left it.
+// store when backup is nil. The node's lease, where there is one
+// (newLeasedRig), is expired too: a new store's start cannot prove the
+// dead process gone otherwise.
 func (r *rig) loseCommit(id uint64, backup []byte) {
 	r.t.Helper()
 	r.stop()
@@ -122,7 +122,9 @@ func (r *rig) loseCommit(id uint64, backup []byte) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if r.leased {
+	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
+		r.t.Fatal(err)
+	} else if ok {
 		expireLease(r.t, r.fs)
 	}
 }

@@ -36,7 +36,6 @@ type rig struct {
 	broken    string           // why the destination is not checked at the end
 	foreign   bool             // the test writes records of its own, not invariant's
 	tweak     func(*Config)
-	leased    bool // newLeasedRig: the engines hold the node's lease
 }
 
 func newRig(t testing.TB, fs afero.Fs) *rig {
