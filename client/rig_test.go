@@ -161,6 +161,24 @@ func (r *rig) client(producer string, opts ...client.Option) *client.Client {
 	return c
 }
 
+// initClient returns a client of the rig's service (client), inited.
+func (r *rig) initClient(producer string, opts ...client.Option) *client.Client {
+	r.t.Helper()
+	c := r.client(producer, opts...)
+	if _, err := c.Init(ctx(r.t)); err != nil {
+		r.t.Fatalf("init %s: %v", producer, err)
+	}
+	return c
+}
+
+// flush flushes c or fails the test.
+func flush(t *testing.T, c *client.Client) {
+	t.Helper()
+	if err := c.Flush(ctx(t)); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
 // get GETs a path of the service and decodes JSON into out (if not nil),
 // or returns the body.
 func (r *rig) get(path string, out any) []byte {
