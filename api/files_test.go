@@ -40,9 +40,7 @@ func filled(t *testing.T, o rigOpts) *rig {
 
 func TestListFilesAndStreams(t *testing.T) {
 	r := filled(t, rigOpts{})
-	rec := r.do("GET", "/v1/files?prefix=clicks/", "")
-	expectStatus(t, rec, http.StatusOK)
-	fl := decode[FileList](t, rec)
+	fl := getOK[FileList](r, "/v1/files?prefix=clicks/")
 	if len(fl.Files) != 2 {
 		t.Fatalf("files %+v", fl)
 	}
@@ -72,9 +70,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		t.Fatalf("manifests %+v", man)
 	}
 
-	rec = r.do("GET", "/v1/streams", "")
-	expectStatus(t, rec, http.StatusOK)
-	sl := decode[StreamList](t, rec)
+	sl := getOK[StreamList](r, "/v1/streams")
 	want := []Stream{{Name: "clicks", Files: 2, Records: 5, Bytes: 40}, {Name: "logs", Files: 1, Records: 2, Bytes: 18}}
 	if len(sl.Streams) != 2 || sl.Streams[0] != want[0] || sl.Streams[1] != want[1] {
 		t.Fatalf("streams %+v, want %+v", sl.Streams, want)
@@ -93,7 +89,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
 		retryAfter: r.srv.retryAfter}
 	r2.handler = r2.routes()
-	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
+	rec := r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
 	fl = decode[FileList](t, rec)
 	if fl.Files[0].Records == nil || fl.Files[1].Records != nil {
 		t.Fatalf("records %v %v", fl.Files[0].Records, fl.Files[1].Records)
