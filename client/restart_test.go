@@ -106,9 +106,7 @@ func TestRecoversFromLostSequence(t *testing.T) {
 			if !isWrite(req) || !lied.CompareAndSwap(false, true) {
 				return false
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = fmt.Fprint(w, `{"error":"out_of_order_sequence","message":"injected","expected_seq":0}`)
+			answerOutOfOrder(w, 0)
 			return true
 		})
 		recs, k := records("b", 1)
@@ -132,9 +130,7 @@ func TestRecoversFromLostSequence(t *testing.T) {
 			if !isWrite(req) || !ahead.Load() {
 				return false
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = fmt.Fprint(w, `{"error":"out_of_order_sequence","message":"injected","expected_seq":9}`)
+			answerOutOfOrder(w, 9)
 			return true
 		})
 		recs, _ := records("lost", 1)

@@ -285,3 +285,11 @@ func answer(w http.ResponseWriter, status int, code string, hdr ...string) {
 func isWrite(req *http.Request) bool {
 	return req.Method == http.MethodPost && req.Header.Get("Producer-Seq") != ""
 }
+
+// answerOutOfOrder answers 409 out_of_order_sequence with expected_seq, the
+// way the service does.
+func answerOutOfOrder(w http.ResponseWriter, expected int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusConflict)
+	_, _ = fmt.Fprintf(w, `{"error":"out_of_order_sequence","message":"injected by the test","expected_seq":%d}`+"\n", expected)
+}
