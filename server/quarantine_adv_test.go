@@ -76,10 +76,7 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 		r.broken = "the node never started"
 		t.Fatalf("start after the loss: %v (...%s)", err, why)
 	}
-	rep := r.check(invariant.Expect{})
-	if len(rep.Quarantined) != 1 {
-		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
-	}
+	r.checkQuarantined(invariant.Expect{}, 1)
 }
 
 // A checkpoint is renamed into place but its manifest is not published
@@ -122,10 +119,7 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 		t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
 	}
 	r.commit()
-	rep := r.check(invariant.Expect{Must: must, Exact: true})
-	if len(rep.Quarantined) != 1 {
-		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
-	}
+	r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 1)
 }
 
 // A committed checkpoint's manifest is missing (deleted by an operator's

@@ -74,16 +74,24 @@ func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 				}
 			}
 			r.commit()
-			rep := r.check(invariant.Expect{Must: must, Exact: true})
-			if len(rep.Quarantined) != 2 {
-				t.Fatalf("quarantined %v, want the lost checkpoint's 2 files", rep.Quarantined)
-			}
-			for _, q := range rep.Quarantined {
-				if !strings.HasPrefix(q, layout.QuarantineDir+"/"+rigNode+"/") {
-					t.Fatalf("quarantined at %s", q)
-				}
-			}
+			r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 2)
 		})
+	}
+}
+
+// checkQuarantined checks the destination (rig.check) and that the lost
+// checkpoint's n files, and nothing else, were set aside under this node's
+// quarantine folder.
+func (r *rig) checkQuarantined(exp invariant.Expect, n int) {
+	r.t.Helper()
+	rep := r.check(exp)
+	if len(rep.Quarantined) != n {
+		r.t.Fatalf("quarantined %v, want the lost checkpoint's %d files", rep.Quarantined, n)
+	}
+	for _, q := range rep.Quarantined {
+		if !strings.HasPrefix(q, layout.QuarantineDir+"/"+rigNode+"/") {
+			r.t.Fatalf("quarantined at %s", q)
+		}
 	}
 }
 
