@@ -12,9 +12,7 @@ import (
 
 func TestCommitsFeed(t *testing.T) {
 	r := filled(t, rigOpts{})
-	rec := r.do("GET", "/v1/commits", "")
-	expectStatus(t, rec, http.StatusOK)
-	all := decode[CommitList](t, rec)
+	all := getOK[CommitList](r, "/v1/commits")
 	if len(all.Commits) != 2 || all.More || all.Next == "" {
 		t.Fatalf("feed %+v", all)
 	}

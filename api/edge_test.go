@@ -478,8 +478,7 @@ func TestAuthFailureLimit(t *testing.T) {
 		expectStatus(t, from(guesser, fmt.Sprintf("guess-%016d", i)), http.StatusUnauthorized)
 	}
 	rec := from(guesser, "guess-again-0000000")
-	expectStatus(t, rec, http.StatusTooManyRequests)
-	if e := decode[ErrorResponse](t, rec); e.Error != "too_many_auth_failures" || rec.Header().Get("Retry-After") != "60" {
+	if e := expectError(t, rec, http.StatusTooManyRequests, "too_many_auth_failures"); rec.Header().Get("Retry-After") != "60" {
 		t.Fatalf("answer %+v, Retry-After %q", e, rec.Header().Get("Retry-After"))
 	}
 	// A valid token from the same address, read, ingest or admin, is served.

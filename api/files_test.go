@@ -40,9 +40,7 @@ func filled(t *testing.T, o rigOpts) *rig {
 
 func TestListFilesAndStreams(t *testing.T) {
 	r := filled(t, rigOpts{})
-	rec := r.do("GET", "/v1/files?prefix=clicks/", "")
-	expectStatus(t, rec, http.StatusOK)
-	fl := decode[FileList](t, rec)
+	fl := getOK[FileList](r, "/v1/files?prefix=clicks/")
 	if len(fl.Files) != 2 {
 		t.Fatalf("files %+v", fl)
 	}
@@ -72,9 +70,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		t.Fatalf("manifests %+v", man)
 	}
 
-	rec = r.do("GET", "/v1/streams", "")
-	expectStatus(t, rec, http.StatusOK)
-	sl := decode[StreamList](t, rec)
+	sl := getOK[StreamList](r, "/v1/streams")
 	want := []Stream{{Name: "clicks", Files: 2, Records: 5, Bytes: 40}, {Name: "logs", Files: 1, Records: 2, Bytes: 18}}
 	if len(sl.Streams) != 2 || sl.Streams[0] != want[0] || sl.Streams[1] != want[1] {
 		t.Fatalf("streams %+v, want %+v", sl.Streams, want)
@@ -93,7 +89,7 @@ func TestListFilesAndStreams(t *testing.T) {
 		metrics: r.srv.metrics, log: r.srv.log, maxBody: r.srv.maxBody, maxRecord: r.srv.maxRecord, wait: r.srv.wait,
 		retryAfter: r.srv.retryAfter}
 	r2.handler = r2.routes()
-	rec = r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
+	rec := r.serveWith(r2, "GET", "/v1/files?prefix=clicks/")
 	fl = decode[FileList](t, rec)
 	if fl.Files[0].Records == nil || fl.Files[1].Records != nil {
 		t.Fatalf("records %v %v", fl.Files[0].Records, fl.Files[1].Records)
@@ -160,10 +156,7 @@ func TestDownload(t *testing.T) {
 	}
 
 	rec = r.do("GET", "/v1/files/clicks/nope.ndjson", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	// A directory is not a file.
 	expectStatus(t, r.do("GET", "/v1/files/clicks", ""), http.StatusNotFound)
 }
@@ -342,10 +335,7 @@ func TestProducerRoutes(t *testing.T) {
 		t.Fatalf("list %+v", pl)
 	}
 	rec = r.do("GET", "/v1/producers/ghost", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	for _, target := range []string{"/v1/producers/-x/init", "/v1/producers/a%2Fb/init", "/v1/producers/" + strings.Repeat("a", 129) + "/init"} {
 		rec := r.do("POST", target, "")
 		expectStatus(t, rec, http.StatusBadRequest)
@@ -377,15 +367,9 @@ func TestProbesAndMisc(t *testing.T) {
 	rec = r.do("GET", "/metrics", "")
 	expectStatus(t, rec, http.StatusOK)
 	rec = r.do("GET", "/v2/nothing", "")
-	expectStatus(t, rec, http.StatusNotFound)
-	if e := decode[ErrorResponse](t, rec); e.Error != "not_found" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusNotFound, "not_found")
 	rec = r.do("DELETE", "/v1/streams", "")
-	expectStatus(t, rec, http.StatusMethodNotAllowed)
-	if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
-		t.Fatalf("%+v", e)
-	}
+	expectError(t, rec, http.StatusMethodNotAllowed, "method_not_allowed")
 }
 
 // TestListFilesTwoNodes: /v1/files covers every node's files, with each
@@ -480,8 +464,7 @@ func TestMultiRange(t *testing.T) {
 		many = append(many, fmt.Sprintf("%d-%d", i*150, i*150))
 	}
 	rec = r.do("GET", url, "", "Range", "bytes="+strings.Join(many, ","))
-	expectStatus(t, rec, http.StatusRequestedRangeNotSatisfiable)
-	if e := decode[ErrorResponse](t, rec); e.Error != "range_not_satisfiable" || rec.Header().Get("Content-Range") != "bytes */3000" {
+	if e := expectError(t, rec, http.StatusRequestedRangeNotSatisfiable, "range_not_satisfiable"); rec.Header().Get("Content-Range") != "bytes */3000" {
 		t.Fatalf("too many ranges: %+v %v", e, rec.Header())
 	}
 	// As many as allowed are served.

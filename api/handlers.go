@@ -12,10 +12,8 @@ import (
 )
 
 func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathParam(r, "producer")
-	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
-			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+	id, ok := producerParam(w, r)
+	if !ok {
 		return
 	}
 	// init waits for the barrier over the producer's older epochs (I12).
@@ -40,10 +38,8 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathParam(r, "producer")
-	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
-			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+	id, ok := producerParam(w, r)
+	if !ok {
 		return
 	}
 	if !s.readyOr503(w) {

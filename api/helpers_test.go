@@ -145,6 +145,26 @@ func expectStatus(t *testing.T, rec *httptest.ResponseRecorder, want int) {
 	}
 }
 
+// getOK GETs target, expects 200 and decodes the answer.
+func getOK[T any](r *rig, target string) T {
+	r.t.Helper()
+	rec := r.do("GET", target, "")
+	expectStatus(r.t, rec, http.StatusOK)
+	return decode[T](r.t, rec)
+}
+
+// expectError fails the test unless rec is an error answer with status
+// and code, and returns it.
+func expectError(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) ErrorResponse {
+	t.Helper()
+	expectStatus(t, rec, status)
+	e := decode[ErrorResponse](t, rec)
+	if e.Error != code {
+		t.Fatalf("answer %+v, want code %s", e, code)
+	}
+	return e
+}
+
 // checkpoint runs a checkpoint through the API and expects it committed.
 func (r *rig) checkpoint() Checkpoint {
 	r.t.Helper()

@@ -69,10 +69,8 @@ func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string,
 // deleteProducer answers DELETE /v1/producers/{producer} (admin): 204, 404
 // when unknown, 409 producer_busy while it has uncommitted batches.
 func (s *Server) deleteProducer(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathParam(r, "producer")
-	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
-			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+	id, ok := producerParam(w, r)
+	if !ok {
 		return
 	}
 	if !s.readyOr503(w) {

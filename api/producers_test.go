@@ -35,9 +35,7 @@ func TestProducerListKeptUntilStoreChanges(t *testing.T) {
 	r.waitReady()
 	list := func(target string) ProducerList {
 		t.Helper()
-		rec := r.do("GET", target, "")
-		expectStatus(t, rec, http.StatusOK)
-		return decode[ProducerList](t, rec)
+		return getOK[ProducerList](r, target)
 	}
 	r.initProducer("a")
 	for range 50 {
@@ -83,9 +81,7 @@ func TestCheckpointListKeptUntilStoreChanges(t *testing.T) {
 	r.waitReady()
 	list := func(target string) CheckpointList {
 		t.Helper()
-		rec := r.do("GET", target, "")
-		expectStatus(t, rec, http.StatusOK)
-		return decode[CheckpointList](t, rec)
+		return getOK[CheckpointList](r, target)
 	}
 	expectStatus(t, r.do("POST", "/v1/streams/s/records", "x\n", "Content-Type", "text/plain"), http.StatusAccepted)
 	c1 := r.checkpoint()

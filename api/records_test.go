@@ -460,13 +460,9 @@ func TestStoreDiskFull(t *testing.T) {
 	}})
 	full.Store(true)
 	rec := r.do("POST", "/v1/producers/p/init", "")
-	expectStatus(t, rec, http.StatusInsufficientStorage)
-	if e := decode[ErrorResponse](t, rec); e.Error != "insufficient_storage" {
-		t.Fatalf("init: %+v", e)
-	}
+	expectError(t, rec, http.StatusInsufficientStorage, "insufficient_storage")
 	rec = r.do("GET", "/readyz", "")
-	expectStatus(t, rec, http.StatusServiceUnavailable)
-	if e := decode[ErrorResponse](t, rec); e.Error != "insufficient_storage" || !strings.Contains(e.Message, "no space left on device") {
+	if e := expectError(t, rec, http.StatusServiceUnavailable, "insufficient_storage"); !strings.Contains(e.Message, "no space left on device") {
 		t.Fatalf("readyz on a full disk: %+v", e)
 	}
 	if rec.Header().Get("Retry-After") == "" {

@@ -16,15 +16,12 @@ import (
 // knows of the batch (accepted, not yet committed; committed, beyond the
 // manifests read; never accepted).
 func (s *Server) getSeq(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathParam(r, "producer")
-	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
-			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+	id, ok := producerParam(w, r)
+	if !ok {
 		return
 	}
-	stream, ok := pathParam(r, "stream")
-	if !ok || !validStream(stream) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream, Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$", stream)})
+	stream, ok := s.streamParam(w, r)
+	if !ok {
 		return
 	}
 	v, _ := pathParam(r, "seq")

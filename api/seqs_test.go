@@ -22,9 +22,7 @@ func TestLocateSeq(t *testing.T) {
 	write(ep, 2, "{\"a\":2}\n")
 	second := r.checkpoint()
 
-	rec := r.do("GET", "/v1/producers/p1/streams/clicks/seqs/2", "")
-	expectStatus(t, rec, http.StatusOK)
-	got := decode[SeqLocations](t, rec)
+	got := getOK[SeqLocations](r, "/v1/producers/p1/streams/clicks/seqs/2")
 	if len(got.Locations) != 1 || !got.Complete {
 		t.Fatalf("seq 2: %+v", got)
 	}

@@ -59,6 +59,20 @@ func streamConfigFrom(in server.StreamInfo) StreamConfig {
 		ActiveVersion: in.ActiveVersion, UpdatedAt: in.UpdatedAt}
 }
 
+// producerParam returns the {producer} path parameter, or answers 400
+// invalid_producer and returns false.
+func producerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, ok := pathParam(r, "producer")
+	if !ok || !validProducer(id) {
+		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
+			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+		return "", false
+	}
+	return id, true
+}
+
+// streamParam returns the {stream} path parameter, or answers 400
+// invalid_stream and returns false.
 func (s *Server) streamParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	stream, ok := pathParam(r, "stream")
 	if !ok || !validStream(stream) {

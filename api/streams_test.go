@@ -67,13 +67,11 @@ func TestStreamConfigAPI(t *testing.T) {
 	// In force now: schema and partition refuse the whole batch, with the
 	// line and the field.
 	rec = r.do("POST", "/v1/streams/orders/records", `{"id":1,"region":"eu"}`+"\n"+`{"id":"two","region":"us"}`+"\n", ingest...)
-	expectStatus(t, rec, http.StatusBadRequest)
-	if e := decode[ErrorResponse](t, rec); e.Error != "schema_mismatch" || e.Line != 2 || e.Field != "id" {
+	if e := expectError(t, rec, http.StatusBadRequest, "schema_mismatch"); e.Line != 2 || e.Field != "id" {
 		t.Fatalf("schema: %+v", e)
 	}
 	rec = r.do("POST", "/v1/streams/orders/records", `{"id":1,"region":"eu"}`+"\n"+`{"id":2,"region":""}`+"\n", ingest...)
-	expectStatus(t, rec, http.StatusBadRequest)
-	if e := decode[ErrorResponse](t, rec); e.Error != "invalid_partition" || e.Line != 2 || e.Field != "region" {
+	if e := expectError(t, rec, http.StatusBadRequest, "invalid_partition"); e.Line != 2 || e.Field != "region" {
 		t.Fatalf("partition: %+v", e)
 	}
 	rec = r.do("POST", "/v1/streams/orders/records", "plain line\n", "Content-Type", "text/plain", "Authorization", "Bearer "+tokIngest)

@@ -13,8 +13,7 @@ func TestWriteChecksAPI(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	for _, body := range []string{`{"max_partitions":-1}`, `{"max_partitions":100001}`, `{"max_partitions":"3"}`} {
 		rec := r.admin("PUT", "/v1/streams/ev", body, "Content-Type", "application/json")
-		expectStatus(t, rec, http.StatusBadRequest)
-		if e := decode[ErrorResponse](t, rec); e.Error != "invalid_body" || e.Field != "max_partitions" {
+		if e := expectError(t, rec, http.StatusBadRequest, "invalid_body"); e.Field != "max_partitions" {
 			t.Fatalf("PUT %s: %+v", body, e)
 		}
 	}
@@ -34,8 +33,7 @@ func TestWriteChecksAPI(t *testing.T) {
 	}
 	for range 2 {
 		rec = r.do("POST", "/v1/streams/ev/records", `{"k":1}`+"\n"+`{"k":2}`+"\n"+`{"k":1}`+"\n"+`{"k":3}`+"\n", "Content-Type", "application/x-ndjson")
-		expectStatus(t, rec, http.StatusBadRequest)
-		if e := decode[ErrorResponse](t, rec); e.Error != "invalid_partition" || e.Line != 4 || !strings.Contains(e.Message, "max_partitions") {
+		if e := expectError(t, rec, http.StatusBadRequest, "invalid_partition"); e.Line != 4 || !strings.Contains(e.Message, "max_partitions") {
 			t.Fatalf("a batch of 3 partitions, max 2: %+v", e)
 		}
 	}
@@ -70,8 +68,7 @@ func TestSplitBatchBudget(t *testing.T) {
 		t.Fatal("take")
 	}
 	rec := r.do("POST", "/v1/streams/ev/records", split.String(), ndjson...)
-	expectStatus(t, rec, http.StatusTooManyRequests)
-	if e := decode[ErrorResponse](t, rec); e.Error != "backpressure" || !strings.Contains(e.Message, "split over partitions") || rec.Header().Get("Retry-After") == "" {
+	if e := expectError(t, rec, http.StatusTooManyRequests, "backpressure"); !strings.Contains(e.Message, "split over partitions") || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("split batch over the budget: %+v", e)
 	}
 	expectStatus(t, r.do("POST", "/v1/streams/ev/records", one.String(), ndjson...), http.StatusAccepted)
@@ -104,8 +101,7 @@ func TestParquetRecordTooLarge(t *testing.T) {
 	r.checkpoint()
 	body := `{"v":"a"}` + "\n" + `{"v":"` + strings.Repeat("x", 64<<20) + `"}` + "\n"
 	rec := r.do("POST", "/v1/streams/pq/records", body, "Content-Type", "application/x-ndjson")
-	expectStatus(t, rec, http.StatusRequestEntityTooLarge)
-	if e := decode[ErrorResponse](t, rec); e.Error != "too_large" || e.Line != 2 {
+	if e := expectError(t, rec, http.StatusRequestEntityTooLarge, "too_large"); e.Line != 2 {
 		t.Fatalf("%+v", e)
 	}
 	r.checkpoint()

@@ -393,6 +393,15 @@ func (c *Client) checkLocked(needInit bool) error {
 	return nil
 }
 
+// sendableLocked reports why batches of st cannot be sent now: the
+// client's state (checkLocked) or the stream's sticky failure.
+func (c *Client) sendableLocked(st *stream) error {
+	if err := c.checkLocked(true); err != nil {
+		return err
+	}
+	return st.broken
+}
+
 // streamLocked returns the state of a stream, creating it.
 func (c *Client) streamLocked(name string) *stream {
 	st := c.streams[name]

@@ -59,17 +59,12 @@ func TestSendFlush(t *testing.T) {
 		r.expectOnce(s, keys)
 	}
 	// A Flush with nothing kept returns at once.
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 }
 
 func TestInitTakesUpSequences(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
-	a := r.client("p")
-	if _, err := a.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	a := r.initClient("p")
 	var keys []string
 	for i := range 3 {
 		recs, k := records(fmt.Sprintf("a%d", i), 1)
@@ -78,9 +73,7 @@ func TestInitTakesUpSequences(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, a)
 	// A restarted producer process: a new client with the same id.
 	b := r.client("p")
 	ps, err := b.Init(ctx(t))
@@ -93,18 +86,13 @@ func TestInitTakesUpSequences(t *testing.T) {
 	if err != nil || res.Seq != 3 {
 		t.Fatalf("send: %+v %v", res, err)
 	}
-	if err := b.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, b)
 	r.expectOnce("s", keys)
 }
 
 func TestSendWait(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	recs, keys := records("w", 4)
 	res, err := c.SendWait(ctx(t), "s", recs)
 	if err != nil || !res.Committed || res.Seq != 0 {
@@ -122,10 +110,7 @@ func TestSendWaitPolls(t *testing.T) {
 	r := newRig(t, 0)
 	r.api = func(c *api.Config) { c.WaitTimeout = 50 * time.Millisecond }
 	r.start()
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	// Not committed before ctx ends: kept, not to be sent again.
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
@@ -184,10 +169,7 @@ func TestRetries(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, 20*time.Millisecond).start()
-			c := r.client("p")
-			if _, err := c.Init(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+			c := r.initClient("p")
 			const fails = 3
 			var n atomic.Int64
 			r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
@@ -212,9 +194,7 @@ func TestRetries(t *testing.T) {
 			if got := r.attempts("s", 0); got != fails+1 {
 				t.Fatalf("seq 0 sent %d times, want %d", got, fails+1)
 			}
-			if err := c.Flush(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+			flush(t, c)
 			r.expectOnce("s", keys)
 		})
 	}
@@ -222,10 +202,7 @@ func TestRetries(t *testing.T) {
 
 func TestRetryAfterHonoured(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	var mu sync.Mutex
 	var at []time.Time
 	r.intercept(func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
@@ -253,9 +230,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		t.Fatalf("retried %v after a 429 with Retry-After: 1", d)
 	}
 	mu.Unlock()
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	r.expectOnce("s", keys)
 }
 
@@ -264,10 +239,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 // it; one that only met refusals does not keep it.
 func TestGiveUp(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
-	c := r.client("p", client.WithRetry(client.Retry{Min: time.Millisecond, Max: 2 * time.Millisecond, MaxAttempts: 3}))
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p", client.WithRetry(client.Retry{Min: time.Millisecond, Max: 2 * time.Millisecond, MaxAttempts: 3}))
 	var keys []string
 
 	// Only 429s: refused, not kept, the number is reused.
@@ -315,9 +287,7 @@ func TestGiveUp(t *testing.T) {
 	if err != nil || res.Seq != 1 {
 		t.Fatalf("after healing: %+v %v", res, err)
 	}
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	r.expectOnce("s", keys)
 
 	// Flush alone delivers a kept batch too.
@@ -334,9 +304,7 @@ func TestGiveUp(t *testing.T) {
 		t.Fatalf("dropped: %v", err)
 	}
 	r.intercept(nil)
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	r.expectOnce("s", keys)
 }
 
@@ -346,10 +314,7 @@ func TestCrashResend(t *testing.T) {
 	for _, then := range []string{"send", "flush", "sendwait"} {
 		t.Run("then "+then, func(t *testing.T) {
 			r := newRig(t, 0).start()
-			c := r.client("p")
-			if _, err := c.Init(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+			c := r.initClient("p")
 			var keys []string
 			send := func(i int) client.Result {
 				t.Helper()
@@ -376,13 +341,9 @@ func TestCrashResend(t *testing.T) {
 				if st := c.Stats(); st.Unconfirmed != 0 {
 					t.Fatalf("unconfirmed after send: %+v", st)
 				}
-				if err := c.Flush(ctx(t)); err != nil {
-					t.Fatal(err)
-				}
+				flush(t, c)
 			case "flush":
-				if err := c.Flush(ctx(t)); err != nil {
-					t.Fatal(err)
-				}
+				flush(t, c)
 			case "sendwait":
 				recs, k := records("b10", 3)
 				keys = append(keys, k...)
@@ -390,9 +351,7 @@ func TestCrashResend(t *testing.T) {
 				if err != nil || !res.Committed || res.Seq != 10 {
 					t.Fatalf("send wait: %+v %v", res, err)
 				}
-				if err := c.Flush(ctx(t)); err != nil {
-					t.Fatal(err)
-				}
+				flush(t, c)
 			}
 			for seq := int64(5); seq < 10; seq++ {
 				if n := r.attempts("s", seq); n != 2 {
@@ -427,10 +386,7 @@ func TestAbortedCheckpointResent(t *testing.T) {
 		}
 	}
 	r.start()
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	recs0, keys := records("a", 2)
 	if _, err := c.SendWait(ctx(t), "s", recs0); err != nil {
 		t.Fatal(err)
@@ -455,10 +411,7 @@ func TestAbortedCheckpointResent(t *testing.T) {
 
 func TestFencing(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
-	a := r.client("p")
-	if _, err := a.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	a := r.initClient("p")
 	recs, keys := records("a0", 1)
 	if _, err := a.Send(ctx(t), "s", recs); err != nil {
 		t.Fatal(err)
@@ -498,16 +451,11 @@ func TestFencing(t *testing.T) {
 	if err != nil || res.Seq != 1 {
 		t.Fatalf("b send: %+v %v", res, err)
 	}
-	if err := b.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, b)
 	r.expectOnce("s", keys)
 
 	// A zombie that only flushes learns it from the newer epoch.
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	if err := b.Flush(ctx(t)); err != nil {
 		t.Fatalf("flush with nothing kept: %v", err)
 	}
@@ -515,10 +463,7 @@ func TestFencing(t *testing.T) {
 	if _, err := c.Send(ctx(t), "s", recs); err != nil {
 		t.Fatal(err)
 	}
-	d := r.client("p")
-	if _, err := d.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	r.initClient("p") // fences c
 	if err := c.Flush(ctx(t)); !errors.Is(err, client.ErrFenced) {
 		t.Fatalf("zombie flush: %v", err)
 	}
@@ -587,9 +532,7 @@ func TestRefusals(t *testing.T) {
 	if err != nil || res.Seq != 0 {
 		t.Fatalf("send after refusals: %+v %v", res, err)
 	}
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	r.expectOnce("s", keys)
 
 	// The state store is replaced by an empty one: the service rebuilds
@@ -614,10 +557,7 @@ func TestAuth(t *testing.T) {
 	if _, err := r.client("p").Init(ctx(t)); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("no token: %v", err)
 	}
-	c := r.client("p", client.WithToken("ingest-token-0123456789"))
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p", client.WithToken("ingest-token-0123456789"))
 	recs, _ := records("a", 1)
 	if _, err := c.SendWait(ctx(t), "s", recs); err != nil {
 		t.Fatal(err)
@@ -630,10 +570,7 @@ func TestBufferBound(t *testing.T) {
 	r := newRig(t, 0).start()
 	recs, _ := records("b0", 1)
 	size := int64(len(recs[0]) + 1)
-	c := r.client("p", client.WithMaxBuffered(3*size))
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p", client.WithMaxBuffered(3*size))
 	var keys []string
 	for i := range 3 {
 		recs, k := records(fmt.Sprintf("b%d", i), 1)
@@ -664,9 +601,7 @@ func TestBufferBound(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 	r.checkpoint()
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	r.expectOnce("s", keys)
 }
 
@@ -701,10 +636,7 @@ func TestConcurrentWithFaults(t *testing.T) {
 		}
 		return true
 	})
-	c := r.client("p")
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c := r.initClient("p")
 	streams := []string{"s0", "s1", "s2"}
 	const perWorker, workers = 30, 2
 	var wg sync.WaitGroup
@@ -732,9 +664,7 @@ func TestConcurrentWithFaults(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if err := c.Flush(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c)
 	for _, s := range streams {
 		var keys []string
 		for w := range workers {

@@ -14,10 +14,7 @@ import (
 // each commit once, and reads each committed record once.
 func TestCommitsIterator(t *testing.T) {
 	r := newRig(t, 0).start()
-	p := r.client("feeder")
-	if _, err := p.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	p := r.initClient("feeder")
 	reader := r.client("")
 	want := map[string]bool{}
 	send := func(tag string) {
@@ -97,10 +94,7 @@ func TestCommitsIterator(t *testing.T) {
 
 func TestLocate(t *testing.T) {
 	r := newRig(t, 0).start()
-	p := r.client("locator")
-	if _, err := p.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	p := r.initClient("locator")
 	recs, _ := records("x", 2)
 	res, err := p.Send(ctx(t), "clicks", recs)
 	if err != nil {

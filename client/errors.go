@@ -147,29 +147,28 @@ var codeErrors = map[string]error{
 	"invalid_cursor":         ErrInvalidCursor,
 }
 
+// statusErrors maps the statuses of answers without a known code (a
+// proxy's, an older service's) to their sentinels; other 5xx are ErrServer.
+var statusErrors = map[int]error{
+	http.StatusBadRequest:            ErrBadRequest,
+	http.StatusUnauthorized:          ErrUnauthorized,
+	http.StatusForbidden:             ErrForbidden,
+	http.StatusNotFound:              ErrNotFound,
+	http.StatusRequestEntityTooLarge: ErrTooLarge,
+	http.StatusUnsupportedMediaType:  ErrUnsupportedMediaType,
+	http.StatusTooManyRequests:       ErrBackpressure,
+	http.StatusInsufficientStorage:   ErrInsufficientStorage,
+}
+
 // Unwrap returns the sentinel for the error's code or status.
 func (e *APIError) Unwrap() error {
 	if err, ok := codeErrors[e.Code]; ok {
 		return err
 	}
-	switch s := e.Status; {
-	case s == http.StatusBadRequest:
-		return ErrBadRequest
-	case s == http.StatusUnauthorized:
-		return ErrUnauthorized
-	case s == http.StatusForbidden:
-		return ErrForbidden
-	case s == http.StatusNotFound:
-		return ErrNotFound
-	case s == http.StatusRequestEntityTooLarge:
-		return ErrTooLarge
-	case s == http.StatusUnsupportedMediaType:
-		return ErrUnsupportedMediaType
-	case s == http.StatusTooManyRequests:
-		return ErrBackpressure
-	case s == http.StatusInsufficientStorage:
-		return ErrInsufficientStorage
-	case s >= 500:
+	if err, ok := statusErrors[e.Status]; ok {
+		return err
+	}
+	if e.Status >= 500 {
 		return ErrServer
 	}
 	return ErrUnexpectedStatus

@@ -43,10 +43,7 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 				}
 				return res
 			}
-			first := r.client("p")
-			if _, err := first.Init(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+			first := r.initClient("p")
 			for i := range 3 {
 				send(first, fmt.Sprintf("first%d", i))
 			}
@@ -77,9 +74,7 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 			}
 			send(second, "second2") // told to resend the lost ones first
 			r.checkpoint()
-			if err := second.Flush(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+			flush(t, second)
 			r.expectOnce("s", keys)
 		})
 	}
@@ -94,10 +89,7 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 func TestRecoversFromLostSequence(t *testing.T) {
 	t.Run("service behind", func(t *testing.T) {
 		r := newRig(t, 20*time.Millisecond).start()
-		c := r.client("p")
-		if _, err := c.Init(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		c := r.initClient("p")
 		var keys []string
 		for i := range 3 {
 			recs, k := records(fmt.Sprintf("a%d", i), 1)
@@ -114,9 +106,7 @@ func TestRecoversFromLostSequence(t *testing.T) {
 			if !isWrite(req) || !lied.CompareAndSwap(false, true) {
 				return false
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = fmt.Fprint(w, `{"error":"out_of_order_sequence","message":"injected","expected_seq":0}`)
+			answerOutOfOrder(w, 0)
 			return true
 		})
 		recs, k := records("b", 1)
@@ -128,26 +118,19 @@ func TestRecoversFromLostSequence(t *testing.T) {
 		if c.Epoch() != 1 || res.Seq != 3 {
 			t.Errorf("epoch %d, seq %d: want a re-init (epoch 1) and seq 3, the service's next_seq", c.Epoch(), res.Seq)
 		}
-		if err := c.Flush(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		flush(t, c)
 		r.expectOnce("s", keys)
 	})
 	t.Run("broken, then Init", func(t *testing.T) {
 		r := newRig(t, 20*time.Millisecond).start()
-		c := r.client("p")
-		if _, err := c.Init(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		c := r.initClient("p")
 		var ahead atomic.Bool
 		ahead.Store(true)
 		r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
 			if !isWrite(req) || !ahead.Load() {
 				return false
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = fmt.Fprint(w, `{"error":"out_of_order_sequence","message":"injected","expected_seq":9}`)
+			answerOutOfOrder(w, 9)
 			return true
 		})
 		recs, _ := records("lost", 1)
@@ -162,9 +145,7 @@ func TestRecoversFromLostSequence(t *testing.T) {
 		if _, err := c.SendWait(ctx(t), "s", recs); err != nil {
 			t.Fatalf("send after Init: %v", err)
 		}
-		if err := c.Flush(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		flush(t, c)
 		r.expectOnce("s", keys) // "lost" was refused, not kept: the Send said so
 	})
 }

@@ -161,6 +161,24 @@ func (r *rig) client(producer string, opts ...client.Option) *client.Client {
 	return c
 }
 
+// initClient returns a client of the rig's service (client), inited.
+func (r *rig) initClient(producer string, opts ...client.Option) *client.Client {
+	r.t.Helper()
+	c := r.client(producer, opts...)
+	if _, err := c.Init(ctx(r.t)); err != nil {
+		r.t.Fatalf("init %s: %v", producer, err)
+	}
+	return c
+}
+
+// flush flushes c or fails the test.
+func flush(t *testing.T, c *client.Client) {
+	t.Helper()
+	if err := c.Flush(ctx(t)); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
 // get GETs a path of the service and decodes JSON into out (if not nil),
 // or returns the body.
 func (r *rig) get(path string, out any) []byte {
@@ -266,4 +284,12 @@ func answer(w http.ResponseWriter, status int, code string, hdr ...string) {
 // isWrite reports whether req is a write of a batch.
 func isWrite(req *http.Request) bool {
 	return req.Method == http.MethodPost && req.Header.Get("Producer-Seq") != ""
+}
+
+// answerOutOfOrder answers 409 out_of_order_sequence with expected_seq, the
+// way the service does.
+func answerOutOfOrder(w http.ResponseWriter, expected int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusConflict)
+	_, _ = fmt.Fprintf(w, `{"error":"out_of_order_sequence","message":"injected by the test","expected_seq":%d}`+"\n", expected)
 }

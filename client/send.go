@@ -180,13 +180,9 @@ func (c *Client) keep(ctx context.Context, st *stream, b *batch) error {
 	delay := pollMin
 	for refreshed := false; ; {
 		c.mu.Lock()
-		if err := c.checkLocked(true); err != nil {
+		if err := c.sendableLocked(st); err != nil {
 			c.mu.Unlock()
 			return err
-		}
-		if st.broken != nil {
-			c.mu.Unlock()
-			return st.broken
 		}
 		if c.buffered+int64(len(b.body)) <= c.maxBuffered {
 			c.buffered += int64(len(b.body))
@@ -316,13 +312,9 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 	reinits := 0
 	for {
 		c.mu.Lock()
-		if err := c.checkLocked(true); err != nil {
+		if err := c.sendableLocked(st); err != nil {
 			c.mu.Unlock()
 			return err
-		}
-		if st.broken != nil {
-			c.mu.Unlock()
-			return st.broken
 		}
 		var b *batch
 		for _, k := range st.kept {

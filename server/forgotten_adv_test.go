@@ -12,7 +12,6 @@ import (
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
-	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -51,6 +50,23 @@ func (p *publishHook) Publish(ctx context.Context, name string, data []byte) err
 	return p.Local.Publish(ctx, name, data)
 }
 
+// hookPublisher makes the engines r starts publish through the publishHook
+// it returns, after tweak when not nil. Each start clears the hook and the
+// count: they are the latest engine's.
+func hookPublisher(r *rig, tweak func(*Config)) *publishHook {
+	pub := new(publishHook)
+	r.tweak = func(c *Config) {
+		pub.Local = local.New(c.FS, rigDest, rigStaging)
+		pub.before.Store(nil)
+		pub.listed.Store(0)
+		c.Publisher = pub
+		if tweak != nil {
+			tweak(c)
+		}
+	}
+	return pub
+}
+
 // The expiry lists a producer as idle and publishes the batch's
 // forgotten-producers document; before the producer's turn to be
 // forgotten, its client comes back (init), so the expiry leaves it. The
@@ -63,12 +79,7 @@ func (p *publishHook) Publish(ctx context.Context, name string, data []byte) err
 // failed after the document was published.
 func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 	r := newRig(t, nil)
-	var pub *publishHook
-	r.tweak = func(c *Config) {
-		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
-		c.Publisher = pub
-		c.ProducerExpiry = time.Hour
-	}
+	pub := hookPublisher(r, func(c *Config) { c.ProducerExpiry = time.Hour })
 	e := r.start(nil)
 	ctx := t.Context()
 	ps, err := e.InitProducer(ctx, "p")
@@ -78,14 +89,10 @@ func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 	p := &Producer{ID: "p", Epoch: ps.Epoch}
 	must := map[invariant.BatchID]bool{}
 	for q := range int64(3) {
-		if _, err := send(e, p, "s", q, 2); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, p, "s", q, 2)
 		must[invariant.BatchID{Producer: "p", Stream: "s", Seq: q}] = true
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	// The expiry (cutoff: now) finds p idle; its client inits again
 	// before p's turn.
 	var again ProducerState
@@ -112,9 +119,7 @@ func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 		t.Fatalf("the client of a producer the expiry left, at the next_seq its init returned, after a restart: %v (I12)", err)
 	}
 	must[invariant.BatchID{Producer: "p", Stream: "s", Seq: 3}] = true
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})
 }
 
@@ -127,11 +132,7 @@ func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 // must cost a bounded number of writes.
 func TestForgetDocumentsCostBounded(t *testing.T) {
 	r := newRig(t, nil)
-	var pub *publishHook
-	r.tweak = func(c *Config) {
-		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
-		c.Publisher = pub
-	}
+	pub := hookPublisher(r, nil)
 	e := r.start(nil)
 	ctx := t.Context()
 	const n = 60
@@ -178,9 +179,7 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 	if ps.Epoch < 0 {
 		t.Fatalf("a new producer's init after a planted document: epoch %d (the API refuses a negative Producer-Epoch)", ps.Epoch)
 	}
-	if _, err := send(e, &Producer{ID: "z", Epoch: ps.Epoch}, "s", 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, &Producer{ID: "z", Epoch: ps.Epoch}, "s", 0, 1)
 }
 
 // Every start reads this node's _forgotten/ documents its store may not
@@ -192,11 +191,7 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 // keeps it to the documents since the last commit.
 func TestForgottenListingAtStartBounded(t *testing.T) {
 	r := newRig(t, nil)
-	var pub *publishHook
-	r.tweak = func(c *Config) {
-		pub = &publishHook{Local: local.New(c.FS, rigDest, rigStaging)}
-		c.Publisher = pub
-	}
+	pub := hookPublisher(r, nil)
 	e := r.start(nil)
 	ctx := t.Context()
 	const n = 40
@@ -206,22 +201,14 @@ func TestForgottenListingAtStartBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := send(e, &Producer{ID: id, Epoch: ps.Epoch}, "s", 0, 1); err != nil {
-			t.Fatal(err)
-		}
-		if res := r.checkpoint(); res.State != recovery.Committed {
-			t.Fatalf("checkpoint: %+v", res)
-		}
+		mustSend(t, e, &Producer{ID: id, Epoch: ps.Epoch}, "s", 0, 1)
+		r.commit()
 		if err := e.DeleteProducer(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := send(e, nil, "s", 1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, "s", 1, 1)
+	r.commit()
 	r.stop()
 	e = r.start(nil)
 	if got := pub.listed.Load(); got > 2 {

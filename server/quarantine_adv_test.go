@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/invariant"
-	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -34,13 +32,8 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := newRig(t, afero.NewBasePathFs(afero.NewOsFs(), dir))
+	r := newLeasedRig(t, afero.NewBasePathFs(afero.NewOsFs(), dir))
 	r.foreign = true
-	clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r.tweak = func(c *Config) {
-		c.Now = func() time.Time { return clock }
-		c.Leaser = c.Publisher.(committer.Leaser)
-	}
 	e := r.start(nil)
 	// The file's real path: dir + rigDest + "/" + final, 4,090 bytes
 	// (PATH_MAX 4,096 with the NUL); the quarantine adds 15.
@@ -59,21 +52,14 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 	if _, err := writeLines(e, "ev", "{"+strings.Join(vals, ",")+"}"); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	res := r.checkpoint()
-	if res.State != recovery.Committed || len(res.Files) != 1 {
+	res := r.commit()
+	if len(res.Files) != 1 {
 		t.Fatalf("checkpoint: %+v", res)
 	}
 	if got := len(dir) + len(rigDest) + 1 + len(res.Files[0].Final); got != 4090 {
 		t.Fatalf("the file's real path is %d bytes, want 4090", got)
 	}
-	r.stop()
-	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, res.ID)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
-	expireLease(t, r.fs)
+	r.loseCommit(res.ID, nil)
 
 	e, err := Open(r.config(r.fs))
 	if err != nil {
@@ -90,10 +76,7 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 		r.broken = "the node never started"
 		t.Fatalf("start after the loss: %v (...%s)", err, why)
 	}
-	rep := r.check(invariant.Expect{})
-	if len(rep.Quarantined) != 1 {
-		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
-	}
+	r.checkQuarantined(invariant.Expect{}, 1)
 }
 
 // A checkpoint is renamed into place but its manifest is not published
@@ -106,51 +89,25 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 // twice for readers that list it, and in no manifest once (I2). The lease
 // shows ids reserved beyond the copy's, which only an older store shows.
 func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
-	r := newRig(t, nil)
-	clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r.tweak = func(c *Config) {
-		c.Now = func() time.Time { return clock }
-		c.Leaser = c.Publisher.(committer.Leaser)
-	}
+	r := newLeasedRig(t, nil)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	p := r.initProducer("p")
 	must := map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true}
-	if _, err := send(e, p, "a", 0, 2); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, p, "a", 0, 2)
+	r.commit()
 	r.stop()
 	backup, err := os.ReadFile(r.storePath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e = r.start(nil) // reserves a new block of ids, in the store and the lease
-	if _, err := send(e, p, "a", 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	res := r.checkpoint()
-	if res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
-	r.stop()
+	mustSend(t, e, p, "a", 1, 3)
 	// The crash cut the commit before the manifest; the store is replaced
 	// by the backup.
-	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, res.ID)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	expireLease(t, r.fs)
+	r.loseCommit(r.commit().ID, backup)
 
 	e = r.start(nil)
-	ps, err = e.InitProducer(t.Context(), "p")
+	ps, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,13 +118,8 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	if wr, err := send(e, p, "a", 1, 3); err != nil || wr.Duplicate {
 		t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
 	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint after the restore: %+v", res)
-	}
-	rep := r.check(invariant.Expect{Must: must, Exact: true})
-	if len(rep.Quarantined) != 1 {
-		t.Fatalf("quarantined %v, want the lost checkpoint's file", rep.Quarantined)
-	}
+	r.commit()
+	r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 1)
 }
 
 // A committed checkpoint's manifest is missing (deleted by an operator's
@@ -184,34 +136,25 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 func TestQuarantineSparesCheckpointsBeforeNewestManifest(t *testing.T) {
 	r := newRig(t, nil)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Producer{ID: "p", Epoch: ps.Epoch}
+	p := r.initProducer("p")
 	var first CheckpointResult
 	for q := range int64(2) {
-		if wr, err := send(e, p, "a", q, 2); err != nil || wr.Duplicate {
-			t.Fatalf("send: %+v, %v", wr, err)
+		if wr := mustSend(t, e, p, "a", q, 2); wr.Duplicate {
+			t.Fatalf("send: %+v", wr)
 		}
-		res := r.checkpoint()
-		if res.State != recovery.Committed || len(res.Files) != 1 {
+		res := r.commit()
+		if len(res.Files) != 1 {
 			t.Fatalf("checkpoint: %+v", res)
 		}
 		if q == 0 {
 			first = res
 		}
 	}
-	r.stop()
-	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, first.ID)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	// The manifest lost is the first checkpoint's, not the last's.
+	r.loseCommit(first.ID, nil)
 	r.broken = "a committed checkpoint's manifest was deleted"
 	e = r.start(nil)
-	ps, err = e.InitProducer(t.Context(), "p")
+	ps, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
-	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -27,29 +26,16 @@ func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 	for _, first := range []bool{false, true} {
 		name := map[bool]string{false: "after-manifests", true: "first"}[first]
 		t.Run(name, func(t *testing.T) {
-			r := newRig(t, nil)
-			clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-			r.tweak = func(c *Config) {
-				c.Now = func() time.Time { return clock }
-				c.Leaser = c.Publisher.(committer.Leaser)
-			}
+			r := newLeasedRig(t, nil)
 			e := r.start(nil)
-			ps, err := e.InitProducer(t.Context(), "p")
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := &Producer{ID: "p", Epoch: ps.Epoch}
+			p := r.initProducer("p")
 			must := map[invariant.BatchID]bool{}
 			seq := int64(0)
 			if !first {
-				if _, err := send(e, p, "a", seq, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, p, "a", seq, 2)
 				must[invariant.BatchID{Producer: "p", Stream: "a", Seq: seq}] = true
 				seq++
-				if res := r.checkpoint(); res.State != recovery.Committed {
-					t.Fatalf("checkpoint: %+v", res)
-				}
+				r.commit()
 			}
 			// The checkpoint the disk loss cuts: two files, in two streams.
 			lostA, lostB := seq, int64(0)
@@ -57,28 +43,19 @@ func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 				stream string
 				seq    int64
 			}{{"a", lostA}, {"b", lostB}} {
-				if _, err := send(e, p, w.stream, w.seq, 3); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, p, w.stream, w.seq, 3)
 				must[invariant.BatchID{Producer: "p", Stream: w.stream, Seq: w.seq}] = true
 			}
-			res := r.checkpoint()
-			if res.State != recovery.Committed || len(res.Files) != 2 {
+			if res := r.commit(); len(res.Files) != 2 {
 				t.Fatalf("checkpoint: %+v", res)
+			} else {
+				// Its files are in place; its manifest never was; the disk
+				// with the store is gone (a new, empty one takes its place).
+				r.loseCommit(res.ID, nil)
 			}
-			r.stop()
-			// Its files are in place; its manifest never was; the disk with
-			// the store is gone (a new, empty one takes its place).
-			if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, res.ID)); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
-			expireLease(t, r.fs)
 
 			e = r.start(nil)
-			ps, err = e.InitProducer(t.Context(), "p")
+			ps, err := e.InitProducer(t.Context(), "p")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,26 +73,74 @@ func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 					t.Fatalf("resend %s/%d: %+v, %v; want accepted anew", w.stream, w.seq, wr, err)
 				}
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint after the loss: %+v", res)
-			}
-			rep := r.check(invariant.Expect{Must: must, Exact: true})
-			if len(rep.Quarantined) != 2 {
-				t.Fatalf("quarantined %v, want the lost checkpoint's 2 files", rep.Quarantined)
-			}
-			for _, q := range rep.Quarantined {
-				if !strings.HasPrefix(q, layout.QuarantineDir+"/"+rigNode+"/") {
-					t.Fatalf("quarantined at %s", q)
-				}
-			}
+			r.commit()
+			r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 2)
 		})
+	}
+}
+
+// checkQuarantined checks the destination (rig.check) and that the lost
+// checkpoint's n files, and nothing else, were set aside under this node's
+// quarantine folder.
+func (r *rig) checkQuarantined(exp invariant.Expect, n int) {
+	r.t.Helper()
+	rep := r.check(exp)
+	if len(rep.Quarantined) != n {
+		r.t.Fatalf("quarantined %v, want the lost checkpoint's %d files", rep.Quarantined, n)
+	}
+	for _, q := range rep.Quarantined {
+		if !strings.HasPrefix(q, layout.QuarantineDir+"/"+rigNode+"/") {
+			r.t.Fatalf("quarantined at %s", q)
+		}
+	}
+}
+
+// newLeasedRig returns a rig whose engines hold the node's lease in the
+// destination, at a fixed clock: the store-loss tests need the lease, the
+// only record of the lost store's reserved ids that survives it.
+func newLeasedRig(t *testing.T, fs afero.Fs) *rig {
+	t.Helper()
+	r := newRig(t, fs)
+	clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	r.tweak = func(c *Config) {
+		c.Now = func() time.Time { return clock }
+		c.Leaser = c.Publisher.(committer.Leaser)
+	}
+	return r
+}
+
+// loseCommit stops the engine as if a crash cut checkpoint id's commit
+// after its renames and before its manifest (the manifest is removed), and
+// the state store is lost with it: replaced by backup, or by a new, empty
+// store when backup is nil. The node's lease, where there is one
+// (newLeasedRig), is expired too: a new store's start cannot prove the
+// dead process gone otherwise.
+func (r *rig) loseCommit(id uint64, backup []byte) {
+	r.t.Helper()
+	r.stop()
+	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, id)); err != nil {
+		r.t.Fatal(err)
+	}
+	var err error
+	if backup == nil {
+		err = os.Remove(r.storePath)
+	} else {
+		err = os.WriteFile(r.storePath, backup, 0o600)
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
+		r.t.Fatal(err)
+	} else if ok {
+		expireLease(r.t, r.fs)
 	}
 }
 
 // expireLease marks the node's lease in the rig's destination expired,
 // keeping the ids it reserved, as if the process that held it had died
 // long ago (a new store's start cannot prove it dead otherwise).
-func expireLease(t *testing.T, fs afero.Fs) {
+func expireLease(t testing.TB, fs afero.Fs) {
 	t.Helper()
 	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
 	data, err := afero.ReadFile(fs, leasePath)

@@ -452,19 +452,26 @@ func TestCrashLoopLocal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash loop: not in -short mode")
 	}
+	cl := localCrashLoop(t, envInt(t, envKills, 20), envInt(t, envProducers, 4))
+	cl.configure = crashConfigured
+	cl.run(t)
+}
+
+// localCrashLoop is a crash loop of the given size over crashStreams, to a
+// file:// destination in a new work dir.
+func localCrashLoop(t *testing.T, kills, producers int) crashLoop {
 	dir := workDir(t)
 	dest := dir + "/dest"
-	crashLoop{
-		kills:     envInt(t, envKills, 20),
-		producers: envInt(t, envProducers, 4),
+	return crashLoop{
+		kills:     kills,
+		producers: producers,
 		streams:   crashStreams,
-		configure: crashConfigured,
 		args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
 		aim:       30,
 		dest:      invariant.LocalDest(dest),
 		verify:    []string{"--dest", "file://" + dest},
 		dir:       dir,
-	}.run(t)
+	}
 }
 
 // TestCrashLoopS3 is the crash loop against MinIO, in both commit modes.

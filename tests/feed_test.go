@@ -274,19 +274,9 @@ func TestFeedCrashLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash loop: not in -short mode")
 	}
-	dir := workDir(t)
-	dest := dir + "/dest"
-	crashLoop{
-		kills:     envInt(t, envFeedKills, 12),
-		producers: envInt(t, envProducers, 3),
-		streams:   crashStreams,
-		args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
-		aim:       30,
-		dest:      invariant.LocalDest(dest),
-		verify:    []string{"--dest", "file://" + dest},
-		dir:       dir,
-		feed:      true,
-	}.run(t)
+	cl := localCrashLoop(t, envInt(t, envFeedKills, 12), envInt(t, envProducers, 3))
+	cl.feed = true
+	cl.run(t)
 }
 
 // TestFeedWaitEndsOnStop: a SIGTERM answers a waiting GET /v1/commits at

@@ -90,13 +90,13 @@ func TestMetrics(t *testing.T) {
 		`eosink_batches_rejected_total{reason="backpressure"} 0`,
 	)
 
-	post := func(stream, body string, hdr ...string) int {
+	// status sends a request and returns its answer's status.
+	status := func(method, path string, body io.Reader, hdr ...string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/v1/streams/"+stream+"/records", strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, p.URL+path, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Content-Type", "application/x-ndjson")
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
@@ -108,19 +108,14 @@ func TestMetrics(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	post := func(stream, body string, hdr ...string) int {
+		t.Helper()
+		return status(http.MethodPost, "/v1/streams/"+stream+"/records", strings.NewReader(body),
+			append([]string{"Content-Type", "application/x-ndjson"}, hdr...)...)
+	}
 	get := func(path string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := p.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return status(http.MethodGet, path, nil)
 	}
 	for i := range 3 {
 		if st := post(fmt.Sprintf("s%d", i), "{\"n\":1}\n{\"n\":2}\n"); st != http.StatusAccepted {

@@ -129,15 +129,11 @@ func TestTrustedProxiesFlag(t *testing.T) {
 			t.Fatalf("guess %d: %d, want 401", i, code)
 		}
 	}
-	if code := get("203.0.113.5", "guess-one-too-many-000"); code != http.StatusTooManyRequests {
-		t.Fatalf("guess over the limit: %d, want 429", code)
-	}
-	if code := get("203.0.113.5", testReadToken); code != http.StatusOK {
-		t.Fatalf("the guesser's valid token: %d, want 200", code)
-	}
-	if code := get("198.51.100.6", "typo-token-0000000000"); code != http.StatusUnauthorized {
-		t.Fatalf("another client's invalid token: %d, want 401", code)
-	}
+	expectStatuses(t, get, []statusCase{
+		{"guess over the limit", "203.0.113.5", "guess-one-too-many-000", http.StatusTooManyRequests},
+		{"the guesser's valid token", "203.0.113.5", testReadToken, http.StatusOK},
+		{"another client's invalid token", "198.51.100.6", "typo-token-0000000000", http.StatusUnauthorized},
+	})
 
 	// The login form counts against the same limit.
 	page, err := http.Get(base + "/ui/login")
@@ -158,14 +154,27 @@ func TestTrustedProxiesFlag(t *testing.T) {
 		req.Header.Set("X-Forwarded-For", client)
 		return statusOf(t, noRedirects(), req)
 	}
-	if code := login("203.0.113.5", "form-guess-0000000000"); code != http.StatusTooManyRequests {
-		t.Fatalf("the guesser at the login form: %d, want 429", code)
-	}
-	if code := login("203.0.113.5", testAdminToken); code != http.StatusSeeOther {
-		t.Fatalf("the guesser's valid login: %d, want 303", code)
-	}
-	if code := login("198.51.100.6", "form-typo-00000000000"); code != http.StatusUnauthorized {
-		t.Fatalf("another client at the login form: %d, want 401", code)
+	expectStatuses(t, login, []statusCase{
+		{"the guesser at the login form", "203.0.113.5", "form-guess-0000000000", http.StatusTooManyRequests},
+		{"the guesser's valid login", "203.0.113.5", testAdminToken, http.StatusSeeOther},
+		{"another client at the login form", "198.51.100.6", "form-typo-00000000000", http.StatusUnauthorized},
+	})
+}
+
+// statusCase is a request from client with token, and the status it must get.
+type statusCase struct {
+	what, client, token string
+	want                int
+}
+
+// expectStatuses sends each case through do, in order, and fails the test
+// at the first wrong status.
+func expectStatuses(t *testing.T, do func(client, token string) int, cases []statusCase) {
+	t.Helper()
+	for _, c := range cases {
+		if code := do(c.client, c.token); code != c.want {
+			t.Fatalf("%s: %d, want %d", c.what, code, c.want)
+		}
 	}
 }
 

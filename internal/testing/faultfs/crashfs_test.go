@@ -26,8 +26,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "synced file in synced dir survives",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 			},
 			want: map[string]string{"/f": "hello"},
 		},
@@ -42,8 +41,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "data written after last sync is lost",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 				appendFile(t, fs, "/f", " world")
 			},
 			want: map[string]string{"/f": "hello"},
@@ -51,8 +49,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "overwrite in place after sync is lost",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 				f, err := fs.OpenFile("/f", os.O_WRONLY, 0)
 				must(t, err)
 				_, err = f.WriteAt([]byte("J"), 0)
@@ -74,8 +71,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename without dir sync keeps old name",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/tmp", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/tmp", "hello")
 				must(t, fs.Rename("/tmp", "/f"))
 			},
 			want: map[string]string{"/tmp": "hello"},
@@ -118,8 +114,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename over existing file",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "old", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "old")
 				writeFile(t, fs, "/tmp", "new", true)
 				must(t, fs.Rename("/tmp", "/f"))
 				syncDir(t, fs, "/")
@@ -129,8 +124,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename over existing file without dir sync keeps old file",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "old", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "old")
 				writeFile(t, fs, "/tmp", "new", true)
 				must(t, fs.Rename("/tmp", "/f"))
 			},
@@ -139,8 +133,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "remove without dir sync brings file back",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 				must(t, fs.Remove("/f"))
 			},
 			want: map[string]string{"/f": "hello"},
@@ -148,8 +141,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "remove with dir sync",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 				must(t, fs.Remove("/f"))
 				syncDir(t, fs, "/")
 			},
@@ -235,33 +227,23 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "truncate without sync is lost",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
-				f, err := fs.OpenFile("/f", os.O_RDWR, 0)
-				must(t, err)
-				must(t, f.Truncate(2))
-				must(t, f.Close())
+				durableFile(t, fs, "/f", "hello")
+				truncateFile(t, fs, "/f", 2, false)
 			},
 			want: map[string]string{"/f": "hello"},
 		},
 		{
 			name: "truncate with sync",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
-				f, err := fs.OpenFile("/f", os.O_RDWR, 0)
-				must(t, err)
-				must(t, f.Truncate(2))
-				must(t, f.Sync())
-				must(t, f.Close())
+				durableFile(t, fs, "/f", "hello")
+				truncateFile(t, fs, "/f", 2, true)
 			},
 			want: map[string]string{"/f": "he"},
 		},
 		{
 			name: "O_TRUNC without sync keeps synced content",
 			run: func(t *testing.T, fs afero.Fs) {
-				writeFile(t, fs, "/f", "hello", true)
-				syncDir(t, fs, "/")
+				durableFile(t, fs, "/f", "hello")
 				writeFile(t, fs, "/f", "bye", false)
 			},
 			want: map[string]string{"/f": "hello"},
@@ -335,8 +317,7 @@ func TestCrashClone(t *testing.T) {
 
 func TestCrashCloneIndependent(t *testing.T) {
 	fs := NewCrashFS()
-	writeFile(t, fs, "/f", "hello", true)
-	syncDir(t, fs, "/")
+	durableFile(t, fs, "/f", "hello")
 	clone := fs.CrashClone()
 
 	appendFile(t, clone, "/f", " clone")

@@ -61,6 +61,26 @@ func writeFile(t *testing.T, fs afero.Fs, name, data string, sync bool) {
 	}
 }
 
+// durableFile creates name with data and makes both durable: the file
+// synced, then the root directory (name must be at the root).
+func durableFile(t *testing.T, fs afero.Fs, name, data string) {
+	t.Helper()
+	writeFile(t, fs, name, data, true)
+	syncDir(t, fs, "/")
+}
+
+// truncateFile truncates name to size, syncing it if sync is set.
+func truncateFile(t *testing.T, fs afero.Fs, name string, size int64, sync bool) {
+	t.Helper()
+	f, err := fs.OpenFile(name, os.O_RDWR, 0)
+	must(t, err)
+	must(t, f.Truncate(size))
+	if sync {
+		must(t, f.Sync())
+	}
+	must(t, f.Close())
+}
+
 // appendFile appends data to name without syncing.
 func appendFile(t *testing.T, fs afero.Fs, name, data string) {
 	t.Helper()
