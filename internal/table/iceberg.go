@@ -123,6 +123,15 @@ func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error
 	if err != nil {
 		return Loaded{}, err
 	}
+	if v > 0 {
+		// A hint naming a version the table lacks (another writer's, a
+		// bad restore) is only a hint: probe from the start.
+		if _, err := readAll(ctx, r, layout.TableMetadataName(stream, v)); errors.Is(err, committer.ErrNotFound) {
+			v = 0
+		} else if err != nil {
+			return Loaded{}, err
+		}
+	}
 	var body []byte
 	for {
 		b, err := readAll(ctx, r, layout.TableMetadataName(stream, v+1))
@@ -277,6 +286,13 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 	}
 }
 
+// exists reports whether the table's version v exists (an error other
+// than not found counts as existing: the hint is left).
+func (t *Iceberg) exists(ctx context.Context, stream string, v int64) bool {
+	_, err := readAll(ctx, t.Dest, layout.TableMetadataName(stream, v))
+	return !errors.Is(err, committer.ErrNotFound)
+}
+
 // writeHint raises the version hint to v, never lowers it.
 func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 	name := layout.TableHintName(stream)
@@ -288,8 +304,8 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 		case err != nil:
 			return fmt.Errorf("version hint: %w", err)
 		default:
-			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v {
-				return nil
+			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v && t.exists(ctx, stream, have) {
+				return nil // never lowered, unless it names a version the table lacks
 			}
 		}
 		_, err = t.Dest.WriteLease(ctx, name, []byte(strconv.FormatInt(v, 10)), ver)

@@ -445,3 +445,37 @@ func TestJSONAndBoolColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestHintBeyondTheTable: a version hint naming a version the table does
+// not have (written by someone else, or a bad restore) is only a hint:
+// Load probes from the start and the next commit appends. It used to
+// fail every commit of the stream with "not found", retried for ever
+// (I13: a document this node did not write held back its commits).
+func TestHintBeyondTheTable(t *testing.T) {
+	r := newRig(t)
+	ice := r.iceberg()
+	ctx := context.Background()
+	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+		t.Fatal(err)
+	}
+	hint := filepath.Join(r.dest.Dest, layout.TableHintName("orders"))
+	if err := os.WriteFile(hint, []byte("999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := table.Load(ctx, r.dest, "orders")
+	if err != nil || cur.Version != 1 {
+		t.Fatalf("load under a hint beyond the table: v%d, %v; want v1", cur.Version, err)
+	}
+	if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 3))); err != nil {
+		t.Fatalf("commit under a hint beyond the table: %v", err)
+	}
+	tb, cur := r.read("orders")
+	wantIDs(t, ids(t, tb.Rows), 6)
+	if cur.Version != 2 {
+		t.Fatalf("v%d after the commit, want v2", cur.Version)
+	}
+	// Readers follow the hint: it names the table's version again.
+	if b, err := os.ReadFile(hint); err != nil || strings.TrimSpace(string(b)) != "2" {
+		t.Fatalf("version hint after the commit: %q, %v; want 2", b, err)
+	}
+}
