@@ -98,6 +98,11 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 		if errors.Is(err, committer.ErrExists) {
 			continue // another forget before the same checkpoint
 		}
+		if err != nil && classify(err) != verdictStop {
+			// Nothing is forgotten: the caller may retry (a DELETE is
+			// answered 503 not_ready, the expiry tries at its next run).
+			return fmt.Errorf("%w: record forgotten producers in the destination: %w", ErrNotReady, err)
+		}
 		if err != nil {
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ type publishHook struct {
 	*local.Local
 	before atomic.Pointer[func(name string)]
 	listed atomic.Int64 // entries under _forgotten/ that listings returned
+	down   atomic.Bool  // forgotten-producer documents fail to publish
 }
 
 func (p *publishHook) countListed(es []committer.Entry) {
@@ -46,6 +48,9 @@ func (p *publishHook) ListPage(ctx context.Context, prefix, after string, limit 
 func (p *publishHook) Publish(ctx context.Context, name string, data []byte) error {
 	if h := p.before.Load(); h != nil && strings.HasPrefix(name, layout.ForgottenDir+"/") {
 		(*h)(name)
+	}
+	if p.down.Load() && strings.HasPrefix(name, layout.ForgottenDir+"/") {
+		return fmt.Errorf("%w: injected: destination unreachable", committer.ErrTransient)
 	}
 	return p.Local.Publish(ctx, name, data)
 }
@@ -214,4 +219,29 @@ func TestForgottenListingAtStartBounded(t *testing.T) {
 	if got := pub.listed.Load(); got > 2 {
 		t.Fatalf("a start listed %d forgotten-producers documents; the store reflects all but at most the last", got)
 	}
+}
+
+// TestDeleteDuringOutage: a DELETE while the destination can't take the
+// forgotten-producers document forgets nothing and says "not ready, retry"
+// (the API's 503 not_ready), not an internal error; once the destination
+// is back the retry forgets the producer.
+func TestDeleteDuringOutage(t *testing.T) {
+	r := newRig(t, nil)
+	pub := hookPublisher(r, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 2)
+	r.commit()
+	pub.down.Store(true)
+	if err := e.DeleteProducer(t.Context(), "p"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("DELETE during the outage: %v, want ErrNotReady", err)
+	}
+	if _, ok := e.Producer("p"); !ok {
+		t.Fatal("the producer was forgotten although its DELETE failed")
+	}
+	pub.down.Store(false)
+	if err := e.DeleteProducer(t.Context(), "p"); err != nil {
+		t.Fatalf("DELETE after the outage: %v", err)
+	}
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}, Exact: true})
 }
