@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // MaxFeedWait bounds ?wait= of GET /v1/commits.
@@ -112,14 +113,7 @@ func (s *Server) feedWait(ctx context.Context, cur catalog.Cursor, looked time.T
 	if err := s.cat.WaitCommits(ctx, cur); err != nil {
 		return false
 	}
-	t := time.NewTimer(time.Until(looked.Add(feedPace)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return ctxsleep.Sleep(ctx, time.Until(looked.Add(feedPace))) == nil
 }
 
 func commitList(page catalog.FeedPage) CommitList {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/layout"
 	"log/slog"
 	"net/http"
@@ -320,7 +321,7 @@ func (c *Client) fetchState(ctx context.Context) (ProducerState, error) {
 			return ps, fmt.Errorf("get producer: giving up after %d attempts: %w", s.n, rerr)
 		}
 		c.log.Debug("retrying", "op", "get producer", "attempt", s.n, "wait", d, "err", rerr)
-		if err := sleep(ctx, d); err != nil {
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
 			return ps, fmt.Errorf("get producer: %w", err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // maxFeedAnswer bounds the bytes read of one feed page: the service keeps
@@ -145,7 +147,7 @@ func (c *Client) Commits(ctx context.Context, q FeedQuery) iter.Seq2[CommitPage,
 			if len(p.Commits) == 0 && p.Next == q.After {
 				// Nothing came within the wait; never a tight loop, even
 				// against a service that answers at once.
-				if err := sleep(ctx, pollMin); err != nil {
+				if err := ctxsleep.Sleep(ctx, pollMin); err != nil {
 					yield(CommitPage{}, fmt.Errorf("read commits: %w", err))
 					return
 				}

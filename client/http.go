@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // Wire headers and limits.
@@ -233,21 +235,6 @@ func (s *streak) next(retryAfter time.Duration) (time.Duration, bool) {
 
 func (s *streak) reset() { s.n = 0 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // call sends req, retrying transient failures (transport errors, 5xx, 429)
 // under the retry policy. Only for requests that may be repeated freely:
 // reads and producer inits. Writes go through deliver.
@@ -274,7 +261,7 @@ func (c *Client) call(ctx context.Context, op string, req request, out any) erro
 			return fmt.Errorf("%s: giving up after %d attempts: %w", op, s.n, err)
 		}
 		c.log.Debug("retrying", "op", op, "attempt", s.n, "wait", d, "err", err)
-		if err := sleep(ctx, d); err != nil {
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/layout"
 )
 
@@ -412,7 +413,7 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 			return fmt.Errorf("%s: giving up after %d attempts: %w", op, s.n, err)
 		}
 		c.log.Debug("retrying", "op", "send", "stream", st.name, "seq", b.seq, "attempt", s.n, "wait", d, "err", err)
-		if err := sleep(ctx, d); err != nil {
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -512,7 +513,7 @@ func (c *Client) waitCommitted(ctx context.Context, targets map[*stream]int64) e
 				return err
 			}
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := ctxsleep.Sleep(ctx, delay); err != nil {
 			return err
 		}
 		delay = min(2*delay, pollMax)

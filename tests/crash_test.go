@@ -16,6 +16,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
@@ -95,7 +96,7 @@ func producerLoop(ctx context.Context, s sender, streams []string, rng *rand.Ran
 			if kept || stop.Load() || ctx.Err() != nil {
 				break
 			}
-			_ = sleepCtx(ctx, 20*time.Millisecond)
+			_ = ctxsleep.Sleep(ctx, 20*time.Millisecond)
 		}
 		if d := rng.IntN(3); d > 0 {
 			time.Sleep(time.Duration(d) * time.Millisecond)
@@ -211,7 +212,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		case strategy == 0:
 			// Aim between "prepared" and "committed": request a
 			// checkpoint and kill as soon as it shows prepared.
-			if err := sleepCtx(ctx, time.Duration(50+rng.IntN(300))*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, time.Duration(50+rng.IntN(300))*time.Millisecond); err != nil {
 				t.Fatalf("crash loop: %v after %d kills", err, st.kills)
 			}
 			if killOnPrepared(ctx, p) {
@@ -221,7 +222,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 			}
 		case strategy <= 2:
 			// Aim at a checkpoint: request one and kill while it runs.
-			if err := sleepCtx(ctx, time.Duration(50+rng.IntN(300))*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, time.Duration(50+rng.IntN(300))*time.Millisecond); err != nil {
 				t.Fatalf("crash loop: %v after %d kills", err, st.kills)
 			}
 			go func() {
@@ -232,7 +233,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 			time.Sleep(time.Duration(rng.IntN(cl.aim+1)) * time.Millisecond)
 			st.aimedKills++
 		default:
-			if err := sleepCtx(ctx, time.Duration(30+rng.IntN(1000))*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, time.Duration(30+rng.IntN(1000))*time.Millisecond); err != nil {
 				t.Fatalf("crash loop: %v after %d kills", err, st.kills)
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/api"
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
@@ -175,7 +176,7 @@ func (fc *feedConsumer) run(ctx context.Context) {
 				fc.failed = append(fc.failed, msg[:min(len(msg), 120)])
 			}
 			fc.mu.Unlock()
-			_ = sleepCtx(ctx, 50*time.Millisecond)
+			_ = ctxsleep.Sleep(ctx, 50*time.Millisecond)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
@@ -102,7 +103,7 @@ func TestGracefulStop(t *testing.T) {
 		if round > 0 {
 			maxStart = max(maxStart, p.Restart())
 		}
-		if err := sleepCtx(ctx, time.Duration(300+rng.IntN(700))*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Duration(300+rng.IntN(700))*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		if rng.IntN(2) == 0 {

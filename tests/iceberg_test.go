@@ -17,6 +17,7 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/icebergread"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
@@ -349,7 +350,7 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 	}
 	kills := envInt(t, envKills, 4)
 	for k := range kills {
-		if err := sleepCtx(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		p := procs[k%len(procs)]

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 )
@@ -580,7 +581,7 @@ func TestLBCrashLoop(t *testing.T) {
 	var down time.Duration
 	first := rng.IntN(len(cl.nodes))
 	for k := range kills {
-		if err := sleepCtx(ctx, time.Duration(300+rng.IntN(900))*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Duration(300+rng.IntN(900))*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		i := (first + k) % len(cl.nodes) // each node in turn

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/client"
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // batchKey names one batch: producer, stream and sequence number. Every
@@ -298,7 +299,7 @@ func (p *rawProducer) Init(ctx context.Context) error {
 		if !transient(err) || ctx.Err() != nil {
 			return fmt.Errorf("init %s: %w", p.id, err)
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := ctxsleep.Sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
 	}
@@ -412,7 +413,7 @@ func (p *rawProducer) deliver(ctx context.Context, stream string, rs *rawStream,
 			return a, ctx.Err()
 		}
 		fails++
-		if err := sleepCtx(ctx, backoff(fails)); err != nil {
+		if err := ctxsleep.Sleep(ctx, backoff(fails)); err != nil {
 			return a, err
 		}
 	}
@@ -488,7 +489,7 @@ func (p *rawProducer) Flush(ctx context.Context) error {
 			if !transient(err) || ctx.Err() != nil {
 				return fmt.Errorf("flush %s: %w", p.id, err)
 			}
-			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			if err := ctxsleep.Sleep(ctx, backoff(attempt)); err != nil {
 				return err
 			}
 			continue
@@ -534,7 +535,7 @@ func (p *rawProducer) Flush(ctx context.Context) error {
 		if !pending {
 			return nil
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("flush %s: %w", p.id, err)
 		}
 	}
@@ -583,15 +584,4 @@ func transient(err error) bool {
 func backoff(n int) time.Duration {
 	d := 5 * time.Millisecond << min(n, 5)
 	return min(d, 100*time.Millisecond)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
@@ -59,7 +60,7 @@ func (s *shipper) sendOne(ctx context.Context, stream string, q int64, recs [][]
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			s.retries.Add(1)
-			if err := sleepCtx(ctx, time.Duration(20+s.rng.IntN(80))*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, time.Duration(20+s.rng.IntN(80))*time.Millisecond); err != nil {
 				return fmt.Errorf("batch %s/%s/%d: %w", s.id, stream, q, err)
 			}
 		}
@@ -225,7 +226,7 @@ func TestShippers(t *testing.T) {
 		})
 	}
 	for range kills {
-		if err := sleepCtx(ctx, time.Duration(300+rng.IntN(1500))*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Duration(300+rng.IntN(1500))*time.Millisecond); err != nil {
 			t.Fatalf("crash loop: %v", err)
 		}
 		p.Kill()

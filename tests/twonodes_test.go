@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // TestTwoNodesOneBucket runs two eosink nodes, writing the same streams into
@@ -66,7 +68,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	kills := envInt(t, envKills, 6)
 	var maxRecovery time.Duration
 	for k := range kills {
-		if err := sleepCtx(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		p := procs[k%len(procs)]

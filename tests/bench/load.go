@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // scenario is one kind of load.
@@ -424,14 +426,5 @@ func retryAfter(v string) time.Duration {
 
 // pause sleeps d, but not beyond the end of the window.
 func pause(ctx context.Context, w window, d time.Duration) {
-	d = min(d, time.Until(w.stop))
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	_ = ctxsleep.Sleep(ctx, min(d, time.Until(w.stop)))
 }

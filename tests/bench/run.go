@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // report is everything --json writes.
@@ -284,19 +286,9 @@ func waitQuiet(ctx context.Context, cfg *config, out io.Writer) {
 	}
 }
 
+// sleepUntil waits until at, false when ctx ended first.
 func sleepUntil(ctx context.Context, at time.Time) bool {
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return ctxsleep.Sleep(ctx, time.Until(at)) == nil
 }
 
 // eosinkDetails reads checkpoints and metrics deltas from the service.
