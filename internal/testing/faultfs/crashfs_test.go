@@ -88,12 +88,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename with only destination dir synced keeps both names",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.Mkdir("/a", 0o755))
-				must(t, fs.Mkdir("/b", 0o755))
-				syncDir(t, fs, "/")
-				writeFile(t, fs, "/a/f", "hello", true)
-				syncDir(t, fs, "/a")
-				must(t, fs.Rename("/a/f", "/b/g"))
+				renameAcross(t, fs, "/b/g")
 				syncDir(t, fs, "/b")
 			},
 			want: map[string]string{"/a": dirMark, "/b": dirMark, "/a/f": "hello", "/b/g": "hello"},
@@ -101,12 +96,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename with only source dir synced loses both names",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.Mkdir("/a", 0o755))
-				must(t, fs.Mkdir("/b", 0o755))
-				syncDir(t, fs, "/")
-				writeFile(t, fs, "/a/f", "hello", true)
-				syncDir(t, fs, "/a")
-				must(t, fs.Rename("/a/f", "/b/g"))
+				renameAcross(t, fs, "/b/g")
 				syncDir(t, fs, "/a")
 			},
 			want: map[string]string{"/a": dirMark, "/b": dirMark},
@@ -114,9 +104,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename over existing file",
 			run: func(t *testing.T, fs afero.Fs) {
-				durableFile(t, fs, "/f", "old")
-				writeFile(t, fs, "/tmp", "new", true)
-				must(t, fs.Rename("/tmp", "/f"))
+				replaceDurable(t, fs)
 				syncDir(t, fs, "/")
 			},
 			want: map[string]string{"/f": "new"},
@@ -124,9 +112,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "rename over existing file without dir sync keeps old file",
 			run: func(t *testing.T, fs afero.Fs) {
-				durableFile(t, fs, "/f", "old")
-				writeFile(t, fs, "/tmp", "new", true)
-				must(t, fs.Rename("/tmp", "/f"))
+				replaceDurable(t, fs)
 			},
 			want: map[string]string{"/f": "old"},
 		},
@@ -165,11 +151,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "RemoveAll with parent synced",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.MkdirAll("/a/b", 0o755))
-				writeFile(t, fs, "/a/b/f", "hello", true)
-				syncDir(t, fs, "/a/b")
-				syncDir(t, fs, "/a")
-				syncDir(t, fs, "/")
+				durableNested(t, fs)
 				must(t, fs.RemoveAll("/a"))
 				syncDir(t, fs, "/")
 			},
@@ -178,11 +160,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "RemoveAll without parent synced",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.MkdirAll("/a/b", 0o755))
-				writeFile(t, fs, "/a/b/f", "hello", true)
-				syncDir(t, fs, "/a/b")
-				syncDir(t, fs, "/a")
-				syncDir(t, fs, "/")
+				durableNested(t, fs)
 				must(t, fs.RemoveAll("/a"))
 			},
 			want: map[string]string{"/a": dirMark, "/a/b": dirMark, "/a/b/f": "hello"},
@@ -251,10 +229,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "directory rename with parent synced",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.Mkdir("/a", 0o755))
-				writeFile(t, fs, "/a/f", "hello", true)
-				syncDir(t, fs, "/a")
-				syncDir(t, fs, "/")
+				durableDir(t, fs)
 				must(t, fs.Rename("/a", "/b"))
 				syncDir(t, fs, "/")
 			},
@@ -263,10 +238,7 @@ func TestCrashClone(t *testing.T) {
 		{
 			name: "directory rename without parent synced",
 			run: func(t *testing.T, fs afero.Fs) {
-				must(t, fs.Mkdir("/a", 0o755))
-				writeFile(t, fs, "/a/f", "hello", true)
-				syncDir(t, fs, "/a")
-				syncDir(t, fs, "/")
+				durableDir(t, fs)
 				must(t, fs.Rename("/a", "/b"))
 			},
 			want: map[string]string{"/a": dirMark, "/a/f": "hello"},
@@ -339,12 +311,7 @@ func TestCrashCloneIndependent(t *testing.T) {
 // synced rename name one inode in the clone, like hard links.
 func TestCrashCloneSharedInode(t *testing.T) {
 	fs := NewCrashFS()
-	must(t, fs.Mkdir("/a", 0o755))
-	must(t, fs.Mkdir("/b", 0o755))
-	syncDir(t, fs, "/")
-	writeFile(t, fs, "/a/f", "hello", true)
-	syncDir(t, fs, "/a")
-	must(t, fs.Rename("/a/f", "/b/f"))
+	renameAcross(t, fs, "/b/f")
 	syncDir(t, fs, "/b")
 
 	clone := fs.CrashClone()
@@ -407,4 +374,47 @@ func TestCrashFSConcurrent(t *testing.T) {
 			t.Errorf("%s = %q, want 20 x", name, data)
 		}
 	}
+}
+
+// The starting states that several cases above share.
+
+// renameAcross makes the directories /a and /b durable and /a/f ("hello")
+// durable in /a, then renames /a/f to to, syncing nothing after.
+func renameAcross(t *testing.T, fs afero.Fs, to string) {
+	t.Helper()
+	must(t, fs.Mkdir("/a", 0o755))
+	must(t, fs.Mkdir("/b", 0o755))
+	syncDir(t, fs, "/")
+	writeFile(t, fs, "/a/f", "hello", true)
+	syncDir(t, fs, "/a")
+	must(t, fs.Rename("/a/f", to))
+}
+
+// replaceDurable makes /f ("old") durable, then renames a synced /tmp
+// ("new") over it, syncing nothing after.
+func replaceDurable(t *testing.T, fs afero.Fs) {
+	t.Helper()
+	durableFile(t, fs, "/f", "old")
+	writeFile(t, fs, "/tmp", "new", true)
+	must(t, fs.Rename("/tmp", "/f"))
+}
+
+// durableNested makes /a/b/f ("hello") durable: the file, then every
+// directory up to the root.
+func durableNested(t *testing.T, fs afero.Fs) {
+	t.Helper()
+	must(t, fs.MkdirAll("/a/b", 0o755))
+	writeFile(t, fs, "/a/b/f", "hello", true)
+	syncDir(t, fs, "/a/b")
+	syncDir(t, fs, "/a")
+	syncDir(t, fs, "/")
+}
+
+// durableDir makes the directory /a and its file /a/f ("hello") durable.
+func durableDir(t *testing.T, fs afero.Fs) {
+	t.Helper()
+	must(t, fs.Mkdir("/a", 0o755))
+	writeFile(t, fs, "/a/f", "hello", true)
+	syncDir(t, fs, "/a")
+	syncDir(t, fs, "/")
 }
