@@ -5,7 +5,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -16,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
+	"github.com/eosink/eosink/internal/testing/duckdbcheck"
 
-	_ "github.com/duckdb/duckdb-go/v2"
+	"github.com/minio/minio-go/v7"
 )
 
 // DuckDB, an independent reader, reads what the built eosink committed and
@@ -30,22 +29,9 @@ import (
 // duckStreams are the configured streams: DESIGN.md's Parquet example,
 // and gzip and zstd NDJSON partitioned by event time.
 var duckStreams = map[string]string{
-	"orders": `{"format": "parquet",
- "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
- "schema": {"fields": [
-   {"name": "id", "type": "int64", "required": true},
-   {"name": "region", "type": "string", "required": true},
-   {"name": "amount", "type": "double"},
-   {"name": "ts", "type": "timestamp", "required": true}]}}`,
+	"orders":     duckdbcheck.OrdersConfig,
 	"events_gz":  `{"format":"ndjson","compression":"gzip","partition":"day={time:ts:%Y-%m-%d}/hour={time:ts:%H}"}`,
 	"events_zst": `{"format":"ndjson","compression":"zstd","partition":"day={time:ts:%Y-%m-%d}/hour={time:ts:%H}"}`,
-}
-
-type duckOrder struct {
-	id     int64
-	region string
-	amount float64 // NaN: absent
-	ts     time.Time
 }
 
 // duckPosted is what was posted, to compare with what DuckDB reads.
@@ -71,33 +57,20 @@ func duckWorkload(t *testing.T, p *proc) duckPosted {
 		t.Fatal(err)
 	}
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	regions := []string{"eu-west", "us-east", "ap south"} // the space is percent-encoded in paths
-	base := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(seed, 1)) // events' values; the orders draw from (seed, 0)
 	var want duckPosted
 	var orders, events bytes.Buffer
-	for i := range 3000 {
-		o := duckOrder{id: int64(i + 1), region: regions[rng.IntN(len(regions))], amount: math.NaN(),
-			ts: base.Add(time.Duration(rng.IntN(3*24*3600*1000)) * time.Millisecond)}
-		if i%4 != 0 {
-			o.amount = float64(rng.IntN(100000)) / 100
-		}
-		ts := fmt.Sprintf("%q", o.ts.In(time.FixedZone("", -5*3600)).Format(time.RFC3339Nano))
-		if i%3 == 0 {
-			ts = fmt.Sprint(o.ts.UnixMilli()) // epoch milliseconds place and store the same instant
-		}
-		fmt.Fprintf(&orders, `{"id":%d,"region":%q,"ts":%s`, o.id, o.region, ts)
-		if !math.IsNaN(o.amount) {
-			fmt.Fprintf(&orders, `,"amount":%g`, o.amount)
-			want.amount += o.amount
+	for i, o := range duckdbcheck.MakeOrders(t, seed, 3000) {
+		orders.Write(o.JSON(i%3 == 0)) // epoch milliseconds place and store the same instant
+		orders.WriteByte('\n')
+		if !math.IsNaN(o.Amount) {
+			want.amount += o.Amount
 			want.amounts++
 		}
-		orders.WriteString("}\n")
 		v := rng.Int64N(1000)
-		fmt.Fprintf(&events, `{"id":%d,"ts":%q,"v":%d}`+"\n", o.id, o.ts.Format(time.RFC3339Nano), v)
+		fmt.Fprintf(&events, `{"id":%d,"ts":%q,"v":%d}`+"\n", o.ID, o.TS.Format(time.RFC3339Nano), v)
 		want.n++
-		want.ids += o.id
+		want.ids += o.ID
 		want.eventsVSum += v
 		if (i+1)%500 == 0 { // batches span several partitions each
 			postNDJSON(t, p, "orders", orders.Bytes())
@@ -117,25 +90,11 @@ func duckWorkload(t *testing.T, p *proc) duckPosted {
 	return want
 }
 
-func openDuckDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("duckdb", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1) // one connection: SET applies to every query
-	if _, err := db.ExecContext(t.Context(), "SET TimeZone = 'UTC'"); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
 // duckCheck queries the committed files under dest (a local directory).
 func duckCheck(t *testing.T, dest string, want duckPosted) {
 	t.Helper()
 	ctx := t.Context()
-	db := openDuckDB(t)
+	db := duckdbcheck.Open(t)
 	src := fmt.Sprintf("read_parquet('%s', hive_partitioning = true, hive_types = {'dt': VARCHAR, 'region': VARCHAR}, filename = true)",
 		filepath.Join(dest, "orders", "**", "*.parquet"))
 	var n, ids, amounts, badDT, badRegion, files int64

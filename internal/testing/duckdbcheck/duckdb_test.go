@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,59 +18,7 @@ import (
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
-
-	_ "github.com/duckdb/duckdb-go/v2"
 )
-
-// ordersConfig is docs/design.md's example configuration of PUT /v1/streams/orders.
-const ordersConfig = `{"format": "parquet",
- "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
- "schema": {"fields": [
-   {"name": "id", "type": "int64", "required": true},
-   {"name": "region", "type": "string", "required": true},
-   {"name": "amount", "type": "double"},
-   {"name": "ts", "type": "timestamp", "required": true}]}}`
-
-type order struct {
-	id     int64
-	region string
-	amount float64 // NaN when absent
-	ts     time.Time
-}
-
-func (o order) json(epochMillis bool) []byte {
-	ts := fmt.Sprintf("%q", o.ts.In(time.FixedZone("", -5*3600)).Format(time.RFC3339Nano))
-	if epochMillis {
-		ts = fmt.Sprint(o.ts.UnixMilli())
-	}
-	s := fmt.Sprintf(`{"id":%d,"region":%q,"ts":%s`, o.id, o.region, ts)
-	if !math.IsNaN(o.amount) {
-		s += fmt.Sprintf(`,"amount":%g`, o.amount)
-	}
-	return []byte(s + "}")
-}
-
-func makeOrders(t *testing.T, seed uint64, n int) []order {
-	t.Helper()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	regions := []string{"eu-west", "us-east", "ap south"} // the space is percent-encoded in paths
-	base := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
-	out := make([]order, n)
-	for i := range out {
-		o := order{
-			id:     int64(i + 1),
-			region: regions[rng.IntN(len(regions))],
-			amount: math.NaN(),
-			ts:     base.Add(time.Duration(rng.IntN(3*24*3600*1000)) * time.Millisecond),
-		}
-		if i%4 != 0 {
-			o.amount = float64(rng.IntN(100000)) / 100
-		}
-		out[i] = o
-	}
-	return out
-}
 
 // dest is a destination directory (files) and a staging directory on the
 // OS file system, in a temp dir.
@@ -128,22 +75,8 @@ func (d *dest) writeFile(t *testing.T, final string, recs [][]byte, enc format.E
 	return sum
 }
 
-func openDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("duckdb", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1) // one connection: SET applies to every query
-	if _, err := db.ExecContext(t.Context(), "SET TimeZone = 'UTC'"); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
 func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
-	conf, err := streamconf.Decode([]byte(ordersConfig))
+	conf, err := streamconf.Decode([]byte(OrdersConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,14 +88,14 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orders := makeOrders(t, uint64(time.Now().UnixNano()), 3000)
+	orders := MakeOrders(t, uint64(time.Now().UnixNano()), 3000)
 
 	// Place each record by the template; a checkpoint writes one file per partition.
 	check := conf.Schema.NewChecker(true)
 	ingest := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	byPart := map[string][][]byte{}
 	for i, o := range orders {
-		rec := o.json(i%2 == 1)
+		rec := o.JSON(i%2 == 1)
 		if err := check.Check(rec); err != nil {
 			t.Fatalf("record %s: %v", rec, err)
 		}
@@ -199,13 +132,13 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 	var wantAmount float64
 	var wantAmounts int64
 	for _, o := range orders {
-		wantIDs += o.id
-		if !math.IsNaN(o.amount) {
-			wantAmount += o.amount
+		wantIDs += o.ID
+		if !math.IsNaN(o.Amount) {
+			wantAmount += o.Amount
 			wantAmounts++
 		}
 	}
-	db := openDB(t)
+	db := Open(t)
 	glob := filepath.Join(d.files, "orders", "**", "*.parquet")
 	src := fmt.Sprintf("read_parquet('%s', hive_partitioning = true, hive_types = {'dt': VARCHAR, 'region': VARCHAR})", glob)
 
@@ -249,7 +182,7 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := orders[i]
-		if id != o.id || !ts.Equal(o.ts) || amt.Valid == math.IsNaN(o.amount) || amt.Valid && amt.Float64 != o.amount || region != o.region {
+		if id != o.ID || !ts.Equal(o.TS) || amt.Valid == math.IsNaN(o.Amount) || amt.Valid && amt.Float64 != o.Amount || region != o.Region {
 			t.Fatalf("row %d: id %d ts %v amount %v region %q; want %+v", i, id, ts, amt, region, o)
 		}
 		i++
@@ -263,15 +196,15 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 }
 
 func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
-	orders := makeOrders(t, uint64(time.Now().UnixNano()), 2000)
+	orders := MakeOrders(t, uint64(time.Now().UnixNano()), 2000)
 	recs := make([][]byte, len(orders))
 	var wantIDs int64
 	for i, o := range orders {
-		recs[i] = o.json(false)
-		wantIDs += o.id
+		recs[i] = o.JSON(false)
+		wantIDs += o.ID
 	}
 	d := newDest(t)
-	db := openDB(t)
+	db := Open(t)
 	for _, comp := range []string{"none", "gzip", "zstd"} {
 		conf := streamconf.Config{Format: "ndjson", Compression: comp}.Defaults()
 		ext, err := conf.Ext("ndjson")
@@ -289,10 +222,10 @@ func TestDuckDBReadsCompressedNDJSON(t *testing.T) {
 		if err := db.QueryRowContext(t.Context(), q).Scan(&n, &ids, &minTS); err != nil {
 			t.Fatalf("%s: %s: %v", comp, q, err)
 		}
-		wantMin := orders[0].ts
+		wantMin := orders[0].TS
 		for _, o := range orders {
-			if o.ts.Before(wantMin) {
-				wantMin = o.ts
+			if o.TS.Before(wantMin) {
+				wantMin = o.TS
 			}
 		}
 		if n != int64(len(orders)) || ids != wantIDs || !minTS.Equal(wantMin) {
