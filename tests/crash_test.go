@@ -431,6 +431,31 @@ func recoveryWork(t testing.TB, logPath string) (recommits, cleanups, leaseWaits
 	return recommits, cleanups, leaseWaits
 }
 
+// windDown lets the producers run 300ms more, stops them (stop), waits
+// for them (wg) and flushes every sender, adding failures to errs.
+func windDown(ctx context.Context, t testing.TB, stop *atomic.Bool, wg *sync.WaitGroup, senders []sender, errs *errorLog) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	if !waitGroup(wg, ctx) {
+		t.Fatalf("producers did not stop: %v", ctx.Err())
+	}
+	flushAll(ctx, senders, 60*time.Second, errs)
+}
+
+// termAll stops every running node with SIGTERM; an exit code other than
+// 0 is an error, reported with the node's log.
+func termAll(t testing.TB, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		if p.Running() {
+			if code := p.Term(); code != 0 {
+				t.Errorf("node %s: SIGTERM: exit %d; log %s", p.cfg.Name, code, p.LogPath)
+			}
+		}
+	}
+}
+
 // waitGroup waits for wg or ctx; false if ctx ended first.
 func waitGroup(wg *sync.WaitGroup, ctx context.Context) bool {
 	done := make(chan struct{})

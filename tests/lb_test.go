@@ -159,13 +159,7 @@ func (cl *lbCluster) spreadProducers(t testing.TB, prefix string, n int) []strin
 // each exits 0.
 func (cl *lbCluster) term(t testing.TB) {
 	t.Helper()
-	for i, p := range cl.nodes {
-		if p.Running() {
-			if code := p.Term(); code != 0 {
-				t.Errorf("node %s: SIGTERM: exit %d; log %s", cl.ids[i], code, p.LogPath)
-			}
-		}
-	}
+	termAll(t, cl.nodes)
 }
 
 // producerNodes reads every data file of the destination and returns, per
@@ -593,12 +587,7 @@ func TestLBCrashLoop(t *testing.T) {
 		cl.nodes[i].Restart()
 		down += time.Since(killedAt)
 	}
-	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	if !waitGroup(&wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
-	flushAll(ctx, senders, 60*time.Second, &errs)
+	windDown(ctx, t, &stop, &wg, senders, &errs)
 	for i, err := range errs.all() {
 		if i == 10 {
 			t.Errorf("... %d errors in all", len(errs.all()))

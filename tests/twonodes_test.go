@@ -75,17 +75,8 @@ func TestTwoNodesOneBucket(t *testing.T) {
 		p.Kill()
 		maxRecovery = max(maxRecovery, p.Restart())
 	}
-	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	if !waitGroup(&wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
-	flushAll(ctx, senders, 60*time.Second, &errs)
-	for i, p := range procs {
-		if code := p.Term(); code != 0 {
-			t.Errorf("node %s: SIGTERM: exit %d", nodes[i].id, code)
-		}
-	}
+	windDown(ctx, t, &stop, &wg, senders, &errs)
+	termAll(t, procs)
 
 	for _, err := range errs.all() {
 		t.Errorf("producer error: %v", err)
