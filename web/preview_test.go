@@ -12,6 +12,7 @@ import (
 
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/stagetest"
 	"github.com/eosink/eosink/staging"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
@@ -99,21 +100,7 @@ func TestPreviewEncoded(t *testing.T) {
 		{"ndjson.zst", format.Encoding{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}},
 		{"parquet", format.Encoding{Format: streamconf.FormatParquet, Schema: schema}},
 	} {
-		tx, err := staging.Create(fs, "/t-"+c.ext+staging.Suffix, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Append([]byte(strings.Join(recs, "\n")+"\n"), len(recs), "", 0); err != nil {
-			t.Fatal(err)
-		}
-		sum, err := tx.PreCommit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, err := staging.Encode(fs, sum, staging.EncodedName(sum.Temp), c.enc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		enc := stagetest.Encode(t, fs, "/t-"+c.ext+staging.Suffix, recs, c.enc)
 		f, err := fs.Open(enc.Temp)
 		if err != nil {
 			t.Fatal(err)

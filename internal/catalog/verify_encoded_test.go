@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/stagetest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -36,25 +37,11 @@ func TestVerifyEncodedFiles(t *testing.T) {
 			for _, lie := range []int64{0, 1} { // the manifest's record count is right, then one too many
 				fs := afero.NewMemMapFs()
 				_ = fs.MkdirAll(stg, 0o755)
-				tx, err := staging.Create(fs, path.Join(stg, "t"+staging.Suffix), 0)
-				if err != nil {
-					t.Fatal(err)
-				}
 				var recs []string
 				for i := range 50 {
 					recs = append(recs, `{"a":`+strings.Repeat("1", 1+i%5)+`}`)
 				}
-				if err := tx.Append([]byte(strings.Join(recs, "\n")+"\n"), len(recs), "", 0); err != nil {
-					t.Fatal(err)
-				}
-				sum, err := tx.PreCommit()
-				if err != nil {
-					t.Fatal(err)
-				}
-				enc, err := staging.Encode(fs, sum, staging.EncodedName(sum.Temp), c.enc)
-				if err != nil {
-					t.Fatal(err)
-				}
+				enc := stagetest.Encode(t, fs, path.Join(stg, "t"+staging.Suffix), recs, c.enc)
 				final := "s/x=1/" + layout.PartName("n1", 1, 0, c.ext)
 				_ = fs.MkdirAll(path.Join(dest, "s/x=1"), 0o755)
 				if err := fs.Rename(enc.Temp, path.Join(dest, final)); err != nil {
