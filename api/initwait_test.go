@@ -4,27 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/server"
 )
-
-// stuckCommits is a committer whose Commit fails as an outage would while
-// stuck is set: the checkpoint stays prepared and its commit is retried.
-type stuckCommits struct {
-	committer.Committer
-	stuck atomic.Bool
-}
-
-func (c *stuckCommits) Commit(ctx context.Context, f committer.File) error {
-	if c.stuck.Load() {
-		return committer.ErrTransient
-	}
-	return c.Committer.Commit(ctx, f)
-}
 
 // TestInitDuringOutage: init's barrier waits for the commit of the older
 // epochs' batches, which a destination outage holds back. The answer is
@@ -32,9 +17,9 @@ func (c *stuckCommits) Commit(ctx context.Context, f committer.File) error {
 // init answers once those batches are prepared, with a next_seq that
 // survives anything (I12). Before, init hung for the whole outage.
 func TestInitDuringOutage(t *testing.T) {
-	var sc *stuckCommits
+	var sc *committertest.Stuck
 	r := newRig(t, rigOpts{
-		engine: func(c *server.Config) { sc = &stuckCommits{Committer: c.Committer}; c.Committer = sc },
+		engine: func(c *server.Config) { sc = &committertest.Stuck{Committer: c.Committer}; c.Committer = sc },
 		api:    func(c *Config) { c.WaitTimeout = 300 * time.Millisecond },
 	})
 	if rec := r.serve(request("POST", "/v1/producers/p/init", "")); rec.Code != http.StatusOK {
@@ -47,7 +32,7 @@ func TestInitDuringOutage(t *testing.T) {
 			t.Fatalf("write seq %d: %d %s", seq, rec.Code, rec.Body)
 		}
 	}
-	sc.stuck.Store(true)
+	sc.On.Store(true)
 	done := make(chan *http.Response, 1)
 	go func() {
 		rec := r.serve(request("POST", "/v1/producers/p/init", ""))
@@ -78,7 +63,7 @@ func TestInitDuringOutage(t *testing.T) {
 	if st.Epoch != 2 || st.Streams["s"].Next != 3 {
 		t.Fatalf("init retried during the outage: %s; want epoch 2, next_seq 3 (seqs 0-2 prepared)", rec.Body)
 	}
-	sc.stuck.Store(false)
+	sc.On.Store(false)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for r.eng.Status().Stuck != "" || r.eng.Status().LastDone == 0 {

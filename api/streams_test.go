@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/server"
@@ -184,9 +185,9 @@ func TestStreamDedupBody(t *testing.T) {
 // the outage is over the retried PUT is in force. Before, the PUT
 // answered 200 at once, in force from a barrier that had not happened.
 func TestStreamPutDuringOutage(t *testing.T) {
-	var sc *stuckCommits
+	var sc *committertest.Stuck
 	r := newRig(t, rigOpts{
-		engine: func(c *server.Config) { sc = &stuckCommits{Committer: c.Committer}; c.Committer = sc },
+		engine: func(c *server.Config) { sc = &committertest.Stuck{Committer: c.Committer}; c.Committer = sc },
 		api:    func(c *Config) { c.WaitTimeout = 300 * time.Millisecond },
 	})
 	write := func() {
@@ -194,7 +195,7 @@ func TestStreamPutDuringOutage(t *testing.T) {
 		expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", "Content-Type", "application/x-ndjson"), http.StatusAccepted)
 	}
 	write()
-	sc.stuck.Store(true)
+	sc.On.Store(true)
 	go func() { _, _ = r.eng.Checkpoint(context.Background()) }()
 	for r.eng.Status().Stuck == "" {
 		time.Sleep(time.Millisecond)
@@ -207,7 +208,7 @@ func TestStreamPutDuringOutage(t *testing.T) {
 	if d := decode[StreamDetail](t, r.admin("GET", "/v1/streams/orders", "")); d.Version != 0 {
 		t.Fatalf("after the PUT that timed out: %+v, want never configured", d)
 	}
-	sc.stuck.Store(false)
+	sc.On.Store(false)
 	// The stuck commit passes at its next retry, which may come after one
 	// more --wait-timeout on a busy machine: retry the PUT as a client
 	// told 503 not_ready does.

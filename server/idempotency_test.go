@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
@@ -191,20 +190,6 @@ func TestBodyKey(t *testing.T) {
 	}
 }
 
-// stuckCommitter fails every Commit as an outage would while stuck is
-// set: the checkpoint stays prepared and its commit is retried.
-type stuckCommitter struct {
-	committer.Committer
-	stuck atomic.Bool
-}
-
-func (c *stuckCommitter) Commit(ctx context.Context, f committer.File) error {
-	if c.stuck.Load() {
-		return committer.ErrTransient
-	}
-	return c.Committer.Commit(ctx, f)
-}
-
 // waitStuck waits until e's commit is failing and retried.
 func waitStuck(t *testing.T, e *Engine) {
 	t.Helper()
@@ -224,11 +209,11 @@ func waitStuck(t *testing.T, e *Engine) {
 // dropped the oldest prepared key, committed or not, and its retry was
 // written again.
 func TestKeyCapKeepsUncommittedKeys(t *testing.T) {
-	var sc *stuckCommitter
+	var sc *committertest.Stuck
 	r := newRig(t, nil)
 	r.tweak = func(c *Config) {
 		c.MaxKeys = 2
-		sc = &stuckCommitter{Committer: c.Committer}
+		sc = &committertest.Stuck{Committer: c.Committer}
 		c.Committer = sc
 	}
 	e := r.start(nil)
@@ -236,7 +221,7 @@ func TestKeyCapKeepsUncommittedKeys(t *testing.T) {
 	wantNew(t, a, err)
 	b, err := keyed(e, "b", "s", 2, 1)
 	wantNew(t, b, err)
-	sc.stuck.Store(true)
+	sc.On.Store(true)
 	done := make(chan CheckpointResult, 1)
 	go func() { res, _ := e.Checkpoint(context.Background()); done <- res }()
 	waitStuck(t, e)
@@ -246,7 +231,7 @@ func TestKeyCapKeepsUncommittedKeys(t *testing.T) {
 	}
 	res, err := keyed(e, "a", "s", 1, 1)
 	wantDup(t, res, err, a.Checkpoint, false)
-	sc.stuck.Store(false)
+	sc.On.Store(false)
 	if got := <-done; got.State != recovery.Committed {
 		t.Fatalf("checkpoint: %+v", got)
 	}

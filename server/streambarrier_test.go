@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -103,12 +104,12 @@ func TestStreamPutIsABarrier(t *testing.T) {
 // stream then go on under the old configuration; a PUT after the outage
 // takes effect.
 func TestStreamPutBarrierBounded(t *testing.T) {
-	var sc *stuckCommitter
+	var sc *committertest.Stuck
 	r := newRig(t, nil)
-	r.tweak = func(c *Config) { sc = &stuckCommitter{Committer: c.Committer}; c.Committer = sc }
+	r.tweak = func(c *Config) { sc = &committertest.Stuck{Committer: c.Committer}; c.Committer = sc }
 	e := r.start(nil)
 	mustSend(t, e, nil, "ev", 1, 1)
-	sc.stuck.Store(true)
+	sc.On.Store(true)
 	done := make(chan CheckpointResult, 1)
 	go func() { res, _ := e.Checkpoint(context.Background()); done <- res }()
 	waitStuck(t, e)
@@ -144,7 +145,7 @@ func TestStreamPutBarrierBounded(t *testing.T) {
 	if _, err := send(e, nil, "ev", 3, 1); err != nil {
 		t.Fatalf("a write under the old configuration after the PUT timed out: %v", err)
 	}
-	sc.stuck.Store(false)
+	sc.On.Store(false)
 	<-done
 	if _, err := e.PutStream(t.Context(), "ev", byK); err != nil {
 		t.Fatal(err)
