@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
@@ -316,18 +317,6 @@ func eosinkDetails(hc *http.Client, t *target, w window, a, b snapshot, res *run
 	}
 }
 
-// apiCheckpoint is the part of GET /v1/checkpoints the harness reads.
-type apiCheckpoint struct {
-	ID          uint64    `json:"id"`
-	State       string    `json:"state"`
-	FileCount   int       `json:"file_count"`
-	Records     int64     `json:"records"`
-	Bytes       int64     `json:"bytes"`
-	DurationMS  int64     `json:"duration_ms"`
-	StartedAt   time.Time `json:"started_at"`
-	CommittedAt time.Time `json:"committed_at"`
-}
-
 // checkpointDurations fills cs from the checkpoints that started in the
 // measured window and held data (empty checkpoints do no I/O and would
 // pull the quantiles towards zero). The duration is committed_at minus
@@ -338,9 +327,7 @@ func checkpointDurations(hc *http.Client, base string, w window, cs *ckptStats) 
 		return
 	}
 	defer resp.Body.Close()
-	var list struct {
-		Checkpoints []apiCheckpoint `json:"checkpoints"`
-	}
+	var list api.CheckpointList
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&list) != nil {
 		return
 	}
