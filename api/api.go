@@ -18,6 +18,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/recoverer"
 	"github.com/eosink/eosink/server"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -323,17 +324,8 @@ func allowed(mux chi.Routes, r *http.Request) string {
 // recoverer answers 500 for a panicking handler instead of dropping the
 // connection, and logs the panic.
 func (s *Server) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.Error("handler panicked", "op", r.Method+" "+r.URL.Path, "panic", fmt.Sprint(v))
-				writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error; see the server log"})
-			}
-		}()
-		next.ServeHTTP(w, r)
+	return recoverer.Wrap(next, s.log, "handler panicked", func(w http.ResponseWriter) {
+		writeError(w, http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error; see the server log"})
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/recoverer"
 	"github.com/eosink/eosink/server"
 )
 
@@ -233,17 +234,8 @@ func (u *ui) cleanPath(next http.Handler) http.Handler {
 
 // recoverer answers 500 for a panicking handler and logs the panic.
 func (u *ui) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				u.log.Error("ui handler panicked", "op", r.Method+" "+r.URL.Path, "panic", fmt.Sprint(v))
-				http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
-			}
-		}()
-		next.ServeHTTP(w, r)
+	return recoverer.Wrap(next, u.log, "ui handler panicked", func(w http.ResponseWriter) {
+		http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
 	})
 }
 
