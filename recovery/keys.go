@@ -208,13 +208,4 @@ func (s *Store) Keys(since time.Time) ([]Key, error) {
 }
 
 // KeyCount returns how many idempotency key rows the store holds.
-func (s *Store) KeyCount() (int, error) {
-	n := 0
-	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyKeyCount); len(v) == 8 {
-			n = int(binary.BigEndian.Uint64(v))
-		}
-		return nil
-	})
-	return n, err
-}
+func (s *Store) KeyCount() (int, error) { return s.metaCount(keyKeyCount) }

@@ -457,10 +457,14 @@ func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error)
 
 // ProducerCount returns how many producers the store holds, from a counter:
 // it reads no producer.
-func (s *Store) ProducerCount() (int, error) {
+func (s *Store) ProducerCount() (int, error) { return s.metaCount(keyProducerCount) }
+
+// metaCount reads a counter the meta bucket keeps under key (8 bytes,
+// big-endian): 0 when there is none.
+func (s *Store) metaCount(key []byte) (int, error) {
 	n := 0
 	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyProducerCount); len(v) == 8 {
+		if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
 			n = int(binary.BigEndian.Uint64(v))
 		}
 		return nil
