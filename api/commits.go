@@ -65,7 +65,7 @@ func (s *Server) listCommits(w http.ResponseWriter, r *http.Request) {
 	}
 	stream := q.Get("stream")
 	if q.Has("stream") && !validStream(stream) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream, Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$", stream)})
+		writeError(w, http.StatusBadRequest, invalidStream(stream))
 		return
 	}
 	limit, ok := listLimit(w, r)

@@ -119,8 +119,7 @@ func (s *Server) writeFail(w http.ResponseWriter, status int, e *ErrorResponse) 
 func (s *Server) postRecords(w http.ResponseWriter, r *http.Request) {
 	stream, ok := pathParam(r, "stream")
 	if !ok || !validStream(stream) {
-		s.writeFail(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream,
-			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
+		s.writeFail(w, http.StatusBadRequest, invalidStream(stream))
 		return
 	}
 	prod, err := producerHeaders(r.Header)

@@ -64,8 +64,7 @@ func streamConfigFrom(in server.StreamInfo) StreamConfig {
 func producerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id, ok := pathParam(r, "producer")
 	if !ok || !validProducer(id) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidProducer,
-			Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)})
+		writeError(w, http.StatusBadRequest, invalidProducer(id))
 		return "", false
 	}
 	return id, true
@@ -76,11 +75,22 @@ func producerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 func (s *Server) streamParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	stream, ok := pathParam(r, "stream")
 	if !ok || !validStream(stream) {
-		writeError(w, http.StatusBadRequest, &ErrorResponse{Error: CodeInvalidStream,
-			Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)})
+		writeError(w, http.StatusBadRequest, invalidStream(stream))
 		return "", false
 	}
 	return stream, true
+}
+
+// invalidProducer and invalidStream are the 400 answers to a name that
+// breaks its rule, stating the rule.
+func invalidProducer(id string) *ErrorResponse {
+	return &ErrorResponse{Error: CodeInvalidProducer,
+		Message: fmt.Sprintf("producer %q: want ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", id)}
+}
+
+func invalidStream(stream string) *ErrorResponse {
+	return &ErrorResponse{Error: CodeInvalidStream,
+		Message: fmt.Sprintf("stream %q: want ^[a-z0-9][a-z0-9_.-]{0,127}$ without \"..\"", stream)}
 }
 
 func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
