@@ -31,13 +31,7 @@ import (
 //
 //	EOSINK_TABLE_SNAPSHOTS=1000 go test ./internal/table -run '^$' -bench ReadTable -benchtime 5x
 func BenchmarkReadTable(b *testing.B) {
-	n := 100
-	if v := os.Getenv("EOSINK_TABLE_SNAPSHOTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := snapshotsEnv(b, 100)
 	for _, maintained := range []bool{false, true} {
 		b.Run(fmt.Sprintf("snapshots=%d/maintained=%v", n, maintained), func(b *testing.B) {
 			r := newRig(b)
@@ -120,13 +114,7 @@ func BenchmarkCommit(b *testing.B) {
 //
 //	EOSINK_TABLE_SNAPSHOTS=10000 go test ./internal/table -run '^$' -bench Maintenance -benchtime 3x -timeout 60m
 func BenchmarkMaintenance(b *testing.B) {
-	n := 500
-	if v := os.Getenv("EOSINK_TABLE_SNAPSHOTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := snapshotsEnv(b, 500)
 	r := newRig(b)
 	ice := r.iceberg()
 	ctx := context.Background()
@@ -278,4 +266,18 @@ func buildUnmaintained(b *testing.B, r *rig, ice *table.Iceberg, n int) {
 	if err := os.WriteFile(filepath.Join(r.dest.Dest, layout.TableHintName("orders")), []byte("2"), 0o644); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// snapshotsEnv is EOSINK_TABLE_SNAPSHOTS, the number of commits a benchmark
+// builds its table of, else def.
+func snapshotsEnv(b *testing.B, def int) int {
+	v := os.Getenv("EOSINK_TABLE_SNAPSHOTS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
