@@ -431,6 +431,37 @@ func recoveryWork(t testing.TB, logPath string) (recommits, cleanups, leaseWaits
 	return recommits, cleanups, leaseWaits
 }
 
+// fleet is two producers per node, each sending batches of its streams in
+// a loop (producerLoop) until wound down, what each sent kept in led.
+type fleet struct {
+	led     *ledger
+	stop    atomic.Bool
+	errs    errorLog
+	wg      sync.WaitGroup
+	senders []sender
+}
+
+// startFleet starts the producers of procs' nodes: <node>-p0 and
+// <node>-p1, each with its own rng drawn from rng.
+func startFleet(ctx context.Context, t testing.TB, rng *rand.Rand, procs []*proc, streams []string) *fleet {
+	f := &fleet{led: newLedger()}
+	for _, p := range procs {
+		for j := range 2 {
+			s := newSender(ctx, t, p.URL, fmt.Sprintf("%s-p%d", p.cfg.Name, j))
+			f.senders = append(f.senders, s)
+			prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+			f.wg.Go(func() { producerLoop(ctx, s, streams, prng, f.led, &f.stop, &f.errs) })
+		}
+	}
+	return f
+}
+
+// windDown stops the fleet and flushes it (windDown below).
+func (f *fleet) windDown(ctx context.Context, t testing.TB) {
+	t.Helper()
+	windDown(ctx, t, &f.stop, &f.wg, f.senders, &f.errs)
+}
+
 // windDown lets the producers run 300ms more, stops them (stop), waits
 // for them (wg) and flushes every sender, adding failures to errs.
 func windDown(ctx context.Context, t testing.TB, stop *atomic.Bool, wg *sync.WaitGroup, senders []sender, errs *errorLog) {

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,19 +333,7 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 			t.Fatalf("PUT on %s: %v", n, err)
 		}
 	}
-	led := newLedger()
-	var stop atomic.Bool
-	var errs errorLog
-	var wg sync.WaitGroup
-	var senders []sender
-	for i, n := range nodes {
-		for j := range 2 {
-			s := newSender(ctx, t, procs[i].URL, fmt.Sprintf("%s-p%d", n, j))
-			senders = append(senders, s)
-			prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-			wg.Go(func() { producerLoop(ctx, s, []string{tableStream}, prng, led, &stop, &errs) })
-		}
-	}
+	fl := startFleet(ctx, t, rng, procs, []string{tableStream})
 	kills := envInt(t, envKills, 4)
 	for k := range kills {
 		if err := ctxsleep.Sleep(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond); err != nil {
@@ -357,12 +343,12 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 		p.Kill()
 		p.Restart()
 	}
-	windDown(ctx, t, &stop, &wg, senders, &errs)
+	fl.windDown(ctx, t)
 	termAll(t, procs)
-	for _, err := range errs.all() {
+	for _, err := range fl.errs.all() {
 		t.Errorf("producer error: %v", err)
 	}
-	want := led.snapshot()
+	want := fl.led.snapshot()
 	rep := requireDest(t, d, want, true)
 	for _, n := range nodes {
 		if rep.Nodes[n] == 0 {
@@ -375,7 +361,7 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, records := led.records()
+	batches, records := fl.led.records()
 	report(t, "2 nodes on one table, %d SIGKILLs: %d batches, %d records, %d files (n1: %d, n2: %d), %d snapshots kept",
 		kills, batches, records, rep.Files, rep.Nodes["n1"], rep.Nodes["n2"], tb.Snapshots)
 }

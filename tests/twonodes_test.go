@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,19 +49,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 		procs[i].StartReady()
 	}
 
-	led := newLedger()
-	var stop atomic.Bool
-	var errs errorLog
-	var wg sync.WaitGroup
-	var senders []sender
-	for i, n := range nodes {
-		for j := range 2 {
-			s := newSender(ctx, t, procs[i].URL, fmt.Sprintf("%s-p%d", n.id, j))
-			senders = append(senders, s)
-			prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-			wg.Go(func() { producerLoop(ctx, s, crashStreams, prng, led, &stop, &errs) })
-		}
-	}
+	fl := startFleet(ctx, t, rng, procs, crashStreams)
 
 	kills := envInt(t, envKills, 6)
 	var maxRecovery time.Duration
@@ -75,15 +61,15 @@ func TestTwoNodesOneBucket(t *testing.T) {
 		p.Kill()
 		maxRecovery = max(maxRecovery, p.Restart())
 	}
-	windDown(ctx, t, &stop, &wg, senders, &errs)
+	fl.windDown(ctx, t)
 	termAll(t, procs)
 
-	for _, err := range errs.all() {
+	for _, err := range fl.errs.all() {
 		t.Errorf("producer error: %v", err)
 	}
 	d := b.dest()
-	want := led.snapshot()
-	batches, records := led.records()
+	want := fl.led.snapshot()
+	batches, records := fl.led.records()
 	rep := requireDest(t, d, want, true)
 	for _, n := range nodes {
 		if rep.Nodes[n.id] == 0 {
@@ -97,7 +83,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	requireOwnFiles(t, ctx, d)
 	requireVerify(t, env, b.destFlags()...)
 	resends := 0
-	for _, s := range senders {
+	for _, s := range fl.senders {
 		resends += s.Resends()
 	}
 	report(t, "2 nodes (n1 multipart, n10 copy) on one prefix, %d SIGKILLs; %d batches, %d records verified exactly once in %d files (n1: %d, n10: %d), %d manifests; %d resends; longest recovery %s",
