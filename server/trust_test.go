@@ -83,14 +83,8 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 			r.tweak = func(c *Config) { c.Now = func() time.Time { return clock }; c.ProducerExpiry = time.Hour }
 			// The two incarnations reuse batch ids; counted by hand below.
-			r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
-			e := r.start(nil)
+			e, zombie := r.firstIncarnation()
 			ctx := t.Context()
-			zombie := r.initProducer("p")
-			for seq := range int64(3) {
-				mustSend(t, e, zombie, "a", seq, 1)
-			}
-			r.commit()
 			var err error
 			if how == "delete" {
 				err = e.DeleteProducer(ctx, "p")
@@ -271,14 +265,8 @@ func TestPlantedManifestBeyondReservedIDs(t *testing.T) {
 // win. Failed before: the copy was believed (committed_seq 2).
 func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
 	r := newRig(t, nil)
-	r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
-	e := r.start(nil)
+	e, first := r.firstIncarnation()
 	ctx := t.Context()
-	first := r.initProducer("p")
-	for seq := range int64(3) {
-		mustSend(t, e, first, "a", seq, 1)
-	}
-	r.commit()
 	backup, err := os.ReadFile(r.storePath) // a live snapshot
 	if err != nil {
 		t.Fatal(err)
@@ -304,4 +292,19 @@ func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
 	if res, err := send(e, second, "a", 0, 1); err != nil || res.Duplicate {
 		t.Fatalf("the second incarnation's a/0: %+v %v, want accepted", res, err)
 	}
+}
+
+// firstIncarnation starts the engine for a test of two incarnations of
+// producer p, which reuse sequence numbers (so the invariant check counts
+// by hand), and commits the first one's batches 0 to 2 on stream a.
+func (r *rig) firstIncarnation() (*Engine, *Producer) {
+	r.t.Helper()
+	r.broken = "two incarnations of p reuse sequence numbers: checked by counting"
+	e := r.start(nil)
+	p := r.initProducer("p")
+	for seq := range int64(3) {
+		mustSend(r.t, e, p, "a", seq, 1)
+	}
+	r.commit()
+	return e, p
 }
