@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eosink/eosink/internal/auth"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -85,17 +86,17 @@ func TestAuthTable(t *testing.T) {
 	}
 	creds := []cred{
 		{"none", nil, 0},
-		{"unknown token", []string{"Authorization", "Bearer " + tokAdmin + "x"}, 0},
-		{"token prefix", []string{"Authorization", "Bearer " + tokAdmin[:10]}, 0},
-		{"basic scheme", []string{"Authorization", "Basic " + tokAdmin}, 0},
+		{"unknown token", []string{"Authorization", "Bearer " + enginetest.TokAdmin + "x"}, 0},
+		{"token prefix", []string{"Authorization", "Bearer " + enginetest.TokAdmin[:10]}, 0},
+		{"basic scheme", []string{"Authorization", "Basic " + enginetest.TokAdmin}, 0},
 		{"empty bearer", []string{"Authorization", "Bearer "}, 0},
-		{"ingest", []string{"Authorization", "Bearer " + tokIngest}, auth.RoleIngest},
-		{"read", []string{"Authorization", "Bearer " + tokRead}, auth.RoleRead},
-		{"admin", []string{"Authorization", "bearer " + tokAdmin}, auth.RoleAdmin},
-		{"read cookie", []string{"Cookie", auth.CookieName + "=" + tokRead}, auth.RoleRead},
-		{"admin cookie", []string{"Cookie", auth.CookieName + "=" + tokAdmin}, auth.RoleAdmin},
-		{"ingest cookie", []string{"Cookie", auth.CookieName + "=" + tokIngest}, auth.RoleIngest},
-		{"bad header beats good cookie", []string{"Authorization", "Bearer nope", "Cookie", auth.CookieName + "=" + tokAdmin}, 0},
+		{"ingest", []string{"Authorization", "Bearer " + enginetest.TokIngest}, auth.RoleIngest},
+		{"read", []string{"Authorization", "Bearer " + enginetest.TokRead}, auth.RoleRead},
+		{"admin", []string{"Authorization", "bearer " + enginetest.TokAdmin}, auth.RoleAdmin},
+		{"read cookie", []string{"Cookie", auth.CookieName + "=" + enginetest.TokRead}, auth.RoleRead},
+		{"admin cookie", []string{"Cookie", auth.CookieName + "=" + enginetest.TokAdmin}, auth.RoleAdmin},
+		{"ingest cookie", []string{"Cookie", auth.CookieName + "=" + enginetest.TokIngest}, auth.RoleIngest},
+		{"bad header beats good cookie", []string{"Authorization", "Bearer nope", "Cookie", auth.CookieName + "=" + enginetest.TokAdmin}, 0},
 	}
 	for _, rt := range routes {
 		method := strings.Fields(rt.pattern)[0]

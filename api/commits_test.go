@@ -128,7 +128,7 @@ func TestCommitsLongPoll(t *testing.T) {
 
 func TestCommitsRole(t *testing.T) {
 	r := filled(t, rigOpts{api: withAuth})
-	for tok, want := range map[string]int{"": http.StatusUnauthorized, tokIngest: http.StatusForbidden, tokRead: http.StatusOK, tokAdmin: http.StatusOK} {
+	for tok, want := range map[string]int{"": http.StatusUnauthorized, enginetest.TokIngest: http.StatusForbidden, enginetest.TokRead: http.StatusOK, enginetest.TokAdmin: http.StatusOK} {
 		var hdr []string
 		if tok != "" {
 			hdr = []string{"Authorization", "Bearer " + tok}

@@ -296,8 +296,8 @@ func TestCrossSiteAndHost(t *testing.T) {
 		{"rebound name, the UI", open, "GET", "/", "rebind.example", nil, 403},
 		{"rebound name, health", open, "GET", "/healthz", "rebind.example", nil, 403},
 		{"no host", open, "GET", files, "", nil, 403},
-		{"with tokens any host", authed, "GET", files, "eosink.example.com", []string{"Authorization", "Bearer " + tokRead}, 200},
-		{"with tokens cross-site write", authed, "POST", write, "eosink.example.com", []string{"Authorization", "Bearer " + tokIngest, "Origin", "https://evil.example"}, 403},
+		{"with tokens any host", authed, "GET", files, "eosink.example.com", []string{"Authorization", "Bearer " + enginetest.TokRead}, 200},
+		{"with tokens cross-site write", authed, "POST", write, "eosink.example.com", []string{"Authorization", "Bearer " + enginetest.TokIngest, "Origin", "https://evil.example"}, 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -482,16 +482,16 @@ func TestAuthFailureLimit(t *testing.T) {
 		t.Fatalf("answer %+v, Retry-After %q", e, rec.Header().Get("Retry-After"))
 	}
 	// A valid token from the same address, read, ingest or admin, is served.
-	expectStatus(t, from(guesser, tokRead), http.StatusOK)
-	req := request("POST", "/v1/streams/s/records", `{"a":1}`+"\n", "Content-Type", "application/x-ndjson", "Authorization", "Bearer "+tokIngest)
+	expectStatus(t, from(guesser, enginetest.TokRead), http.StatusOK)
+	req := request("POST", "/v1/streams/s/records", `{"a":1}`+"\n", "Content-Type", "application/x-ndjson", "Authorization", "Bearer "+enginetest.TokIngest)
 	req.RemoteAddr = guesser
 	expectStatus(t, r.serve(req), http.StatusAccepted)
-	expectStatus(t, from(guesser, tokAdmin), http.StatusOK)
+	expectStatus(t, from(guesser, enginetest.TokAdmin), http.StatusOK)
 	// ... and serving it does not lift the limit on the invalid ones.
 	expectStatus(t, from(guesser, "guess-again-0000001"), http.StatusTooManyRequests)
 	// Another address is not held back; nor another in the same IPv6 /64
 	// before it fails itself.
-	expectStatus(t, from(other, tokRead), http.StatusOK)
+	expectStatus(t, from(other, enginetest.TokRead), http.StatusOK)
 	// The window passes: the guesser's invalid tokens are 401 again.
 	now = now.Add(61 * time.Second)
 	expectStatus(t, from(guesser, "guess-again-0000002"), http.StatusUnauthorized)
@@ -501,7 +501,7 @@ func TestAuthFailureLimit(t *testing.T) {
 		expectStatus(t, from(fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1), "bad-token-0123456789"), http.StatusUnauthorized)
 	}
 	expectStatus(t, from("[2001:db8:0:1::ff]:1", "bad-token-0123456789"), http.StatusTooManyRequests)
-	expectStatus(t, from("[2001:db8:0:1::ff]:1", tokRead), http.StatusOK)
+	expectStatus(t, from("[2001:db8:0:1::ff]:1", enginetest.TokRead), http.StatusOK)
 
 	// Memory is bounded: many addresses failing keep at most 3 entries.
 	for i := range 100 {
@@ -557,7 +557,7 @@ func TestAuthFailureLimitTrustedProxies(t *testing.T) {
 	if code := guess(proxy, "X-Forwarded-For", "198.51.100.20"); code != http.StatusUnauthorized {
 		t.Fatalf("another client's invalid token: %d, want 401", code)
 	}
-	if code := from(proxy, tokRead, "X-Forwarded-For", "198.51.100.20"); code != http.StatusOK {
+	if code := from(proxy, enginetest.TokRead, "X-Forwarded-For", "198.51.100.20"); code != http.StatusOK {
 		t.Fatalf("another client's valid token: %d, want 200", code)
 	}
 	// X-Real-IP when there is no X-Forwarded-For; an IPv6 proxy too.

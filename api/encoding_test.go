@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eosink/eosink/internal/testing/enginetest"
+
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
@@ -220,15 +222,15 @@ func TestIdempotencyKeysScopedByToken(t *testing.T) {
 		return r.do("POST", "/v1/streams/s/records", body, "Content-Type", "application/x-ndjson",
 			"Idempotency-Key", "batch-1", "Authorization", "Bearer "+token)
 	}
-	if rec := post(tokIngest, `{"who":"ingest"}`+"\n"); rec.Code != http.StatusAccepted {
+	if rec := post(enginetest.TokIngest, `{"who":"ingest"}`+"\n"); rec.Code != http.StatusAccepted {
 		t.Fatalf("ingest token: %d %s", rec.Code, rec.Body)
 	}
-	rec := post(tokAdmin, `{"who":"admin"}`+"\n")
+	rec := post(enginetest.TokAdmin, `{"who":"admin"}`+"\n")
 	if rec.Code != http.StatusAccepted || decode[WriteResponse](t, rec).Duplicate {
 		t.Fatalf("admin token, same key, its own body: %d %s, want 202 accepted as new", rec.Code, rec.Body)
 	}
-	for _, tok := range []string{tokIngest, tokAdmin} {
-		who := map[string]string{tokIngest: "ingest", tokAdmin: "admin"}[tok]
+	for _, tok := range []string{enginetest.TokIngest, enginetest.TokAdmin} {
+		who := map[string]string{enginetest.TokIngest: "ingest", enginetest.TokAdmin: "admin"}[tok]
 		rec := post(tok, `{"who":"`+who+`"}`+"\n")
 		if rec.Code != http.StatusAccepted || !decode[WriteResponse](t, rec).Duplicate {
 			t.Fatalf("retry with the %s token: %d %s, want 202 duplicate", who, rec.Code, rec.Body)

@@ -18,13 +18,6 @@ import (
 	"github.com/spf13/afero"
 )
 
-// auth.Tokens of the test rigs with authorization.
-const (
-	tokIngest = "ingest-token-0123456789"
-	tokRead   = "read-token-0123456789"
-	tokAdmin  = "admin-token-0123456789"
-)
-
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
 // destination (no answer may ever hold enginetest.Secret), served by a
@@ -71,7 +64,7 @@ func newServer(t *testing.T, eng *server.Engine, files committer.Reader, mod fun
 func (r *rig) waitReady() { r.t.Helper(); r.WaitReady() }
 
 func withAuth(c *Config) {
-	c.Auth = mustTokens(map[string]auth.Role{tokIngest: auth.RoleIngest, tokRead: auth.RoleRead, tokAdmin: auth.RoleAdmin})
+	c.Auth = mustTokens(enginetest.TokenRoles())
 	// The tables send many invalid tokens from httptest's one address;
 	// TestAuthFailureLimit tests the limit.
 	c.AuthFailures = 1 << 20
@@ -126,7 +119,7 @@ func (r *rig) do(method, target, body string, hdr ...string) *httptest.ResponseR
 
 // admin does a request with the admin token (harmless without auth).
 func (r *rig) admin(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
-	return r.do(method, target, body, append(hdr, "Authorization", "Bearer "+tokAdmin)...)
+	return r.do(method, target, body, append(hdr, "Authorization", "Bearer "+enginetest.TokAdmin)...)
 }
 
 func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {

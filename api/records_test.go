@@ -42,7 +42,7 @@ func envs(t *testing.T) map[string]*env {
 	if e := main.initProducer("p"); e != 1 {
 		t.Fatalf("epoch %d", e)
 	}
-	rec := main.do("POST", "/v1/streams/s/records", `{"ok":0}`+"\n", "Authorization", "Bearer "+tokIngest,
+	rec := main.do("POST", "/v1/streams/s/records", `{"ok":0}`+"\n", "Authorization", "Bearer "+enginetest.TokIngest,
 		"Content-Type", "application/x-ndjson", "Producer-Id", "p", "Producer-Epoch", "1", "Producer-Seq", "0")
 	expectStatus(t, rec, http.StatusAccepted)
 	out["main"] = &env{r: main, finish: func() {}}
@@ -140,8 +140,8 @@ func TestWriteErrors(t *testing.T) {
 		{name: "shutting down", env: "closed", body: `{"m":"%s"}`, status: 503, code: "shutting_down"},
 		{name: "no token", noAuth: true, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
 		{name: "wrong token", noAuth: true, hdr: []string{"Authorization", "Bearer nope"}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
-		{name: "read token", noAuth: true, hdr: []string{"Authorization", "Bearer " + tokRead}, body: `{"m":"%s"}`, status: 403, code: "forbidden"},
-		{name: "cookie on POST", noAuth: true, hdr: []string{"Cookie", auth.CookieName + "=" + tokIngest}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
+		{name: "read token", noAuth: true, hdr: []string{"Authorization", "Bearer " + enginetest.TokRead}, body: `{"m":"%s"}`, status: 403, code: "forbidden"},
+		{name: "cookie on POST", noAuth: true, hdr: []string{"Cookie", auth.CookieName + "=" + enginetest.TokIngest}, body: `{"m":"%s"}`, status: 401, code: "unauthorized"},
 		{name: "bad wait", target: "/v1/streams/s/records?wait=soon", body: `{"m":"%s"}`, status: 400, code: "invalid_wait"},
 	}
 	es := envs(t)
@@ -160,7 +160,7 @@ func TestWriteErrors(t *testing.T) {
 				hdr = append(hdr, "Content-Type", tc.ct)
 			}
 			if !tc.noAuth {
-				hdr = append(hdr, "Authorization", "Bearer "+tokIngest)
+				hdr = append(hdr, "Authorization", "Bearer "+enginetest.TokIngest)
 			}
 			req := request("POST", cmpOr(tc.target, "/v1/streams/s/records"), strings.ReplaceAll(tc.body, "%s", marker), hdr...)
 			if tc.chunked {

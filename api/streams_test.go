@@ -43,15 +43,15 @@ func TestStreamConfigAPI(t *testing.T) {
 			t.Errorf("PUT %s: %+v, want invalid_body field %q", c.body, e, c.field)
 		}
 	}
-	if rec := r.do("PUT", "/v1/streams/orders", `{}`, "Content-Type", "application/json", "Authorization", "Bearer "+tokRead); rec.Code != http.StatusForbidden {
+	if rec := r.do("PUT", "/v1/streams/orders", `{}`, "Content-Type", "application/json", "Authorization", "Bearer "+enginetest.TokRead); rec.Code != http.StatusForbidden {
 		t.Fatalf("PUT with a read token: %d, want 403", rec.Code)
 	}
-	rec := r.do("GET", "/v1/streams/orders", "", "Authorization", "Bearer "+tokRead)
+	rec := r.do("GET", "/v1/streams/orders", "", "Authorization", "Bearer "+enginetest.TokRead)
 	expectStatus(t, rec, http.StatusNotFound)
 
 	// Accepted before the PUT: placed by the defaults (the ingest hour,
 	// plain NDJSON), and committed by the PUT's barrier.
-	ingest := []string{"Content-Type", "application/x-ndjson", "Authorization", "Bearer " + tokIngest}
+	ingest := []string{"Content-Type", "application/x-ndjson", "Authorization", "Bearer " + enginetest.TokIngest}
 	expectStatus(t, r.do("POST", "/v1/streams/orders/records", `{"x":1}`+"\n", ingest...), http.StatusAccepted)
 	body := `{"format":"ndjson","compression":"zstd","partition":"region={field:region}",
 		"schema":{"fields":[{"name":"id","type":"int64","required":true},{"name":"region","type":"string","required":true}]}}`
@@ -75,7 +75,7 @@ func TestStreamConfigAPI(t *testing.T) {
 	if e := expectError(t, rec, http.StatusBadRequest, "invalid_partition"); e.Line != 2 || e.Field != "region" {
 		t.Fatalf("partition: %+v", e)
 	}
-	rec = r.do("POST", "/v1/streams/orders/records", "plain line\n", "Content-Type", "text/plain", "Authorization", "Bearer "+tokIngest)
+	rec = r.do("POST", "/v1/streams/orders/records", "plain line\n", "Content-Type", "text/plain", "Authorization", "Bearer "+enginetest.TokIngest)
 	expectStatus(t, rec, http.StatusUnsupportedMediaType)
 
 	// A batch spanning two partitions lands in both, compressed.

@@ -302,7 +302,7 @@ func TestAccessibility(t *testing.T) {
 		}
 		b.a11y("login-error-" + scheme)
 		b.open("/ui/login")
-		b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), tokAdmin))
+		b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
 		b.click("#sign-in")
 		for _, p := range pages {
 			b.open(p.path)
@@ -394,12 +394,12 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("GET / led to %s, want the login form", loc)
 	}
 	b.shot("login")
-	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), tokAdmin))
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
 	b.click("#sign-in")
 	if loc := b.location(); loc != "/ui/" {
 		t.Fatalf("signed in to %s, want /ui/", loc)
 	}
-	if cookies := eval[string](b, `document.cookie`); strings.Contains(cookies, tokAdmin) {
+	if cookies := eval[string](b, `document.cookie`); strings.Contains(cookies, enginetest.TokAdmin) {
 		t.Fatal("the token cookie is readable from script: want HttpOnly")
 	}
 
@@ -500,7 +500,7 @@ func TestBrowser(t *testing.T) {
 	if loc := b.location(); !strings.HasPrefix(loc, "/ui/login") {
 		t.Fatalf("signed out to %s", loc)
 	}
-	b.do("sign in as reader", chromedp.SendKeys(chromedp.ID("token"), tokRead))
+	b.do("sign in as reader", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokRead))
 	b.click("#sign-in")
 	if n := eval[int](b, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
 		t.Fatal("a read-only session sees the checkpoint button")

@@ -27,15 +27,6 @@ import (
 	"github.com/spf13/afero"
 )
 
-// Tokens of the rigs with authorization.
-const (
-	tokIngest = "ingest-token-0123456789"
-	tokRead   = "read-token-0123456789"
-	tokAdmin  = "admin-token-0123456789"
-)
-
-var testTokens = map[string]auth.Role{tokIngest: auth.RoleIngest, tokRead: auth.RoleRead, tokAdmin: auth.RoleAdmin}
-
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
 // destination (no page may ever hold enginetest.Secret), served by the API
@@ -97,7 +88,7 @@ func newAPI(t testing.TB, eng *server.Engine, files committer.Reader, withAuth b
 	t.Helper()
 	cfg := api.Config{Engine: eng, Files: files}
 	if withAuth {
-		toks, err := auth.NewTokens(testTokens)
+		toks, err := auth.NewTokens(enginetest.TokenRoles())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +163,7 @@ func (r *rig) get(target, token string) *httptest.ResponseRecorder {
 // page fetches a page as admin and expects 200.
 func (r *rig) page(t *testing.T, target string) string {
 	t.Helper()
-	rec := r.get(target, tokAdmin)
+	rec := r.get(target, enginetest.TokAdmin)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET %s: %d, want 200: %.2000s", target, rec.Code, rec.Body.String())
 	}
@@ -194,7 +185,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // apiDo calls the API with the admin token.
 func (r *rig) apiDo(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
 	r.t.Helper()
-	return r.serve(req(method, target, body, append(hdr, "Authorization", "Bearer "+tokAdmin)...))
+	return r.serve(req(method, target, body, append(hdr, "Authorization", "Bearer "+enginetest.TokAdmin)...))
 }
 
 // write ingests records through the API and expects 202.

@@ -208,8 +208,8 @@ func TestSymlinkNotFollowed(t *testing.T) {
 func TestCSRF(t *testing.T) {
 	r := newRig(t, rigOpts{auth: true})
 	r.seed()
-	adminCSRF := csrfOf(t, r.get("/ui/", tokAdmin).Body.String())
-	readCSRF := csrfOf(t, r.get("/ui/", tokRead).Body.String())
+	adminCSRF := csrfOf(t, r.get("/ui/", enginetest.TokAdmin).Body.String())
+	readCSRF := csrfOf(t, r.get("/ui/", enginetest.TokRead).Body.String())
 	anonCSRF := csrfOf(t, r.get("/ui/login", "").Body.String())
 	if adminCSRF == readCSRF || adminCSRF == anonCSRF {
 		t.Fatal("sessions share a CSRF token")
@@ -221,13 +221,13 @@ func TestCSRF(t *testing.T) {
 		csrf  string
 		hdr   []string
 	}{
-		{"no token", tokAdmin, "", nil},
-		{"wrong token", tokAdmin, "AAAA" + adminCSRF[4:], nil},
-		{"another session's token", tokAdmin, readCSRF, nil},
-		{"the login form's token", tokAdmin, anonCSRF, nil},
-		{"foreign origin", tokAdmin, adminCSRF, []string{"Origin", "http://evil.example"}},
-		{"cross-site fetch", tokAdmin, adminCSRF, []string{"Sec-Fetch-Site", "cross-site"}},
-		{"same-site fetch", tokAdmin, adminCSRF, []string{"Sec-Fetch-Site", "same-site"}},
+		{"no token", enginetest.TokAdmin, "", nil},
+		{"wrong token", enginetest.TokAdmin, "AAAA" + adminCSRF[4:], nil},
+		{"another session's token", enginetest.TokAdmin, readCSRF, nil},
+		{"the login form's token", enginetest.TokAdmin, anonCSRF, nil},
+		{"foreign origin", enginetest.TokAdmin, adminCSRF, []string{"Origin", "http://evil.example"}},
+		{"cross-site fetch", enginetest.TokAdmin, adminCSRF, []string{"Sec-Fetch-Site", "cross-site"}},
+		{"same-site fetch", enginetest.TokAdmin, adminCSRF, []string{"Sec-Fetch-Site", "same-site"}},
 		{"no session", "", anonCSRF, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestCSRF(t *testing.T) {
 		t.Fatalf("a refused POST ran a checkpoint: open %d, was %d", got, open)
 	}
 	// The real form, from the page itself.
-	rec := r.form("/ui/checkpoint", tokAdmin, url.Values{"csrf": {adminCSRF}}, "Origin", "http://example.com", "Sec-Fetch-Site", "same-origin")
+	rec := r.form("/ui/checkpoint", enginetest.TokAdmin, url.Values{"csrf": {adminCSRF}}, "Origin", "http://example.com", "Sec-Fetch-Site", "same-origin")
 	expectCode(t, rec, http.StatusSeeOther)
 	want := "/ui/checkpoints?ran=" + itoa(open) + "&empty=1" // nothing was written: it has no record to show
 	if loc := rec.Header().Get("Location"); loc != want {
@@ -252,9 +252,9 @@ func TestCSRF(t *testing.T) {
 	expectContains(t, r.page(t, want), `id="ran"`, "Checkpoint <a class=\"mono strong\" href=\"/ui/checkpoints/"+itoa(open)+"\">#"+itoa(open)+"</a> committed")
 
 	// Login is protected the same way.
-	rec = r.form("/ui/login", "", url.Values{"token": {tokAdmin}})
+	rec = r.form("/ui/login", "", url.Values{"token": {enginetest.TokAdmin}})
 	expectCode(t, rec, http.StatusForbidden)
-	rec = r.form("/ui/login", "", url.Values{"token": {tokAdmin}, "csrf": {anonCSRF}}, "Origin", "http://evil.example")
+	rec = r.form("/ui/login", "", url.Values{"token": {enginetest.TokAdmin}, "csrf": {anonCSRF}}, "Origin", "http://evil.example")
 	expectCode(t, rec, http.StatusForbidden)
 	if rec.Header().Get("Set-Cookie") != "" {
 		t.Error("a refused login set a cookie")
@@ -267,7 +267,7 @@ func TestReadOnlyToken(t *testing.T) {
 	r := newRig(t, rigOpts{auth: true})
 	file := r.seed()
 	for _, p := range []string{"/ui/", "/ui/files/", "/ui/files/" + file, "/ui/checkpoints", "/ui/checkpoints/1", "/ui/producers"} {
-		rec := r.get(p, tokRead)
+		rec := r.get(p, enginetest.TokRead)
 		expectCode(t, rec, http.StatusOK)
 		body := rec.Body.String()
 		if strings.Contains(body, "checkpoint-now") || strings.Contains(body, `action="/ui/checkpoint"`) {
@@ -275,24 +275,24 @@ func TestReadOnlyToken(t *testing.T) {
 		}
 		expectContains(t, body, `class="role role-read"`, "Sign out")
 	}
-	if !strings.Contains(r.get("/ui/", tokAdmin).Body.String(), `id="checkpoint-now"`) {
+	if !strings.Contains(r.get("/ui/", enginetest.TokAdmin).Body.String(), `id="checkpoint-now"`) {
 		t.Error("no checkpoint button for admin")
 	}
 	open := r.eng.Status().OpenID
-	csrf := csrfOf(t, r.get("/ui/", tokRead).Body.String())
-	rec := r.form("/ui/checkpoint", tokRead, url.Values{"csrf": {csrf}}, "Sec-Fetch-Site", "same-origin")
+	csrf := csrfOf(t, r.get("/ui/", enginetest.TokRead).Body.String())
+	rec := r.form("/ui/checkpoint", enginetest.TokRead, url.Values{"csrf": {csrf}}, "Sec-Fetch-Site", "same-origin")
 	expectCode(t, rec, http.StatusForbidden)
 	expectContains(t, rec.Body.String(), "Only an admin token")
 	if r.eng.Status().OpenID != open {
 		t.Error("a read token ran a checkpoint")
 	}
 	// The download link works with the cookie (the API reads it for GET).
-	rec = r.get("/v1/files/"+file, tokRead)
+	rec = r.get("/v1/files/"+file, enginetest.TokRead)
 	expectCode(t, rec, http.StatusOK)
 	expectContains(t, rec.Body.String(), `"user":"ada"`)
 
 	// An ingest token may not read; no token or a wrong one must sign in.
-	expectCode(t, r.get("/ui/", tokIngest), http.StatusForbidden)
+	expectCode(t, r.get("/ui/", enginetest.TokIngest), http.StatusForbidden)
 	for _, tok := range []string{"", "nope-0123456789"} {
 		rec := r.get("/ui/producers?x=1", tok)
 		expectCode(t, rec, http.StatusSeeOther)
@@ -319,7 +319,7 @@ func TestLogin(t *testing.T) {
 		return rec.Result()
 	}
 
-	res := login(tokRead, "/ui/producers")
+	res := login(enginetest.TokRead, "/ui/producers")
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/producers" {
 		t.Fatalf("login: %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
@@ -328,7 +328,7 @@ func TestLogin(t *testing.T) {
 		t.Fatalf("cookies %v", cs)
 	}
 	c := cs[0]
-	if c.Name != auth.CookieName || c.Value != tokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+	if c.Name != auth.CookieName || c.Value != enginetest.TokRead || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
 		t.Errorf("cookie %+v: want %s, HttpOnly, SameSite=Strict, Path=/", c, auth.CookieName)
 	}
 	for _, c := range []struct {
@@ -338,7 +338,7 @@ func TestLogin(t *testing.T) {
 	}{
 		{"wrong-0123456789", http.StatusUnauthorized, "not valid"},
 		{"", http.StatusUnauthorized, "not valid"},
-		{tokIngest, http.StatusForbidden, "role ingest"},
+		{enginetest.TokIngest, http.StatusForbidden, "role ingest"},
 	} {
 		res := login(c.token, "/ui/")
 		if res.StatusCode != c.code || len(res.Cookies()) != 0 {
@@ -347,13 +347,13 @@ func TestLogin(t *testing.T) {
 	}
 	// Never a redirect off the UI.
 	for _, next := range []string{"//evil.example/", "https://evil.example/", "/\\evil.example", "/ui/../../x", "/ui/%2e%2e/", "javascript:alert(1)", "/v1/files/x"} {
-		if res := login(tokRead, next); res.Header.Get("Location") != "/ui/" {
+		if res := login(enginetest.TokRead, next); res.Header.Get("Location") != "/ui/" {
 			t.Errorf("next %q: Location %q", next, res.Header.Get("Location"))
 		}
 	}
 	// Logging out clears the cookie.
-	csrf = csrfOf(t, r.get("/ui/", tokRead).Body.String())
-	rec := r.form("/ui/logout", tokRead, url.Values{"csrf": {csrf}})
+	csrf = csrfOf(t, r.get("/ui/", enginetest.TokRead).Body.String())
+	rec := r.form("/ui/logout", enginetest.TokRead, url.Values{"csrf": {csrf}})
 	expectCode(t, rec, http.StatusSeeOther)
 	if cs := rec.Result().Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 || cs[0].Value != "" {
 		t.Errorf("logout cookies %v", cs)
@@ -390,10 +390,10 @@ func TestLoginLimited(t *testing.T) {
 	expectCode(t, r.get("/ui/", "cookie-guess-0123456789"), http.StatusTooManyRequests)
 	// A valid token is always served: the form signs in, pages and the
 	// API answer.
-	rec = login(tokRead)
+	rec = login(enginetest.TokRead)
 	if rec.Code != http.StatusSeeOther || len(rec.Result().Cookies()) != 1 {
 		t.Fatalf("valid login over the limit: %d, cookies %v: %.300s", rec.Code, rec.Result().Cookies(), rec.Body.String())
 	}
-	expectCode(t, r.get("/ui/", tokRead), http.StatusOK)
-	expectCode(t, r.serve(req("GET", "/v1/streams", "", "Authorization", "Bearer "+tokAdmin)), http.StatusOK)
+	expectCode(t, r.get("/ui/", enginetest.TokRead), http.StatusOK)
+	expectCode(t, r.serve(req("GET", "/v1/streams", "", "Authorization", "Bearer "+enginetest.TokAdmin)), http.StatusOK)
 }

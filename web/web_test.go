@@ -13,6 +13,7 @@ import (
 
 	"github.com/eosink/eosink/internal/auth"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/testing/enginetest"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/server"
 )
@@ -86,7 +87,7 @@ func testPages(t *testing.T, r *rig) {
 		}
 		want, _ := io.ReadAll(rc)
 		_ = rc.Close()
-		rec := r.get("/v1/files/"+file, tokRead)
+		rec := r.get("/v1/files/"+file, enginetest.TokRead)
 		expectCode(t, rec, http.StatusOK)
 		if rec.Body.String() != string(want) || !strings.Contains(string(want), `"user":"ada"`) {
 			t.Fatalf("download %q, want %q", rec.Body.String(), want)
@@ -96,7 +97,7 @@ func testPages(t *testing.T, r *rig) {
 		r.write("views", "{\"page\":\"/new\"}\n")
 		next := r.eng.Status().OpenID
 		csrf := csrfOf(t, r.page(t, "/ui/"))
-		rec := r.form("/ui/checkpoint", tokAdmin, url.Values{"csrf": {csrf}}, "Sec-Fetch-Site", "same-origin")
+		rec := r.form("/ui/checkpoint", enginetest.TokAdmin, url.Values{"csrf": {csrf}}, "Sec-Fetch-Site", "same-origin")
 		expectCode(t, rec, http.StatusSeeOther)
 		body := r.page(t, rec.Header().Get("Location"))
 		expectContains(t, body, fmt.Sprintf(`<tr class="highlight" data-id="%d">`, next), "1 file, 1 record")
@@ -149,15 +150,15 @@ func TestRedirects(t *testing.T) {
 func TestSecurityHeaders(t *testing.T) {
 	r := newRig(t, rigOpts{auth: true})
 	reqs := map[string]*http.Request{
-		"page":          withCookie(req("GET", "/ui/", ""), tokRead),
+		"page":          withCookie(req("GET", "/ui/", ""), enginetest.TokRead),
 		"login":         req("GET", "/ui/login", ""),
 		"redirect":      req("GET", "/", ""),
 		"to login":      req("GET", "/ui/producers", ""),
 		"static":        req("GET", "/ui/static/app.js", ""),
-		"not found":     withCookie(req("GET", "/ui/files/nope", ""), tokRead),
+		"not found":     withCookie(req("GET", "/ui/files/nope", ""), enginetest.TokRead),
 		"bad path":      req("GET", "/ui/files/%2e%2e/x", ""),
 		"refused post":  req("POST", "/ui/checkpoint", "csrf=x", "Content-Type", "application/x-www-form-urlencoded"),
-		"forbidden get": withCookie(req("GET", "/ui/", ""), tokIngest),
+		"forbidden get": withCookie(req("GET", "/ui/", ""), enginetest.TokIngest),
 	}
 	for name, q := range reqs {
 		rec := r.serve(q)
