@@ -449,15 +449,7 @@ func (lc *lifecycle) renewLoop(ctx context.Context) {
 	every := lc.e.lease.timeout / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-lc.e.health.failed:
-			return
-		case <-t.C:
-		case <-lc.e.lease.kick:
-		}
+	lc.runEveryOr(ctx, t.C, lc.e.lease.kick, func() bool {
 		rctx, cancel := context.WithTimeout(ctx, every)
 		err := lc.e.lease.renew(rctx, lc.e.cfg.Now, 0)
 		cancel()
@@ -466,14 +458,15 @@ func (lc *lifecycle) renewLoop(ctx context.Context) {
 			if ctx.Err() == nil && !lc.e.lease.isReleased() {
 				lc.e.health.fail(err)
 			}
-			return
+			return true
 		case err != nil:
 			lc.e.log.Warn("renew node lease failed; retrying", "err", err)
 			t.Reset(every / 4)
 		default:
 			t.Reset(every)
 		}
-	}
+		return false
+	})
 }
 
 func (l *lease) isReleased() bool {

@@ -65,6 +65,12 @@ func (lc *lifecycle) sweepLoop(ctx context.Context) {
 // behind c (and may Reset it from step); the loops of the lease, producer
 // expiry and the orphan sweep share it.
 func (lc *lifecycle) runEvery(ctx context.Context, c <-chan time.Time, step func() (stop bool)) {
+	lc.runEveryOr(ctx, c, nil, step)
+}
+
+// runEveryOr is runEvery that also calls step, at once, on each receive
+// from now (the lease's renewal asked for early).
+func (lc *lifecycle) runEveryOr(ctx context.Context, c <-chan time.Time, now <-chan struct{}, step func() (stop bool)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,6 +78,7 @@ func (lc *lifecycle) runEvery(ctx context.Context, c <-chan time.Time, step func
 		case <-lc.e.health.failed:
 			return
 		case <-c:
+		case <-now:
 		}
 		if step() {
 			return
