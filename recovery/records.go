@@ -15,9 +15,10 @@ import (
 // bytes have always had (encoding/json writes fields in declaration
 // order): TestV2Fixture holds them to a store written before these types.
 
-// checkpointRow is a checkpoints-bucket row, its files as F: one
-// declaration for both forms below, so they cannot drift apart.
-type checkpointRow[F any] struct {
+// checkpointRow is a checkpoints-bucket row, its files as F and its seqs
+// as S: one declaration for the three forms below, so they cannot drift
+// apart.
+type checkpointRow[F, S any] struct {
 	ID          uint64    `json:"id"`
 	State       State     `json:"state"`
 	Files       F         `json:"files,omitempty"`
@@ -30,31 +31,30 @@ type checkpointRow[F any] struct {
 	DurationMS  int64     `json:"duration_ms"`
 	Error       string    `json:"error,omitempty"`
 	// Seqs: producer -> stream -> next sequence number as of the barrier.
-	Seqs map[string]map[string]int64 `json:"seqs,omitempty"`
+	Seqs S `json:"seqs,omitempty"`
 }
 
+// seqsRecord is a row's seqs: producer -> stream -> next sequence number.
+type seqsRecord = map[string]map[string]int64
+
 // checkpointRecord is a checkpoints-bucket row.
-type checkpointRecord = checkpointRow[[]fileRecord]
+type checkpointRecord = checkpointRow[[]fileRecord, seqsRecord]
 
 // checkpointRaw is a checkpoints-bucket row with its files left encoded,
 // for a change that keeps them (CommitFiles): neither decoded nor encoded
 // again, in the same bytes and field order as a checkpointRecord.
-type checkpointRaw = checkpointRow[json.RawMessage]
+type checkpointRaw = checkpointRow[json.RawMessage, seqsRecord]
 
 // checkpointHead is a checkpoints-bucket row read without its files and
-// seqs, for lists: encoding/json skips them without building them.
-type checkpointHead struct {
-	ID          uint64    `json:"id"`
-	State       State     `json:"state"`
-	FileCount   int       `json:"file_count"`
-	Records     int64     `json:"records"`
-	Bytes       int64     `json:"bytes"`
-	StartedAt   time.Time `json:"started_at"`
-	PreparedAt  time.Time `json:"prepared_at,omitzero"`
-	CommittedAt time.Time `json:"committed_at,omitzero"`
-	DurationMS  int64     `json:"duration_ms"`
-	Error       string    `json:"error,omitempty"`
-}
+// seqs, for lists: encoding/json skips them without building them. It is
+// only decoded.
+type checkpointHead = checkpointRow[skipped, skipped]
+
+// skipped decodes a value by passing over it: encoding/json hands it the
+// value's bytes, which it neither copies nor parses again.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
 
 // fileRecord is a file of a checkpoint row, and an intents-bucket value.
 type fileRecord struct {
