@@ -17,13 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-)
-
-// Knobs of the browser test, as in web/browser_test.go.
-const (
-	envScreenshots = "EOSINK_SCREENSHOTS" // keep the screenshots there; default a temp dir
 )
 
 const (
@@ -71,45 +65,45 @@ func TestUIOnBinary(t *testing.T) {
 	b := newUIBrowser(t, exe, p.URL)
 
 	// Without a cookie, / leads to the login form.
-	b.open("/")
-	if loc := b.location(); loc != "/ui/login?next=%2Fui%2F" {
+	b.Open("/")
+	if loc := b.Location(); loc != "/ui/login?next=%2Fui%2F" {
 		t.Fatalf("GET / led to %s, want the login form", loc)
 	}
-	b.shot("login")
+	b.Shot("login")
 	b.signIn(uiAdminToken)
-	if loc := b.location(); loc != "/ui/" {
+	if loc := b.Location(); loc != "/ui/" {
 		t.Fatalf("signed in to %s, want /ui/", loc)
 	}
-	if txt := b.text("#stream-table"); !strings.Contains(txt, "clicks") {
+	if txt := b.Text("#stream-table"); !strings.Contains(txt, "clicks") {
 		t.Fatalf("overview streams: %q", txt)
 	}
-	b.shot("overview")
+	b.Shot("overview")
 
 	// Overview → stream → partition → hour → file.
-	b.click(`#stream-table a[href="/ui/files/clicks/"]`)
-	b.shot("stream")
-	b.click(`#rows a[href="` + uiBrowseURL(dayDir, true) + `"]`)
-	if crumbs := b.text(".crumbs"); !strings.Contains(crumbs, path.Base(dayDir)) {
+	b.Click(`#stream-table a[href="/ui/files/clicks/"]`)
+	b.Shot("stream")
+	b.Click(`#rows a[href="` + uiBrowseURL(dayDir, true) + `"]`)
+	if crumbs := b.Text(".crumbs"); !strings.Contains(crumbs, path.Base(dayDir)) {
 		t.Errorf("partition breadcrumbs %q", crumbs)
 	}
-	b.shot("partition")
-	b.click(`#rows a[href="` + uiBrowseURL(hourDir, true) + `"]`)
-	b.shot("hour")
-	b.click(`#rows a[href="` + uiBrowseURL(file, false) + `"]`)
-	if loc := b.location(); loc != uiBrowseURL(file, false) {
+	b.Shot("partition")
+	b.Click(`#rows a[href="` + uiBrowseURL(hourDir, true) + `"]`)
+	b.Shot("hour")
+	b.Click(`#rows a[href="` + uiBrowseURL(file, false) + `"]`)
+	if loc := b.Location(); loc != uiBrowseURL(file, false) {
 		t.Fatalf("at %s, want the file's page", loc)
 	}
-	preview := b.text("#preview")
+	preview := b.Text("#preview")
 	for _, want := range []string{`"user": "ada"`, `"note": "hello from the binary"`, `"user": "bob"`, `"ok": true`} {
 		if !strings.Contains(preview, want) {
 			t.Errorf("preview lacks %q:\n%s", want, preview)
 		}
 	}
-	b.shot("file")
+	b.Shot("file")
 
 	// Download: the link serves the bytes that were posted, with the cookie
 	// the browser holds (fetch sends it: same origin).
-	nums := uiEval[[]int](b, `fetch(document.getElementById('download').href).then(function (r) {
+	nums := testbrowser.Eval[[]int](b.Browser, `fetch(document.getElementById('download').href).then(function (r) {
 		if (!r.ok) throw new Error('download: ' + r.status);
 		return r.arrayBuffer();
 	}).then(function (buf) { return Array.from(new Uint8Array(buf)); })`)
@@ -126,17 +120,17 @@ func TestUIOnBinary(t *testing.T) {
 	if st, body := uiAPI(ctx, t, p, http.MethodPost, "/v1/streams/clicks/records", uiAdminToken, more); st/100 != 2 {
 		t.Fatalf("POST records: %d %s", st, body)
 	}
-	b.click("#checkpoint-now")
-	loc := b.location()
+	b.Click("#checkpoint-now")
+	loc := b.Location()
 	ranStr, ok := strings.CutPrefix(loc, "/ui/checkpoints?ran=")
 	ran, err := strconv.ParseUint(ranStr, 10, 64)
 	if !ok || err != nil || ran <= first.ID {
 		t.Fatalf("after Checkpoint now at %s, want /ui/checkpoints?ran=<id above %d>", loc, first.ID)
 	}
-	if txt := b.text("#ran"); !strings.Contains(txt, fmt.Sprintf("#%d committed", ran)) || !strings.Contains(txt, "1 record") {
+	if txt := b.Text("#ran"); !strings.Contains(txt, fmt.Sprintf("#%d committed", ran)) || !strings.Contains(txt, "1 record") {
 		t.Errorf("notice %q", txt)
 	}
-	if row := b.text(fmt.Sprintf(`#checkpoint-table tr[data-id="%d"]`, ran)); !strings.Contains(row, "committed") {
+	if row := b.Text(fmt.Sprintf(`#checkpoint-table tr[data-id="%d"]`, ran)); !strings.Contains(row, "committed") {
 		t.Errorf("new checkpoint row %q", row)
 	}
 	var ck checkpointAnswer
@@ -144,27 +138,27 @@ func TestUIOnBinary(t *testing.T) {
 	if ck.State != "committed" || ck.Records != 1 {
 		t.Errorf("API on checkpoint %d: %+v, want committed with 1 record", ran, ck)
 	}
-	b.shot("checkpoints")
+	b.Shot("checkpoints")
 
 	// Read-only: no button, and a forged POST runs no checkpoint.
-	b.click(`form[action="/ui/logout"] button`)
-	if loc := b.location(); !strings.HasPrefix(loc, "/ui/login") {
+	b.Click(`form[action="/ui/logout"] button`)
+	if loc := b.Location(); !strings.HasPrefix(loc, "/ui/login") {
 		t.Fatalf("signed out to %s", loc)
 	}
 	b.signIn(uiReadToken)
-	if loc := b.location(); loc != "/ui/" {
+	if loc := b.Location(); loc != "/ui/" {
 		t.Fatalf("signed in read-only to %s, want /ui/", loc)
 	}
-	if role := b.text(".role"); role != "read" {
+	if role := b.Text(".role"); role != "read" {
 		t.Errorf("role %q, want read", role)
 	}
-	if n := uiEval[int](b, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
+	if n := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
 		t.Fatal("a read-only session sees the Checkpoint now button")
 	}
-	b.shot("overview-read-only")
+	b.Shot("overview-read-only")
 	before := uiCheckpoints(ctx, t, p)
 	// redirect: 'manual' shows a 3xx as status 0, so anything below 400 fails.
-	status := uiEval[int](b, `fetch('/ui/checkpoint', {method: 'POST', redirect: 'manual',
+	status := testbrowser.Eval[int](b.Browser, `fetch('/ui/checkpoint', {method: 'POST', redirect: 'manual',
 		headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: 'x=1'}).then(function (r) { return r.status; })`)
 	if status != http.StatusForbidden && status != http.StatusBadRequest {
 		t.Errorf("forged POST /ui/checkpoint as reader: status %d, want 403 or 400", status)
@@ -180,11 +174,11 @@ func TestUIOnBinary(t *testing.T) {
 		t.Errorf("checkpoint %d after the forged POST: %q, want still open", ran+1, open.State)
 	}
 	t.Logf("forged POST as reader: %d; checkpoints %v, #%d open", status, after, ran+1)
-	b.open("/ui/checkpoints")
-	if n := uiEval[int](b, `document.querySelectorAll('#checkpoint-now').length`); n != 0 {
+	b.Open("/ui/checkpoints")
+	if n := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#checkpoint-now').length`); n != 0 {
 		t.Error("a read-only session sees the Checkpoint now button on the checkpoints page")
 	}
-	b.shot("checkpoints-read-only")
+	b.Shot("checkpoints-read-only")
 }
 
 // uiBrowseURL is the UI address of a destination path, each segment
@@ -261,136 +255,22 @@ func slicesEqual(a, b []string) bool {
 	return strings.Join(a, ",") == strings.Join(b, ",")
 }
 
-// uiBrowser is one headless Chromium with a fresh profile and one tab, on
-// the service at base; every step is bounded by uiStep.
-type uiBrowser struct {
-	t     *testing.T
-	ctx   context.Context
-	base  string
-	shots string
-	n     int
-}
+// uiBrowser is the shared test browser (testbrowser.Browser), every step
+// bounded by uiStep, with the UI's sign-in.
+type uiBrowser struct{ *testbrowser.Browser }
 
 func newUIBrowser(t *testing.T, exe, base string) *uiBrowser {
 	t.Helper()
-	shots := os.Getenv(envScreenshots)
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := testbrowser.Options(t, exe)
-	ctx, cancel := context.WithTimeout(t.Context(), uiBudget)
-	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
-	b := &uiBrowser{t: t, ctx: bctx, base: base, shots: shots}
-	// The first call starts Chromium and ties it to the context it is given:
-	// that must be bctx (bounded by uiBudget), not a shorter step's.
-	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: testbrowser.CSPProbe}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return b
-}
-
-// step returns a context for one browser step.
-func (b *uiBrowser) step() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(b.ctx, uiStep)
-}
-
-// open navigates and expects a 200.
-func (b *uiBrowser) open(p string) {
-	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(b.base+p))
-	if err != nil {
-		b.t.Fatalf("open %s: %v", p, err)
-	}
-	if resp.Status != http.StatusOK {
-		b.t.Fatalf("open %s: status %d", p, resp.Status)
-	}
-}
-
-// click clicks what sel finds and waits for the page it leads to, which
-// must answer 200.
-func (b *uiBrowser) click(sel string) {
-	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
-	if err != nil {
-		b.t.Fatalf("click %s: %v", sel, err)
-	}
-	if resp.Status != http.StatusOK {
-		b.t.Fatalf("click %s: %s answered %d", sel, resp.URL, resp.Status)
-	}
+	return &uiBrowser{testbrowser.New(t, exe, base, testbrowser.Session{Budget: uiBudget, Step: uiStep, ShotPrefix: "binary-"})}
 }
 
 // signIn fills in the login form of the current page and sends it.
 func (b *uiBrowser) signIn(token string) {
-	b.t.Helper()
-	ctx, cancel := b.step()
+	b.T.Helper()
+	ctx, cancel := b.Step()
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), token)); err != nil {
-		b.t.Fatalf("type the token: %v", err)
+		b.T.Fatalf("type the token: %v", err)
 	}
-	b.click("#sign-in")
-}
-
-// location is the current address without the server's.
-func (b *uiBrowser) location() string {
-	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return strings.TrimPrefix(loc, b.base)
-}
-
-func (b *uiBrowser) text(sel string) string {
-	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		b.t.Fatalf("text of %s: %v", sel, err)
-	}
-	return s
-}
-
-func uiEval[T any](b *uiBrowser, js string) T {
-	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
-	if err != nil {
-		b.t.Fatalf("evaluate %s: %v", js, err)
-	}
-	return v
-}
-
-// shot saves a full-page screenshot of the current page, logs its path,
-// and checks that the page broke no rule of its Content-Security-Policy.
-func (b *uiBrowser) shot(name string) {
-	b.t.Helper()
-	if v := uiEval[[]string](b, `window.__csp || []`); len(v) > 0 {
-		b.t.Errorf("%s: Content-Security-Policy violations: %v", name, v)
-	}
-	ctx, cancel := b.step()
-	defer cancel()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		b.t.Fatalf("screenshot %s: %v", name, err)
-	}
-	b.n++
-	p := filepath.Join(b.shots, fmt.Sprintf("binary-%02d-%s.png", b.n, name))
-	if err := os.WriteFile(p, buf, 0o644); err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Logf("screenshot %s", p)
+	b.Click("#sign-in")
 }

@@ -42,13 +42,13 @@ func TestUILiveCommits(t *testing.T) {
 	old := commit("{\"n\":1}\n")
 
 	b := newUIBrowser(t, exe, p.URL)
-	b.open("/")
+	b.Open("/")
 	b.signIn(uiReadToken)
 	for _, page := range []string{"/ui/", "/ui/checkpoints"} {
-		b.open(page)
+		b.Open(page)
 		// A mark that a reload would wipe out.
-		uiEval[bool](b, `window.__noReload = true`)
-		if n := uiEval[int](b, `document.querySelectorAll('#live-commits tr[data-checkpoint]').length`); n != 0 {
+		testbrowser.Eval[bool](b.Browser, `window.__noReload = true`)
+		if n := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#live-commits tr[data-checkpoint]').length`); n != 0 {
 			t.Fatalf("%s: the live table shows %d commits of before the page", page, n)
 		}
 		id := commit("{\"n\":2}\n{\"n\":3}\n")
@@ -57,23 +57,23 @@ func TestUILiveCommits(t *testing.T) {
 		}
 		sel := fmt.Sprintf(`#live-commits tr[data-node="live"][data-checkpoint="%d"]`, id)
 		deadline := time.Now().Add(10 * time.Second)
-		for uiEval[int](b, `document.querySelectorAll('`+sel+`').length`) == 0 {
+		for testbrowser.Eval[int](b.Browser, `document.querySelectorAll('`+sel+`').length`) == 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: checkpoint %d never appeared in the live table: %q", page, id, b.text("#live-panel"))
+				t.Fatalf("%s: checkpoint %d never appeared in the live table: %q", page, id, b.Text("#live-panel"))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if !uiEval[bool](b, `window.__noReload === true`) {
+		if !testbrowser.Eval[bool](b.Browser, `window.__noReload === true`) {
 			t.Fatalf("%s: the page reloaded", page)
 		}
-		row := b.text(sel)
+		row := b.Text(sel)
 		if !strings.Contains(row, fmt.Sprintf("#%d", id)) || !strings.Contains(row, "2") {
 			t.Errorf("%s: row %q", page, row)
 		}
-		if href := uiEval[string](b, `document.querySelector('`+sel+` a').getAttribute('href')`); href != fmt.Sprintf("/ui/checkpoints/%d", id) {
+		if href := testbrowser.Eval[string](b.Browser, `document.querySelector('`+sel+` a').getAttribute('href')`); href != fmt.Sprintf("/ui/checkpoints/%d", id) {
 			t.Errorf("%s: link %q", page, href)
 		}
-		b.shot("live" + strings.ReplaceAll(page, "/", "-"))
+		b.Shot("live" + strings.ReplaceAll(page, "/", "-"))
 		old = id
 	}
 }

@@ -1,16 +1,13 @@
 package web
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/eosink/eosink/internal/testing/testbrowser"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/eosink/eosink/committer"
@@ -28,174 +24,59 @@ import (
 	"github.com/spf13/afero"
 )
 
-// EnvScreenshots names a folder for the browser tests' screenshots; by
-// default they go to a temp dir, and each path is logged.
-const EnvScreenshots = "EOSINK_SCREENSHOTS"
-
-// browser is one headless Chromium with a fresh profile, one tab, and a
-// folder for screenshots.
+// browser is the shared test browser (testbrowser.Browser) with axe-core
+// for a11y.
 type browser struct {
-	t     *testing.T
-	ctx   context.Context
-	base  string // the server's URL
-	shots string
-	n     int
-	axe   string // axe-core's source, for a11y
+	*testbrowser.Browser
+	axe string // axe-core's source, for a11y
 }
 
 func newBrowser(t *testing.T, base string) *browser {
 	t.Helper()
-	exe := testbrowser.Chromium(t)
-	shots := os.Getenv(EnvScreenshots)
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := testbrowser.Options(t, exe)
 	// A bound on the whole walk, not a timing check: the accessibility
 	// walk loads 40 pages with axe on a shared 2-core machine.
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
-	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: testbrowser.CSPProbe}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return &browser{t: t, ctx: bctx, base: base, shots: shots}
+	return &browser{Browser: testbrowser.New(t, testbrowser.Chromium(t), base, testbrowser.Session{Budget: 8 * time.Minute})}
 }
 
 // dark switches prefers-color-scheme to dark, or back.
 func (b *browser) dark(on bool) {
-	b.t.Helper()
+	b.T.Helper()
 	var f []*emulation.MediaFeature
 	if on {
 		f = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}
 	} else {
 		f = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}
 	}
-	if _, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: f}); err != nil {
-		b.t.Fatal(err)
+	if _, err := chromedp.Call(b.Ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: f}); err != nil {
+		b.T.Fatal(err)
 	}
-}
-
-func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
-		b.t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// open navigates and expects a 200.
-func (b *browser) open(p string) {
-	b.t.Helper()
-	resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(b.base+p))
-	if err != nil {
-		b.t.Fatalf("open %s: %v", p, err)
-	}
-	if resp.Status != http.StatusOK {
-		b.t.Fatalf("open %s: status %d", p, resp.Status)
-	}
-}
-
-// click clicks what sel finds and waits for the page it leads to.
-func (b *browser) click(sel string) {
-	b.t.Helper()
-	resp, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS(sel)))
-	if err != nil {
-		b.t.Fatalf("click %s: %v", sel, err)
-	}
-	if resp.Status != http.StatusOK {
-		b.t.Fatalf("click %s: %s answered %d", sel, resp.URL, resp.Status)
-	}
-}
-
-// location is the current address, without the server's.
-func (b *browser) location() string {
-	b.t.Helper()
-	loc, err := chromedp.Run(b.ctx, chromedp.Location())
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return strings.TrimPrefix(loc, b.base)
-}
-
-func (b *browser) text(sel string) string {
-	b.t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		b.t.Fatalf("text of %s: %v", sel, err)
-	}
-	return s
-}
-
-func eval[T any](b *browser, js string) T {
-	b.t.Helper()
-	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
-	if err != nil {
-		b.t.Fatalf("evaluate %s: %v", js, err)
-	}
-	return v
-}
-
-// shot saves a full-page screenshot of the current page and checks that
-// the page broke no rule of its Content-Security-Policy.
-func (b *browser) shot(name string) {
-	b.t.Helper()
-	if v := eval[[]string](b, `window.__csp || []`); len(v) > 0 {
-		b.t.Errorf("%s: Content-Security-Policy violations: %v", name, v)
-	}
-	buf, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		b.t.Fatalf("screenshot %s: %v", name, err)
-	}
-	b.n++
-	p := filepath.Join(b.shots, fmt.Sprintf("%02d-%s.png", b.n, name))
-	if err := os.WriteFile(p, buf, 0o644); err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Logf("screenshot %s", p)
 }
 
 // a11y runs axe-core on the current page and fails the test for each
 // serious or critical violation, printed as rule, impact, selector and
 // summary; lesser ones are logged.
 func (b *browser) a11y(name string) {
-	b.t.Helper()
-	vs, err := testbrowser.AxeCheck(b.ctx, b.axe)
+	b.T.Helper()
+	vs, err := testbrowser.AxeCheck(b.Ctx, b.axe)
 	if err != nil {
-		b.t.Fatalf("%s: %v", name, err)
+		b.T.Fatalf("%s: %v", name, err)
 	}
 	for _, v := range vs {
 		if v.Blocking() {
-			b.t.Errorf("%s (%s): axe-core: %s", name, b.location(), v)
+			b.T.Errorf("%s (%s): axe-core: %s", name, b.Location(), v)
 		} else {
-			b.t.Logf("%s (%s): axe-core, not failing the test: %s", name, b.location(), v)
+			b.T.Logf("%s (%s): axe-core, not failing the test: %s", name, b.Location(), v)
 		}
-	}
-}
-
-// visit navigates and expects the status want.
-func (b *browser) visit(p string, want int) {
-	b.t.Helper()
-	resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(b.base+p))
-	if err != nil {
-		b.t.Fatalf("open %s: %v", p, err)
-	}
-	if resp.Status != int64(want) {
-		b.t.Fatalf("open %s: status %d, want %d", p, resp.Status, want)
 	}
 }
 
 // tabTo presses Tab until the focused element matches sel, at most max
 // times, and tells whether it got there.
 func (b *browser) tabTo(sel string, max int) bool {
-	b.t.Helper()
+	b.T.Helper()
 	for range max {
-		b.do("press Tab", chromedp.KeyEvent(kb.Tab))
-		if eval[bool](b, `document.activeElement !== null && document.activeElement.matches(`+jsString(sel)+`)`) {
+		b.Do("press Tab", chromedp.KeyEvent(kb.Tab))
+		if testbrowser.Eval[bool](b.Browser, `document.activeElement !== null && document.activeElement.matches(`+jsString(sel)+`)`) {
 			return true
 		}
 	}
@@ -289,64 +170,64 @@ func TestAccessibility(t *testing.T) {
 	}
 	for _, scheme := range []string{"light", "dark"} {
 		b.dark(scheme == "dark")
-		b.base = srv.URL
-		if _, err := chromedp.Call(b.ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
+		b.Base = srv.URL
+		if _, err := chromedp.Call(b.Ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
 			t.Fatalf("sign out: %v", err)
 		}
-		b.open("/ui/login")
+		b.Open("/ui/login")
 		b.a11y("login-" + scheme)
-		b.shot("login-" + scheme)
-		b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "nope"))
-		if _, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS("#sign-in"))); err != nil {
+		b.Shot("login-" + scheme)
+		b.Do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "nope"))
+		if _, err := chromedp.RunResponse(b.Ctx, chromedp.Click(chromedp.CSS("#sign-in"))); err != nil {
 			t.Fatal(err)
 		}
 		b.a11y("login-error-" + scheme)
-		b.open("/ui/login")
-		b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
-		b.click("#sign-in")
+		b.Open("/ui/login")
+		b.Do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
+		b.Click("#sign-in")
 		for _, p := range pages {
-			b.open(p.path)
+			b.Open(p.path)
 			b.a11y(p.name + "-" + scheme)
-			b.shot(p.name + "-" + scheme)
+			b.Shot(p.name + "-" + scheme)
 		}
 		// The keyboard reaches the preview box (to scroll it) and the
 		// charts' bars, and shows where it is.
-		b.open("/ui/files/" + file)
+		b.Open("/ui/files/" + file)
 		if !b.tabTo("#preview", 40) {
 			t.Errorf("file page (%s): Tab never reaches the preview", scheme)
 		}
-		b.open("/ui/checkpoints")
+		b.Open("/ui/checkpoints")
 		if !b.tabTo("svg a.bar-link", 40) {
 			t.Errorf("checkpoints page (%s): Tab never reaches a chart bar", scheme)
 		}
-		b.shot("chart-focus-" + scheme)
-		b.visit("/ui/nowhere", http.StatusNotFound)
+		b.Shot("chart-focus-" + scheme)
+		b.Visit("/ui/nowhere", http.StatusNotFound)
 		b.a11y("not-found-" + scheme)
-		b.shot("not-found-" + scheme)
+		b.Shot("not-found-" + scheme)
 
-		b.base = stopped.URL
+		b.Base = stopped.URL
 		for _, p := range []struct{ name, path string }{
 			{"stopped-overview", "/ui/"}, {"stopped-checkpoints", "/ui/checkpoints"}, {"aborted-checkpoint", "/ui/checkpoints/2"},
 		} {
-			b.open(p.path)
+			b.Open(p.path)
 			b.a11y(p.name + "-" + scheme)
-			b.shot(p.name + "-" + scheme)
+			b.Shot(p.name + "-" + scheme)
 		}
-		b.base = recovering.URL
-		b.open("/ui/")
+		b.Base = recovering.URL
+		b.Open("/ui/")
 		b.a11y("recovering-overview-" + scheme)
-		b.shot("recovering-overview-" + scheme)
+		b.Shot("recovering-overview-" + scheme)
 
-		b.base = paged.URL
+		b.Base = paged.URL
 		for _, p := range []struct{ name, path string }{
 			{"paged-folder", "/ui/files/" + bigPath + "/"},
 			{"paged-folder-2", "/ui/files/" + bigPath + "/?after=part-n1-00000000000000000001-0009.ndjson"},
 			{"paged-checkpoints-2", "/ui/checkpoints?before=51"},
 			{"paged-checkpoint-2", "/ui/checkpoints/150?from=200"},
 		} {
-			b.open(p.path)
+			b.Open(p.path)
 			b.a11y(p.name + "-" + scheme)
-			b.shot(p.name + "-" + scheme)
+			b.Shot(p.name + "-" + scheme)
 		}
 	}
 	b.dark(false)
@@ -389,65 +270,65 @@ func TestBrowser(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 
 	// Without a cookie, the UI asks for a token.
-	b.open("/")
-	if loc := b.location(); loc != "/ui/login?next=%2Fui%2F" {
+	b.Open("/")
+	if loc := b.Location(); loc != "/ui/login?next=%2Fui%2F" {
 		t.Fatalf("GET / led to %s, want the login form", loc)
 	}
-	b.shot("login")
-	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
-	b.click("#sign-in")
-	if loc := b.location(); loc != "/ui/" {
+	b.Shot("login")
+	b.Do("sign in", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokAdmin))
+	b.Click("#sign-in")
+	if loc := b.Location(); loc != "/ui/" {
 		t.Fatalf("signed in to %s, want /ui/", loc)
 	}
-	if cookies := eval[string](b, `document.cookie`); strings.Contains(cookies, enginetest.TokAdmin) {
+	if cookies := testbrowser.Eval[string](b.Browser, `document.cookie`); strings.Contains(cookies, enginetest.TokAdmin) {
 		t.Fatal("the token cookie is readable from script: want HttpOnly")
 	}
 
 	// Overview → stream → partition (two folder levels) → file.
-	if txt := b.text("#stream-table"); !strings.Contains(txt, "clicks") || !strings.Contains(txt, "views") {
+	if txt := b.Text("#stream-table"); !strings.Contains(txt, "clicks") || !strings.Contains(txt, "views") {
 		t.Fatalf("overview streams: %q", txt)
 	}
-	b.shot("overview")
-	b.click(`#stream-table a[href="/ui/files/clicks/"]`)
-	b.shot("stream")
+	b.Shot("overview")
+	b.Click(`#stream-table a[href="/ui/files/clicks/"]`)
+	b.Shot("stream")
 	dir := path.Dir(file)
 	day := path.Dir(dir)
-	b.click(`#rows a[href="/ui/files/` + day + `/"]`)
-	b.click(`#rows a[href="/ui/files/` + dir + `/"]`)
-	if loc := b.location(); loc != "/ui/files/"+dir+"/" {
+	b.Click(`#rows a[href="/ui/files/` + day + `/"]`)
+	b.Click(`#rows a[href="/ui/files/` + dir + `/"]`)
+	if loc := b.Location(); loc != "/ui/files/"+dir+"/" {
 		t.Fatalf("at %s, want the partition", loc)
 	}
-	if crumbs := b.text(".crumbs"); !strings.Contains(crumbs, "clicks") || !strings.Contains(crumbs, path.Base(dir)) {
+	if crumbs := b.Text(".crumbs"); !strings.Contains(crumbs, "clicks") || !strings.Contains(crumbs, path.Base(dir)) {
 		t.Errorf("breadcrumbs %q", crumbs)
 	}
-	b.shot("partition")
+	b.Shot("partition")
 	// The filter box narrows the page as one types.
-	b.do("filter", chromedp.SendKeys(chromedp.ID("filter"), "0001-0000"))
-	if shown := eval[int](b, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown != 1 {
+	b.Do("filter", chromedp.SendKeys(chromedp.ID("filter"), "0001-0000"))
+	if shown := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown != 1 {
 		t.Errorf("%d rows shown after filtering, want 1", shown)
 	}
-	b.do("clear filter", chromedp.SendKeys(chromedp.ID("filter"), kb.Escape))
-	if shown := eval[int](b, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown < 7 {
+	b.Do("clear filter", chromedp.SendKeys(chromedp.ID("filter"), kb.Escape))
+	if shown := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#rows tbody tr[data-name]:not([hidden])').length`); shown < 7 {
 		t.Errorf("%d rows shown after Escape", shown)
 	}
-	b.click(`#rows a[href="/ui/files/` + file + `"]`)
-	preview := b.text("#preview")
+	b.Click(`#rows a[href="/ui/files/` + file + `"]`)
+	preview := b.Text("#preview")
 	for _, want := range []string{`"user": "ada"`, `"n": 1`, `"ok": true`, `"tags": [`} {
 		if !strings.Contains(preview, want) {
 			t.Errorf("preview lacks %q:\n%s", want, preview)
 		}
 	}
-	if m := b.text("#manifest"); !strings.Contains(m, "app-1") || !strings.Contains(m, "CRC-32C") {
+	if m := b.Text("#manifest"); !strings.Contains(m, "app-1") || !strings.Contains(m, "CRC-32C") {
 		t.Errorf("manifest entry: %q", m)
 	}
-	b.shot("file")
+	b.Shot("file")
 
 	// Download: the link serves the committed bytes.
 	want, err := afero.ReadFile(r.base, path.Join(enginetest.Dest, file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := eval[[]byte](b, `fetch(document.getElementById('download').href).then(function (r) {
+	got := testbrowser.Eval[[]byte](b.Browser, `fetch(document.getElementById('download').href).then(function (r) {
 		if (!r.ok) throw new Error('download: ' + r.status);
 		return r.arrayBuffer();
 	}).then(function (buf) { return Array.from(new Uint8Array(buf)); })`)
@@ -459,85 +340,85 @@ func TestBrowser(t *testing.T) {
 	r.write("views", "{\"page\":\"/pricing\"}\n{\"page\":\"/docs\"}\n")
 	st := r.eng.Status()
 	next := st.OpenID
-	b.click("#checkpoint-now")
-	if loc := b.location(); loc != fmt.Sprintf("/ui/checkpoints?ran=%d", next) {
+	b.Click("#checkpoint-now")
+	if loc := b.Location(); loc != fmt.Sprintf("/ui/checkpoints?ran=%d", next) {
 		t.Fatalf("after checkpoint at %s", loc)
 	}
-	if ran := b.text("#ran"); !strings.Contains(ran, fmt.Sprintf("#%d committed", next)) || !strings.Contains(ran, fmt.Sprintf("%d records", st.OpenRecords)) {
+	if ran := b.Text("#ran"); !strings.Contains(ran, fmt.Sprintf("#%d committed", next)) || !strings.Contains(ran, fmt.Sprintf("%d records", st.OpenRecords)) {
 		t.Errorf("notice %q", ran)
 	}
-	if row := b.text(fmt.Sprintf(`#checkpoint-table tr[data-id="%d"]`, next)); !strings.Contains(row, "committed") {
+	if row := b.Text(fmt.Sprintf(`#checkpoint-table tr[data-id="%d"]`, next)); !strings.Contains(row, "committed") {
 		t.Errorf("new checkpoint row %q", row)
 	}
-	if bars := eval[int](b, `document.querySelectorAll('svg rect.bar').length`); bars < 2*int(next) {
+	if bars := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('svg rect.bar').length`); bars < 2*int(next) {
 		t.Errorf("%d bars in the charts, want %d", bars, 2*next)
 	}
-	b.shot("checkpoints")
-	b.click(fmt.Sprintf(`#checkpoint-table a[href="/ui/checkpoints/%d"]`, next))
-	if files := b.text("#checkpoint-files"); !strings.Contains(files, "views/") {
+	b.Shot("checkpoints")
+	b.Click(fmt.Sprintf(`#checkpoint-table a[href="/ui/checkpoints/%d"]`, next))
+	if files := b.Text("#checkpoint-files"); !strings.Contains(files, "views/") {
 		t.Errorf("checkpoint files %q", files)
 	}
-	b.shot("checkpoint")
-	b.click(`.nav a[href="/ui/producers"]`)
-	if p := b.text("#producer-table"); !strings.Contains(p, "app-1") || !strings.Contains(p, "billing.worker:7") {
+	b.Shot("checkpoint")
+	b.Click(`.nav a[href="/ui/producers"]`)
+	if p := b.Text("#producer-table"); !strings.Contains(p, "app-1") || !strings.Contains(p, "billing.worker:7") {
 		t.Errorf("producers %q", p)
 	}
-	b.shot("producers")
+	b.Shot("producers")
 	b.dark(true)
-	b.open("/ui/checkpoints")
-	b.shot("checkpoints-dark")
-	b.open("/ui/files/" + file)
-	b.shot("file-dark")
+	b.Open("/ui/checkpoints")
+	b.Shot("checkpoints-dark")
+	b.Open("/ui/files/" + file)
+	b.Shot("file-dark")
 	b.dark(false)
 
 	// A POST without the form token is refused, even from our own page.
-	if status := eval[int](b, forgedPost("")); status != http.StatusForbidden {
+	if status := testbrowser.Eval[int](b.Browser, forgedPost("")); status != http.StatusForbidden {
 		t.Errorf("forged POST as admin: %d, want 403", status)
 	}
 
 	// Read-only: no button, and no checkpoint however the POST is made.
-	b.click(`form[action="/ui/logout"] button`)
-	if loc := b.location(); !strings.HasPrefix(loc, "/ui/login") {
+	b.Click(`form[action="/ui/logout"] button`)
+	if loc := b.Location(); !strings.HasPrefix(loc, "/ui/login") {
 		t.Fatalf("signed out to %s", loc)
 	}
-	b.do("sign in as reader", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokRead))
-	b.click("#sign-in")
-	if n := eval[int](b, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
+	b.Do("sign in as reader", chromedp.SendKeys(chromedp.ID("token"), enginetest.TokRead))
+	b.Click("#sign-in")
+	if n := testbrowser.Eval[int](b.Browser, `document.querySelectorAll('#checkpoint-now, form[action="/ui/checkpoint"]').length`); n != 0 {
 		t.Fatal("a read-only session sees the checkpoint button")
 	}
-	if role := b.text(".role"); role != "read" {
+	if role := b.Text(".role"); role != "read" {
 		t.Errorf("role %q", role)
 	}
-	b.shot("overview-read-only")
+	b.Shot("overview-read-only")
 	open := r.eng.Status().OpenID
-	if status := eval[int](b, forgedPost("")); status != http.StatusForbidden {
+	if status := testbrowser.Eval[int](b.Browser, forgedPost("")); status != http.StatusForbidden {
 		t.Errorf("forged POST as reader: %d, want 403", status)
 	}
 	// Even with the session's own form token (from the sign-out form).
-	if status := eval[int](b, forgedPost(`document.querySelector('input[name="csrf"]').value`)); status != http.StatusForbidden {
+	if status := testbrowser.Eval[int](b.Browser, forgedPost(`document.querySelector('input[name="csrf"]').value`)); status != http.StatusForbidden {
 		t.Errorf("POST with a reader's form token: %d, want 403", status)
 	}
 	if got := r.eng.Status().OpenID; got != open {
 		t.Errorf("a read-only session ran a checkpoint: open %d, was %d", got, open)
 	}
-	b.open("/ui/files/" + file)
-	b.shot("file-read-only")
+	b.Open("/ui/files/" + file)
+	b.Shot("file-read-only")
 
 	// Hostile names show as text and run nothing (and shot checks that
 	// the CSP had nothing to block).
-	b.open("/ui/files/clicks/dt=x/")
-	if rows := b.text("#rows"); !strings.Contains(rows, `"><img src=x onerror=window.__xss=1>.ndjson`) {
+	b.Open("/ui/files/clicks/dt=x/")
+	if rows := b.Text("#rows"); !strings.Contains(rows, `"><img src=x onerror=window.__xss=1>.ndjson`) {
 		t.Errorf("hostile name not shown as text: %q", rows)
 	}
-	b.shot("hostile-folder")
-	b.click(`#rows tbody a`)
-	if p := b.text("#preview"); !strings.Contains(p, "<script>window.__xss=2</script>") || !strings.Contains(p, "<img src=x onerror=window.__xss=3>") {
+	b.Shot("hostile-folder")
+	b.Click(`#rows tbody a`)
+	if p := b.Text("#preview"); !strings.Contains(p, "<script>window.__xss=2</script>") || !strings.Contains(p, "<img src=x onerror=window.__xss=3>") {
 		t.Errorf("hostile content not shown as text: %q", p)
 	}
-	if xss := eval[string](b, `typeof window.__xss`); xss != "undefined" {
+	if xss := testbrowser.Eval[string](b.Browser, `typeof window.__xss`); xss != "undefined" {
 		t.Errorf("hostile script ran: window.__xss is %s", xss)
 	}
-	b.shot("hostile-file")
+	b.Shot("hostile-file")
 }
 
 // forgedPost is script that posts the checkpoint form from the page,
