@@ -87,15 +87,7 @@ func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 // Open navigates and expects a 200.
 func (b *Browser) Open(p string) {
 	b.T.Helper()
-	ctx, cancel := b.Step()
-	defer cancel()
-	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(b.Base+p))
-	if err != nil {
-		b.T.Fatalf("open %s: %v", p, err)
-	}
-	if resp.Status != http.StatusOK {
-		b.T.Fatalf("open %s: status %d", p, resp.Status)
-	}
+	b.Visit(p, http.StatusOK)
 }
 
 // Visit navigates and expects the status want.
