@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
@@ -142,7 +143,7 @@ func (p *policy) retry(ctx context.Context, fn func() error, onFail func(failure
 		case v == verdictAbort:
 			d = p.max
 		}
-		if !sleepCtx(ctx, d) {
+		if ctxsleep.Sleep(ctx, d) != nil {
 			return ErrClosed
 		}
 	}
@@ -156,16 +157,4 @@ func (p *policy) backoff(attempt int) time.Duration {
 		d = p.max
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-// sleepCtx waits d, reporting false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
