@@ -426,6 +426,16 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 		recs  []int    // records of each partition's piece
 		of    []uint32 // partition index of each record, once there are two
 	)
+	// A template that reads no record field gives every record the same
+	// partition: evaluated once, not once (and one string) per record.
+	var (
+		samePart string
+		sameErr  error
+	)
+	needsRecord := sc.tmpl.NeedsRecord()
+	if !needsRecord {
+		samePart, sameErr = sc.tmpl.Eval(now, nil)
+	}
 	data, line := w.Data, 0
 	for len(data) > 0 {
 		rec := data
@@ -450,7 +460,10 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 				return p
 			}
 		}
-		part, err := sc.tmpl.Eval(now, rec)
+		part, err := samePart, sameErr
+		if needsRecord {
+			part, err = sc.tmpl.Eval(now, rec)
+		}
 		if err != nil {
 			var pe *layout.PartitionError
 			field := ""

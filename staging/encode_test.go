@@ -51,31 +51,31 @@ func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
 // nulls dropped, times in UTC RFC 3339, numbers as float64/int64.
 func canonical(t testing.TB, rec []byte) string {
 	t.Helper()
-	vals, err := orders.Schema.NewChecker(true).Values(rec)
+	vals, err := orders.Schema.NewChecker(true).Fields(rec)
 	if err != nil {
 		t.Fatalf("record %s: %v", rec, err)
 	}
 	m := map[string]any{}
 	for i, f := range orders.Schema.Fields {
-		if vals[i] == nil {
+		if vals[i].Raw == nil {
 			continue
 		}
 		switch f.Type {
 		case streamconf.TypeTimestamp:
-			tm, err := streamconf.ParseTimestamp(vals[i])
+			tm, err := streamconf.ParseTimestamp(vals[i].Raw)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m[f.Name] = tm.Truncate(time.Microsecond).Format(time.RFC3339Nano)
 		case streamconf.TypeJSON:
 			var compact bytes.Buffer
-			if err := json.Compact(&compact, vals[i]); err != nil {
+			if err := json.Compact(&compact, vals[i].Raw); err != nil {
 				t.Fatal(err)
 			}
 			m[f.Name] = compact.String()
 		default:
 			var v any
-			if err := json.Unmarshal(vals[i], &v); err != nil {
+			if err := json.Unmarshal(vals[i].Raw, &v); err != nil {
 				t.Fatal(err)
 			}
 			m[f.Name] = v

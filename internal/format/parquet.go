@@ -152,15 +152,33 @@ func encodeParquet(w io.Writer, r io.Reader, e Encoding) (records int64, err err
 // every later call returns that error. Not safe for concurrent use.
 type ParquetWriter struct {
 	pw         *parquet.Writer
+	columns    []*parquet.ColumnWriter
 	check      *streamconf.Checker
 	fields     []streamconf.Field
-	rows       []parquet.Row
 	groupBytes int64
 	inGroup    int64 // source bytes in the row group being built
 	records    int64
 	before     func()
 	err        error
+
+	// Rows go to the column writers a batch at a time, each column's
+	// values in one call: parquet-go's cost per call (levels, a page size
+	// check) then falls on a batch, not on each row, and no []parquet.Row
+	// is built. pending holds each column's values of the batch, text the
+	// bytes their strings point into (a record's line is reused after
+	// WriteRecord).
+	pending [][]parquet.Value
+	batched int
+	text    []byte
 }
+
+// A batch is at most batchRows rows, or the row that takes their strings
+// past batchBytes. A page (parquet-go's PageBufferSize, 256 KiB) is cut
+// after the batch that fills it, so it may run over by a batch.
+const (
+	batchRows  = 32
+	batchBytes = 32 << 10
+)
 
 // NewParquetWriter starts a Parquet file of encoding e on w, its pages
 // compressed by pages' codec (nil: a codec of its own). Nothing is written
@@ -179,9 +197,16 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 		groupBytes = DefaultRowGroupBytes
 	}
 	p := &ParquetWriter{check: e.Schema.NewChecker(true), fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
-	p.rows = []parquet.Row{make(parquet.Row, 0, len(p.fields))}
+	p.pending = make([][]parquet.Value, len(p.fields))
+	for i := range p.pending {
+		p.pending[i] = make([]parquet.Value, 0, batchRows)
+	}
 	err = p.guard(func() error {
 		p.pw = parquet.NewWriter(w, schema, parquet.Compression(codec))
+		p.columns = p.pw.ColumnWriters()
+		if len(p.columns) != len(p.fields) {
+			return fmt.Errorf("parquet writer has %d columns, the schema %d fields", len(p.columns), len(p.fields))
+		}
 		return nil
 	})
 	return p, err
@@ -217,28 +242,32 @@ func (p *ParquetWriter) guard(f func() error) (err error) {
 // is copied: line may be reused after the call.
 func (p *ParquetWriter) WriteRecord(line []byte) error {
 	return p.guard(func() error {
-		vals, err := p.check.Values(line)
+		vals, err := p.check.Fields(line)
 		if err != nil {
 			return fmt.Errorf("record %d: %w", p.records+1, err)
 		}
-		row := p.rows[0][:0]
 		for i, f := range p.fields {
-			v, err := parquetValue(f.Type, vals[i])
+			v, err := p.parquetValue(f.Type, vals[i])
 			if err != nil {
 				return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
 			}
 			def := 0
-			if !f.Required && vals[i] != nil {
+			if !f.Required && vals[i].Raw != nil {
 				def = 1
 			}
-			row = append(row, v.Level(0, def, i))
+			p.pending[i] = append(p.pending[i], v.Level(0, def, i))
 		}
-		p.rows[0] = row
-		if _, err := p.pw.WriteRows(p.rows); err != nil {
-			return fmt.Errorf("write Parquet row: %w", err)
-		}
+		p.batched++
 		p.records++
+		if p.batched >= batchRows || len(p.text) >= batchBytes {
+			if err := p.writeBatch(); err != nil {
+				return err
+			}
+		}
 		if p.inGroup += int64(len(line)) + 1; p.inGroup >= p.groupBytes {
+			if err := p.writeBatch(); err != nil {
+				return err
+			}
 			if p.before != nil {
 				p.before()
 			}
@@ -251,9 +280,36 @@ func (p *ParquetWriter) WriteRecord(line []byte) error {
 	})
 }
 
+// writeBatch hands the batched rows to the column writers.
+func (p *ParquetWriter) writeBatch() error {
+	if p.batched == 0 {
+		return nil
+	}
+	for i, vals := range p.pending {
+		n, err := p.columns[i].WriteRowValues(vals)
+		if err == nil && n != p.batched {
+			err = fmt.Errorf("column %d took %d of %d rows", i, n, p.batched)
+		}
+		if err != nil {
+			return fmt.Errorf("write Parquet rows: %w", err)
+		}
+		clear(vals) // no references into text
+		p.pending[i] = vals[:0]
+	}
+	p.batched = 0
+	if cap(p.text) > 4*batchBytes {
+		p.text = nil // a huge record's copy is not kept
+	}
+	p.text = p.text[:0]
+	return nil
+}
+
 // Close writes the last row group and the footer. It does not close w.
 func (p *ParquetWriter) Close() error {
 	return p.guard(func() error {
+		if err := p.writeBatch(); err != nil {
+			return err
+		}
 		if p.before != nil {
 			p.before()
 		}
@@ -267,39 +323,38 @@ func (p *ParquetWriter) Close() error {
 
 var errWriterClosed = errors.New("parquet writer closed")
 
-// parquetValue converts one checked raw JSON value (nil when absent).
-func parquetValue(t streamconf.Type, raw []byte) (parquet.Value, error) {
-	if raw == nil {
+// parquetValue converts one checked value (Raw nil when absent). A byte
+// array's bytes are copied into p.text, where they stay until the batch
+// is written.
+func (p *ParquetWriter) parquetValue(t streamconf.Type, v streamconf.Value) (parquet.Value, error) {
+	if v.Raw == nil {
 		return parquet.NullValue(), nil
 	}
 	switch t {
 	case streamconf.TypeString:
-		// No copies: the writer copies values into its column buffers
-		// during WriteRows, before the line buffer is reused
-		// (TestEncodeRoundTrip would see reused bytes otherwise).
-		b, err := stringBytes(raw)
+		b, err := stringBytes(v.Raw)
 		if err != nil {
 			return parquet.Value{}, err
 		}
-		return parquet.ByteArrayValue(b), nil
-	case streamconf.TypeInt64:
-		n, _ := streamconf.ParseInt64(raw) // checked
-		return parquet.Int64Value(n), nil
+		return parquet.ByteArrayValue(p.keep(b)), nil
+	case streamconf.TypeInt64, streamconf.TypeTimestamp:
+		return parquet.Int64Value(v.Int), nil // the check parsed it: the value, or the time in µs
 	case streamconf.TypeDouble:
-		d, _ := streamconf.ParseDouble(raw) // checked
-		return parquet.DoubleValue(d), nil
+		return parquet.DoubleValue(v.Float), nil
 	case streamconf.TypeBool:
-		return parquet.BooleanValue(raw[0] == 't'), nil
-	case streamconf.TypeTimestamp:
-		tm, err := streamconf.ParseTimestamp(raw)
-		if err != nil {
-			return parquet.Value{}, err
-		}
-		return parquet.Int64Value(tm.UnixMicro()), nil
+		return parquet.BooleanValue(v.Raw[0] == 't'), nil
 	case streamconf.TypeJSON:
-		return parquet.ByteArrayValue(raw), nil
+		return parquet.ByteArrayValue(p.keep(v.Raw)), nil
 	}
 	return parquet.Value{}, fmt.Errorf("%w: type %q", ErrUnsupported, t)
+}
+
+// keep copies b into p.text. When text grows, the values made so far keep
+// pointing into its old array, which nothing writes to again.
+func (p *ParquetWriter) keep(b []byte) []byte {
+	start := len(p.text)
+	p.text = append(p.text, b...)
+	return p.text[start:len(p.text):len(p.text)]
 }
 
 // stringBytes returns the text of a JSON string value of a checked record:

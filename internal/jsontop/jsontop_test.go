@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -162,4 +164,56 @@ func FuzzObject(f *testing.F) {
 			}
 		}
 	})
+}
+
+// skipStringBytes is skipString's rule byte by byte, as it was written
+// first: the reference FuzzSkipString holds the fast one to.
+func skipStringBytes(b []byte, i int) (int, bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, true
+		case '\\':
+			j++
+		}
+	}
+	return 0, false
+}
+
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"`, `""`, `"a"`, `"\"`, `"\""`, `"\\"`, `"\\\"x"`, `"a\`, `"\\\\\\"`,
+		`"` + strings.Repeat(`ab\"`, 40) + `"tail`, `"` + strings.Repeat("x", 1000) + `\\"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			b = append([]byte{'"'}, b...)
+		}
+		gotEnd, gotOK := skipString(b, 0)
+		wantEnd, wantOK := skipStringBytes(b, 0)
+		if gotEnd != wantEnd || gotOK != wantOK {
+			t.Fatalf("skipString(%q) = %d, %v; byte by byte: %d, %v", b, gotEnd, gotOK, wantEnd, wantOK)
+		}
+	})
+}
+
+// BenchmarkSkipString: a record's 830-byte string field (the load
+// harness's pad) and a short one (a key).
+func BenchmarkSkipString(b *testing.B) {
+	for _, s := range []string{`"` + strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789 ", 22) + `"`, `"latency_ms"`} {
+		for _, bc := range []struct {
+			name string
+			f    func([]byte, int) (int, bool)
+		}{{"fast", skipString}, {"bytes", skipStringBytes}} {
+			b.Run(fmt.Sprintf("%s-%d", bc.name, len(s)), func(b *testing.B) {
+				in := []byte(s)
+				b.SetBytes(int64(len(in)))
+				for b.Loop() {
+					if _, ok := bc.f(in, 0); !ok {
+						b.Fatal("not a string")
+					}
+				}
+			})
+		}
+	}
 }

@@ -73,18 +73,43 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestValuesReused(t *testing.T) {
+func TestFieldsReused(t *testing.T) {
 	c := testSchema.NewChecker(false)
-	v, err := c.Values([]byte(`{"name":"a","id":7,"meta":null}`))
+	v, err := c.Fields([]byte(`{"name":"a","id":7,"meta":null,"amount":2.5,"ts":"1970-01-01T00:00:01.0000019Z"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(v[0]) != "7" || string(v[1]) != `"a"` || v[2] != nil || v[5] != nil {
-		t.Fatalf("values = %q", v)
+	if string(v[0].Raw) != "7" || v[0].Int != 7 || string(v[1].Raw) != `"a"` || v[2].Float != 2.5 ||
+		v[4].Int != 1000001 || v[3].Raw != nil || v[5].Raw != nil {
+		t.Fatalf("values = %+v", v)
 	}
-	v, err = c.Values([]byte(`{"id":8}`))
-	if err != nil || string(v[0]) != "8" || v[1] != nil {
-		t.Fatalf("second values = %q, %v", v, err)
+	v, err = c.Fields([]byte(`{"id":8}`))
+	if err != nil || string(v[0].Raw) != "8" || v[1].Raw != nil || v[2].Float != 0 || v[4].Int != 0 {
+		t.Fatalf("second values = %+v, %v", v, err)
+	}
+}
+
+// TestFieldsOrder: keys are found whatever their order, the schema's
+// (which find tries first) or another, with escapes or without.
+func TestFieldsOrder(t *testing.T) {
+	c := testSchema.NewChecker(true)
+	for _, rec := range []string{
+		`{"id":1,"name":"n","amount":1.5,"ok":true,"ts":5,"meta":[]}`,
+		`{"meta":[],"ts":5,"ok":true,"amount":1.5,"name":"n","id":1}`,
+		`{"name":"n","id":1,"ok":true,"amount":1.5,"meta":[],"ts":5}`,
+		`{"\u0069d":1,"n\u0061me":"n","amount":1.5,"ok":true,"ts":5,"meta":[]}`,
+	} {
+		v, err := c.Fields([]byte(rec))
+		if err != nil {
+			t.Fatalf("%s: %v", rec, err)
+		}
+		if v[0].Int != 1 || string(v[1].Raw) != `"n"` || v[2].Float != 1.5 || string(v[3].Raw) != "true" || v[4].Int != 5000 || string(v[5].Raw) != "[]" {
+			t.Fatalf("%s: values = %+v", rec, v)
+		}
+	}
+	var me *MismatchError
+	if _, err := c.Fields([]byte(`{"id":1,"id":2}`)); !errors.As(err, &me) || me.Field != "id" {
+		t.Fatalf("duplicate in schema order: %v", err)
 	}
 }
 
