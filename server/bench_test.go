@@ -99,8 +99,8 @@ func BenchmarkSequenceCheck(b *testing.B) {
 // 100 files, prepared record, 100 renames, manifest, committed record) on
 // the real filesystem. Reports p50/p99 of the checkpoint alone and, in
 // the same run, of the disk's fsync floor: 100 files of the same size,
-// in 100 directories, written, then fsynced all in parallel with no
-// engine (floor-p50-ms, floor-p99-ms). The two alternate, one of each per
+// in 100 directories, written and fsynced all in parallel with no engine
+// (floor-p50-ms, floor-p99-ms). The two alternate, one of each per
 // iteration; x-p50 and x-p99 are the checkpoint's quantiles over the
 // floor's.
 func BenchmarkCheckpoint100Files(b *testing.B) {
@@ -153,37 +153,38 @@ func benchCheckpoint(b *testing.B, par int) {
 	b.ReportMetric(quantileMS(durs, 0.99)/quantileMS(floor, 0.99), "x-p99")
 }
 
-// fsyncFloor writes data to n new files, one in each of dir's s000...
-// subdirectories, then fsyncs and closes them all in parallel: the least a
-// checkpoint of n files can cost on this disk. Only the fsyncs are timed,
-// as the checkpoint's files were written before it began. The files are
-// removed afterwards, untimed.
+// fsyncFloor creates n new files, one in each of dir's s000...
+// subdirectories, and writes data to each, fsyncs and closes it, all n in
+// parallel with no engine: the floor of issue 26, "N files written and
+// fsynced in parallel". The whole of it is timed. The files are removed
+// afterwards, untimed.
 func fsyncFloor(b *testing.B, dir string, round, n int, data []byte) time.Duration {
 	b.Helper()
-	files := make([]*os.File, n)
+	names := make([]string, n)
 	for s := range n {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("s%03d", s), fmt.Sprintf("f%06d", round)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.Write(data); err != nil {
-			b.Fatal(err)
-		}
-		files[s] = f
+		names[s] = filepath.Join(dir, fmt.Sprintf("s%03d", s), fmt.Sprintf("f%06d", round))
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := time.Now()
-	for s, f := range files {
-		wg.Go(func() { errs[s] = errors.Join(f.Sync(), f.Close()) })
+	for s, name := range names {
+		wg.Go(func() {
+			f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				errs[s] = err
+				return
+			}
+			_, err = f.Write(data)
+			errs[s] = errors.Join(err, f.Sync(), f.Close())
+		})
 	}
 	wg.Wait()
 	took := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range files {
-		if err := os.Remove(f.Name()); err != nil {
+	for _, name := range names {
+		if err := os.Remove(name); err != nil {
 			b.Fatal(err)
 		}
 	}
