@@ -195,7 +195,7 @@ func RenameUnsynced(fs afero.Fs, dirs *Dirs, tmp, final string) (dir string, err
 // tmp outside any directory readers list. If final exists, it is left as it
 // is and the error wraps fs.ErrExist; tmp stays for the caller.
 func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
-	if err := writeTemp(fs, tmp, data); err != nil {
+	if err := WriteTemp(fs, tmp, data); err != nil {
 		return err
 	}
 	return Rename(fs, dirs, tmp, final)
@@ -207,7 +207,7 @@ func WriteFile(fs afero.Fs, dirs *Dirs, tmp, final string, data []byte) error {
 // eosink's own small documents (a lease, a memo), never for committed data
 // (I7). On failure tmp is removed and final is unchanged or replaced whole.
 func ReplaceFile(fs afero.Fs, tmp, final string, data []byte) error {
-	if err := writeTemp(fs, tmp, data); err != nil {
+	if err := WriteTemp(fs, tmp, data); err != nil {
 		return err
 	}
 	if err := fs.Rename(tmp, final); err != nil {
@@ -217,9 +217,10 @@ func ReplaceFile(fs afero.Fs, tmp, final string, data []byte) error {
 	return SyncDir(fs, filepath.Dir(final))
 }
 
-// writeTemp creates tmp with data, synced and closed; on failure tmp is
-// removed.
-func writeTemp(fs afero.Fs, tmp string, data []byte) error {
+// WriteTemp creates tmp with data (truncating a former one), synced and
+// closed; on failure tmp is removed. WriteFile's first half, for callers
+// that write the temp file early and Rename it later.
+func WriteTemp(fs afero.Fs, tmp string, data []byte) error {
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return Classify(fmt.Errorf("create %s: %w", tmp, err))
