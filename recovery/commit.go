@@ -73,6 +73,18 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	name := layout.ManifestName(f.Node, c.ID)
 	early := f.stageManifest(ctx, name, c, par)
 	defer early.discard()
+	// The record's row is read and decoded while the files commit too (a
+	// read: no file system operation, nothing the fault sweep orders).
+	draft := make(chan *CommitDraft, 1)
+	go func() {
+		d, _ := f.Store.DraftCommit(c.ID) // without one, the record decodes the row itself
+		draft <- d
+	}()
+	defer func() {
+		if draft != nil {
+			<-draft
+		}
+	}()
 	// Every file is tried, whatever the others do: errors are kept, not
 	// used to cancel.
 	files, err := f.commitFiles(ctx, c.Files, par)
@@ -109,7 +121,9 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
-	if err := f.Store.CommitFiles(c.ID, moved, time.Now(), dur, f.Retain); err != nil {
+	d := <-draft
+	draft = nil
+	if err := f.Store.CommitDrafted(c.ID, moved, time.Now(), dur, f.Retain, d); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
 	}
 	if moved != nil {

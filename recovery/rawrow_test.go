@@ -50,3 +50,44 @@ func TestEncodeCheckpointRawSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitDraftedStale: a draft read before the row changed is not
+// applied: the row is decoded again, so a checkpoint committed since stays
+// as its first commit recorded it. A fresh draft commits like CommitFiles.
+func TestCommitDraftedStale(t *testing.T) {
+	st, _ := openTemp(t)
+	defer st.Close()
+	t1, t2 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for id := uint64(1); id <= 2; id++ {
+		ck := &Checkpoint{ID: id, StartedAt: t1, PreparedAt: t1, Files: []committer.File{FileOf("s", "/t", fmt.Sprintf("s/f%d", id), 1, 1, "")}}
+		if err := st.Prepare(ck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale, err := st.DraftCommit(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CommitFiles(1, nil, t1, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CommitDrafted(1, nil, t2, 7, 0, stale); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.Get(1); err != nil || c.State != Committed || !c.CommittedAt.Equal(t1) || c.DurationMS != 5 {
+		t.Fatalf("checkpoint 1 after a stale draft: %+v %v; want its first commit (%v, 5 ms)", c, err, t1)
+	}
+	fresh, err := st.DraftCommit(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CommitDrafted(2, nil, t2, 7, 0, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.Get(2); err != nil || c.State != Committed || !c.CommittedAt.Equal(t2) || len(c.Files) != 1 {
+		t.Fatalf("checkpoint 2: %+v %v", c, err)
+	}
+	if p, err := st.Pending(); err != nil || len(p) != 0 {
+		t.Fatalf("pending %+v %v", p, err)
+	}
+}
