@@ -1,0 +1,157 @@
+package recovery
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/spf13/afero"
+)
+
+// TestFinishStagedPowerCutSweep cuts the power before every file system
+// operation of a Finish whose manifest is staged while the files commit
+// (beside them with Parallel 8, before them with 1; with and without a
+// displaced file) and replays the durable state that leaves: the replay
+// commits every file the row names, publishes the manifest of the files
+// as committed (never the staged copy of a displaced checkpoint), records
+// it committed and leaves nothing in the staging directory, the staged
+// manifest's temp copy included. A cut after Finish (the record made)
+// finds the manifest and the files where the record says.
+func TestFinishStagedPowerCutSweep(t *testing.T) {
+	const n = 6
+	for _, par := range []int{1, 8} {
+		for _, displace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("par%d/displace=%v", par, displace), func(t *testing.T) {
+				base := faultfs.NewCrashFS()
+				ck := stagedCheckpoint(t, base, n, displace)
+				var mu sync.Mutex
+				var cuts []*faultfs.CrashFS
+				var ops []string
+				fs := faultfs.NewInjectFS(base, faultfs.InjectorFunc(func(op faultfs.Op) error {
+					mu.Lock()
+					cuts = append(cuts, base.CrashClone())
+					ops = append(ops, op.String())
+					mu.Unlock()
+					return nil
+				}))
+				st, _ := openTemp(t)
+				defer st.Close()
+				if err := st.Prepare(ck); err != nil {
+					t.Fatal(err)
+				}
+				fin := stagedFinisher(st, fs, par)
+				c := *ck
+				if err := fin.Finish(t.Context(), &c); err != nil {
+					t.Fatal(err)
+				}
+				checkStagedOutcome(t, "no cut", base, st, displace)
+				after := base.CrashClone()
+				rp := Replay{Finisher: stagedFinisher(st, after, par), FS: after, StagingDir: "/staging"}
+				if _, err := rp.Run(t.Context()); err != nil {
+					t.Fatalf("cut after the record: replay: %v\n%s", err, after)
+				}
+				checkStagedOutcome(t, "cut after the record", after, st, displace)
+				staged := false
+				for _, op := range ops {
+					staged = staged || strings.Contains(op, ".publish")
+				}
+				if !staged {
+					t.Fatalf("no operation on a staged manifest: %v", ops)
+				}
+				for i, cut := range cuts {
+					st2, _ := openTemp(t)
+					if err := st2.Prepare(ck); err != nil {
+						t.Fatal(err)
+					}
+					rp := Replay{Finisher: stagedFinisher(st2, cut, par), FS: cut, StagingDir: "/staging"}
+					if _, err := rp.Run(t.Context()); err != nil {
+						t.Fatalf("cut before %s: replay: %v\n%s", ops[i], err, cut)
+					}
+					checkStagedOutcome(t, "cut before "+ops[i], cut, st2, displace)
+					st2.Close()
+				}
+			})
+		}
+	}
+}
+
+// stagedCheckpoint writes n staging files to fs, durably as pre-commit
+// leaves them, and returns the checkpoint naming them; with displace the
+// final name of file 1 is a directory, so the file is displaced.
+func stagedCheckpoint(t *testing.T, fs *faultfs.CrashFS, n int, displace bool) *Checkpoint {
+	t.Helper()
+	for _, d := range []string{"/staging", "/dest"} {
+		if err := durable.MkdirAll(fs, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ck := &Checkpoint{ID: 7, StartedAt: time.Now(), PreparedAt: time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)}
+	for i := range n {
+		temp := fmt.Sprintf("/staging/f%02d.inprogress", i)
+		if err := durable.WriteTemp(fs, temp, []byte("x\n")); err != nil {
+			t.Fatal(err)
+		}
+		final := fmt.Sprintf("s%d/part-n1-%020d-%04d.ndjson", i%2, 7, i)
+		ck.Files = append(ck.Files, committer.File{Stream: "s", Temp: temp, Final: final, Bytes: 2, Records: 1})
+	}
+	if err := durable.SyncDir(fs, "/staging"); err != nil {
+		t.Fatal(err)
+	}
+	if displace {
+		if err := durable.MkdirAll(fs, "/dest/"+ck.Files[1].Final); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ck
+}
+
+func stagedFinisher(st *Store, fs afero.Fs, par int) Finisher {
+	l := local.New(fs, "/dest", "/staging")
+	return Finisher{Store: st, Committer: l, Publisher: l, Node: "n1", Parallel: par,
+		Displace: func(f committer.File, _ error) (committer.File, bool) {
+			f.Final = strings.Replace(f.Final, "/part-", "/_displaced/part-", 1)
+			return f, true
+		}}
+}
+
+// checkStagedOutcome checks checkpoint 7 committed in st, every file it
+// names final in fs, its manifest the one built from its row, and the
+// staging directory empty.
+func checkStagedOutcome(t *testing.T, what string, fs *faultfs.CrashFS, st *Store, displace bool) {
+	t.Helper()
+	got, err := st.Get(7)
+	if err != nil || got.State != Committed {
+		t.Fatalf("%s: checkpoint %+v %v, want committed", what, got, err)
+	}
+	for _, f := range got.Files {
+		b, err := afero.ReadFile(fs, "/dest/"+f.Final)
+		if err != nil || string(b) != "x\n" {
+			t.Fatalf("%s: %s: %q %v\n%s", what, f.Final, b, err, fs)
+		}
+	}
+	want, err := BuildManifest("n1", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := afero.ReadFile(fs, "/dest/"+layout.ManifestName("n1", 7))
+	if err != nil || !bytes.Equal(have, want) {
+		t.Fatalf("%s: manifest %v:\n%s\nwant\n%s", what, err, have, want)
+	}
+	if d := bytes.Contains(have, []byte("_displaced/")); d != displace {
+		t.Fatalf("%s: manifest names a displaced file: %v, want %v", what, d, displace)
+	}
+	left, _ := afero.ReadDir(fs, "/staging")
+	for _, fi := range left {
+		if !strings.HasPrefix(what, "no cut") || strings.Contains(fi.Name(), ".publish") {
+			t.Fatalf("%s: /staging/%s left behind", what, fi.Name())
+		}
+	}
+}
