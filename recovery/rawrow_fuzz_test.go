@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -82,5 +83,43 @@ func TestEncodeCheckpointRawFixture(t *testing.T) {
 	})
 	if err != nil || rows == 0 {
 		t.Fatalf("%d rows: %v", rows, err)
+	}
+}
+
+// TestEncodeCheckpointRawOddRows: rows json.Marshal did not write (fields
+// in another order, whitespace and newlines, unknown fields, escapes
+// where json.Marshal writes none and none where it writes them) re-encode
+// with their files spliced in to valid JSON that decodes to what
+// json.Marshal's encoding of the same row decodes to.
+func TestEncodeCheckpointRawOddRows(t *testing.T) {
+	for _, row := range []string{
+		`{"file_count":1,"files":[{"final":"s/a<b>&.ndjson","stream":"s","temp":"/t","bytes":2,"records":1,"crc32c":"x"}],"state":"prepared","id":7,"started_at":"2026-11-29T09:00:00Z"}`,
+		"{ \"id\" : 7 ,\n \"state\" : \"prepared\" ,\n \"files\" : [ {\n \"stream\" : \"s\\u00e9\\u2028\" , \"final\" : \"s/\\/x.ndjson\" , \"producers\" : { \"p\" : [ 1 , 2 ] } } ,\n {\"stream\":\"t\"} ] ,\n \"file_count\" : 2 , \"legacy\" : {\"files\":[1]}, \"seqs\" : { \"p\" : { \"s\" : 3 } } }",
+		`{"id":7,"state":"prepared","files":[{"stream":"s","final":"a","producers":{"p":[5,9]}}],"file_count":1,"error":"x,\"file_count\":2"}`,
+	} {
+		r, err := decodeCheckpointRaw([]byte(row))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.State, r.DurationMS = Committed, 5
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeCheckpointRaw(r)
+		if err != nil || !json.Valid(got) {
+			t.Fatalf("%v: invalid JSON %s", err, got)
+		}
+		g, err := decodeCheckpoint(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := decodeCheckpoint(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("spliced row decodes to\n%+v\nwant\n%+v", g, w)
+		}
 	}
 }
