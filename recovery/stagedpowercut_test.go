@@ -71,6 +71,7 @@ func TestFinishStagedPowerCutSweep(t *testing.T) {
 					t.Fatalf("cut after the record: replay: %v\n%s", err, after)
 				}
 				checkStagedOutcome(t, "cut after the record", after, st, displace)
+				checkDurable(t, "cut after the record", base.CrashClone(), st)
 				staged := false
 				for _, op := range ops {
 					staged = staged || strings.Contains(op, ".publish")
@@ -88,6 +89,7 @@ func TestFinishStagedPowerCutSweep(t *testing.T) {
 						t.Fatalf("cut before %s: replay: %v\n%s", ops[i], err, cut)
 					}
 					checkStagedOutcome(t, "cut before "+ops[i], cut, st2, displace)
+					checkDurable(t, "cut before "+ops[i]+", replayed, cut again", cut.CrashClone(), st2)
 					st2.Close()
 				}
 			})
@@ -111,7 +113,7 @@ func stagedCheckpoint(t *testing.T, fs *faultfs.CrashFS, n int, displace bool) *
 		if err := durable.WriteTemp(fs, temp, []byte("x\n")); err != nil {
 			t.Fatal(err)
 		}
-		final := fmt.Sprintf("s%d/part-n1-%020d-%04d.ndjson", i%2, 7, i)
+		final := fmt.Sprintf("s%d/dt=1/h=%d/part-n1-%020d-%04d.ndjson", i%2, i%3, 7, i)
 		ck.Files = append(ck.Files, committer.File{Stream: "s", Temp: temp, Final: final, Bytes: 2, Records: 1})
 	}
 	if err := durable.SyncDir(fs, "/staging"); err != nil {
@@ -229,6 +231,9 @@ func TestFinishStagedFaultSweep(t *testing.T) {
 						}
 					}
 					checkStagedOutcome(t, what, base, st, displace)
+					// The process that finished it lost its page cache:
+					// what it recorded committed must be durable.
+					checkDurable(t, what+", then a power cut", base.CrashClone(), st)
 					st.Close()
 				}
 			})
@@ -260,4 +265,26 @@ func openTempNoSync(t *testing.T) *Store {
 	st, _ := openTemp(t)
 	st.db.NoSync = true
 	return st
+}
+
+// checkDurable checks that the files and the manifest of checkpoint 7,
+// recorded committed in st, are in fs (a power cut's clone).
+func checkDurable(t *testing.T, what string, fs afero.Fs, st *Store) {
+	t.Helper()
+	got, err := st.Get(7)
+	if err != nil || got.State != Committed {
+		t.Fatalf("%s: checkpoint %+v %v, want committed", what, got, err)
+	}
+	for _, f := range got.Files {
+		if b, err := afero.ReadFile(fs, "/dest/"+f.Final); err != nil || string(b) != "x\n" {
+			t.Fatalf("%s: %s: %q %v\n%s", what, f.Final, b, err, fs)
+		}
+	}
+	want, err := BuildManifest("n1", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have, err := afero.ReadFile(fs, "/dest/"+layout.ManifestName("n1", 7)); err != nil || !bytes.Equal(have, want) {
+		t.Fatalf("%s: manifest %v", what, err)
+	}
 }
