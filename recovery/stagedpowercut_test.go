@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,11 +53,20 @@ func TestFinishStagedPowerCutSweep(t *testing.T) {
 					mu.Unlock()
 					return nil
 				}))
-				st := openTempNoSync(t)
-				defer st.Close()
+				st, prepared := openTemp(t)
 				if err := st.Prepare(ck); err != nil {
 					t.Fatal(err)
 				}
+				st.Close()
+				tmpl, err := os.ReadFile(prepared) // the store as every cut finds it
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err = Open(prepared); err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				st.db.NoSync = true
 				fin := stagedFinisher(st, fs, par)
 				if plain {
 					fin.Publisher = unstaged{fin.Publisher.(*local.Local)}
@@ -80,10 +91,15 @@ func TestFinishStagedPowerCutSweep(t *testing.T) {
 					t.Fatalf("no operation on a manifest's temp copy: %v", ops)
 				}
 				for i, cut := range cuts {
-					st2 := openTempNoSync(t)
-					if err := st2.Prepare(ck); err != nil {
+					p := filepath.Join(t.TempDir(), "state.db")
+					if err := os.WriteFile(p, tmpl, 0o600); err != nil {
 						t.Fatal(err)
 					}
+					st2, err := Open(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					st2.db.NoSync = true
 					rp := Replay{Finisher: stagedFinisher(st2, cut, par), FS: cut, StagingDir: "/staging"}
 					if _, err := rp.Run(t.Context()); err != nil {
 						t.Fatalf("cut before %s: replay: %v\n%s", ops[i], err, cut)
