@@ -195,6 +195,32 @@ type Publisher interface {
 	Publish(ctx context.Context, name string, data []byte) error
 }
 
+// StagedPublisher is implemented by publishers whose Publish writes and
+// syncs a copy where readers never look before it makes the name visible
+// (local: a temp file in the staging directory, then a rename and a
+// directory fsync). Stage does the first part, so a caller can do it
+// while it waits for something else (a checkpoint's manifest while its
+// files commit) and keep only the publish itself on its path.
+type StagedPublisher interface {
+	Publisher
+	// Stage writes data for name, durably, where no reader looks. The
+	// result publishes it or discards it; a crash leaves at most a temp
+	// copy that the publisher's owner removes (the staging directory's
+	// sweep at start). Safe for concurrent use on different names.
+	Stage(ctx context.Context, name string, data []byte) (Staged, error)
+}
+
+// Staged is what StagedPublisher.Stage wrote.
+type Staged interface {
+	// Publish makes the staged data visible under its name, create-only,
+	// with Publisher.Publish's contract (ErrExists when the name exists:
+	// its directory entry is made durable first). Call it once.
+	Publish(ctx context.Context) error
+	// Discard removes the staged copy unless Publish consumed it. Missing
+	// is not an error.
+	Discard() error
+}
+
 // Mover moves a file of the destination to another destination-relative
 // name. Recovery uses it to set aside the part files of a checkpoint whose
 // "prepared" record was lost with its state store (layout.QuarantineName):

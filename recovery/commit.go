@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"golang.org/x/sync/errgroup"
 )
@@ -69,6 +70,21 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	if err := f.fence(); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
+	name := layout.ManifestName(f.Node, c.ID)
+	early := f.stageManifest(ctx, name, c, par)
+	defer early.discard()
+	// The record's row is read and decoded while the files commit too (a
+	// read: no file system operation, nothing the fault sweep orders).
+	draft := make(chan *CommitDraft, 1)
+	go func() {
+		d, _ := f.Store.DraftCommit(c.ID) // without one, the record decodes the row itself
+		draft <- d
+	}()
+	defer func() {
+		if draft != nil {
+			<-draft
+		}
+	}()
 	// Every file is tried, whatever the others do: errors are kept, not
 	// used to cancel.
 	files, err := f.commitFiles(ctx, c.Files, par)
@@ -83,17 +99,18 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
 		}
 	}
-	committed := *c
-	committed.Files = files
-	body, err := BuildManifest(f.Node, &committed)
-	if err != nil {
-		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
+	var moved []committer.File // nil unless a file was displaced
+	for i := range files {
+		if files[i].Final != c.Files[i].Final {
+			moved = files
+			break
+		}
 	}
-	name := layout.ManifestName(f.Node, c.ID)
 	if err := f.fence(); err != nil {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
-	if err := f.Publisher.Publish(ctx, name, body); errors.Is(err, committer.ErrExists) {
+	body, err := f.publish(ctx, name, c, moved, early)
+	if errors.Is(err, committer.ErrExists) {
 		// Published by an earlier try — if it holds these bytes (they are
 		// deterministic). Other bytes mean the id was used before, by a
 		// state store since lost: never call that published.
@@ -104,20 +121,95 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
-	var moved []committer.File // nil unless a file was displaced
-	for i := range files {
-		if files[i].Final != c.Files[i].Final {
-			moved = files
-			break
-		}
-	}
-	if err := f.Store.CommitFiles(c.ID, moved, time.Now(), dur, f.Retain); err != nil {
+	d := <-draft
+	draft = nil
+	if err := f.Store.CommitDrafted(c.ID, moved, time.Now(), dur, f.Retain, d); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
 	}
 	if moved != nil {
 		c.Files = moved // the caller's answer names them where they are
 	}
 	return nil
+}
+
+// earlyManifest is a manifest staged while the files commit
+// (stageManifest): the bytes it holds, and what staged them.
+type earlyManifest struct {
+	done   chan struct{} // closed when staging ended; nil: nothing staged
+	body   []byte
+	staged committer.Staged
+	err    error
+	used   bool // Publish consumed it
+}
+
+// stageManifest starts writing c's manifest where readers never look
+// (committer.StagedPublisher), built from c's files as prepared, so that
+// its write and fsync run while the files commit and only its publish
+// waits for them. With par 1 (one operation at a time: the fault sweep
+// walks one order) it is staged before the files, not beside them.
+// Nothing is staged when the publisher cannot stage.
+func (f *Finisher) stageManifest(ctx context.Context, name string, c *Checkpoint, par int) *earlyManifest {
+	sp, ok := f.Publisher.(committer.StagedPublisher)
+	if !ok {
+		return &earlyManifest{}
+	}
+	m := &earlyManifest{done: make(chan struct{})}
+	ck := *c // Finish may name displaced files in c when it is done
+	stage := func() {
+		defer close(m.done)
+		if m.body, m.err = BuildManifest(f.Node, &ck); m.err == nil {
+			m.staged, m.err = sp.Stage(ctx, name, m.body)
+		}
+	}
+	if par == 1 {
+		stage()
+	} else {
+		go stage()
+	}
+	return m
+}
+
+// discard waits for the staging to end and removes what it wrote unless
+// it was published. The temp copy is only an optimisation: a failure to
+// remove it leaves it to the replay's sweep of the staging directory.
+func (m *earlyManifest) discard() {
+	if m.done == nil {
+		return
+	}
+	<-m.done
+	if m.staged != nil && !m.used {
+		_ = m.staged.Discard()
+	}
+}
+
+// publish publishes c's manifest as name and returns its bytes: the copy
+// staged while the files committed when no file was displaced (moved nil:
+// the files are c's, so the bytes are the same), else one built from the
+// files as committed, published as Publisher.Publish does. A staging
+// whose fsync failed is the publish's failure, not tried again (a failed
+// fsync stops the engine); any other failure of it (no staging directory:
+// Stage makes none) leaves the publish to Publisher.Publish.
+func (f *Finisher) publish(ctx context.Context, name string, c *Checkpoint, moved []committer.File, early *earlyManifest) ([]byte, error) {
+	if early.done != nil {
+		<-early.done
+		if errors.Is(early.err, durable.ErrSync) {
+			return nil, early.err
+		}
+		if early.err == nil && moved == nil {
+			early.used = true
+			return early.body, early.staged.Publish(ctx)
+		}
+		early.discard()
+	}
+	committed := *c
+	if moved != nil {
+		committed.Files = moved
+	}
+	body, err := BuildManifest(f.Node, &committed)
+	if err != nil {
+		return nil, err
+	}
+	return body, f.Publisher.Publish(ctx, name, body)
 }
 
 // commitFiles commits every file, par at a time, and returns them as

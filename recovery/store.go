@@ -226,90 +226,134 @@ func (s *Store) corrupt(format string, args ...any) error {
 // init creates the buckets, migrates a version 1 store, and checks what a
 // start reads: the meta keys, every prepared checkpoint, and the newest
 // checkOnOpen checkpoint rows. Producers are checked as recovery reads them.
+// A store that needs none of the writes (every bucket there, the current
+// version, the producer count kept) is checked in a read transaction: a
+// start then writes nothing before the replay (a write transaction is a
+// page write and two fdatasyncs).
 func (s *Store) init() error {
-	err := s.update("open", func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		fresh := meta == nil
-		for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents, bucketPending, bucketSeqs, bucketActive} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return s.corrupt("create bucket %s: %v", b, err)
-			}
-		}
-		meta = tx.Bucket(bucketMeta)
-		switch v := meta.Get(keyVersion); {
-		case v == nil && fresh:
-			if err := meta.Put(keyVersion, u64(storeVersion)); err != nil {
+	var current bool
+	err := s.view(func(tx *bolt.Tx) error { current = isCurrent(tx); return nil })
+	switch {
+	case err != nil:
+		return err
+	case current:
+		err = s.view(s.check)
+	default:
+		err = s.update("open", func(tx *bolt.Tx) error {
+			if err := s.setUp(tx); err != nil {
 				return err
 			}
-		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
-			if err := s.migrate1(tx); err != nil {
-				return err
-			}
-			if err := s.migrate2(tx); err != nil {
-				return err
-			}
-		case len(v) == 8 && binary.BigEndian.Uint64(v) == 2:
-			if err := s.migrate2(tx); err != nil {
-				return err
-			}
-		case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
-			return s.corrupt("unknown version %x", v)
-		}
-		for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount} {
-			if v := meta.Get(k); v != nil && len(v) != 8 {
-				return s.corrupt("bad %s %x", k, v)
-			}
-		}
-		if meta.Get(keyProducerCount) == nil {
-			// Written before the count was kept: count once, keys only.
-			n := uint64(0)
-			c := tx.Bucket(bucketProducers).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				n++
-			}
-			if err := meta.Put(keyProducerCount, u64(n)); err != nil {
-				return err
-			}
-		}
-		cks := tx.Bucket(bucketCheckpoints)
-		checked := map[string]bool{}
-		s.opened.pending = nil
-		if err := tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
-			if len(k) != 8 {
-				return s.corrupt("pending key %x", k)
-			}
-			c, err := s.checkRow(k, cks.Get(k))
-			if err != nil {
-				return err
-			}
-			if c.State != Prepared {
-				return s.corrupt("checkpoint %d: pending but %s", c.ID, c.State)
-			}
-			checked[string(k)] = true
-			s.opened.pending = append(s.opened.pending, *c)
-			return nil
-		}); err != nil {
-			return err
-		}
-		c := cks.Cursor()
-		n := 0
-		for k, v := c.Last(); k != nil && n < checkOnOpen; k, v = c.Prev() {
-			if !checked[string(k)] { // a prepared row was checked above
-				if _, err := s.checkRow(k, v); err != nil {
-					return err
-				}
-			}
-			n++
-		}
-		s.opened.txid = tx.ID()
-		return nil
-	})
+			return s.check(tx)
+		})
+	}
 	if err != nil {
 		if errors.Is(err, ErrCorrupt) {
 			return err
 		}
 		return fmt.Errorf("open state store %s: %w", s.path, err)
 	}
+	return nil
+}
+
+// isCurrent reports whether setUp would write nothing.
+func isCurrent(tx *bolt.Tx) bool {
+	for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents, bucketPending, bucketSeqs, bucketActive} {
+		if tx.Bucket(b) == nil {
+			return false
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	v := meta.Get(keyVersion)
+	return len(v) == 8 && binary.BigEndian.Uint64(v) == storeVersion && meta.Get(keyProducerCount) != nil
+}
+
+// setUp creates the buckets, migrates an older store and counts the
+// producers of a store written before the count was kept.
+func (s *Store) setUp(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	fresh := meta == nil
+	for _, b := range [][]byte{bucketMeta, bucketCheckpoints, bucketProducers, bucketIntents, bucketPending, bucketSeqs, bucketActive} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return s.corrupt("create bucket %s: %v", b, err)
+		}
+	}
+	meta = tx.Bucket(bucketMeta)
+	switch v := meta.Get(keyVersion); {
+	case v == nil && fresh:
+		if err := meta.Put(keyVersion, u64(storeVersion)); err != nil {
+			return err
+		}
+	case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
+		if err := s.migrate1(tx); err != nil {
+			return err
+		}
+		if err := s.migrate2(tx); err != nil {
+			return err
+		}
+	case len(v) == 8 && binary.BigEndian.Uint64(v) == 2:
+		if err := s.migrate2(tx); err != nil {
+			return err
+		}
+	case len(v) != 8 || binary.BigEndian.Uint64(v) != storeVersion:
+		return s.corrupt("unknown version %x", v)
+	}
+	if v := meta.Get(keyProducerCount); v != nil && len(v) != 8 {
+		return s.corrupt("bad %s %x", keyProducerCount, v)
+	}
+	if meta.Get(keyProducerCount) == nil {
+		// Written before the count was kept: count once, keys only.
+		n := uint64(0)
+		c := tx.Bucket(bucketProducers).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		if err := meta.Put(keyProducerCount, u64(n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check checks what a start reads (see init) and keeps the prepared
+// checkpoints it decoded for the replay (opened).
+func (s *Store) check(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount} {
+		if v := meta.Get(k); v != nil && len(v) != 8 {
+			return s.corrupt("bad %s %x", k, v)
+		}
+	}
+	cks := tx.Bucket(bucketCheckpoints)
+	checked := map[string]bool{}
+	s.opened.pending = nil
+	if err := tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
+		if len(k) != 8 {
+			return s.corrupt("pending key %x", k)
+		}
+		c, err := s.checkRow(k, cks.Get(k))
+		if err != nil {
+			return err
+		}
+		if c.State != Prepared {
+			return s.corrupt("checkpoint %d: pending but %s", c.ID, c.State)
+		}
+		checked[string(k)] = true
+		s.opened.pending = append(s.opened.pending, *c)
+		return nil
+	}); err != nil {
+		return err
+	}
+	c := cks.Cursor()
+	n := 0
+	for k, v := c.Last(); k != nil && n < checkOnOpen; k, v = c.Prev() {
+		if !checked[string(k)] { // a prepared row was checked above
+			if _, err := s.checkRow(k, v); err != nil {
+				return err
+			}
+		}
+		n++
+	}
+	s.opened.txid = tx.ID()
 	return nil
 }
 
@@ -552,11 +596,51 @@ func (s *Store) Commit(id uint64, at time.Time, durationMS int64, retain int) er
 // checkpoint's files: where they were committed (a displaced part file is
 // not at its first final name).
 func (s *Store) CommitFiles(id uint64, files []committer.File, at time.Time, durationMS int64, retain int) error {
+	return s.CommitDrafted(id, files, at, durationMS, retain, nil)
+}
+
+// CommitDraft is a prepared checkpoint's row read and decoded (its files
+// left encoded) ahead of its commit record, off the commit's path: see
+// DraftCommit.
+type CommitDraft struct {
+	id  uint64
+	row []byte // the row as read
+	raw *checkpointRaw
+}
+
+// DraftCommit reads checkpoint id's row for a CommitDrafted that keeps
+// its files, so that the record's transaction need not decode it: a start
+// re-committing a checkpoint of 10,000 files decodes megabytes there. The
+// caller may do it while the files commit.
+func (s *Store) DraftCommit(id uint64) (*CommitDraft, error) {
+	var row []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketCheckpoints).Get(u64(id))
+		if v == nil {
+			return fmt.Errorf("checkpoint %d: %w", id, ErrNotFound)
+		}
+		row = bytes.Clone(v) // v lives only as long as tx; decoded after it
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := decodeCheckpointRaw(row)
+	if err != nil {
+		return nil, fmt.Errorf("decode checkpoint %d: %w", id, err)
+	}
+	return &CommitDraft{id: id, row: row, raw: r}, nil
+}
+
+// CommitDrafted is CommitFiles with draft, a DraftCommit of the same
+// checkpoint (nil: none). The draft is used only if the row still holds
+// the bytes it was read from; else the row is decoded as without one.
+func (s *Store) CommitDrafted(id uint64, files []committer.File, at time.Time, durationMS int64, retain int, draft *CommitDraft) error {
 	return s.update("commit", func(tx *bolt.Tx) error {
 		if files == nil {
 			// The files stay as prepared: the row is rewritten without
 			// decoding them (a checkpoint may name many thousands).
-			return commitRow(tx, id, at, durationMS, retain)
+			return commitRow(tx, id, at, durationMS, retain, draft)
 		}
 		c, err := getCheckpoint(tx, id)
 		if err != nil {
@@ -578,14 +662,20 @@ func (s *Store) CommitFiles(id uint64, files []committer.File, at time.Time, dur
 }
 
 // commitRow records checkpoint id committed, its files as prepared.
-func commitRow(tx *bolt.Tx, id uint64, at time.Time, durationMS int64, retain int) error {
+func commitRow(tx *bolt.Tx, id uint64, at time.Time, durationMS int64, retain int, draft *CommitDraft) error {
 	v := tx.Bucket(bucketCheckpoints).Get(u64(id))
 	if v == nil {
 		return fmt.Errorf("checkpoint %d: %w", id, ErrNotFound)
 	}
-	r, err := decodeCheckpointRaw(v)
-	if err != nil {
-		return fmt.Errorf("decode checkpoint %d: %w", id, err)
+	var r *checkpointRaw
+	if draft != nil && draft.id == id && bytes.Equal(v, draft.row) {
+		rr := *draft.raw
+		r = &rr
+	} else {
+		var err error
+		if r, err = decodeCheckpointRaw(v); err != nil {
+			return fmt.Errorf("decode checkpoint %d: %w", id, err)
+		}
 	}
 	if r.State == Committed {
 		return nil

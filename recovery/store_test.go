@@ -122,6 +122,25 @@ func TestStoreRetentionDeletesRows(t *testing.T) {
 	}
 }
 
+// TestStoreOpenWritesNothing: opening a store that is current (buckets,
+// version, producer count) is a read: no write transaction, whose page
+// write and two fdatasyncs a start would wait for. The prepared checkpoint
+// it decoded still goes to the replay without a second decode.
+func TestStoreOpenWritesNothing(t *testing.T) {
+	s, p := openTemp(t)
+	if err := s.Prepare(&Checkpoint{ID: 1, Files: []committer.File{FileOf("s", "/t", "s/f", 1, 1, "")}}); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, p)
+	if v := s.Version(); v != 0 {
+		t.Fatalf("Open of a current store ran %d write transactions, want 0", v)
+	}
+	pend, err := s.Pending()
+	if err != nil || len(pend) != 1 || len(pend[0].Files) != 1 || s.decodedOnOpen != 1 {
+		t.Fatalf("pending %+v %v, decoded on open %d", pend, err, s.decodedOnOpen)
+	}
+}
+
 // TestStoreOpenReadsBounded: Open decodes the prepared checkpoints and a
 // bounded sample of the newest rows, not every row: start time does not
 // grow with history (I11).

@@ -37,6 +37,29 @@ func (d *crashingDest) Publish(ctx context.Context, name string, data []byte) er
 	return d.Local.Publish(ctx, name, data)
 }
 
+// Stage stages as the local destination does; the crash is at the publish
+// of what it staged.
+func (d *crashingDest) Stage(ctx context.Context, name string, data []byte) (committer.Staged, error) {
+	s, err := d.Local.Stage(ctx, name, data)
+	if err != nil {
+		return nil, err
+	}
+	return crashingStaged{Staged: s, d: d, name: name}, nil
+}
+
+type crashingStaged struct {
+	committer.Staged
+	d    *crashingDest
+	name string
+}
+
+func (s crashingStaged) Publish(ctx context.Context) error {
+	if strings.HasPrefix(s.name, layout.ManifestDir+"/") && s.d.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("publish %s: %w: injected crash after the table commit", s.name, durable.ErrSync)
+	}
+	return s.Staged.Publish(ctx)
+}
+
 func tableRig(t *testing.T) (*rig, *crashingDest) {
 	r := newRig(t, nil)
 	d := &crashingDest{}

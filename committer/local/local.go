@@ -25,13 +25,14 @@ import (
 )
 
 var (
-	_ committer.Committer      = (*Local)(nil)
-	_ committer.BatchCommitter = (*Local)(nil)
-	_ committer.Publisher      = (*Local)(nil)
-	_ committer.Reader         = (*Local)(nil)
-	_ committer.Pager          = (*Local)(nil)
-	_ committer.Limiter        = (*Local)(nil)
-	_ committer.Mover          = (*Local)(nil)
+	_ committer.Committer       = (*Local)(nil)
+	_ committer.BatchCommitter  = (*Local)(nil)
+	_ committer.Publisher       = (*Local)(nil)
+	_ committer.StagedPublisher = (*Local)(nil)
+	_ committer.Reader          = (*Local)(nil)
+	_ committer.Pager           = (*Local)(nil)
+	_ committer.Limiter         = (*Local)(nil)
+	_ committer.Mover           = (*Local)(nil)
 )
 
 // Local commits into Dest on FS. Temp files for published objects go to
@@ -161,9 +162,12 @@ func (l *Local) CommitUnsynced(_ context.Context, f committer.File) (string, err
 }
 
 // SyncCommits fsyncs dir, a final directory CommitUnsynced returned, making
-// the renames into it durable. A failure wraps durable.ErrSync.
+// the renames into it durable, and the ancestors this process has not
+// made durable yet (CommitUnsynced creates directories without a sync, so
+// that none is synced between a checkpoint's renames). A failure wraps
+// durable.ErrSync.
 func (l *Local) SyncCommits(_ context.Context, dir string) error {
-	if err := durable.SyncDir(l.FS, dir); err != nil {
+	if err := l.dirs.Sync(l.FS, dir); err != nil {
 		return fmt.Errorf("commit into %s: %w", dir, err)
 	}
 	return nil
@@ -212,7 +216,7 @@ func (l *Local) Publish(_ context.Context, name string, data []byte) error {
 		}
 		return fmt.Errorf("publish %s: %w", name, committer.ErrExists)
 	}
-	tmp := path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+layout.TempSuffix)
+	tmp := l.publishTemp(name)
 	if err := l.dirs.MkdirAll(l.FS, l.Staging); err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
@@ -232,6 +236,64 @@ func (l *Local) Publish(_ context.Context, name string, data []byte) error {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
 	return nil
+}
+
+// Stage writes data to name's publish temp file in the staging directory
+// and syncs it: Publish without its rename and directory fsync, which the
+// result's Publish does. A crash leaves the temp file, which the replay
+// deletes with the other staging files nothing names.
+//
+// Stage syncs no directory, and so needs the staging directory to exist
+// (the engine makes it at start): it runs while a checkpoint's files are
+// renamed out of that directory, and a sync of it then would make their
+// removal from it durable before their new names are (a power cut would
+// lose them, where the file system keeps directories apart).
+func (l *Local) Stage(_ context.Context, name string, data []byte) (committer.Staged, error) {
+	tmp := l.publishTemp(name)
+	if err := durable.WriteTemp(l.FS, tmp, data); err != nil {
+		return nil, fmt.Errorf("publish %s: %w", name, err)
+	}
+	return &staged{l: l, name: name, tmp: tmp}, nil
+}
+
+// staged is a publish Stage wrote.
+type staged struct {
+	l         *Local
+	name, tmp string
+}
+
+// Publish renames the temp file to the name, never over a file, and syncs
+// its directory. A name that exists is ErrExists, as for Local.Publish.
+func (s *staged) Publish(_ context.Context) error {
+	final := s.l.abs(s.name)
+	err := durable.Rename(s.l.FS, &s.l.dirs, s.tmp, final)
+	if errors.Is(err, fs.ErrExist) {
+		if rerr := s.Discard(); rerr != nil {
+			return fmt.Errorf("publish %s: %w", s.name, rerr)
+		}
+		// Made durable before it counts as there, as in Local.Publish.
+		if serr := s.l.syncPath(path.Dir(final)); serr != nil {
+			return fmt.Errorf("publish %s: %w", s.name, serr)
+		}
+		return fmt.Errorf("publish %s: %w: %w", s.name, committer.ErrExists, err)
+	}
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Discard removes the temp file; gone already (published) is fine.
+func (s *staged) Discard() error {
+	if err := s.l.FS.Remove(s.tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("publish %s: remove temp: %w", s.name, err)
+	}
+	return nil
+}
+
+// publishTemp is where Publish and Stage write name before it is renamed.
+func (l *Local) publishTemp(name string) string {
+	return path.Join(l.Staging, strings.ReplaceAll(name, "/", "_")+".publish"+layout.TempSuffix)
 }
 
 // List walks the destination for files under prefix.
