@@ -113,9 +113,12 @@ func validFieldName(s string) bool {
 type Checker struct {
 	s      *Schema
 	strict bool
-	vals   []Value
-	seen   []bool
-	next   int // the field after the last one found: records tend to keep the schema's order
+	// jsonUnicode refuses a json value holding an unpaired surrogate
+	// escape (see unpairedSurrogate).
+	jsonUnicode bool
+	vals        []Value
+	seen        []bool
+	next        int // the field after the last one found: records tend to keep the schema's order
 	// byName indexes the fields of a schema larger than smallSchema: a
 	// scan per key would make a record's check quadratic in its fields
 	// (1,024 fields: ~85x slower per byte than 8).
@@ -128,15 +131,28 @@ const smallSchema = 16
 // NewChecker returns a checker for s, which must be valid. strict refuses
 // record fields that are not in the schema: Parquet files keep only schema
 // fields, so for them an unknown field would be lost; an ndjson stream keeps
-// the whole line and checks only the fields the schema names.
+// the whole line and checks only the fields the schema names. strict also
+// refuses a json field holding an unpaired surrogate escape, which a
+// Parquet JSON column can't hold (see unpairedSurrogate).
 func (s *Schema) NewChecker(strict bool) *Checker {
-	c := &Checker{s: s, strict: strict, vals: make([]Value, len(s.Fields)), seen: make([]bool, len(s.Fields))}
+	c := &Checker{s: s, strict: strict, jsonUnicode: strict, vals: make([]Value, len(s.Fields)), seen: make([]bool, len(s.Fields))}
 	if len(s.Fields) > smallSchema {
 		c.byName = make(map[string]int, len(s.Fields))
 		for i, f := range s.Fields {
 			c.byName[f.Name] = i
 		}
 	}
+	return c
+}
+
+// NewEncoderChecker returns the Parquet encoder's checker: strict, but it
+// takes a json value with an unpaired surrogate escape as it stands. The
+// write path has refused those only since this rule came; a record an
+// older version accepted and staged must still encode, or its commit
+// would fail at every recovery.
+func (s *Schema) NewEncoderChecker() *Checker {
+	c := s.NewChecker(true)
+	c.jsonUnicode = false
 	return c
 }
 
@@ -194,6 +210,11 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		}
 		if reason := checkValue(fields[i].Type, v, &c.vals[i]); reason != "" {
 			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
+		}
+		if c.jsonUnicode && fields[i].Type == TypeJSON {
+			if esc := unpairedSurrogate(v); esc != "" {
+				return nil, &MismatchError{Field: fields[i].Name, Reason: "holds " + esc + ", half of a UTF-16 surrogate pair: a Parquet JSON value must be valid Unicode (readers such as DuckDB refuse the whole file)"}
+			}
 		}
 		c.vals[i].Raw = v
 	}
@@ -292,6 +313,60 @@ func checkValue(t Type, v []byte, out *Value) string {
 	case TypeJSON:
 	}
 	return ""
+}
+
+// unpairedSurrogate returns the first \u escape in the raw JSON value v
+// that is half of a UTF-16 surrogate pair without its other half, or "".
+// JSON's grammar allows one; Parquet's JSON type is Unicode text, and
+// DuckDB refuses to read a column holding one. encoding/json and jsontop
+// turn it into U+FFFD in a string field, so only json fields, kept as
+// their text, need this.
+func unpairedSurrogate(v []byte) string {
+	for i := 0; ; {
+		j := bytes.IndexByte(v[i:], '\\')
+		if j < 0 || i+j+1 >= len(v) {
+			return ""
+		}
+		i += j
+		if v[i+1] != 'u' {
+			i += 2 // the escaped byte is no backslash that starts an escape
+			continue
+		}
+		switch r := hex4(v, i+2); {
+		case r >= 0xd800 && r < 0xdc00:
+			if i+12 <= len(v) && v[i+6] == '\\' && v[i+7] == 'u' {
+				if lo := hex4(v, i+8); lo >= 0xdc00 && lo < 0xe000 {
+					i += 12
+					continue
+				}
+			}
+			return string(v[i : i+6])
+		case r >= 0xdc00 && r < 0xe000:
+			return string(v[i : i+6])
+		}
+		i += 2
+	}
+}
+
+// hex4 returns the value of the 4 hex digits at v[i:], or -1.
+func hex4(v []byte, i int) int {
+	if i < 0 || i+4 > len(v) {
+		return -1
+	}
+	n := 0
+	for _, c := range v[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return -1
+		}
+	}
+	return n
 }
 
 // ParseInt64 parses a raw JSON number written as an integer, without
