@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // TestParquetWriterBatches: rows handed to the column writers in batches
@@ -94,5 +96,34 @@ func TestParquetWriterBatches(t *testing.T) {
 			t.Fatalf("row group bytes %d: a record more: %.100s", group, got)
 		}
 		_ = recs.Close()
+	}
+}
+
+// TestPageCodecWindow: the page codec's 512 KiB window writes the bytes a
+// 1 MiB window (zstdWindow, what it used before) writes for pages of up
+// to the window, which is every page the writer makes of 256 KiB page
+// buffers, so the smaller window only saves memory.
+func TestPageCodecWindow(t *testing.T) {
+	small, err := newZstdPages(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithWindowSize(zstdWindow), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []byte
+	for i := 0; len(recs) < 512<<10; i++ {
+		recs = append(recs, benchRecord(i%300)...) // repeats within and across pages
+	}
+	for _, n := range []int{0, 1000, 200 << 10, 256 << 10, 300 << 10, 512 << 10} {
+		got, err := small.Encode(nil, recs[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := large.EncodeAll(recs[:n], nil); !bytes.Equal(got, want) {
+			t.Errorf("page of %d bytes: %d bytes with a %d KiB window, %d with %d KiB", n, len(got), pageWindow>>10, len(want), zstdWindow>>10)
+		}
 	}
 }
