@@ -389,3 +389,49 @@ func TestParquetWriterEncodesOlderAcceptedJSON(t *testing.T) {
 		t.Fatalf("row %s", got[len(got)-1])
 	}
 }
+
+// TestParquetWriterPagesPastTheWindow: a page is cut after the batch that
+// fills parquet-go's page buffer, so one large record makes a page of its
+// size, past the zstd page window (pageWindow), with matches further back
+// than it: such pages still read back as written.
+func TestParquetWriterPagesPastTheWindow(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var lines []string
+	for k, n := range []int{3 * pageWindow, pageWindow + 1, 10} {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abcdefghij"[r.IntN(10)]
+		}
+		for i := pageWindow + pageWindow/2; i+1000 < n; i += 5000 { // a match past the window
+			copy(b[i:i+1000], b[i-pageWindow-pageWindow/2:])
+		}
+		lines = append(lines, fmt.Sprintf(`{"s":"%s","rs":"%s","ri":%d}`, b[:n/2], b, k))
+	}
+	var file bytes.Buffer
+	pw, err := NewParquetWriter(&file, Encoding{Format: "parquet", Schema: diffSchema}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if err := pw.WriteRecord([]byte(l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := OpenRecords(bytes.NewReader(file.Bytes()), int64(file.Len()), "f.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Close()
+	for i, want := range lines {
+		got, err := recs.Next()
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if string(got) != want {
+			t.Fatalf("record %d: got %d bytes %.60s…, want %d bytes %.60s…", i, len(got), got, len(want), want)
+		}
+	}
+}
