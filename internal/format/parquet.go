@@ -196,7 +196,7 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 	if groupBytes <= 0 {
 		groupBytes = DefaultRowGroupBytes
 	}
-	p := &ParquetWriter{check: e.Schema.NewEncoderChecker(), fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
+	p := &ParquetWriter{check: e.Schema.NewChecker(true), fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
 	p.pending = make([][]parquet.Value, len(p.fields))
 	for i := range p.pending {
 		p.pending[i] = make([]parquet.Value, 0, batchRows)

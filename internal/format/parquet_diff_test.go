@@ -364,32 +364,6 @@ func FuzzParquetWriterMatchesRowWriter(f *testing.F) {
 	})
 }
 
-// TestParquetWriterEncodesOlderAcceptedJSON: the write path refuses a json
-// value with an unpaired surrogate escape (streamconf's
-// TestCheckJSONSurrogates), but a record an older version accepted and
-// staged must still encode — as it stands — or its commit would fail at
-// every recovery.
-func TestParquetWriterEncodesOlderAcceptedJSON(t *testing.T) {
-	rec := []byte(`{"rs":"x","ri":1,"j":{"\ud800":"\udc00"}}`)
-	if diffSchema.NewChecker(true).Check(rec) == nil {
-		t.Fatalf("the write path accepts %s", rec)
-	}
-	var file bytes.Buffer
-	pw, err := NewParquetWriter(&file, Encoding{Format: "parquet", Schema: diffSchema}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pw.WriteRecord(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := pw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := parquetDump(t, file.Bytes()); !strings.Contains(got[len(got)-1], `"{\"\\ud800\":\"\\udc00\"}"`) {
-		t.Fatalf("row %s", got[len(got)-1])
-	}
-}
-
 // TestParquetWriterPagesPastTheWindow: a page is cut after the batch that
 // fills parquet-go's page buffer, so one large record makes a page of its
 // size, past the zstd page window (pageWindow), with matches further back

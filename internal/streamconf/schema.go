@@ -113,12 +113,9 @@ func validFieldName(s string) bool {
 type Checker struct {
 	s      *Schema
 	strict bool
-	// jsonUnicode refuses a json value holding an unpaired surrogate
-	// escape (see unpairedSurrogate).
-	jsonUnicode bool
-	vals        []Value
-	seen        []bool
-	next        int // the field after the last one found: records tend to keep the schema's order
+	vals   []Value
+	seen   []bool
+	next   int // the field after the last one found: records tend to keep the schema's order
 	// byName indexes the fields of a schema larger than smallSchema: a
 	// scan per key would make a record's check quadratic in its fields
 	// (1,024 fields: ~85x slower per byte than 8).
@@ -135,24 +132,13 @@ const smallSchema = 16
 // refuses a json field holding an unpaired surrogate escape, which a
 // Parquet JSON column can't hold (see unpairedSurrogate).
 func (s *Schema) NewChecker(strict bool) *Checker {
-	c := &Checker{s: s, strict: strict, jsonUnicode: strict, vals: make([]Value, len(s.Fields)), seen: make([]bool, len(s.Fields))}
+	c := &Checker{s: s, strict: strict, vals: make([]Value, len(s.Fields)), seen: make([]bool, len(s.Fields))}
 	if len(s.Fields) > smallSchema {
 		c.byName = make(map[string]int, len(s.Fields))
 		for i, f := range s.Fields {
 			c.byName[f.Name] = i
 		}
 	}
-	return c
-}
-
-// NewEncoderChecker returns the Parquet encoder's checker: strict, but it
-// takes a json value with an unpaired surrogate escape as it stands. The
-// write path has refused those only since this rule came; a record an
-// older version accepted and staged must still encode, or its commit
-// would fail at every recovery.
-func (s *Schema) NewEncoderChecker() *Checker {
-	c := s.NewChecker(true)
-	c.jsonUnicode = false
 	return c
 }
 
@@ -211,7 +197,7 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		if reason := checkValue(fields[i].Type, v, &c.vals[i]); reason != "" {
 			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
 		}
-		if c.jsonUnicode && fields[i].Type == TypeJSON {
+		if c.strict && fields[i].Type == TypeJSON {
 			if esc := unpairedSurrogate(v); esc != "" {
 				return nil, &MismatchError{Field: fields[i].Name, Reason: "holds " + esc + ", half of a UTF-16 surrogate pair: a Parquet JSON value must be valid Unicode (readers such as DuckDB refuse the whole file)"}
 			}
