@@ -128,7 +128,9 @@ const smallSchema = 16
 // NewChecker returns a checker for s, which must be valid. strict refuses
 // record fields that are not in the schema: Parquet files keep only schema
 // fields, so for them an unknown field would be lost; an ndjson stream keeps
-// the whole line and checks only the fields the schema names.
+// the whole line and checks only the fields the schema names. strict also
+// refuses a json field holding an unpaired surrogate escape, which a
+// Parquet JSON column can't hold (see unpairedSurrogate).
 func (s *Schema) NewChecker(strict bool) *Checker {
 	c := &Checker{s: s, strict: strict, vals: make([]Value, len(s.Fields)), seen: make([]bool, len(s.Fields))}
 	if len(s.Fields) > smallSchema {
@@ -194,6 +196,11 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		}
 		if reason := checkValue(fields[i].Type, v, &c.vals[i]); reason != "" {
 			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
+		}
+		if c.strict && fields[i].Type == TypeJSON {
+			if esc := unpairedSurrogate(v); esc != "" {
+				return nil, &MismatchError{Field: fields[i].Name, Reason: "holds " + esc + ", half of a UTF-16 surrogate pair: a Parquet JSON value must be valid Unicode (readers such as DuckDB refuse the whole file)"}
+			}
 		}
 		c.vals[i].Raw = v
 	}
@@ -292,6 +299,60 @@ func checkValue(t Type, v []byte, out *Value) string {
 	case TypeJSON:
 	}
 	return ""
+}
+
+// unpairedSurrogate returns the first \u escape in the raw JSON value v
+// that is half of a UTF-16 surrogate pair without its other half, or "".
+// JSON's grammar allows one; Parquet's JSON type is Unicode text, and
+// DuckDB refuses to read a column holding one. encoding/json and jsontop
+// turn it into U+FFFD in a string field, so only json fields, kept as
+// their text, need this.
+func unpairedSurrogate(v []byte) string {
+	for i := 0; ; {
+		j := bytes.IndexByte(v[i:], '\\')
+		if j < 0 || i+j+1 >= len(v) {
+			return ""
+		}
+		i += j
+		if v[i+1] != 'u' {
+			i += 2 // the escaped byte is no backslash that starts an escape
+			continue
+		}
+		switch r := hex4(v, i+2); {
+		case r >= 0xd800 && r < 0xdc00:
+			if i+12 <= len(v) && v[i+6] == '\\' && v[i+7] == 'u' {
+				if lo := hex4(v, i+8); lo >= 0xdc00 && lo < 0xe000 {
+					i += 12
+					continue
+				}
+			}
+			return string(v[i : i+6])
+		case r >= 0xdc00 && r < 0xe000:
+			return string(v[i : i+6])
+		}
+		i += 2
+	}
+}
+
+// hex4 returns the value of the 4 hex digits at v[i:], or -1.
+func hex4(v []byte, i int) int {
+	if i < 0 || i+4 > len(v) {
+		return -1
+	}
+	n := 0
+	for _, c := range v[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return -1
+		}
+	}
+	return n
 }
 
 // ParseInt64 parses a raw JSON number written as an integer, without

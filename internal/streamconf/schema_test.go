@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 var testSchema = &Schema{Fields: []Field{
@@ -138,6 +141,45 @@ func TestParseInt64(t *testing.T) {
 
 // refCheck is the schema rule written plainly with encoding/json, for
 // records without duplicate keys.
+// refUnpaired reports whether a string in the raw JSON value v holds a
+// UTF-16 surrogate without its other half, by unicode/utf16's rule.
+func refUnpaired(v []byte) bool {
+	var units []uint16 // the string's UTF-16 code units
+	in := false
+	for i := 0; i < len(v); {
+		c := v[i]
+		switch {
+		case !in:
+			in = c == '"'
+			units = units[:0]
+			i++
+		case c == '"':
+			for k := 0; k < len(units); k++ {
+				if utf16.IsSurrogate(rune(units[k])) {
+					if k+1 == len(units) || utf16.DecodeRune(rune(units[k]), rune(units[k+1])) == utf8.RuneError {
+						return true
+					}
+					k++
+				}
+			}
+			in = false
+			i++
+		case c == '\\' && v[i+1] == 'u':
+			n, _ := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
+			units = append(units, uint16(n))
+			i += 6
+		case c == '\\':
+			units = append(units, uint16(v[i+1]))
+			i += 2
+		default:
+			r, size := utf8.DecodeRune(v[i:])
+			units = utf16.AppendRune(units, r)
+			i += size
+		}
+	}
+	return false
+}
+
 func refCheck(s *Schema, strict bool, rec []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(rec))
 	dec.UseNumber()
@@ -203,6 +245,11 @@ func refCheck(s *Schema, strict bool, rec []byte) bool {
 			if y := tm.UTC().Year(); y < 1 || y > 9999 {
 				return false
 			}
+		case TypeJSON:
+			var raw map[string]json.RawMessage
+			if strict && (json.Unmarshal(rec, &raw) != nil || refUnpaired(raw[f.Name])) {
+				return false
+			}
 		}
 	}
 	if strict {
@@ -243,6 +290,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte(`{"id":"1"}`), false)
 	f.Add([]byte(`{"id":1,"ts":-62135596800001}`), false)
 	f.Add([]byte(`{"id":1,"x":{}}`), true)
+	f.Add([]byte(`{"id":1,"meta":["\ud83d\ude00","\\ud800",{"\udc00":1}]}`), true)
 	f.Fuzz(func(t *testing.T, rec []byte, strict bool) {
 		err := testSchema.NewChecker(strict).Check(rec)
 		if err != nil && !errors.Is(err, ErrSchemaMismatch) {
@@ -349,5 +397,38 @@ func TestCheckWideEscapes(t *testing.T) {
 	}
 	if err := c.Check([]byte(`{"field_0007":7}`)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckJSONSurrogates: a Parquet checker refuses a json field with
+// a \u escape of half a surrogate pair (DuckDB refuses a file holding one:
+// duckdbcheck's TestDuckDBReadsEveryAcceptedJSONValue), wherever it is in
+// the value, and nothing else; an ndjson checker keeps accepting it.
+func TestCheckJSONSurrogates(t *testing.T) {
+	for _, tt := range []struct {
+		meta string
+		esc  string // the escape refused; "" for ok
+	}{
+		{`"\ud800"`, `\ud800`}, {`"\udc00"`, `\udc00`}, {`"\uDBFF"`, `\uDBFF`}, {`"\udfff x"`, `\udfff`},
+		{`"\ud800\u0041"`, `\ud800`}, {`"\ud800\ud800"`, `\ud800`}, {`"\ud800\\udc00"`, `\ud800`},
+		{`{"\ud800":1}`, `\ud800`}, {`[1,{"a":["ok","x\udc00"]}]`, `\udc00`}, {`"\ud83d\ude00\udc00"`, `\udc00`},
+		{`"\ud83d\ude00"`, ""}, {`"\uD83D\uDE00"`, ""}, {`"\\ud800"`, ""}, {`"\\\\ud800"`, ""}, {`"\\\ud83d\ude00"`, ""},
+		{`"\u00e9\u0000\ue000\ud7ff"`, ""}, {`"\n\t\""`, ""}, {`{"a":1}`, ""}, {`"\ud83d\ude00\ud83d\ude00"`, ""},
+	} {
+		rec := []byte(`{"id":1,"meta":` + tt.meta + `}`)
+		if !json.Valid(rec) {
+			t.Fatalf("%s is not valid JSON", rec)
+		}
+		err := testSchema.NewChecker(true).Check(rec)
+		var me *MismatchError
+		switch {
+		case tt.esc == "" && err != nil:
+			t.Errorf("%s: %v", rec, err)
+		case tt.esc != "" && (!errors.As(err, &me) || me.Field != "meta" || !strings.Contains(me.Reason, tt.esc+",")):
+			t.Errorf("%s: err %v, want %s refused", rec, err, tt.esc)
+		}
+		if err := testSchema.NewChecker(false).Check(rec); err != nil {
+			t.Errorf("ndjson %s: %v", rec, err)
+		}
 	}
 }
