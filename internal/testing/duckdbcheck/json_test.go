@@ -24,7 +24,7 @@ func TestDuckDBReadsEveryAcceptedJSONValue(t *testing.T) {
 		{Name: "j", Type: streamconf.TypeJSON},
 	}}
 	check := schema.NewChecker(true)
-	db := openDB(t)
+	db := Open(t)
 	d := newDest(t)
 	accepted := 0
 	for i, v := range []string{`"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"x\ud800"`, `{"\ud800":1}`, `["\uDBFF\\uDC00"]`,
