@@ -179,7 +179,16 @@ func buildUnmaintained(b *testing.B, r *rig, ice *table.Iceberg, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	md := cur.Metadata
+	// The table is built with iceberg-go's own builder (tests may import
+	// its table package; the binary does not).
+	mb, err := os.ReadFile(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", cur.Version)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	md, err := icetable.ParseMetadataBytes(mb)
+	if err != nil {
+		b.Fatal(err)
+	}
 	loc := "file://" + r.dest.Dest
 	bl, err := icetable.MetadataBuilderFromBase(md, loc+"/"+layout.TableMetadataName("orders", 1))
 	if err != nil {

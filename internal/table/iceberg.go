@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
-	icetable "github.com/apache/iceberg-go/table"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -111,8 +109,8 @@ func (t *Iceberg) Commit(ctx context.Context, node string, checkpoint uint64, fi
 
 // Loaded is a table's newest metadata as found in the destination.
 type Loaded struct {
-	Version  int64 // N of metadata/vN.metadata.json; 0: no table yet
-	Metadata icetable.Metadata
+	Version  int64     // N of metadata/vN.metadata.json; 0: no table yet
+	Metadata *Metadata // nil: no table
 }
 
 // Load reads stream's newest table metadata: from the version hint on,
@@ -158,16 +156,8 @@ func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error
 	return Loaded{Version: v, Metadata: md}, nil
 }
 
-// parseMetadata turns a library panic into an error: the bytes come from
-// the destination.
-func parseMetadata(b []byte) (md icetable.Metadata, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("iceberg-go panicked: %v", p)
-		}
-	}()
-	return icetable.ParseMetadataBytes(b)
-}
+// parseMetadata reads metadata from the destination: untrusted (I13).
+func parseMetadata(b []byte) (*Metadata, error) { return ParseMetadata(b) }
 
 func readHint(ctx context.Context, r committer.Reader, stream string) (int64, error) {
 	b, err := readAll(ctx, r, layout.TableHintName(stream))
@@ -198,7 +188,7 @@ func readAll(ctx context.Context, r committer.Reader, name string) ([]byte, erro
 }
 
 // Committed reports whether md holds node's checkpoint (or a later one).
-func Committed(md icetable.Metadata, node string, checkpoint uint64) bool {
+func Committed(md *Metadata, node string, checkpoint uint64) bool {
 	if v, ok := md.Properties()[PropCommittedPrefix+node]; ok {
 		if n, err := strconv.ParseUint(v, 10, 64); err == nil && n >= checkpoint {
 			return true
@@ -213,7 +203,7 @@ func Committed(md icetable.Metadata, node string, checkpoint uint64) bool {
 }
 
 // snapshotOrigin is the node and checkpoint a snapshot's summary names.
-func snapshotOrigin(s *icetable.Snapshot) (string, uint64, bool) {
+func snapshotOrigin(s *Snapshot) (string, uint64, bool) {
 	if s.Summary == nil {
 		return "", 0, false
 	}
@@ -271,7 +261,7 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(next)
+		body, err := next.MarshalJSON() // not json.Marshal: it would compact other writers' fields
 		if err != nil {
 			return fmt.Errorf("encode table metadata: %w", err)
 		}
@@ -323,7 +313,7 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 // build makes the next metadata: cur (or a new table) plus one snapshot
 // appending files, with its manifest and manifest list written.
 func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uint64, files []committer.File,
-	cfg streamconf.Config, tt *layout.TableTemplate, cur Loaded) (icetable.Metadata, error) {
+	cfg streamconf.Config, tt *layout.TableTemplate, cur Loaded) (*Metadata, error) {
 	want, err := IcebergSchema(cfg.Schema, 0)
 	if err != nil {
 		return nil, err
@@ -336,7 +326,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	base := cur.Metadata
 	var prevLoc string
 	if base == nil {
-		base, err = icetable.NewMetadata(want, &spec, icetable.UnsortedSortOrder, loc, iceberg.Properties{icetable.PropertyFormatVersion: "2"})
+		base, err = newMetadata(want, spec, loc)
 		if err != nil {
 			return nil, fmt.Errorf("new table metadata: %w", err)
 		}
@@ -346,10 +336,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	} else {
 		prevLoc = t.Location + "/" + layout.TableMetadataName(stream, cur.Version)
 	}
-	b, err := icetable.MetadataBuilderFromBase(base, prevLoc)
-	if err != nil {
-		return nil, fmt.Errorf("table metadata builder: %w", err)
-	}
+	b := newBuilder(base, prevLoc)
 	schema, err := evolve(b, base.CurrentSchema(), want)
 	if err != nil {
 		return nil, err
@@ -361,7 +348,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	snapID := SnapshotID(stream, node, checkpoint)
 	seq := base.LastSequenceNumber() + 1
 	var parentID *int64
-	var parent *icetable.Snapshot
+	var parent *Snapshot
 	if s := base.CurrentSnapshot(); s != nil {
 		parent, parentID = s, &s.SnapshotID
 	}
@@ -401,36 +388,31 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	}
 	totals(props, parent, len(files), added)
 	schemaID := schema.ID
-	snap := icetable.Snapshot{
+	snap := Snapshot{
 		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
 		TimestampMs:  t.now().UnixMilli(),
 		ManifestList: t.Location + "/" + listName,
-		Summary:      &icetable.Summary{Operation: icetable.OpAppend, Properties: props},
+		Summary:      &Summary{Operation: OpAppend, Properties: props},
 		SchemaID:     &schemaID,
 	}
-	if err := b.AddSnapshot(&snap); err != nil {
+	if err := b.addSnapshot(snap); err != nil { // and makes it main's head
 		return nil, fmt.Errorf("add snapshot: %w", err)
-	}
-	if err := b.SetSnapshotRef(icetable.MainBranch, snapID, icetable.BranchRef); err != nil {
-		return nil, fmt.Errorf("set main branch: %w", err)
 	}
 	committed := PropCommittedPrefix + node
 	if have, _ := strconv.ParseUint(base.Properties()[committed], 10, 64); have < checkpoint {
-		if err := b.SetProperties(iceberg.Properties{committed: strconv.FormatUint(checkpoint, 10)}); err != nil {
-			return nil, fmt.Errorf("set %s: %w", committed, err)
-		}
+		b.setProperties(map[string]string{committed: strconv.FormatUint(checkpoint, 10)})
 	}
 	keep := cfg.KeepSnapshots
 	if keep <= 0 {
 		keep = streamconf.DefaultKeepSnapshots
 	}
 	if expired := Expirable(base.Snapshots(), snapID, keep-1); len(expired) > 0 {
-		if err := b.RemoveSnapshots(expired, false); err != nil {
+		if err := b.removeSnapshots(expired); err != nil {
 			return nil, fmt.Errorf("expire snapshots: %w", err)
 		}
 	}
-	b.TrimMetadataLogs(metadataLogKeep)
-	md, err := b.Build()
+	b.trimMetadataLog(metadataLogKeep)
+	md, err := b.build()
 	if err != nil {
 		return nil, fmt.Errorf("build table metadata: %w", err)
 	}
@@ -440,7 +422,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 type addedCounts struct{ records, bytes int64 }
 
 // totals sets the summary's running totals from the parent's.
-func totals(props iceberg.Properties, parent *icetable.Snapshot, files int, a addedCounts) {
+func totals(props iceberg.Properties, parent *Snapshot, files int, a addedCounts) {
 	var pf, pr, ps int64
 	if parent != nil && parent.Summary != nil {
 		pf, _ = strconv.ParseInt(parent.Summary.Properties["total-data-files"], 10, 64)
@@ -459,7 +441,7 @@ func totals(props iceberg.Properties, parent *icetable.Snapshot, files int, a ad
 // besides the one being added (current): the oldest first, never the
 // newest snapshot of any node (its checkpoint is the node's exactly-once
 // mark), nor current.
-func Expirable(snaps []icetable.Snapshot, current int64, keep int) []int64 {
+func Expirable(snaps []Snapshot, current int64, keep int) []int64 {
 	if len(snaps) <= keep {
 		return nil
 	}
@@ -474,7 +456,7 @@ func Expirable(snaps []icetable.Snapshot, current int64, keep int) []int64 {
 	for _, id := range newest {
 		protected[id] = true
 	}
-	order := make([]icetable.Snapshot, len(snaps))
+	order := make([]Snapshot, len(snaps))
 	copy(order, snaps)
 	sort.SliceStable(order, func(i, j int) bool { return order[i].SequenceNumber < order[j].SequenceNumber })
 	var out []int64
@@ -511,7 +493,7 @@ func sameIDs(have, want *iceberg.Schema) error {
 // or want adds optional fields at the end (a new schema id). A table
 // schema with more fields than want (a node with a newer configuration
 // wrote it) is kept. Anything else is ErrIncompatible.
-func evolve(b *icetable.MetadataBuilder, have, want *iceberg.Schema) (*iceberg.Schema, error) {
+func evolve(b *builder, have, want *iceberg.Schema) (*iceberg.Schema, error) {
 	hf, wf := have.Fields(), want.Fields()
 	n := min(len(hf), len(wf))
 	for i := 0; i < n; i++ {
@@ -527,14 +509,11 @@ func evolve(b *icetable.MetadataBuilder, have, want *iceberg.Schema) (*iceberg.S
 			return nil, fmt.Errorf("%w: new column %s is required", ErrIncompatible, f.Name)
 		}
 	}
-	next := iceberg.NewSchema(have.ID+1, wf...)
-	if err := b.AddSchema(next); err != nil {
+	next, err := b.addSchema(iceberg.NewSchema(have.ID+1, wf...))
+	if err != nil {
 		return nil, fmt.Errorf("add schema: %w", err)
 	}
-	if err := b.SetCurrentSchemaID(-1); err != nil {
-		return nil, fmt.Errorf("set schema: %w", err)
-	}
-	return b.CurrentSchema(), nil
+	return next, nil
 }
 
 // writeManifest writes the manifest of one checkpoint's files of stream.
@@ -642,7 +621,7 @@ func token() string {
 // md's current snapshot, in manifest order, duplicates kept (a reader
 // would read such a file twice: Verify reports it). md is stream's table
 // as Load returned it; its locations must lie in the destination r reads.
-func DataFiles(ctx context.Context, r committer.Reader, stream string, md icetable.Metadata) ([]string, error) {
+func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metadata) ([]string, error) {
 	s := md.CurrentSnapshot()
 	if s == nil {
 		return nil, nil

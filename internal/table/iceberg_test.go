@@ -15,7 +15,6 @@ import (
 	"time"
 
 	iceio "github.com/apache/iceberg-go/io"
-	icetable "github.com/apache/iceberg-go/table"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/format"
@@ -406,11 +405,11 @@ func TestMaintenance(t *testing.T) {
 }
 
 func TestExpirableKeepsNewestPerNode(t *testing.T) {
-	snap := func(id int64, seq int64, node string, c int) icetable.Snapshot {
-		return icetable.Snapshot{SnapshotID: id, SequenceNumber: seq, Summary: &icetable.Summary{
-			Operation: icetable.OpAppend, Properties: map[string]string{table.SummaryNode: node, table.SummaryCheckpoint: strconv.Itoa(c)}}}
+	snap := func(id int64, seq int64, node string, c int) table.Snapshot {
+		return table.Snapshot{SnapshotID: id, SequenceNumber: seq, Summary: &table.Summary{
+			Operation: table.OpAppend, Properties: map[string]string{table.SummaryNode: node, table.SummaryCheckpoint: strconv.Itoa(c)}}}
 	}
-	snaps := []icetable.Snapshot{snap(1, 1, "a", 1), snap(2, 2, "b", 1), snap(3, 3, "b", 2), snap(4, 4, "b", 3), snap(5, 5, "b", 4)}
+	snaps := []table.Snapshot{snap(1, 1, "a", 1), snap(2, 2, "b", 1), snap(3, 3, "b", 2), snap(4, 4, "b", 3), snap(5, 5, "b", 4)}
 	got := table.Expirable(snaps, 6, 2)
 	if fmt.Sprint(got) != "[2 3 4]" {
 		t.Fatalf("expired %v, want [2 3 4] (a's only snapshot and b's newest kept)", got)
