@@ -45,6 +45,20 @@ func appendAll(tx *Txn, recs [][]byte) (accepted [][]byte, err error) {
 	return accepted, err
 }
 
+// preCommitAll appends recs (appendAll) and pre-commits tx; any failure
+// ends the test.
+func preCommitAll(t testing.TB, tx *Txn, recs [][]byte) Summary {
+	t.Helper()
+	if _, err := appendAll(tx, recs); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
 // checkEncoded reads the encoded file sum names back from what a power
 // cut would leave and compares it with recs.
 func checkEncoded(t *testing.T, fs *faultfs.CrashFS, name string, enc Encoding, sum Summary, recs [][]byte) {
@@ -95,13 +109,7 @@ func TestCreateEncodedRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := appendAll(tx, recs); err != nil {
-					t.Fatal(err)
-				}
-				sum, err := tx.PreCommit()
-				if err != nil {
-					t.Fatal(err)
-				}
+				sum := preCommitAll(t, tx, recs)
 				if sum.Temp != EncodedName(TempName("/s", tt.name)) || sum.Plain != TempName("/s", tt.name) {
 					t.Fatalf("summary names %q from %q", sum.Temp, sum.Plain)
 				}
