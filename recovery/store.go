@@ -486,15 +486,27 @@ func (s *Store) Reserve(id uint64) error {
 }
 
 // LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.
-func (s *Store) LastID() (uint64, error) {
-	var id uint64
+func (s *Store) LastID() (uint64, error) { return s.metaNumber(keyLastID) }
+
+// metaNumber reads, in a read transaction, a number the meta bucket keeps
+// under key (metaUint64).
+func (s *Store) metaNumber(key []byte) (uint64, error) {
+	var n uint64
 	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyLastID); v != nil {
-			id = binary.BigEndian.Uint64(v)
-		}
+		n = metaUint64(tx, key)
 		return nil
 	})
-	return id, err
+	return n, err
+}
+
+// metaUint64 reads a number the meta bucket keeps under key (8 bytes,
+// big-endian; check refuses a store whose meta numbers are not): 0 when
+// there is none.
+func metaUint64(tx *bolt.Tx, key []byte) uint64 {
+	if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
 }
 
 func putCheckpoint(tx *bolt.Tx, c *Checkpoint) error {
@@ -829,16 +841,7 @@ func (s *Store) ListBefore(before uint64, limit int) ([]Checkpoint, error) {
 
 // NewestCommitted returns the id of the newest committed checkpoint, 0 if
 // none. It is kept in meta, so it outlives the pruned rows.
-func (s *Store) NewestCommitted() (uint64, error) {
-	var id uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyLastCommitted); v != nil {
-			id = binary.BigEndian.Uint64(v)
-		}
-		return nil
-	})
-	return id, err
-}
+func (s *Store) NewestCommitted() (uint64, error) { return s.metaNumber(keyLastCommitted) }
 
 // Pending returns every prepared (not yet committed) checkpoint, oldest
 // first. It reads the pending index and those rows only.
