@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -190,16 +191,18 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[batchKey]int{}
+	next := map[string]int64{} // each producer's next sequence number
 	senders := []sender{newSender(ctx, t, p.URL, "p0"), newSender(ctx, t, p.URL, "p1")}
 	send := func(batches int) {
 		for b := range batches {
 			s := senders[b%2]
-			k := batchKey{P: s.ID(), S: tableStream, Q: int64(len(onlyProducer(want, s.ID())))}
+			k := batchKey{P: s.ID(), S: tableStream, Q: next[s.ID()]}
 			n := 1 + rng.IntN(50)
 			if kept, err := s.Send(ctx, tableStream, k.Q, makeRecords(rng, k, n, 16)); err != nil || !kept {
 				t.Fatalf("send %s: kept %v, %v", k, kept, err)
 			}
 			want[k] = n
+			next[s.ID()]++
 		}
 	}
 	send(6)
@@ -211,10 +214,7 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 			t.Fatal(err)
 		}
 	}
-	committed := map[batchKey]int{}
-	for k, n := range want {
-		committed[k] = n
-	}
+	committed := maps.Clone(want)
 	// Accepted, not committed (--checkpoint-interval 0): not in the table.
 	send(4)
 	tb, err := d.readGo(ctx, tableStream)
@@ -227,16 +227,6 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 		t.Fatal(err)
 	}
 	checkTable(t, d, want)
-}
-
-func onlyProducer(want map[batchKey]int, p string) map[batchKey]int {
-	out := map[batchKey]int{}
-	for k, n := range want {
-		if k.P == p {
-			out[k] = n
-		}
-	}
-	return out
 }
 
 func TestIcebergLocal(t *testing.T) {
