@@ -255,24 +255,14 @@ func TestCrashLoopIceberg(t *testing.T) {
 		t.Skip("crash loop: not in -short mode")
 	}
 	configure := map[string]string{tableStream: tableStreamConf}
-	for s, c := range crashConfigured {
-		configure[s] = c
-	}
+	maps.Copy(configure, crashConfigured)
 	t.Run("local", func(t *testing.T) {
-		dir := workDir(t)
-		dest := dir + "/dest"
-		crashLoop{
-			kills:     envInt(t, envKills, 8),
-			producers: envInt(t, envProducers, 4),
-			streams:   crashStreams[:1],
-			configure: configure,
-			args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
-			aim:       30,
-			dest:      invariant.LocalDest(dest),
-			verify:    []string{"--dest", "file://" + dest},
-			dir:       dir,
-			after:     func(t *testing.T, want map[batchKey]int) { checkTable(t, localTableDest(dest), want) },
-		}.run(t)
+		cl := localCrashLoop(t, envInt(t, envKills, 8), envInt(t, envProducers, 4))
+		cl.streams = crashStreams[:1]
+		cl.configure = configure
+		table := localTableDest(cl.dir + "/dest") // localCrashLoop's destination
+		cl.after = func(t *testing.T, want map[batchKey]int) { checkTable(t, table, want) }
+		cl.run(t)
 	})
 	t.Run("s3", func(t *testing.T) {
 		b := newS3Bucket(t, sharedMinIO(t), "e2e/crash-iceberg")
