@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -61,14 +60,8 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 	}
 	r.loseCommit(res.ID, nil)
 
-	e, err := Open(r.config(r.fs))
+	e, err := r.open(nil, 5*time.Second)
 	if err != nil {
-		t.Fatal(err)
-	}
-	r.e = e
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := e.WaitReady(ctx); err != nil {
 		why := e.Status().Recovering
 		if len(why) > 60 {
 			why = why[len(why)-60:] // the paths in it are 4,000 bytes
