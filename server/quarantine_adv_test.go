@@ -100,10 +100,7 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	r.loseCommit(r.commit().ID, backup)
 
 	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	if got := ps.Streams["a"].NextSeq; got != 1 {
 		t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
 	}
@@ -146,12 +143,8 @@ func TestQuarantineSparesCheckpointsBeforeNewestManifest(t *testing.T) {
 	// The manifest lost is the first checkpoint's, not the last's.
 	r.loseCommit(first.ID, nil)
 	r.broken = "a committed checkpoint's manifest was deleted"
-	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := ps.Streams["a"].NextSeq; got != 2 {
+	r.start(nil)
+	if got := r.initState("p").Streams["a"].NextSeq; got != 2 {
 		t.Fatalf("after the loss, init says next_seq %d; 0 and 1 were committed", got)
 	}
 	if _, err := r.fs.Stat(rigDest + "/" + first.Files[0].Final); err != nil {

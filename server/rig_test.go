@@ -204,11 +204,18 @@ func (r *rig) commit() CheckpointResult {
 // initProducer inits producer id on r.e and returns it at its new epoch.
 func (r *rig) initProducer(id string) *Producer {
 	r.t.Helper()
+	return &Producer{ID: id, Epoch: r.initState(id).Epoch}
+}
+
+// initState inits producer id on r.e and returns the state init answers;
+// an error ends the test.
+func (r *rig) initState(id string) ProducerState {
+	r.t.Helper()
 	st, err := r.e.InitProducer(context.Background(), id)
 	if err != nil {
 		r.t.Fatalf("init producer %s: %v", id, err)
 	}
-	return &Producer{ID: id, Epoch: st.Epoch}
+	return st
 }
 
 // mustSend is send that fails the test on an error.
