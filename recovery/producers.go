@@ -396,12 +396,7 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 // Producer returns one producer's durable state with every stream, nil
 // when the store does not know it.
 func (s *Store) Producer(id string) (*Producer, error) {
-	var out *Producer
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		out, err = getProducer(tx, id)
-		return err
-	})
+	out, err := viewValue(s, func(tx *bolt.Tx) (*Producer, error) { return getProducer(tx, id) })
 	if err != nil {
 		return nil, fmt.Errorf("read state store %s: %w", s.path, err)
 	}

@@ -436,6 +436,17 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 	return s.db.View(fn)
 }
 
+// viewValue runs fn in a read transaction (view) and returns its value.
+func viewValue[T any](s *Store, fn func(*bolt.Tx) (T, error)) (T, error) {
+	var v T
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
 // recoverCorrupt, deferred, turns a panic inside bbolt into ErrCorrupt.
 // bbolt rolls the transaction back as the panic unwinds.
 func (s *Store) recoverCorrupt(op string, err *error) {
@@ -491,12 +502,7 @@ func (s *Store) LastID() (uint64, error) { return s.metaNumber(keyLastID) }
 // metaNumber reads, in a read transaction, a number the meta bucket keeps
 // under key (metaUint64).
 func (s *Store) metaNumber(key []byte) (uint64, error) {
-	var n uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		n = metaUint64(tx, key)
-		return nil
-	})
-	return n, err
+	return viewValue(s, func(tx *bolt.Tx) (uint64, error) { return metaUint64(tx, key), nil })
 }
 
 // metaUint64 reads a number the meta bucket keeps under key (8 bytes,
@@ -794,13 +800,7 @@ func (s *Store) Abort(c *Checkpoint, reason string) error {
 
 // Get returns one checkpoint.
 func (s *Store) Get(id uint64) (*Checkpoint, error) {
-	var c *Checkpoint
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		c, err = getCheckpoint(tx, id)
-		return err
-	})
-	return c, err
+	return viewValue(s, func(tx *bolt.Tx) (*Checkpoint, error) { return getCheckpoint(tx, id) })
 }
 
 // List returns up to limit checkpoints, newest first, without their files
