@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"runtime"
 	"syscall"
 	"testing"
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/heap"
 	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/parquet-go/parquet-go"
 	"github.com/spf13/afero"
@@ -272,13 +272,6 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 		batches = append(batches, batch)
 	}
 	recs = nil
-	live := func() int64 {
-		runtime.GC()
-		runtime.GC() // the second clears sync.Pool victims
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
 	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	es := NewInlineEncoders(0)
 	enc := Encoding{Format: "parquet", Schema: orders.Schema}
@@ -292,7 +285,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := live()
+	base := heap.Live()
 	txns := make([]*Txn, files)
 	for k := range txns {
 		if txns[k], err = CreateEncoded(fs, fmt.Sprintf("/m%02d.parquet.inprogress", k), 0, enc, es); err != nil {
@@ -304,7 +297,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 			}
 		}
 	}
-	per := (live() - base) / files
+	per := (heap.Live() - base) / files
 	t.Logf("%d open Parquet files, %d MiB of records each: live heap +%.2f MiB per file", files, perFile>>20, float64(per)/(1<<20))
 	if limit := int64(4 << 20); per > limit {
 		t.Errorf("live heap +%d bytes per open Parquet file, want at most %d", per, limit)
