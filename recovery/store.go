@@ -506,8 +506,8 @@ func (s *Store) metaNumber(key []byte) (uint64, error) {
 }
 
 // metaUint64 reads a number the meta bucket keeps under key (8 bytes,
-// big-endian; check refuses a store whose meta numbers are not): 0 when
-// there is none.
+// big-endian): 0 when there is none. A value of another length reads as
+// none; check refuses a store holding one under the keys a start reads.
 func metaUint64(tx *bolt.Tx, key []byte) uint64 {
 	if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
 		return binary.BigEndian.Uint64(v)
