@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -16,12 +15,6 @@ import (
 // committed batch is 200.
 func TestDuplicateAnswers(t *testing.T) {
 	failing := &faultfs.SwapInjector{}
-	syncFails := faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.EIO
-		}
-		return nil
-	})
 	r := newRig(t, rigOpts{inject: failing})
 	epoch := strconv.FormatInt(r.initProducer("d"), 10)
 	post := func(seq string) (*WriteResponse, int, string) {
@@ -40,7 +33,7 @@ func TestDuplicateAnswers(t *testing.T) {
 		t.Fatalf("duplicate of an uncommitted batch: %d %+v (header %s), want 202 duplicate in checkpoint %d", status, dup, hdr, first.Checkpoint)
 	}
 	// Its checkpoint aborts: the batch is gone, as a 202 allowed.
-	failing.Set(syncFails)
+	failing.Set(failStaging(faultfs.OpSync, syscall.EIO))
 	rec := r.admin("POST", "/v1/checkpoints", "")
 	failing.Set(nil)
 	expectStatus(t, rec, http.StatusOK)

@@ -18,6 +18,18 @@ import (
 	"github.com/spf13/afero"
 )
 
+// failStaging fails every operation of kind on a staging file (its
+// ".inprogress" name) with err: a failed sync aborts the checkpoint before
+// "prepared", a failed open refuses the write.
+func failStaging(kind faultfs.OpKind, err error) faultfs.Injector {
+	return faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == kind && strings.HasSuffix(op.Path, ".inprogress") {
+			return err
+		}
+		return nil
+	})
+}
+
 // rig is an engine rig (internal/testing/enginetest: the destination is
 // checked when the test ends) over a disk with secrets outside the
 // destination (no answer may ever hold enginetest.Secret), served by a

@@ -25,14 +25,22 @@ func (c countingEngine) CheckpointRecords(before uint64, limit int) ([]recovery.
 	return c.Engine.CheckpointRecords(before, limit)
 }
 
+// newCountingRig is a ready rig whose API's engine is a countingEngine;
+// it returns the count too.
+func newCountingRig(t *testing.T) (*rig, *atomic.Int64) {
+	t.Helper()
+	reads := new(atomic.Int64)
+	r := newRig(t, rigOpts{api: func(c *Config) { c.Engine = countingEngine{c.Engine, reads} }})
+	r.waitReady()
+	return r, reads
+}
+
 // TestProducerListKeptUntilStoreChanges: GET /v1/producers polled in a
 // loop reads the state store once per change of it, not once per poll (a
 // poller made every write wait: the soak's polled write p99 was 8-11x the
 // idle one), and every change shows in the next answer.
 func TestProducerListKeptUntilStoreChanges(t *testing.T) {
-	var pages atomic.Int64
-	r := newRig(t, rigOpts{api: func(c *Config) { c.Engine = countingEngine{c.Engine, &pages} }})
-	r.waitReady()
+	r, pages := newCountingRig(t)
 	list := func(target string) ProducerList {
 		t.Helper()
 		return getOK[ProducerList](r, target)
@@ -76,9 +84,7 @@ func TestProducerListKeptUntilStoreChanges(t *testing.T) {
 // TestCheckpointListKeptUntilStoreChanges: GET /v1/checkpoints likewise;
 // "after" absent (the newest) and "after=0" (nothing) are different answers.
 func TestCheckpointListKeptUntilStoreChanges(t *testing.T) {
-	var reads atomic.Int64
-	r := newRig(t, rigOpts{api: func(c *Config) { c.Engine = countingEngine{c.Engine, &reads} }})
-	r.waitReady()
+	r, reads := newCountingRig(t)
 	list := func(target string) CheckpointList {
 		t.Helper()
 		return getOK[CheckpointList](r, target)

@@ -56,12 +56,7 @@ func envs(t *testing.T) map[string]*env {
 	// diskfull: creating a staging file fails with ENOSPC.
 	full := &faultfs.SwapInjector{}
 	df := newRig(t, rigOpts{inject: full})
-	full.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if op.Kind == faultfs.OpOpen && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.ENOSPC
-		}
-		return nil
-	}))
+	full.Set(failStaging(faultfs.OpOpen, syscall.ENOSPC))
 	out["diskfull"] = &env{r: df, finish: func() { full.Set(nil) }}
 
 	// notready: recovery cannot list the staging directory, and retries.
@@ -354,12 +349,6 @@ func TestWaitCommitTimeout(t *testing.T) {
 // waiting client is told to resend from expected_seq.
 func TestWaitCommitAborted(t *testing.T) {
 	inj := &faultfs.SwapInjector{}
-	injFault := faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.EIO
-		}
-		return nil
-	})
 	r := newRig(t, rigOpts{inject: inj})
 	epoch := strconv.FormatInt(r.initProducer("a"), 10)
 	hdr := func(seq string) []string {
@@ -367,7 +356,7 @@ func TestWaitCommitAborted(t *testing.T) {
 	}
 	expectStatus(t, r.do("POST", "/v1/streams/s/records", `{"q":0}`, hdr("0")...), http.StatusAccepted)
 	r.checkpoint()
-	inj.Set(injFault)
+	inj.Set(failStaging(faultfs.OpSync, syscall.EIO))
 
 	var wg sync.WaitGroup
 	var rec *httptest.ResponseRecorder

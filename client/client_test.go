@@ -65,14 +65,7 @@ func TestSendFlush(t *testing.T) {
 func TestInitTakesUpSequences(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
 	a := r.initClient("p")
-	var keys []string
-	for i := range 3 {
-		recs, k := records(fmt.Sprintf("a%d", i), 1)
-		keys = append(keys, k...)
-		if _, err := a.Send(ctx(t), "s", recs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keys := sendBatches(t, a, "a", 3)
 	flush(t, a)
 	// A restarted producer process: a new client with the same id.
 	b := r.client("p")
@@ -571,14 +564,7 @@ func TestBufferBound(t *testing.T) {
 	recs, _ := records("b0", 1)
 	size := int64(len(recs[0]) + 1)
 	c := r.initClient("p", client.WithMaxBuffered(3*size))
-	var keys []string
-	for i := range 3 {
-		recs, k := records(fmt.Sprintf("b%d", i), 1)
-		keys = append(keys, k...)
-		if _, err := c.Send(ctx(t), "s", recs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keys := sendBatches(t, c, "b", 3)
 	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	recs, k := records("b3", 1)

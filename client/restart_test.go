@@ -90,14 +90,7 @@ func TestRecoversFromLostSequence(t *testing.T) {
 	t.Run("service behind", func(t *testing.T) {
 		r := newRig(t, 20*time.Millisecond).start()
 		c := r.initClient("p")
-		var keys []string
-		for i := range 3 {
-			recs, k := records(fmt.Sprintf("a%d", i), 1)
-			keys = append(keys, k...)
-			if _, err := c.Send(ctx(t), "s", recs); err != nil {
-				t.Fatal(err)
-			}
-		}
+		keys := sendBatches(t, c, "a", 3)
 		if err := c.Flush(ctx(t)); err != nil { // 0..2 committed: no longer kept
 			t.Fatal(err)
 		}

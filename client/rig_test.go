@@ -255,6 +255,21 @@ func records(tag string, n int) ([][]byte, []string) {
 	return recs, keys
 }
 
+// sendBatches sends n batches of one record each (records tag0, tag1, ...)
+// to stream "s" and returns the records' keys; a failed Send ends the test.
+func sendBatches(t *testing.T, c *client.Client, tag string, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := range n {
+		recs, k := records(fmt.Sprintf("%s%d", tag, i), 1)
+		keys = append(keys, k...)
+		if _, err := c.Send(ctx(t), "s", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
 // ctx returns a context bounded for one test step.
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -396,12 +396,7 @@ func (s *Store) ProducersPage(after string, limit int) ([]Producer, string, erro
 // Producer returns one producer's durable state with every stream, nil
 // when the store does not know it.
 func (s *Store) Producer(id string) (*Producer, error) {
-	var out *Producer
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		out, err = getProducer(tx, id)
-		return err
-	})
+	out, err := viewValue(s, func(tx *bolt.Tx) (*Producer, error) { return getProducer(tx, id) })
 	if err != nil {
 		return nil, fmt.Errorf("read state store %s: %w", s.path, err)
 	}
@@ -459,24 +454,13 @@ func (s *Store) StreamSeq(pid, stream string) (ss StreamSeq, ok bool, err error)
 // it reads no producer.
 func (s *Store) ProducerCount() (int, error) { return s.metaCount(keyProducerCount) }
 
-// metaCount reads a counter the meta bucket keeps under key (8 bytes,
-// big-endian): 0 when there is none.
+// metaCount reads a counter the meta bucket keeps under key: 0 when there
+// is none.
 func (s *Store) metaCount(key []byte) (int, error) {
-	n := 0
-	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
-			n = int(binary.BigEndian.Uint64(v))
-		}
-		return nil
-	})
-	return n, err
+	n, err := s.metaNumber(key)
+	return int(n), err
 }
 
 // epochFloor is the epoch a producer the store does not know starts at:
 // above every forgotten producer's, 0 in a store that never forgot one.
-func epochFloor(tx *bolt.Tx) int64 {
-	if v := tx.Bucket(bucketMeta).Get(keyEpochFloor); len(v) == 8 {
-		return int64(binary.BigEndian.Uint64(v))
-	}
-	return 0
-}
+func epochFloor(tx *bolt.Tx) int64 { return int64(metaUint64(tx, keyEpochFloor)) }

@@ -436,6 +436,17 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 	return s.db.View(fn)
 }
 
+// viewValue runs fn in a read transaction (view) and returns its value.
+func viewValue[T any](s *Store, fn func(*bolt.Tx) (T, error)) (T, error) {
+	var v T
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
 // recoverCorrupt, deferred, turns a panic inside bbolt into ErrCorrupt.
 // bbolt rolls the transaction back as the panic unwinds.
 func (s *Store) recoverCorrupt(op string, err *error) {
@@ -486,15 +497,22 @@ func (s *Store) Reserve(id uint64) error {
 }
 
 // LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.
-func (s *Store) LastID() (uint64, error) {
-	var id uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyLastID); v != nil {
-			id = binary.BigEndian.Uint64(v)
-		}
-		return nil
-	})
-	return id, err
+func (s *Store) LastID() (uint64, error) { return s.metaNumber(keyLastID) }
+
+// metaNumber reads, in a read transaction, a number the meta bucket keeps
+// under key (metaUint64).
+func (s *Store) metaNumber(key []byte) (uint64, error) {
+	return viewValue(s, func(tx *bolt.Tx) (uint64, error) { return metaUint64(tx, key), nil })
+}
+
+// metaUint64 reads a number the meta bucket keeps under key (8 bytes,
+// big-endian): 0 when there is none. A value of another length reads as
+// none; check refuses a store holding one under the keys a start reads.
+func metaUint64(tx *bolt.Tx, key []byte) uint64 {
+	if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
 }
 
 func putCheckpoint(tx *bolt.Tx, c *Checkpoint) error {
@@ -782,13 +800,7 @@ func (s *Store) Abort(c *Checkpoint, reason string) error {
 
 // Get returns one checkpoint.
 func (s *Store) Get(id uint64) (*Checkpoint, error) {
-	var c *Checkpoint
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		c, err = getCheckpoint(tx, id)
-		return err
-	})
-	return c, err
+	return viewValue(s, func(tx *bolt.Tx) (*Checkpoint, error) { return getCheckpoint(tx, id) })
 }
 
 // List returns up to limit checkpoints, newest first, without their files
@@ -829,16 +841,7 @@ func (s *Store) ListBefore(before uint64, limit int) ([]Checkpoint, error) {
 
 // NewestCommitted returns the id of the newest committed checkpoint, 0 if
 // none. It is kept in meta, so it outlives the pruned rows.
-func (s *Store) NewestCommitted() (uint64, error) {
-	var id uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyLastCommitted); v != nil {
-			id = binary.BigEndian.Uint64(v)
-		}
-		return nil
-	})
-	return id, err
-}
+func (s *Store) NewestCommitted() (uint64, error) { return s.metaNumber(keyLastCommitted) }
 
 // Pending returns every prepared (not yet committed) checkpoint, oldest
 // first. It reads the pending index and those rows only.

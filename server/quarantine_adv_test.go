@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -61,14 +60,8 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 	}
 	r.loseCommit(res.ID, nil)
 
-	e, err := Open(r.config(r.fs))
+	e, err := r.open(nil, 5*time.Second)
 	if err != nil {
-		t.Fatal(err)
-	}
-	r.e = e
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := e.WaitReady(ctx); err != nil {
 		why := e.Status().Recovering
 		if len(why) > 60 {
 			why = why[len(why)-60:] // the paths in it are 4,000 bytes
@@ -107,10 +100,7 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	r.loseCommit(r.commit().ID, backup)
 
 	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	if got := ps.Streams["a"].NextSeq; got != 1 {
 		t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
 	}
@@ -153,12 +143,8 @@ func TestQuarantineSparesCheckpointsBeforeNewestManifest(t *testing.T) {
 	// The manifest lost is the first checkpoint's, not the last's.
 	r.loseCommit(first.ID, nil)
 	r.broken = "a committed checkpoint's manifest was deleted"
-	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := ps.Streams["a"].NextSeq; got != 2 {
+	r.start(nil)
+	if got := r.initState("p").Streams["a"].NextSeq; got != 2 {
 		t.Fatalf("after the loss, init says next_seq %d; 0 and 1 were committed", got)
 	}
 	if _, err := r.fs.Stat(rigDest + "/" + first.Files[0].Final); err != nil {

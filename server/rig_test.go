@@ -77,6 +77,18 @@ func (r *rig) config(fs afero.Fs) Config {
 // start opens an engine over fs (r.fs when nil) and waits for recovery.
 func (r *rig) start(fs afero.Fs) *Engine {
 	r.t.Helper()
+	e, err := r.open(fs, 30*time.Second)
+	if err != nil {
+		r.t.Fatalf("wait ready: %v", err)
+	}
+	return e
+}
+
+// open opens an engine over fs (r.fs when nil) as r.e, so the end of the
+// test closes it, and waits up to d for recovery; it returns WaitReady's
+// error for the test to judge. A failed Open ends the test.
+func (r *rig) open(fs afero.Fs, d time.Duration) (*Engine, error) {
+	r.t.Helper()
 	if fs == nil {
 		fs = r.fs
 	}
@@ -84,13 +96,10 @@ func (r *rig) start(fs afero.Fs) *Engine {
 	if err != nil {
 		r.t.Fatalf("open engine: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.WaitReady(ctx); err != nil {
-		r.t.Fatalf("wait ready: %v", err)
-	}
 	r.e = e
-	return e
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return e, e.WaitReady(ctx)
 }
 
 // stop closes the engine without a final checkpoint, as a crash would.
@@ -195,11 +204,18 @@ func (r *rig) commit() CheckpointResult {
 // initProducer inits producer id on r.e and returns it at its new epoch.
 func (r *rig) initProducer(id string) *Producer {
 	r.t.Helper()
+	return &Producer{ID: id, Epoch: r.initState(id).Epoch}
+}
+
+// initState inits producer id on r.e and returns the state init answers;
+// an error ends the test.
+func (r *rig) initState(id string) ProducerState {
+	r.t.Helper()
 	st, err := r.e.InitProducer(context.Background(), id)
 	if err != nil {
 		r.t.Fatalf("init producer %s: %v", id, err)
 	}
-	return &Producer{ID: id, Epoch: st.Epoch}
+	return st
 }
 
 // mustSend is send that fails the test on an error.

@@ -123,14 +123,8 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 			var sw faultfs.SwapInjector
 			fs := faultfs.NewInjectFS(base, &sw)
 			r.fs = fs
-			e, err := Open(r.config(fs))
+			e, err := r.open(fs, 10*time.Second)
 			if err != nil {
-				t.Fatal(err)
-			}
-			r.e = e
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			if err := e.WaitReady(ctx); err != nil {
 				if tc.op != "reserve" {
 					t.Fatalf("wait ready: %v", err)
 				}
@@ -148,7 +142,9 @@ func TestStoreWriteFailureStopsEngine(t *testing.T) {
 					if tc.op == "abort" {
 						sw.Set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpSync), syscall.EIO))
 					}
+					ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 					_, _ = e.Checkpoint(ctx)
+					cancel()
 				}
 			}
 			if !waitFailed(t, e, 5*time.Second) {

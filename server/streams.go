@@ -313,6 +313,22 @@ func (e *RecordError) Error() string { return fmt.Sprintf("record %d: %v", e.Lin
 // Unwrap returns the cause.
 func (e *RecordError) Unwrap() error { return e.Err }
 
+// recordError is err about record line, naming the field a schema
+// mismatch (*streamconf.MismatchError) or a partition template's value
+// (*layout.PartitionError) is about.
+func recordError(line int, err error) *RecordError {
+	field := ""
+	var me *streamconf.MismatchError
+	var pe *layout.PartitionError
+	switch {
+	case errors.As(err, &me):
+		field = me.Field
+	case errors.As(err, &pe):
+		field = pe.Field
+	}
+	return &RecordError{Line: line, Field: field, Err: err}
+}
+
 // Errors of placing a batch (see the comment at the top of this file).
 var (
 	// ErrInvalidStream means a stream name that DESIGN's rule refuses.
@@ -451,12 +467,7 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 		}
 		if chk != nil {
 			if err := chk.Check(rec); err != nil {
-				var me *streamconf.MismatchError
-				field := ""
-				if errors.As(err, &me) {
-					field = me.Field
-				}
-				p.err = &RecordError{Line: line, Field: field, Err: err}
+				p.err = recordError(line, err)
 				return p
 			}
 		}
@@ -465,12 +476,7 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 			part, err = sc.tmpl.Eval(now, rec)
 		}
 		if err != nil {
-			var pe *layout.PartitionError
-			field := ""
-			if errors.As(err, &pe) {
-				field = pe.Field
-			}
-			p.err = &RecordError{Line: line, Field: field, Err: err}
+			p.err = recordError(line, err)
 			return p
 		}
 		i, ok := index[part]

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"os"
 	"testing"
@@ -175,7 +174,6 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, nil)
 			e := r.start(nil)
-			ctx := t.Context()
 			p := r.initProducer("p")
 			must := map[invariant.BatchID]bool{}
 			mustSend(t, e, p, "a", 0, 1)
@@ -185,14 +183,8 @@ func TestPlantedManifestIsNotBelieved(t *testing.T) {
 			pn, data := make(res.ID)
 			plant(t, r.fs, pn, data)
 			r.broken = "a planted manifest" // the checker believes manifests
-			e2, err := Open(r.config(r.fs))
+			e2, err := r.open(nil, 10*time.Second)
 			if err != nil {
-				t.Fatal(err)
-			}
-			r.e = e2
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := e2.WaitReady(wctx); err != nil {
 				t.Fatalf("not ready with a planted manifest: %v (status %+v)", err, e2.Status())
 			}
 			if open := e2.Status().OpenID; open <= res.ID || open > layout.MaxCheckpoint/2 {

@@ -20,7 +20,8 @@ import (
 	"github.com/spf13/afero"
 )
 
-// stage writes records through a Txn in batches and pre-commits it.
+// stage writes records through a Txn in batches and pre-commits it
+// (preCommitAll).
 func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
 	t.Helper()
 	if err := durable.MkdirAll(fs, "/s"); err != nil {
@@ -30,21 +31,7 @@ func stage(t testing.TB, fs afero.Fs, name string, recs [][]byte) Summary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < len(recs); i += 10 {
-		var batch []byte
-		j := min(i+10, len(recs))
-		for _, r := range recs[i:j] {
-			batch = append(append(batch, r...), '\n')
-		}
-		if err := tx.Append(batch, j-i, "p", int64(i/10)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sum, err := tx.PreCommit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum
+	return preCommitAll(t, tx, recs)
 }
 
 // canonical returns a record as Parquet gives it back: schema fields only,

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"runtime"
 	"syscall"
 	"testing"
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/heap"
 	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/parquet-go/parquet-go"
 	"github.com/spf13/afero"
@@ -43,6 +43,20 @@ func appendAll(tx *Txn, recs [][]byte) (accepted [][]byte, err error) {
 		accepted = append(accepted, recs[i:j]...)
 	}
 	return accepted, err
+}
+
+// preCommitAll appends recs (appendAll) and pre-commits tx; any failure
+// ends the test.
+func preCommitAll(t testing.TB, tx *Txn, recs [][]byte) Summary {
+	t.Helper()
+	if _, err := appendAll(tx, recs); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }
 
 // checkEncoded reads the encoded file sum names back from what a power
@@ -95,13 +109,7 @@ func TestCreateEncodedRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := appendAll(tx, recs); err != nil {
-					t.Fatal(err)
-				}
-				sum, err := tx.PreCommit()
-				if err != nil {
-					t.Fatal(err)
-				}
+				sum := preCommitAll(t, tx, recs)
 				if sum.Temp != EncodedName(TempName("/s", tt.name)) || sum.Plain != TempName("/s", tt.name) {
 					t.Fatalf("summary names %q from %q", sum.Temp, sum.Plain)
 				}
@@ -264,13 +272,6 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 		batches = append(batches, batch)
 	}
 	recs = nil
-	live := func() int64 {
-		runtime.GC()
-		runtime.GC() // the second clears sync.Pool victims
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
 	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	es := NewInlineEncoders(0)
 	enc := Encoding{Format: "parquet", Schema: orders.Schema}
@@ -284,7 +285,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := live()
+	base := heap.Live()
 	txns := make([]*Txn, files)
 	for k := range txns {
 		if txns[k], err = CreateEncoded(fs, fmt.Sprintf("/m%02d.parquet.inprogress", k), 0, enc, es); err != nil {
@@ -296,7 +297,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 			}
 		}
 	}
-	per := (live() - base) / files
+	per := (heap.Live() - base) / files
 	t.Logf("%d open Parquet files, %d MiB of records each: live heap +%.2f MiB per file", files, perFile>>20, float64(per)/(1<<20))
 	if limit := int64(4 << 20); per > limit {
 		t.Errorf("live heap +%d bytes per open Parquet file, want at most %d", per, limit)

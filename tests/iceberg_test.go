@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -190,16 +191,18 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[batchKey]int{}
+	next := map[string]int64{} // each producer's next sequence number
 	senders := []sender{newSender(ctx, t, p.URL, "p0"), newSender(ctx, t, p.URL, "p1")}
 	send := func(batches int) {
 		for b := range batches {
 			s := senders[b%2]
-			k := batchKey{P: s.ID(), S: tableStream, Q: int64(len(onlyProducer(want, s.ID())))}
+			k := batchKey{P: s.ID(), S: tableStream, Q: next[s.ID()]}
 			n := 1 + rng.IntN(50)
 			if kept, err := s.Send(ctx, tableStream, k.Q, makeRecords(rng, k, n, 16)); err != nil || !kept {
 				t.Fatalf("send %s: kept %v, %v", k, kept, err)
 			}
 			want[k] = n
+			next[s.ID()]++
 		}
 	}
 	send(6)
@@ -211,10 +214,7 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 			t.Fatal(err)
 		}
 	}
-	committed := map[batchKey]int{}
-	for k, n := range want {
-		committed[k] = n
-	}
+	committed := maps.Clone(want)
 	// Accepted, not committed (--checkpoint-interval 0): not in the table.
 	send(4)
 	tb, err := d.readGo(ctx, tableStream)
@@ -227,16 +227,6 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 		t.Fatal(err)
 	}
 	checkTable(t, d, want)
-}
-
-func onlyProducer(want map[batchKey]int, p string) map[batchKey]int {
-	out := map[batchKey]int{}
-	for k, n := range want {
-		if k.P == p {
-			out[k] = n
-		}
-	}
-	return out
 }
 
 func TestIcebergLocal(t *testing.T) {
@@ -265,24 +255,14 @@ func TestCrashLoopIceberg(t *testing.T) {
 		t.Skip("crash loop: not in -short mode")
 	}
 	configure := map[string]string{tableStream: tableStreamConf}
-	for s, c := range crashConfigured {
-		configure[s] = c
-	}
+	maps.Copy(configure, crashConfigured)
 	t.Run("local", func(t *testing.T) {
-		dir := workDir(t)
-		dest := dir + "/dest"
-		crashLoop{
-			kills:     envInt(t, envKills, 8),
-			producers: envInt(t, envProducers, 4),
-			streams:   crashStreams[:1],
-			configure: configure,
-			args:      []string{"--dest", "file://" + dest, "--node", "e2e"},
-			aim:       30,
-			dest:      invariant.LocalDest(dest),
-			verify:    []string{"--dest", "file://" + dest},
-			dir:       dir,
-			after:     func(t *testing.T, want map[batchKey]int) { checkTable(t, localTableDest(dest), want) },
-		}.run(t)
+		cl := localCrashLoop(t, envInt(t, envKills, 8), envInt(t, envProducers, 4))
+		cl.streams = crashStreams[:1]
+		cl.configure = configure
+		table := localTableDest(cl.dir + "/dest") // localCrashLoop's destination
+		cl.after = func(t *testing.T, want map[batchKey]int) { checkTable(t, table, want) }
+		cl.run(t)
 	})
 	t.Run("s3", func(t *testing.T) {
 		b := newS3Bucket(t, sharedMinIO(t), "e2e/crash-iceberg")

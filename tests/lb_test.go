@@ -551,24 +551,10 @@ func TestLBCrashLoop(t *testing.T) {
 	shippers := make([]*shipper, 2)
 	var shipped atomic.Int64
 	for i := range shippers {
-		s := &shipper{id: fmt.Sprintf("%sship-%d", anonSender, i), byContent: i%2 == 1,
-			rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: cl.URL}
+		s := newShipper(i, rng, hc, cl.URL)
 		shippers[i] = s
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() {
-			streams := []string{"logs", "events"}
-			for q := int64(0); !stop.Load() && ctx.Err() == nil; q++ {
-				stream := streams[prng.IntN(len(streams))]
-				k := batchKey{P: s.id, S: stream, Q: q}
-				recs := makeRecords(prng, k, 1+prng.IntN(30), 64)
-				if err := s.sendOne(ctx, stream, q, recs); err != nil {
-					errs.add(err)
-					return
-				}
-				led.add(k, len(recs))
-				shipped.Add(1)
-			}
-		})
+		wg.Go(func() { s.loop(ctx, []string{"logs", "events"}, 0, 30, prng, led, &stop, &errs, &shipped) })
 	}
 
 	killed := map[string]int{}

@@ -43,6 +43,30 @@ type shipper struct {
 	dups      atomic.Int64
 }
 
+// newShipper is a test's shipper i, its random keys drawn from a stream of
+// rng's: odd ones key their batches by content, even ones by batch id.
+func newShipper(i int, rng *rand.Rand, hc *http.Client, url string) *shipper {
+	return &shipper{id: fmt.Sprintf("%sship-%d", anonSender, i), byContent: i%2 == 1,
+		rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: url}
+}
+
+// loop sends batches q, q+1, ... of 1 to maxRecs records, each to one of
+// streams, until stop or the end of ctx; each batch committed goes into
+// led and counts in sent. An error ends it, kept in errs.
+func (s *shipper) loop(ctx context.Context, streams []string, q int64, maxRecs int, rng *rand.Rand, led *ledger, stop *atomic.Bool, errs *errorLog, sent *atomic.Int64) {
+	for ; !stop.Load() && ctx.Err() == nil; q++ {
+		stream := streams[rng.IntN(len(streams))]
+		k := batchKey{P: s.id, S: stream, Q: q}
+		recs := makeRecords(rng, k, 1+rng.IntN(maxRecs), 64)
+		if err := s.sendOne(ctx, stream, q, recs); err != nil {
+			errs.add(err)
+			return
+		}
+		led.add(k, len(recs))
+		sent.Add(1)
+	}
+}
+
 // sendOne delivers batch q of stream and returns once it is committed; it
 // gives up only when ctx ends or the service answers what a retry cannot
 // change (422, 400).
@@ -193,8 +217,7 @@ func TestShippers(t *testing.T) {
 	plainFiles := countFiles(t, dest) - filesBefore
 	keyed := make([]*shipper, senders)
 	for i := range keyed {
-		keyed[i] = &shipper{id: fmt.Sprintf("%sship-%d", anonSender, i), byContent: i%2 == 1,
-			rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), hc: hc, url: p.URL}
+		keyed[i] = newShipper(i, rng, hc, p.URL)
 	}
 	filesBefore = countFiles(t, dest)
 	kb, kr := measure(func(i int, q int64, stream string, recs [][]byte) error {
@@ -209,21 +232,9 @@ func TestShippers(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var sent atomic.Int64
-	for i, s := range keyed {
+	for _, s := range keyed {
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() {
-			for q := int64(1 << 20); !stop.Load() && ctx.Err() == nil; q++ {
-				stream := streams[prng.IntN(len(streams))]
-				k := batchKey{P: fmt.Sprintf("%sship-%d", anonSender, i), S: stream, Q: q}
-				recs := makeRecords(prng, k, 1+prng.IntN(50), 64)
-				if err := s.sendOne(ctx, stream, q, recs); err != nil {
-					errs.add(err)
-					return
-				}
-				led.add(k, len(recs))
-				sent.Add(1)
-			}
-		})
+		wg.Go(func() { s.loop(ctx, streams, 1<<20, 50, prng, led, &stop, &errs, &sent) })
 	}
 	for range kills {
 		if err := ctxsleep.Sleep(ctx, time.Duration(300+rng.IntN(1500))*time.Millisecond); err != nil {

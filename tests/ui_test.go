@@ -34,15 +34,7 @@ const (
 // that there is no button and that a forged POST runs no checkpoint.
 func TestUIOnBinary(t *testing.T) {
 	exe := testbrowser.Chromium(t)
-	dir := workDir(t)
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("# e2e UI test\nadmin "+uiAdminToken+"\nread "+uiReadToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := newProc(t, dir, procConfig{Args: []string{
-		"--token-file", tokens, "--checkpoint-interval", "0",
-		"--dest", "file://" + filepath.Join(dir, "dest"), "--node", "ui"}})
-	p.StartReady()
+	p := startUINode(t, "ui")
 	ctx := t.Context()
 
 	// Ingest and commit through the API.
@@ -222,6 +214,23 @@ func uiAPI(ctx context.Context, t *testing.T, p *proc, method, target, token str
 		t.Fatalf("%s %s: read the answer: %v", method, target, err)
 	}
 	return resp.StatusCode, string(data)
+}
+
+// startUINode starts the binary as node with the UI tests' tokens
+// (uiAdminToken, uiReadToken), a local destination and no checkpoint
+// interval, and waits until it is ready.
+func startUINode(t *testing.T, node string) *proc {
+	t.Helper()
+	dir := workDir(t)
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# e2e UI test\nadmin "+uiAdminToken+"\nread "+uiReadToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProc(t, dir, procConfig{Args: []string{
+		"--token-file", tokens, "--checkpoint-interval", "0",
+		"--dest", "file://" + filepath.Join(dir, "dest"), "--node", node}})
+	p.StartReady()
+	return p
 }
 
 // uiAPIJSON does one API request as admin and decodes its 2xx answer.

@@ -3,8 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +15,7 @@ import (
 // their script follows GET /v1/commits with the session's cookie.
 func TestUILiveCommits(t *testing.T) {
 	exe := testbrowser.Chromium(t)
-	dir := workDir(t)
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("admin "+uiAdminToken+"\nread "+uiReadToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := newProc(t, dir, procConfig{Args: []string{
-		"--token-file", tokens, "--checkpoint-interval", "0",
-		"--dest", "file://" + filepath.Join(dir, "dest"), "--node", "live"}})
-	p.StartReady()
+	p := startUINode(t, "live")
 	ctx := t.Context()
 	commit := func(body string) uint64 {
 		t.Helper()

@@ -39,10 +39,7 @@ type Env struct {
 
 // Run runs every case, each on a new Env from newEnv.
 func Run(t *testing.T, newEnv func(t *testing.T) Env) {
-	cases := []struct {
-		name string
-		fn   func(t *testing.T, e Env)
-	}{
+	runParallel(t, newEnv, []testCase[Env]{
 		{"PrepareCommitExactBytes", testPrepareCommit},
 		{"EmptyFile", testEmptyFile},
 		{"NothingVisibleBeforeCommit", testNothingVisibleBeforeCommit},
@@ -60,11 +57,22 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"OpenMissing", testOpenMissing},
 		{"OpenSeek", testOpenSeek},
 		{"MoveIdempotent", testMove},
-	}
+	})
+}
+
+// testCase is one case of a contract suite, run on a fresh E.
+type testCase[E any] struct {
+	name string
+	fn   func(t *testing.T, e E)
+}
+
+// runParallel runs each case as a parallel subtest, each on its own E
+// from newE.
+func runParallel[E any](t *testing.T, newE func(t *testing.T) E, cases []testCase[E]) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.fn(t, newEnv(t))
+			c.fn(t, newE(t))
 		})
 	}
 }

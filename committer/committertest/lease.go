@@ -13,21 +13,12 @@ import (
 // empty destination from newLeaser: create-only, compare-and-swap, and
 // that of concurrent swaps from one version exactly one wins.
 func RunLeaser(t *testing.T, newLeaser func(t *testing.T) committer.Leaser) {
-	cases := []struct {
-		name string
-		fn   func(t *testing.T, l committer.Leaser)
-	}{
+	runParallel(t, newLeaser, []testCase[committer.Leaser]{
 		{"CreateOnlyThenSwap", testLeaseCreateSwap},
 		{"MissingLease", testLeaseMissing},
 		{"ConcurrentSwapsOneWins", testLeaseConcurrent},
 		{"ConcurrentCreatesOneWins", testLeaseConcurrentCreate},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.fn(t, newLeaser(t))
-		})
-	}
+	})
 }
 
 const leaseName = "_nodes/n1.json"

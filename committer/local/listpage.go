@@ -158,22 +158,29 @@ func readNames(fsys afero.Fs, abs, dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		keys = make([]string, 0, len(ents))
-		for _, e := range ents {
-			keys = append(keys, key(dir, e.Name(), e.IsDir()))
-		}
+		keys = keysOf(dir, ents)
 	} else {
 		infos, err := f.Readdir(-1)
 		if err != nil {
 			return nil, err
 		}
-		keys = make([]string, 0, len(infos))
-		for _, fi := range infos {
-			keys = append(keys, key(dir, fi.Name(), fi.IsDir()))
-		}
+		keys = keysOf(dir, infos)
 	}
 	sort.Strings(keys)
 	return keys, nil
+}
+
+// keysOf returns the keys of directory dir's entries, whether read as
+// fs.DirEntry or as fs.FileInfo.
+func keysOf[E interface {
+	Name() string
+	IsDir() bool
+}](dir string, ents []E) []string {
+	keys := make([]string, 0, len(ents))
+	for _, e := range ents {
+		keys = append(keys, key(dir, e.Name(), e.IsDir()))
+	}
+	return keys
 }
 
 func key(dir, name string, isDir bool) string {

@@ -5,10 +5,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
+	"github.com/eosink/eosink/internal/testing/heap"
 	"github.com/eosink/eosink/internal/testing/orders"
 )
 
@@ -33,18 +33,11 @@ func TestParquetMemoryBound(t *testing.T) {
 	}
 	srcBytes := int64(len(all))
 	all = nil
-	live := func() int64 {
-		runtime.GC()
-		runtime.GC() // the second clears sync.Pool victims
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
 	for i, group := range []int64{1 << 20, 1 << 20, DefaultRowGroupBytes, 16 << 20} {
-		base := live()
+		base := heap.Live()
 		var at []int64 // live heap above base at each full row group
 		enc := Encoding{Format: "parquet", Schema: orders.Schema, RowGroupBytes: group}
-		enc.beforeRowGroup = func() { at = append(at, live()-base) }
+		enc.beforeRowGroup = func() { at = append(at, heap.Live()-base) }
 		in, err := os.Open(src)
 		if err != nil {
 			t.Fatal(err)

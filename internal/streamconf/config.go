@@ -153,44 +153,29 @@ func Decode(body []byte) (Config, error) {
 		return c, err
 	}
 	for _, m := range members {
+		// Each member but the schema is one JSON value into one field.
+		var dst any
+		want := "a string"
 		switch m.key {
 		case "version":
-			var v int64
-			if err := decodeValue(m.val, &v, "version", "an integer"); err != nil {
-				return c, err
-			} // ignored: the store assigns versions
+			var v int64 // ignored: the store assigns versions
+			dst, want = &v, "an integer"
 		case "format":
-			if err := decodeValue(m.val, &c.Format, "format", "a string"); err != nil {
-				return c, err
-			}
+			dst = &c.Format
 		case "compression":
-			if err := decodeValue(m.val, &c.Compression, "compression", "a string"); err != nil {
-				return c, err
-			}
+			dst = &c.Compression
 		case "partition":
-			if err := decodeValue(m.val, &c.Partition, "partition", "a string"); err != nil {
-				return c, err
-			}
+			dst = &c.Partition
 		case "roll_size":
-			if err := decodeValue(m.val, &c.RollSize, "roll_size", "an integer"); err != nil {
-				return c, err
-			}
+			dst, want = &c.RollSize, "an integer"
 		case "dedup":
-			if err := decodeValue(m.val, &c.Dedup, "dedup", "a string"); err != nil {
-				return c, err
-			}
+			dst = &c.Dedup
 		case "max_partitions":
-			if err := decodeValue(m.val, &c.MaxPartitions, "max_partitions", "an integer"); err != nil {
-				return c, err
-			}
+			dst, want = &c.MaxPartitions, "an integer"
 		case "table":
-			if err := decodeValue(m.val, &c.Table, "table", "a string"); err != nil {
-				return c, err
-			}
+			dst = &c.Table
 		case "keep_snapshots":
-			if err := decodeValue(m.val, &c.KeepSnapshots, "keep_snapshots", "an integer"); err != nil {
-				return c, err
-			}
+			dst, want = &c.KeepSnapshots, "an integer"
 		case "schema":
 			if string(m.val) == "null" {
 				continue
@@ -200,8 +185,12 @@ func Decode(body []byte) (Config, error) {
 				return c, err
 			}
 			c.Schema = s
+			continue
 		default:
 			return c, fieldErr(join("", m.key), "unknown field")
+		}
+		if err := decodeValue(m.val, dst, m.key, want); err != nil {
+			return c, err
 		}
 	}
 	return c, nil
@@ -362,11 +351,7 @@ func (c Config) Validate() error {
 	if c.Partition != "" {
 		tmpl, err := layout.CompileTemplate(c.Partition)
 		if err != nil {
-			var te *layout.TemplateError
-			if errors.As(err, &te) {
-				return fieldErr("partition", "at byte %d: %s", te.Offset, te.Msg)
-			}
-			return fieldErr("partition", "%v", err)
+			return partitionErr(err)
 		}
 		if tmpl.NeedsRecord() && c.Format != FormatNDJSON && c.Format != FormatParquet {
 			return fieldErr("partition", "{time:...} and {field:...} read JSON records: set format to ndjson or parquet")
@@ -403,6 +388,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// partitionErr is the partition field's error for a template that does
+// not compile: the byte offset and message of a *layout.TemplateError.
+func partitionErr(err error) error {
+	var te *layout.TemplateError
+	if errors.As(err, &te) {
+		return fieldErr("partition", "at byte %d: %s", te.Offset, te.Msg)
+	}
+	return fieldErr("partition", "%v", err)
+}
+
 func formatName(f string) string {
 	if f == "" {
 		return "ndjson and text"
@@ -415,11 +410,7 @@ func formatName(f string) string {
 func (c Config) validateTable() error {
 	tt, err := layout.CompileTableTemplate(c.Partition)
 	if err != nil {
-		var te *layout.TemplateError
-		if errors.As(err, &te) {
-			return fieldErr("partition", "at byte %d: %s", te.Offset, te.Msg)
-		}
-		return fieldErr("partition", "%v", err)
+		return partitionErr(err)
 	}
 	if c.Schema == nil {
 		return nil // the schema check below says it is needed

@@ -45,9 +45,7 @@ func BenchmarkReadTable(b *testing.B) {
 			ctx := context.Background()
 			built := time.Now()
 			for c := 1; c <= n; c++ {
-				if err := ice.Commit(ctx, "n1", uint64(c), r.files("orders", "n1", uint64(c), recs(c, 1))); err != nil {
-					b.Fatal(err)
-				}
+				r.commit(ice, "n1", uint64(c), recs(c, 1))
 			}
 			b.Logf("built %d commits in %s", n, time.Since(built).Round(time.Millisecond))
 			cur, err := table.Load(ctx, r.dest, "orders")
@@ -84,9 +82,7 @@ func BenchmarkCommit(b *testing.B) {
 	c := uint64(0)
 	for range 100 {
 		c++
-		if err := ice.Commit(ctx, "n1", c, r.files("orders", "n1", c, recs(int(c), 3))); err != nil {
-			b.Fatal(err)
-		}
+		r.commit(ice, "n1", c, recs(int(c), 3))
 	}
 	files := make([][]committer.File, b.N)
 	for i := range files {
@@ -161,9 +157,7 @@ func BenchmarkMaintenance(b *testing.B) {
 	b.Run(fmt.Sprintf("snapshots=%d/before/read", n), func(b *testing.B) { read(b, n) })
 	r.conf.KeepSnapshots = 100
 	began := time.Now()
-	if err := ice.Commit(ctx, "n1", uint64(n+1), r.files("orders", "n1", uint64(n+1), recs(n, 1))); err != nil {
-		b.Fatal(err)
-	}
+	r.commit(ice, "n1", uint64(n+1), recs(n, 1))
 	b.Logf("the maintained commit took %s", time.Since(began).Round(time.Millisecond))
 	b.Run(fmt.Sprintf("snapshots=%d/after/plan", n), func(b *testing.B) { plan(b, n+1) })
 	b.Run(fmt.Sprintf("snapshots=%d/after/read", n), func(b *testing.B) { read(b, n+1) })
@@ -172,9 +166,7 @@ func BenchmarkMaintenance(b *testing.B) {
 // buildUnmaintained writes the table BenchmarkMaintenance starts from.
 func buildUnmaintained(b *testing.B, r *rig, ice *table.Iceberg, n int) {
 	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 1))); err != nil {
-		b.Fatal(err)
-	}
+	r.commit(ice, "n1", 1, recs(0, 1))
 	cur, err := table.Load(ctx, r.dest, "orders")
 	if err != nil {
 		b.Fatal(err)

@@ -66,6 +66,15 @@ func (r *rig) iceberg() *table.Iceberg {
 	}}
 }
 
+// commit commits node's checkpoint ckpt of recs (files) to ice as stream
+// "orders"; an error ends the test.
+func (r *rig) commit(ice *table.Iceberg, node string, ckpt uint64, recs []string) {
+	r.t.Helper()
+	if err := ice.Commit(context.Background(), node, ckpt, r.files("orders", node, ckpt, recs)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // files writes one Parquet file per partition of recs (JSON lines) as
 // node's checkpoint would commit them, and returns them.
 func (r *rig) files(stream, node string, ckpt uint64, recs []string) []committer.File {
@@ -166,13 +175,8 @@ func wantIDs(t *testing.T, got []int, n int) {
 func TestCommitReadByIcebergGo(t *testing.T) {
 	r := newRig(t)
 	ice := r.iceberg()
-	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 10))); err != nil {
-		t.Fatal(err)
-	}
-	if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(10, 5))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 1, recs(0, 10))
+	r.commit(ice, "n1", 2, recs(10, 5))
 	tb, cur := r.read("orders")
 	wantIDs(t, ids(t, tb.Rows), 15)
 	if tb.Snapshots != 2 || cur.Version != 2 {
@@ -236,9 +240,7 @@ func TestCommitIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An older checkpoint of the node is in the table too (max committed).
-	if err := ice.Commit(ctx, "n1", 5, r.files("orders", "n1", 5, recs(100, 1))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 5, recs(100, 1))
 	tb, cur := r.read("orders")
 	wantIDs(t, ids(t, tb.Rows), 4)
 	if tb.Snapshots != 1 || cur.Version != 1 {
@@ -359,15 +361,10 @@ func TestMaintenance(t *testing.T) {
 	r.conf.KeepSnapshots = 5
 	ice := r.iceberg()
 	ice.MaxManifests = 4
-	ctx := context.Background()
 	// n0 commits once, early; n1 many times after.
-	if err := ice.Commit(ctx, "n0", 1, r.files("orders", "n0", 1, recs(0, 3))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n0", 1, recs(0, 3))
 	for c := 1; c <= 20; c++ {
-		if err := ice.Commit(ctx, "n1", uint64(c), r.files("orders", "n1", uint64(c), recs(3+(c-1)*2, 2))); err != nil {
-			t.Fatal(err)
-		}
+		r.commit(ice, "n1", uint64(c), recs(3+(c-1)*2, 2))
 	}
 	tb, cur := r.read("orders")
 	wantIDs(t, ids(t, tb.Rows), 43)
@@ -396,9 +393,7 @@ func TestMaintenance(t *testing.T) {
 		t.Fatalf("manifest list names %d manifests, want at most 5", n)
 	}
 	// A replay of an old checkpoint of n1 adds nothing.
-	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(7, 2))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 3, recs(7, 2))
 	if _, again := r.read("orders"); again.Version != cur.Version {
 		t.Fatalf("a replay of checkpoint 3 made v%d", again.Version)
 	}
@@ -454,9 +449,7 @@ func TestHintBeyondTheTable(t *testing.T) {
 	r := newRig(t)
 	ice := r.iceberg()
 	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 1, recs(0, 3))
 	hint := filepath.Join(r.dest.Dest, layout.TableHintName("orders"))
 	if err := os.WriteFile(hint, []byte("999999\n"), 0o644); err != nil {
 		t.Fatal(err)

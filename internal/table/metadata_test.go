@@ -34,11 +34,8 @@ func TestForeignFieldsKept(t *testing.T) {
 	r := newRig(t)
 	r.conf.KeepSnapshots = 3
 	ice := r.iceberg()
-	ctx := context.Background()
 	for c := uint64(1); c <= 2; c++ {
-		if err := ice.Commit(ctx, "n1", c, r.files("orders", "n1", c, recs(int(c-1)*2, 2))); err != nil {
-			t.Fatal(err)
-		}
+		r.commit(ice, "n1", c, recs(int(c-1)*2, 2))
 	}
 	// The other writer's v3: its fields, a tag on the current snapshot, a
 	// property, and a snapshot field of its own on the current snapshot.
@@ -84,9 +81,7 @@ func TestForeignFieldsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	// eosink commits on top of it.
-	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(4, 2))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 3, recs(4, 2))
 	tb, loaded := r.read("orders") // iceberg-go reads it
 	wantIDs(t, ids(t, tb.Rows), 6)
 	if loaded.Version != 4 {
@@ -117,9 +112,7 @@ func TestForeignFieldsKept(t *testing.T) {
 	// Expiry of the tagged snapshot drops the tag and its statistics, as
 	// iceberg-go's builder does; the other fields stay.
 	for c := uint64(4); c <= 6; c++ {
-		if err := ice.Commit(ctx, "n1", c, r.files("orders", "n1", c, recs(int(c-1)*2, 2))); err != nil {
-			t.Fatal(err)
-		}
+		r.commit(ice, "n1", c, recs(int(c-1)*2, 2))
 	}
 	tb, loaded = r.read("orders")
 	wantIDs(t, ids(t, tb.Rows), 12)
@@ -157,9 +150,7 @@ func TestCorruptMetadata(t *testing.T) {
 	r := newRig(t)
 	ice := r.iceberg()
 	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 2))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 1, recs(0, 2))
 	good, err := os.ReadFile(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 1)))
 	if err != nil {
 		t.Fatal(err)

@@ -29,15 +29,10 @@ type CA struct {
 // NewCA makes a CA named name, valid for a day.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"eosink tests"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
+	tmpl := template(t, name)
+	tmpl.IsCA = true
+	tmpl.BasicConstraintsValid = true
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
 	key, cert, certPEM := issue(t, "CA", tmpl, nil, nil)
 	return &CA{Cert: cert, CertPEM: certPEM, key: key}
 }
@@ -68,22 +63,29 @@ type Leaf struct {
 // any extra DNS names), signed by ca, with commonName cn.
 func (ca *CA) Server(t testing.TB, cn string, dnsNames ...string) *Leaf {
 	t.Helper()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{"eosink tests"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     append([]string{"localhost"}, dnsNames...),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-	}
+	tmpl := template(t, cn)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	tmpl.DNSNames = append([]string{"localhost"}, dnsNames...)
+	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
 	key, cert, certPEM := issue(t, "server", tmpl, ca.Cert, ca.key)
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatalf("marshal server key: %v", err)
 	}
 	return &Leaf{Cert: cert, CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})}
+}
+
+// template is a certificate of the tests' organisation for commonName cn,
+// valid from an hour ago (clock skew) for a day, with a new serial.
+func template(t testing.TB, cn string) *x509.Certificate {
+	t.Helper()
+	return &x509.Certificate{
+		SerialNumber: serial(t),
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{"eosink tests"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+	}
 }
 
 // issue makes a P-256 key and a certificate of tmpl for it, signed by
