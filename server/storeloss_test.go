@@ -120,6 +120,9 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	// uncommitted, which a lost store would lose. (One may abort on a
 	// staging file that an earlier fault left failed; the next is clean.)
 	last := commitAll(t, e, m, "store "+how, fail)
+	// The model and the engine agree before the loss: what follows
+	// compares the rebuilt producers with the model.
+	checkI5(t, m, e, fail)
 	cut = cut && len(last.Files) > 0 && len(m.must) == mustBefore
 	if cut {
 		m.prepared = before // its batches are not committed after all,
