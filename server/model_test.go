@@ -68,13 +68,13 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted                                                                                                                 int
+	quiesceAborted, leasesDamaged                                                                                                  int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier)",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted)
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -622,7 +622,7 @@ func (mr *modelRun) storeEvent() {
 			}
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
-		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.fail)
+		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
@@ -634,9 +634,25 @@ func (mr *modelRun) storeEvent() {
 	case y < 10: // a manifest planted under this node's prefix
 		mr.sw.Set(nil)
 		mr.plantManifest()
+	case y < 12: // the node lease expired, damaged or deleted; the store kept
+		how := leaseAfterLoss(mr.rng.IntN(3))
+		mr.r.stop()
+		mr.sw.Set(nil)
+		damageLease(mr.r.fs, how, mr.fail)
+		mr.st.leasesDamaged++
+		mr.note("lease %s", how)
+		mr.restart(mr.rng.IntN(2) == 0)
 	default:
 		mr.restart(mr.rng.IntN(2) == 0)
 	}
+}
+
+// leaseAfterLoss picks how the node lease looks after a store loss: most
+// often expired, as a process that stopped long ago leaves it; else
+// unreadable or deleted, so that the start knows none of the ids
+// reserved before.
+func (mr *modelRun) leaseAfterLoss() leaseAfterLoss {
+	return [...]leaseAfterLoss{leaseExpired, leaseExpired, leaseUnreadable, leaseDeleted}[mr.rng.IntN(4)]
 }
 
 // putStream changes s0's configuration mid-flight: a barrier, like init.
@@ -827,7 +843,7 @@ func (mr *modelRun) fullCheck() {
 // loseStore loses the state store (or restores copyOf, an older copy of
 // it), mid-commit of the last checkpoint when cut, and starts again.
 func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
-	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.fail)
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.leaseAfterLoss(), mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
 	}
