@@ -408,3 +408,52 @@ func TestStoreLostTwiceInARow(t *testing.T) {
 		})
 	}
 }
+
+// Two store losses in a row, the first with a lease that does not know the
+// node's ids (it skips 2^40 of them, lostIDsFloor) and the second with a
+// readable, expired one, on a node whose ids are past 2^48 (a document
+// planted under its manifest prefix pushed them there: ids go past every
+// manifest name). The second start must open beyond every id the first
+// one named: the lease's reserved mark says where. Before, the mark was
+// judged against the lost store's last id (0) alone, found more than
+// reservedAhead beyond it and dropped for the whole start, so the start
+// skipped 2^40 past the same newest manifest as the first one and named
+// its ids again (I8).
+func TestStoreLostTwiceHighIDs(t *testing.T) {
+	r := leaseRig(t, nil, time.Hour, nil)
+	planted := rigDest + "/" + layout.ManifestName(rigNode, 1<<49)
+	if err := afero.WriteFile(r.fs, planted, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := r.start(nil)
+	if err := r.fs.Remove(planted); err != nil {
+		t.Fatal(err)
+	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 2)
+	must := map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}
+	if id := r.commit().ID; id <= 1<<49 {
+		t.Fatalf("checkpoint %d after a manifest name of %d", id, uint64(1<<49))
+	}
+	lose := func(lease leaseAfterLoss) {
+		t.Helper()
+		r.stop()
+		if err := os.Remove(r.storePath); err != nil {
+			t.Fatal(err)
+		}
+		damageLease(r.fs, lease, t.Fatalf)
+		e = r.start(nil)
+	}
+	lose(leaseUnreadable)
+	named := r.checkpoint().ID // empty: no manifest, but the id was answered
+	mustSend(t, e, nil, "s", 1, 1)
+	must[invariant.BatchID{Stream: "s", Seq: 1}] = true
+	named = max(named, e.Status().OpenID)
+	lose(leaseExpired)
+	if open := e.Status().OpenID; open <= named {
+		t.Fatalf("I8: open checkpoint %d after the second loss; the first start named ids up to %d", open, named)
+	}
+	mustSend(t, e, nil, "s", 1, 1) // sent again: accepted, never committed before the loss
+	r.commit()
+	r.check(invariant.Expect{Must: must, Exact: true})
+}
