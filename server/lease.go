@@ -78,7 +78,8 @@ type lease struct {
 	validUntil time.Time // local clock: when commit steps must stop without a renewal
 	lost       error     // set once another process took the lease
 	released   bool
-	prev       Lease // the document found at start, if any
+	prev       Lease  // the document found at start, if any
+	doubted    uint64 // the highest known id prev's reserved mark was last reported implausible against (leaseReserved)
 	// memo is a file beside the state store naming the incarnations that
 	// ran on this data dir. The store's file lock is held, so they are
 	// dead: a restart on the same data dir takes the lease over at once
@@ -495,7 +496,10 @@ func (lc *lifecycle) leaseReserve(ctx context.Context, reserved uint64) error {
 // says a former incarnation reserved; 0 without a lease. known is the
 // highest id the node knows of otherwise (its store, its manifests): a
 // mark more than reservedAhead beyond it was not written by a node (ids
-// would wrap past 2^64) and is reported and ignored.
+// would wrap past 2^64) and is reported and ignored — for this call
+// only: a start asks first knowing only its store's ids (0 when the store
+// was lost), then knowing its manifests too, beyond which a real mark can
+// be 2^40 ids ahead (lostIDsFloor), or more, when ids went past 2^48.
 func (lc *lifecycle) leaseReserved(known uint64) uint64 {
 	if lc.e.lease == nil {
 		return 0
@@ -504,12 +508,30 @@ func (lc *lifecycle) leaseReserved(known uint64) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.prev.Reserved; r > known && r-known > reservedAhead {
-		lc.e.log.Error("node lease names a reserved checkpoint mark beyond any plausible use: ignoring it",
-			"lease", l.name, "reserved_checkpoint", r, "known_checkpoint", known, "holder", l.prev.String())
-		l.prev.Reserved = 0
-		l.doc.Reserved = min(l.doc.Reserved, known) // raised again before ids are handed out
+		if known > l.doubted || l.doubted == 0 {
+			l.doubted = max(known, 1)
+			lc.e.log.Error("node lease names a reserved checkpoint mark beyond any plausible use: ignoring it",
+				"lease", l.name, "reserved_checkpoint", r, "known_checkpoint", known, "holder", l.prev.String())
+		}
+		return 0
 	}
 	return l.prev.Reserved
+}
+
+// dropImplausibleMark stops the lease carrying on a reserved mark that
+// leaseReserved ignores knowing every id the node knows (known): the
+// reservation that follows raises the mark to the ids this start hands
+// out. Until then renewals carry the mark as found, never a lower one.
+func (lc *lifecycle) dropImplausibleMark(known uint64) {
+	if lc.e.lease == nil || lc.leaseReserved(known) != 0 {
+		return
+	}
+	l := lc.e.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.prev.Reserved > known {
+		l.doc.Reserved = min(l.doc.Reserved, known)
+	}
 }
 
 // lostIDsFloor returns the lowest checkpoint id a node whose state store

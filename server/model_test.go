@@ -68,12 +68,13 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
+	quiesceAborted, leasesDamaged                                                                                                  int
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted)
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged)
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -175,7 +176,9 @@ type dupClaim struct {
 	id uint64
 }
 
-func runModel(t *testing.T, seed uint64, steps int) modelStats {
+// newModelRun starts the engine of a model run on a fresh rig, with its
+// streams configured and no producer yet.
+func newModelRun(t *testing.T, seed uint64) *modelRun {
 	mr := &modelRun{t: t, seed: seed}
 	mr.rng = rand.New(rand.NewPCG(mr.seed, mr.seed^0x9e3779b97f4a7c15))
 	mr.base = faultfs.NewCrashFS()
@@ -217,11 +220,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	}
 	mr.r.checkpoint()
 	mr.km = &keyModel{}
-	defer func() { mr.t.Logf("keyed: %s", mr.km.st) }()
 	mr.puts, mr.putBarriers = 0, 0
-	defer func() {
-		mr.t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", mr.puts, mr.putBarriers)
-	}()
 	mr.m = newModel()
 	mr.m.fatal = mr.fail
 	mr.producers = []string{"p0", "p1", "p2", "p3"}
@@ -234,6 +233,15 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	// later step restores it (a volume snapshot or backup brought back).
 	mr.incarnation = 0
 	mr.zombies = map[string]int64{} // forgotten incarnations' last epochs, by name
+	return mr
+}
+
+func runModel(t *testing.T, seed uint64, steps int) modelStats {
+	mr := newModelRun(t, seed)
+	defer func() { mr.t.Logf("keyed: %s", mr.km.st) }()
+	defer func() {
+		mr.t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", mr.puts, mr.putBarriers)
+	}()
 
 	for step := range steps {
 		if mr.crash != nil && mr.crash.Crashed() || mr.e.Err() != nil {
@@ -355,13 +363,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			}
 		}
 		if step%500 == 499 && mr.crash == nil && mr.e.Err() == nil {
-			// Quiesce: a committed checkpoint, then everything must match.
-			mr.sw.Set(nil)
-			res, err := checkpointUntil(mr.e, func() bool { return false })
-			if err == nil && res.State == recovery.Committed {
-				mr.m.checkpointed(mr.m.snapshot(), true)
-				mr.fullCheck()
-			}
+			mr.quiesce()
 		}
 	}
 	// The end: no faults, one last checkpoint, exact check, staging empty.
@@ -374,6 +376,33 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	mr.m.checkpointed(mr.m.snapshot(), true)
 	mr.fullCheck()
 	return mr.st
+}
+
+// quiesce turns faults off and runs a checkpoint; once one commits,
+// everything must match. It may still abort: an earlier fault can have
+// failed a compressed file's encoder while its batches were accepted
+// (the error shows at the pre-commit). The model then forgets those
+// batches as the engine does; a checkpoint whose end an error hid is
+// decided by the store after a restart, as in the checkpoint step.
+func (mr *modelRun) quiesce() {
+	mr.sw.Set(nil)
+	id := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	res, err := checkpointUntil(mr.e, func() bool { return false })
+	mr.note("quiesce: checkpoint %d: %s %v %v", id, res.State, res.Error, err)
+	switch {
+	case err == nil && res.State == recovery.Committed:
+		mr.m.checkpointed(snap, true)
+		mr.fullCheck()
+	case err == nil:
+		mr.st.aborted++
+		mr.st.quiesceAborted++
+		mr.m.checkpointed(snap, false)
+		mr.m.resolveAnon(mr.t, mr.e)
+	default:
+		mr.pendingID, mr.pendingSnap = id, snap
+		mr.restart(false)
+	}
 }
 
 func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
@@ -593,7 +622,7 @@ func (mr *modelRun) storeEvent() {
 			}
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
-		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.fail)
+		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
@@ -605,9 +634,25 @@ func (mr *modelRun) storeEvent() {
 	case y < 10: // a manifest planted under this node's prefix
 		mr.sw.Set(nil)
 		mr.plantManifest()
+	case y < 12: // the node lease expired, damaged or deleted; the store kept
+		how := leaseAfterLoss(mr.rng.IntN(3))
+		mr.r.stop()
+		mr.sw.Set(nil)
+		damageLease(mr.r.fs, how, mr.fail)
+		mr.st.leasesDamaged++
+		mr.note("lease %s", how)
+		mr.restart(mr.rng.IntN(2) == 0)
 	default:
 		mr.restart(mr.rng.IntN(2) == 0)
 	}
+}
+
+// leaseAfterLoss picks how the node lease looks after a store loss: most
+// often expired, as a process that stopped long ago leaves it; else
+// unreadable or deleted, so that the start knows none of the ids
+// reserved before.
+func (mr *modelRun) leaseAfterLoss() leaseAfterLoss {
+	return [...]leaseAfterLoss{leaseExpired, leaseExpired, leaseUnreadable, leaseDeleted}[mr.rng.IntN(4)]
 }
 
 // putStream changes s0's configuration mid-flight: a barrier, like init.
@@ -798,7 +843,7 @@ func (mr *modelRun) fullCheck() {
 // loseStore loses the state store (or restores copyOf, an older copy of
 // it), mid-commit of the last checkpoint when cut, and starts again.
 func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
-	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.fail)
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.leaseAfterLoss(), mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
 	}

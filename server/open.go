@@ -140,6 +140,7 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 		return false
 	}
 	open := lc.firstOpenID(res.LastID, inDest)
+	lc.dropImplausibleMark(max(res.LastID, inDest)) // lease.go
 	reserved := open + lc.e.cfg.idBlock - 1
 	shown := func(err error) string { return "reserve checkpoint ids: " + err.Error() }
 	if !lc.retry(ctx, "reserve checkpoint ids", shown, func() error { return lc.e.store.Reserve(reserved) }) {

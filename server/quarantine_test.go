@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -142,20 +141,5 @@ func (r *rig) loseCommit(id uint64, backup []byte) {
 // long ago (a new store's start cannot prove it dead otherwise).
 func expireLease(t testing.TB, fs afero.Fs) {
 	t.Helper()
-	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
-	data, err := afero.ReadFile(fs, leasePath)
-	if err != nil {
-		t.Fatalf("read lease: %v", err)
-	}
-	var l Lease
-	if err := json.Unmarshal(data, &l); err != nil {
-		t.Fatalf("decode lease: %v", err)
-	}
-	l.ExpiresAt = l.RenewedAt // expired by the rig's clock, reserved ids kept
-	if data, err = json.Marshal(&l); err != nil {
-		t.Fatal(err)
-	}
-	if err := afero.WriteFile(fs, leasePath, data, 0o644); err != nil {
-		t.Fatalf("expire lease: %v", err)
-	}
+	damageLease(fs, leaseExpired, t.Fatalf)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +71,11 @@ func (r *rig) config(fs afero.Fs) Config {
 	}
 	if r.tweak != nil {
 		r.tweak(&cfg)
+	}
+	if os.Getenv("EOSINK_TEST_LOG") != "" {
+		// The engine's log (info and above) on stderr: what a failing
+		// seed of the model test did, start by start.
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return cfg
 }

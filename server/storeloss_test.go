@@ -7,13 +7,20 @@ import (
 	"maps"
 	"os"
 	"path"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
 
@@ -108,18 +115,24 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 // held only producers' batches, which their clients resend): the new
 // start must set its files aside, and the rebuilt producers must not
 // count it. It returns whether the cut was made.
-func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, fail func(string, ...any)) (*Engine, bool) {
+//
+// lease says how the node lease looks to the new start (leaseAfterLoss).
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, lease leaseAfterLoss, fail func(string, ...any)) (*Engine, bool) {
 	t.Helper()
 	how := "lost"
 	if older != nil {
 		how = "replaced by an older copy"
 	}
+	how += " (lease " + lease.String() + ")"
 	before := maps.Clone(m.prepared)
 	mustBefore := len(m.must)
 	// A checkpoint that commits first: then nothing is prepared and
 	// uncommitted, which a lost store would lose. (One may abort on a
 	// staging file that an earlier fault left failed; the next is clean.)
 	last := commitAll(t, e, m, "store "+how, fail)
+	// The model and the engine agree before the loss: what follows
+	// compares the rebuilt producers with the model.
+	checkI5(t, m, e, fail)
 	cut = cut && len(last.Files) > 0 && len(m.must) == mustBefore
 	if cut {
 		m.prepared = before // its batches are not committed after all,
@@ -153,21 +166,8 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	}
 	// A new store cannot prove the last process dead (it may still hold
 	// the old file's lock), so the next start waits for the lease to
-	// expire: expire it here, keeping the ids it reserved (I8).
-	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
-	if data, err := afero.ReadFile(r.fs, leasePath); err == nil {
-		var l Lease
-		if err := json.Unmarshal(data, &l); err != nil {
-			fail("store %s: decode lease: %v", how, err)
-		}
-		l.ExpiresAt = time.Time{}
-		if data, err = json.Marshal(&l); err == nil {
-			err = afero.WriteFile(r.fs, leasePath, data, 0o644)
-		}
-		if err != nil {
-			fail("store %s: expire lease: %v", how, err)
-		}
-	}
+	// expire, or takes over a lease it cannot read.
+	damageLease(r.fs, lease, fail)
 	// Every id that carried data has a manifest. (Ids of empty
 	// checkpoints after the last manifest leave no trace anywhere once
 	// the store is gone: an idle service writes nothing.)
@@ -228,6 +228,70 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	return e, cut
 }
 
+// leaseAfterLoss is how the node lease looks to the start that follows a
+// loss of the state store (or any start: the model damages it before a
+// restart too).
+type leaseAfterLoss int
+
+const (
+	// leaseExpired: the former process stopped renewing long ago (a disk
+	// replaced, a node rebuilt): the document as it left it, readable,
+	// with an expiry in the past on the engine's clock and the ids it
+	// reserved (I8).
+	leaseExpired leaseAfterLoss = iota
+	// leaseUnreadable: a document no node writes (damaged, cut short,
+	// overwritten by another writer of the bucket). The start takes it
+	// over knowing no reserved ids, and skips past every id a checkpoint
+	// without a manifest may have named (lostIDsFloor).
+	leaseUnreadable
+	// leaseDeleted: removed (by an operator, a lifecycle rule): likewise.
+	leaseDeleted
+)
+
+func (l leaseAfterLoss) String() string {
+	return [...]string{"expired", "unreadable", "deleted"}[l]
+}
+
+// damageLease makes the node lease look as how says, durably (a power
+// cut the crash filesystem simulates later keeps it). Without a lease
+// document (the rig has no leaser) it does nothing.
+func damageLease(fs afero.Fs, how leaseAfterLoss, fail func(string, ...any)) {
+	name := rigDest + "/" + layout.LeaseName(rigNode)
+	data, err := afero.ReadFile(fs, name)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		fail("lease %s: read: %v", how, err)
+	}
+	switch how {
+	case leaseExpired:
+		var l Lease
+		if err := json.Unmarshal(data, &l); err != nil {
+			fail("lease %s: decode: %v", how, err)
+		}
+		// Renewals run on the engine's clock, which never goes back.
+		l.ExpiresAt = l.RenewedAt
+		data, err = json.Marshal(&l)
+	case leaseUnreadable:
+		data = data[:len(data)/2]
+	case leaseDeleted:
+		if err := fs.Remove(name); err != nil {
+			fail("lease %s: %v", how, err)
+		}
+		if err := durable.SyncDir(fs, path.Dir(name)); err != nil {
+			fail("lease %s: %v", how, err)
+		}
+		return
+	}
+	if err == nil {
+		err = durable.ReplaceFile(fs, name+".damaged.tmp", name, data)
+	}
+	if err != nil {
+		fail("lease %s: write: %v", how, err)
+	}
+}
+
 // commitAll runs checkpoints until one commits, so that nothing accepted
 // is uncommitted (one may abort on a staging file an earlier fault left
 // failed; the next is clean).
@@ -248,4 +312,148 @@ func commitAll(t *testing.T, e *Engine, m *model, what string, fail func(string,
 			fail("%s: the checkpoint before it, without faults: %+v", what, res)
 		}
 	}
+}
+
+// The state store is lost twice in a row (a disk replaced twice), with a
+// producer committing between the losses and, just before the second, a
+// checkpoint aborted by a full disk (its encoder failed while batches
+// were accepted), whatever the node lease then looks like. Each start
+// must open beyond every manifest (I8) and tell the client exactly what
+// is committed (I12): the batches of the aborted checkpoint are not, and
+// those committed after the first loss are — also when the lease was
+// unreadable or deleted and the first start skipped 2^40 ids
+// (lostIDsFloor), so that they carry ids beyond anything the lease
+// recorded before.
+func TestStoreLostTwiceInARow(t *testing.T) {
+	for _, lease := range []leaseAfterLoss{leaseExpired, leaseUnreadable, leaseDeleted} {
+		t.Run(lease.String(), func(t *testing.T) {
+			sw := &faultfs.SwapInjector{}
+			r := newRig(t, faultfs.NewInjectFS(faultfs.NewCrashFS(), sw))
+			clock := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+			r.tweak = func(c *Config) {
+				c.Now = func() time.Time { return clock }
+				// Compressed files encoded as batches arrive, from a small
+				// buffer: an encoder's write can fail while batches are
+				// accepted.
+				c.Encoders, c.BufferSize = staging.NewInlineEncoders(256), 128
+				c.Leaser, c.LeaseTimeout = local.New(c.FS, rigDest, rigStaging), time.Hour
+			}
+			e := r.start(nil)
+			if _, err := e.PutStream(t.Context(), "s1", streamconf.Config{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionZstd}); err != nil {
+				t.Fatal(err)
+			}
+			r.commit()
+			must := map[invariant.BatchID]bool{}
+			next := int64(0)
+			p := r.initProducer("p")
+			sendCommitted := func(n int) uint64 {
+				t.Helper()
+				for range n {
+					mustSend(t, e, p, "s1", next, 4)
+					must[invariant.BatchID{Producer: "p", Stream: "s1", Seq: next}] = true
+					next++
+				}
+				return r.commit().ID
+			}
+			lose := func(what string) {
+				t.Helper()
+				r.stop()
+				if err := os.Remove(r.storePath); err != nil {
+					t.Fatal(err)
+				}
+				damageLease(r.fs, lease, t.Fatalf)
+				clock = clock.Add(time.Minute)
+				e = r.start(nil)
+				ps, err := e.InitProducer(t.Context(), "p")
+				if err != nil {
+					t.Fatalf("%s: init: %v", what, err)
+				}
+				if got := ps.Streams["s1"]; got.NextSeq != next || got.CommittedSeq != next-1 {
+					t.Fatalf("I12: %s (lease %s): init answers next_seq %d committed_seq %d, committed next %d", what, lease, got.NextSeq, got.CommittedSeq, next)
+				}
+				p = &Producer{ID: "p", Epoch: ps.Epoch}
+			}
+			sendCommitted(3)
+			lose("first loss")
+			id := sendCommitted(2)
+			skipped := id > lostIDSkip
+			if skipped != (lease != leaseExpired) {
+				t.Fatalf("first checkpoint after the loss with the lease %s: id %d (skipped 2^40: %v)", lease, id, skipped)
+			}
+			// Accepted, then aborted: the encoder of s1 fails on a full disk.
+			var failed atomic.Int64
+			sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+				if op.Kind == faultfs.OpWrite && strings.HasSuffix(op.Path, ".enc.inprogress") {
+					failed.Add(1)
+					return syscall.ENOSPC
+				}
+				return nil
+			}))
+			for seq := next; failed.Load() == 0; seq++ {
+				if seq == next+20 {
+					t.Fatal("the encoder of s1 never wrote")
+				}
+				mustSend(t, e, p, "s1", seq, 4)
+			}
+			sw.Set(nil)
+			if res := r.checkpoint(); res.State != recovery.Aborted {
+				t.Fatalf("checkpoint after the encoder failed: %+v, want aborted", res)
+			}
+			lose("second loss")
+			if open := e.Status().OpenID; open <= id {
+				t.Fatalf("I8: open checkpoint %d after the second loss; a manifest of %d is in the destination", open, id)
+			}
+			sendCommitted(2) // the aborted batches, sent again
+			r.check(invariant.Expect{Must: must, Exact: true})
+		})
+	}
+}
+
+// Two store losses in a row, the first with a lease that does not know the
+// node's ids (it skips 2^40 of them, lostIDsFloor) and the second with a
+// readable, expired one, on a node whose ids are past 2^48 (a document
+// planted under its manifest prefix pushed them there: ids go past every
+// manifest name). The second start must open beyond every id the first
+// one named: the lease's reserved mark says where. Before, the mark was
+// judged against the lost store's last id (0) alone, found more than
+// reservedAhead beyond it and dropped for the whole start, so the start
+// skipped 2^40 past the same newest manifest as the first one and named
+// its ids again (I8).
+func TestStoreLostTwiceHighIDs(t *testing.T) {
+	r := leaseRig(t, nil, time.Hour, nil)
+	planted := rigDest + "/" + layout.ManifestName(rigNode, 1<<49)
+	if err := afero.WriteFile(r.fs, planted, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := r.start(nil)
+	if err := r.fs.Remove(planted); err != nil {
+		t.Fatal(err)
+	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 2)
+	must := map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}
+	if id := r.commit().ID; id <= 1<<49 {
+		t.Fatalf("checkpoint %d after a manifest name of %d", id, uint64(1<<49))
+	}
+	lose := func(lease leaseAfterLoss) {
+		t.Helper()
+		r.stop()
+		if err := os.Remove(r.storePath); err != nil {
+			t.Fatal(err)
+		}
+		damageLease(r.fs, lease, t.Fatalf)
+		e = r.start(nil)
+	}
+	lose(leaseUnreadable)
+	named := r.checkpoint().ID // empty: no manifest, but the id was answered
+	mustSend(t, e, nil, "s", 1, 1)
+	must[invariant.BatchID{Stream: "s", Seq: 1}] = true
+	named = max(named, e.Status().OpenID)
+	lose(leaseExpired)
+	if open := e.Status().OpenID; open <= named {
+		t.Fatalf("I8: open checkpoint %d after the second loss; the first start named ids up to %d", open, named)
+	}
+	mustSend(t, e, nil, "s", 1, 1) // sent again: accepted, never committed before the loss
+	r.commit()
+	r.check(invariant.Expect{Must: must, Exact: true})
 }

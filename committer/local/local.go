@@ -162,9 +162,12 @@ func (l *Local) CommitUnsynced(_ context.Context, f committer.File) (string, err
 }
 
 // SyncCommits fsyncs dir, a final directory CommitUnsynced returned, making
-// the renames into it durable. A failure wraps durable.ErrSync.
+// the renames into it durable, and the ancestors this process has not
+// made durable yet (CommitUnsynced creates directories without a sync, so
+// that none is synced between a checkpoint's renames). A failure wraps
+// durable.ErrSync.
 func (l *Local) SyncCommits(_ context.Context, dir string) error {
-	if err := durable.SyncDir(l.FS, dir); err != nil {
+	if err := l.dirs.Sync(l.FS, dir); err != nil {
 		return fmt.Errorf("commit into %s: %w", dir, err)
 	}
 	return nil

@@ -150,6 +150,60 @@ func (d *Dirs) MkdirAll(fs afero.Fs, dir string) error {
 	return nil
 }
 
+// MkdirAllUnsynced creates dir and any missing parents, unless dir is
+// remembered durable, and syncs nothing: the caller must Sync dir before
+// an entry made in it counts as durable. It is for callers that make many
+// entries in several directories and sync each directory once, after all
+// of them (a checkpoint's commit), never a directory between its entries.
+func (d *Dirs) MkdirAllUnsynced(fs afero.Fs, dir string) error {
+	dir = filepath.Clean(dir)
+	if d.known(dir) {
+		return nil
+	}
+	if fi, err := fs.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("create directory %s: %w", dir, syscall.ENOTDIR)
+		}
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stat directory %s: %w", dir, err)
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return Classify(fmt.Errorf("create directory %s: %w", dir, err))
+	}
+	return nil
+}
+
+// Sync makes dir's entries durable: a directory remembered durable is
+// synced alone; another (made by MkdirAllUnsynced, or by an earlier run)
+// with every ancestor up to and including the first one remembered (its
+// entry for the child may be new), or the root, after which all of them
+// are remembered. A failure wraps ErrSync when an fsync failed, and
+// remembers nothing.
+func (d *Dirs) Sync(fs afero.Fs, dir string) error {
+	dir = filepath.Clean(dir)
+	if d.known(dir) {
+		return SyncDir(fs, dir)
+	}
+	var synced []string
+	for a := dir; ; a = filepath.Dir(a) {
+		if err := SyncDir(fs, a); err != nil {
+			return err
+		}
+		if a != dir && d.known(a) {
+			break
+		}
+		synced = append(synced, a)
+		if filepath.Dir(a) == a {
+			break
+		}
+	}
+	for _, a := range synced {
+		d.remember(a)
+	}
+	return nil
+}
+
 // SyncClose flushes f to stable storage and closes it, checking both errors.
 // f is closed whatever happens.
 func SyncClose(f afero.File) error {
@@ -172,16 +226,18 @@ func Rename(fs afero.Fs, dirs *Dirs, tmp, final string) error {
 	if err != nil {
 		return err
 	}
-	return SyncDir(fs, dir)
+	return dirs.Sync(fs, dir)
 }
 
 // RenameUnsynced is Rename without its last step: it returns final's
-// directory, which the caller must SyncDir before the new name counts as
-// durable. It is for callers that rename many files and sync each
-// directory once, after all of its renames (a checkpoint's commit).
+// directory, which the caller must dirs.Sync before the new name counts
+// as durable (a directory it created, and its ancestors, are synced there
+// too, not here). It is for callers that rename many files and sync each
+// directory once, after all of its renames (a checkpoint's commit): no
+// directory is synced between them.
 func RenameUnsynced(fs afero.Fs, dirs *Dirs, tmp, final string) (dir string, err error) {
 	dir = filepath.Dir(final)
-	if err := dirs.MkdirAll(fs, dir); err != nil {
+	if err := dirs.MkdirAllUnsynced(fs, dir); err != nil {
 		return "", err
 	}
 	if err := RenameNoReplace(fs, tmp, final); err != nil {
