@@ -16,6 +16,7 @@ import (
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 )
 
 const tableStream = "tb"
@@ -168,4 +169,51 @@ func TestTablePutRules(t *testing.T) {
 	if _, err := e.PutStream(ctx, "other", tableConf); !errors.As(err, &fe) || fe.Field != "table" {
 		t.Fatalf("a table stream without a table location: %v", err)
 	}
+}
+
+// TestTablePlantedMetadataHoldsNothingBack: a document that is no table
+// metadata planted as a table stream's next version, with the version
+// hint naming it, holds back no checkpoint (I13): the next checkpoint
+// commits, its table snapshot past the planted version, and nothing is
+// stuck. Failed before: the commit was ErrCorrupt, retried for ever as a
+// permanent stuck commit, and every later checkpoint of every stream
+// waited behind it.
+func TestTablePlantedMetadataHoldsNothingBack(t *testing.T) {
+	r, d := tableRig(t)
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
+		t.Fatal(err)
+	}
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for seq := int64(1); seq <= 2; seq++ {
+		for _, s := range []string{tableStream, "a"} {
+			if _, err := send(e, nil, s, seq, 3); err != nil {
+				t.Fatal(err)
+			}
+			exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
+		}
+		if seq == 1 {
+			r.commit()
+			plant(t, r.fs, layout.TableMetadataName(tableStream, 2), []byte("<html>not metadata</html>"))
+			plant(t, r.fs, layout.TableHintName(tableStream), []byte("2"))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := e.Checkpoint(ctx)
+		cancel()
+		if err != nil || res.State != recovery.Committed {
+			t.Fatalf("checkpoint after a planted table version: %+v, %v (stuck %q)", res, err, e.Status().Stuck)
+		}
+	}
+	if st := e.Status(); st.Stuck != "" {
+		t.Fatalf("stuck: %q", st.Stuck)
+	}
+	cur := snapshotsOf(t, d)
+	if cur.Version != 3 || len(cur.Metadata.Snapshots()) != 2 {
+		t.Fatalf("table v%d with %d snapshots, want v3 (past the planted v2) with two", cur.Version, len(cur.Metadata.Snapshots()))
+	}
+	if got := cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"]; got != "6" {
+		t.Fatalf("table holds %s records, want 6", got)
+	}
+	r.check(exp)
 }

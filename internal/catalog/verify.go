@@ -207,6 +207,9 @@ func (c *Catalog) verifyTable(ctx context.Context, stream string, named map[stri
 		rep.Problems = append(rep.Problems, Problem{Path: where, What: "table: " + err.Error()})
 		return
 	}
+	for _, sk := range cur.Skipped {
+		rep.Problems = append(rep.Problems, Problem{Path: sk.Name, What: "table " + stream + ": metadata that does not parse, passed over (" + sk.Err.Error() + ")"})
+	}
 	if cur.Version == 0 {
 		return
 	}

@@ -64,6 +64,18 @@ func TestVerifyTable(t *testing.T) {
 	if !found {
 		t.Fatalf("a table file in no manifest: %+v", rep.Problems)
 	}
+	// A planted version that does not parse: passed over, and reported.
+	d.write("tb/metadata/v9.metadata.json", []byte("garbage"))
+	d.write("tb/metadata/version-hint.text", []byte("9"))
+	found = false
+	for _, p := range verify().Problems {
+		if p.Path == "tb/metadata/v9.metadata.json" && strings.Contains(p.What, "does not parse") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("planted table metadata not reported: %+v", rep.Problems)
+	}
 }
 
 // TestStreamsSkipTableMetadata: a table stream's file count is its data

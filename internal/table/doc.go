@@ -17,10 +17,15 @@
 // of a checkpoint is final and before its eosink manifest is published:
 //
 //  1. Load the newest metadata: from the version hint, probe vN+1, vN+2, …
-//  2. If a snapshot's summary names this node with this checkpoint or a
-//     later one, or the table property eosink.committed.<node> does, the
-//     checkpoint is in the table: raise the hint, done. (Flink's Iceberg
-//     sink does the same with its max-committed-checkpoint-id.)
+//     Versions that do not parse and claim not to be the table's are
+//     passed over (Load); vN is the newest that parses, the next write
+//     goes past the highest found.
+//  2. If a snapshot's summary names this node with this checkpoint (in
+//     the replay, or a later one up to Iceberg.Bound), the checkpoint is
+//     in the table: raise the hint, done. (Flink's Iceberg sink does the
+//     same with its max-committed-checkpoint-id.) The table property
+//     eosink.committed.<node> is written, never believed alone: planted
+//     metadata must not make a commit skip its snapshot (I13).
 //  3. Write the checkpoint's manifest (a fixed name: a retry finds it),
 //     a manifest list of it and the parent's manifests, and build vN+1
 //     with one append snapshot, summary eosink.node/eosink.checkpoint,

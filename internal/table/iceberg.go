@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,13 @@ type Iceberg struct {
 	MaxManifests int
 	// MaxRaces bounds lost create-only races within one Commit (0: 100).
 	MaxRaces int
+	// Bound returns the highest checkpoint of the node a table may hold
+	// beyond the one being committed (nil or 0: none). Commits of one
+	// node are serial, so a live commit finds none; a replay from a state
+	// store restored from an older copy may, up to the ids the node
+	// reserved (the store's and its lease's). A later checkpoint beyond it
+	// is not believed (see Committed).
+	Bound func() uint64
 }
 
 // DefaultMaxManifests is the manifest count that triggers a merge.
@@ -109,13 +117,55 @@ func (t *Iceberg) Commit(ctx context.Context, node string, checkpoint uint64, fi
 
 // Loaded is a table's newest metadata as found in the destination.
 type Loaded struct {
-	Version  int64     // N of metadata/vN.metadata.json; 0: no table yet
+	Version  int64     // N of metadata/vN.metadata.json believed current; 0: no table yet
 	Metadata *Metadata // nil: no table
+	// Top is the highest version found (Version, or above it): versions
+	// above Version hold documents that are no metadata of this table
+	// (Skipped names them, newest first). The next commit writes Top+1,
+	// past them.
+	Top     int64
+	Skipped []Skip
+
+	skippedBody [][]byte // Skipped's documents, until check
 }
+
+// Skip is a metadata file Load passed over: it does not parse, and it
+// does not claim to be a version of the table.
+type Skip struct {
+	Version int64
+	Name    string
+	Err     error
+}
+
+// next is the version the next commit publishes.
+func (l Loaded) next() int64 { return max(l.Top, l.Version) + 1 }
+
+// skipped reports whether Load passed over version v.
+func (l Loaded) skipped(v int64) bool {
+	for _, s := range l.Skipped {
+		if s.Version == v {
+			return true
+		}
+	}
+	return false
+}
+
+// maxWalk bounds how many versions Load looks below an unparseable one
+// before it looks for the end of the chain from v1 instead.
+const maxWalk = 1024
 
 // Load reads stream's newest table metadata: from the version hint on,
 // the highest vN.metadata.json that exists (the hint may lag: it is
 // written after the metadata). No table is Version 0 and no error.
+//
+// The destination is untrusted (I13): a document at vN that does not
+// parse, and does not claim to be a version of this table (no JSON
+// object, or another table-uuid than the newest version that parses), is
+// passed over, reported in Skipped: the table is the newest version below
+// it that parses, and the next commit writes past it. One that claims to
+// be this table's (its table-uuid) but does not parse is ErrCorrupt
+// naming the file: it may hold another writer's snapshots, which a
+// commit past it would drop.
 func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error) {
 	v, err := readHint(ctx, r, stream)
 	if err != nil {
@@ -124,36 +174,144 @@ func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error
 	if v > 0 {
 		// A hint naming a version the table lacks (another writer's, a
 		// bad restore) is only a hint: probe from the start.
-		if _, err := readAll(ctx, r, layout.TableMetadataName(stream, v)); errors.Is(err, committer.ErrNotFound) {
-			v = 0
-		} else if err != nil {
+		if ok, err := exists(ctx, r, layout.TableMetadataName(stream, v)); err != nil {
 			return Loaded{}, err
+		} else if !ok {
+			v = 0
 		}
 	}
-	var body []byte
-	for {
-		b, err := readAll(ctx, r, layout.TableMetadataName(stream, v+1))
-		if errors.Is(err, committer.ErrNotFound) {
-			break
-		}
+	for v < layout.MaxTableVersion {
+		ok, err := exists(ctx, r, layout.TableMetadataName(stream, v+1))
 		if err != nil {
 			return Loaded{}, err
 		}
-		v, body = v+1, b
+		if !ok {
+			break
+		}
+		v++
 	}
 	if v == 0 {
 		return Loaded{}, nil
 	}
-	if body == nil { // the hint's own version
-		if body, err = readAll(ctx, r, layout.TableMetadataName(stream, v)); err != nil {
-			return Loaded{}, fmt.Errorf("read table metadata v%d (named by the version hint): %w", v, err)
+	l := Loaded{Top: v}
+	from, err := l.walk(ctx, r, stream, v, maxWalk)
+	if err != nil || l.Metadata != nil || from == 0 {
+		return l, l.check(err)
+	}
+	// maxWalk versions below a document that does not parse, none does:
+	// the chain ends far below (a planted hint and version). Find its
+	// end from v1: it has no gaps (each version is published create-only
+	// after the one before).
+	end, err := chainEnd(ctx, r, stream, from+1)
+	if err != nil {
+		return Loaded{}, err
+	}
+	if end > 0 {
+		if _, err := l.walk(ctx, r, stream, end, maxWalk); err != nil {
+			return Loaded{}, err
 		}
 	}
-	md, err := parseMetadata(body)
-	if err != nil {
-		return Loaded{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, layout.TableMetadataName(stream, v), err)
+	if l.Metadata == nil {
+		return Loaded{}, fmt.Errorf("%w: %s does not parse, and no version below it within %d of it or at the end of the chain from v1 does",
+			ErrCorrupt, layout.TableMetadataName(stream, l.Top), maxWalk)
 	}
-	return Loaded{Version: v, Metadata: md}, nil
+	return l, l.check(nil)
+}
+
+// walk looks from version v down, at most n versions, for the newest
+// that parses, noting the others that exist in l.Skipped. It returns the
+// version it stopped above (0: it reached the bottom, or found one).
+func (l *Loaded) walk(ctx context.Context, r committer.Reader, stream string, v int64, n int) (int64, error) {
+	for ; v > 0 && n > 0; v, n = v-1, n-1 {
+		name := layout.TableMetadataName(stream, v)
+		b, err := readAll(ctx, r, name)
+		if errors.Is(err, committer.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		md, err := parseMetadata(b)
+		if err != nil {
+			l.Skipped = append(l.Skipped, Skip{Version: v, Name: name, Err: err})
+			l.skippedBody = append(l.skippedBody, b)
+			continue
+		}
+		l.Version, l.Metadata = v, md
+		return 0, nil
+	}
+	return v, nil
+}
+
+// check refuses what Load passed over when it claims to be this table's
+// (or, with no version that parses, any table's): ErrCorrupt naming it.
+func (l *Loaded) check(err error) error {
+	if err != nil {
+		return err
+	}
+	for i, b := range l.skippedBody {
+		var claim struct {
+			Format json.RawMessage `json:"format-version"`
+			UUID   string          `json:"table-uuid"`
+		}
+		if json.Unmarshal(b, &claim) != nil {
+			continue // no JSON object: no table's metadata
+		}
+		s := l.Skipped[i]
+		if l.Metadata == nil && (claim.Format != nil || claim.UUID != "") {
+			return fmt.Errorf("%w: %s: %w (it claims to be Iceberg table metadata, and no version below it parses)", ErrCorrupt, s.Name, s.Err)
+		}
+		if l.Metadata != nil && strings.EqualFold(claim.UUID, l.Metadata.uuid) {
+			return fmt.Errorf("%w: %s: %w (it names this table's uuid %s)", ErrCorrupt, s.Name, s.Err, claim.UUID)
+		}
+	}
+	l.skippedBody = nil
+	return nil
+}
+
+// chainEnd returns the highest version below limit that exists and whose
+// next does not (0: none), by galloping from v1 and bisecting: the
+// versions a chain of commits wrote are v1, v2, … without a gap.
+func chainEnd(ctx context.Context, r committer.Reader, stream string, limit int64) (int64, error) {
+	has := func(v int64) (bool, error) { return exists(ctx, r, layout.TableMetadataName(stream, v)) }
+	lo, hi := int64(0), int64(1)
+	for hi < limit {
+		ok, err := has(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, hi*2
+	}
+	hi = min(hi, limit)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := has(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
+// exists reports whether name exists, without reading it.
+func exists(ctx context.Context, r committer.Reader, name string) (bool, error) {
+	rc, _, err := r.Open(ctx, name)
+	if errors.Is(err, committer.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_ = rc.Close() // opened for its existence only
+	return true, nil
 }
 
 // parseMetadata reads metadata from the destination: untrusted (I13).
@@ -168,7 +326,7 @@ func readHint(ctx context.Context, r committer.Reader, stream string) (int64, er
 		return 0, err
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || v < 0 {
+	if err != nil || v < 0 || v > layout.MaxTableVersion {
 		return 0, nil // a hint is only a hint: probe from the start
 	}
 	return v, nil
@@ -187,19 +345,40 @@ func readAll(ctx context.Context, r committer.Reader, name string) ([]byte, erro
 	return b, nil
 }
 
-// Committed reports whether md holds node's checkpoint (or a later one).
-func Committed(md *Metadata, node string, checkpoint uint64) bool {
-	if v, ok := md.Properties()[PropCommittedPrefix+node]; ok {
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil && n >= checkpoint {
-			return true
-		}
-	}
+// Committed reports whether md holds node's checkpoint: a snapshot whose
+// summary names node with checkpoint, or with a later checkpoint up to
+// bound (a replay from a state store restored from an older copy finds
+// its checkpoint's snapshot expired behind later ones). The proof is a
+// snapshot: the table property eosink.committed.<node> alone is not
+// believed, and neither is a later checkpoint beyond bound (no commit of
+// this node made it: planted, I13). bound 0: only checkpoint's own
+// snapshot.
+func Committed(md *Metadata, node string, checkpoint, bound uint64) bool {
 	for _, s := range md.Snapshots() {
-		if n, c, ok := snapshotOrigin(&s); ok && n == node && c >= checkpoint {
+		if n, c, ok := snapshotOrigin(&s); ok && n == node && (c == checkpoint || c > checkpoint && c <= bound) {
 			return true
 		}
 	}
 	return false
+}
+
+// beyond returns what md claims of node past checkpoint and bound (a
+// snapshot's checkpoint, the eosink.committed property) that Committed
+// did not believe, for the log; "" when nothing.
+func beyond(md *Metadata, node string, checkpoint, bound uint64) string {
+	top := max(checkpoint, bound)
+	var out []string
+	if v, ok := md.Properties()[PropCommittedPrefix+node]; ok {
+		if n, err := strconv.ParseUint(v, 10, 64); err != nil || n > top {
+			out = append(out, fmt.Sprintf("property %s%s=%q", PropCommittedPrefix, node, v))
+		}
+	}
+	for _, s := range md.Snapshots() {
+		if n, c, ok := snapshotOrigin(&s); ok && n == node && c > top {
+			out = append(out, fmt.Sprintf("snapshot %d names checkpoint %d", s.SnapshotID, c))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // snapshotOrigin is the node and checkpoint a snapshot's summary names.
@@ -229,6 +408,20 @@ func SnapshotID(stream, node string, checkpoint uint64) int64 {
 	return id
 }
 
+func (t *Iceberg) bound() uint64 {
+	if t.Bound == nil {
+		return 0
+	}
+	return t.Bound()
+}
+
+func (t *Iceberg) log() *slog.Logger {
+	if t.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return t.Log
+}
+
 func (t *Iceberg) now() time.Time {
 	if t.Now != nil {
 		return t.Now()
@@ -254,8 +447,19 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		if err != nil {
 			return err
 		}
-		if cur.Version > 0 && Committed(cur.Metadata, node, checkpoint) {
-			return t.writeHint(ctx, stream, cur.Version)
+		for _, s := range cur.Skipped {
+			t.log().Warn("table metadata that does not parse and names no version of the table: passed over, the commit writes past it",
+				"stream", stream, "path", s.Name, "err", s.Err, "table_version", cur.Version)
+		}
+		bound := t.bound()
+		if cur.Version > 0 {
+			if b := beyond(cur.Metadata, node, checkpoint, bound); b != "" {
+				t.log().Warn("table metadata claims checkpoints of this node it never committed: not believed",
+					"stream", stream, "checkpoint", checkpoint, "bound", bound, "claims", b, "path", layout.TableMetadataName(stream, cur.Version))
+			}
+			if Committed(cur.Metadata, node, checkpoint, bound) {
+				return t.writeHint(ctx, stream, cur.Version, cur)
+			}
 		}
 		next, err := t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
 		if err != nil {
@@ -265,26 +469,28 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		if err != nil {
 			return fmt.Errorf("encode table metadata: %w", err)
 		}
-		err = t.Dest.Publish(ctx, layout.TableMetadataName(stream, cur.Version+1), body)
+		v := cur.next()
+		err = t.Dest.Publish(ctx, layout.TableMetadataName(stream, v), body)
 		if errors.Is(err, committer.ErrExists) && try < races {
 			continue // another node (or a lost answer of ours) took vN+1: reload
 		}
 		if err != nil {
-			return fmt.Errorf("publish table metadata v%d: %w", cur.Version+1, err)
+			return fmt.Errorf("publish table metadata v%d: %w", v, err)
 		}
-		return t.writeHint(ctx, stream, cur.Version+1)
+		return t.writeHint(ctx, stream, v, cur)
 	}
 }
 
 // exists reports whether the table's version v exists (an error other
 // than not found counts as existing: the hint is left).
 func (t *Iceberg) exists(ctx context.Context, stream string, v int64) bool {
-	_, err := readAll(ctx, t.Dest, layout.TableMetadataName(stream, v))
-	return !errors.Is(err, committer.ErrNotFound)
+	ok, err := exists(ctx, t.Dest, layout.TableMetadataName(stream, v))
+	return ok || err != nil
 }
 
-// writeHint raises the version hint to v, never lowers it.
-func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
+// writeHint raises the version hint to v, never lowers it, unless it
+// names a version the table lacks or one cur passed over.
+func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64, cur Loaded) error {
 	name := layout.TableHintName(stream)
 	for try := 0; try < 100; try++ {
 		data, ver, err := t.Dest.ReadLease(ctx, name)
@@ -294,7 +500,7 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 		case err != nil:
 			return fmt.Errorf("version hint: %w", err)
 		default:
-			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v && t.exists(ctx, stream, have) {
+			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v && !cur.skipped(have) && t.exists(ctx, stream, have) {
 				return nil // never lowered, unless it names a version the table lacks
 			}
 		}
@@ -398,8 +604,11 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	if err := b.addSnapshot(snap); err != nil { // and makes it main's head
 		return nil, fmt.Errorf("add snapshot: %w", err)
 	}
+	// The property is raised, never lowered, unless it names more than
+	// this node could have committed (planted: Committed never believed
+	// it).
 	committed := PropCommittedPrefix + node
-	if have, _ := strconv.ParseUint(base.Properties()[committed], 10, 64); have < checkpoint {
+	if have, err := strconv.ParseUint(base.Properties()[committed], 10, 64); err != nil || have < checkpoint || have > max(checkpoint, t.bound()) {
 		b.setProperties(map[string]string{committed: strconv.FormatUint(checkpoint, 10)})
 	}
 	keep := cfg.KeepSnapshots
@@ -440,21 +649,37 @@ func totals(props iceberg.Properties, parent *Snapshot, files int, a addedCounts
 // Expirable picks the snapshots to expire so that at most keep remain
 // besides the one being added (current): the oldest first, never the
 // newest snapshot of any node (its checkpoint is the node's exactly-once
-// mark), nor current.
+// mark), nor current. A node's newest is both its snapshot of the
+// highest checkpoint and its last appended (highest sequence number): a
+// snapshot planted with a checkpoint far ahead must not leave the node's
+// real newest unprotected (Committed does not believe the planted one).
 func Expirable(snaps []Snapshot, current int64, keep int) []int64 {
 	if len(snaps) <= keep {
 		return nil
 	}
-	newest := map[string]int64{} // node → snapshot id of its highest checkpoint
-	high := map[string]uint64{}
+	type mark struct {
+		id  int64
+		val int64
+	}
+	byCkpt, bySeq := map[string]mark{}, map[string]mark{}
 	for i := range snaps {
-		if n, c, ok := snapshotOrigin(&snaps[i]); ok && (c >= high[n] || newest[n] == 0) {
-			newest[n], high[n] = snaps[i].SnapshotID, c
+		n, c, ok := snapshotOrigin(&snaps[i])
+		if !ok {
+			continue
+		}
+		if m, seen := byCkpt[n]; !seen || uint64(m.val) <= c {
+			byCkpt[n] = mark{snaps[i].SnapshotID, int64(c)}
+		}
+		if m, seen := bySeq[n]; !seen || m.val <= snaps[i].SequenceNumber {
+			bySeq[n] = mark{snaps[i].SnapshotID, snaps[i].SequenceNumber}
 		}
 	}
 	protected := map[int64]bool{current: true}
-	for _, id := range newest {
-		protected[id] = true
+	for _, m := range byCkpt {
+		protected[m.id] = true
+	}
+	for _, m := range bySeq {
+		protected[m.id] = true
 	}
 	order := make([]Snapshot, len(snaps))
 	copy(order, snaps)
