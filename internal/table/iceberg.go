@@ -842,11 +842,17 @@ func token() string {
 	return hex.EncodeToString(b[:])
 }
 
-// DataFiles returns the destination-relative names of the data files in
-// md's current snapshot, in manifest order, duplicates kept (a reader
-// would read such a file twice: Verify reports it). md is stream's table
-// as Load returned it; its locations must lie in the destination r reads.
-func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metadata) ([]string, error) {
+// DataFile is one data file entry of a table's current snapshot.
+type DataFile struct {
+	Path       string // relative to the destination
+	SnapshotID int64  // the snapshot that added it
+}
+
+// DataFiles returns the data files of md's current snapshot, in manifest
+// order, duplicates kept (a reader would read such a file twice: Verify
+// reports it). md is stream's table as Load returned it; its locations
+// must lie in the destination r reads.
+func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metadata) ([]DataFile, error) {
 	s := md.CurrentSnapshot()
 	if s == nil {
 		return nil, nil
@@ -856,8 +862,7 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 		return nil, fmt.Errorf("%w: table location %s does not end in /%s", ErrCorrupt, md.Location(), stream)
 	}
 	t := &Iceberg{Dest: nil, Location: base}
-	rel := func(loc string) (string, error) { return t.rel(loc) }
-	name, err := rel(s.ManifestList)
+	name, err := t.rel(s.ManifestList)
 	if err != nil {
 		return nil, err
 	}
@@ -869,9 +874,9 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
 	}
-	var out []string
+	var out []DataFile
 	for _, m := range list {
-		mn, err := rel(m.FilePath())
+		mn, err := t.rel(m.FilePath())
 		if err != nil {
 			return nil, err
 		}
@@ -884,11 +889,11 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 			return nil, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, mn, err)
 		}
 		for _, e := range entries {
-			p, err := rel(e.DataFile().FilePath())
+			p, err := t.rel(e.DataFile().FilePath())
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, p)
+			out = append(out, DataFile{Path: p, SnapshotID: e.SnapshotID()})
 		}
 	}
 	return out, nil
