@@ -461,7 +461,7 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 				return t.writeHint(ctx, stream, cur.Version, cur)
 			}
 		}
-		next, err := t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
+		next, err := t.safeBuild(ctx, stream, node, checkpoint, files, cfg, tt, cur)
 		if err != nil {
 			return err
 		}
@@ -514,6 +514,19 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64, cur Loa
 		return nil
 	}
 	return fmt.Errorf("version hint: %w: too many concurrent writers", committer.ErrPrecondition)
+}
+
+// safeBuild is build, with a panic (a library's, on metadata or Avro
+// from the destination: untrusted, I13) turned into ErrCorrupt naming
+// the version built on, never the end of the process.
+func (t *Iceberg) safeBuild(ctx context.Context, stream, node string, checkpoint uint64, files []committer.File,
+	cfg streamconf.Config, tt *layout.TableTemplate, cur Loaded) (md *Metadata, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			md, err = nil, fmt.Errorf("%w: building on %s panicked: %v", ErrCorrupt, layout.TableMetadataName(stream, cur.Version), p)
+		}
+	}()
+	return t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
 }
 
 // build makes the next metadata: cur (or a new table) plus one snapshot
@@ -819,11 +832,33 @@ func (t *Iceberg) readList(ctx context.Context, loc string) ([]iceberg.ManifestF
 	if err != nil {
 		return nil, fmt.Errorf("read manifest list: %w", err)
 	}
-	l, err := iceberg.ReadManifestList(bytes.NewReader(b))
+	l, err := readManifestList(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
 	}
 	return l, nil
+}
+
+// readManifestList and readManifest read Avro files from the destination:
+// untrusted (I13). iceberg-go's readers panic on some damage (a manifest
+// whose Avro schema renames the partition field: a nil dereference), so
+// a panic is an error here, never the end of the process.
+func readManifestList(b []byte) (l []iceberg.ManifestFile, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l, err = nil, fmt.Errorf("manifest list decoding panicked: %v", p)
+		}
+	}()
+	return iceberg.ReadManifestList(bytes.NewReader(b))
+}
+
+func readManifest(m iceberg.ManifestFile, b []byte) (e []iceberg.ManifestEntry, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e, err = nil, fmt.Errorf("manifest decoding panicked: %v", p)
+		}
+	}()
+	return iceberg.ReadManifest(m, bytes.NewReader(b), true)
 }
 
 // rel turns an absolute location in this destination into a name.
@@ -870,7 +905,7 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 	if err != nil {
 		return nil, fmt.Errorf("read manifest list: %w", err)
 	}
-	list, err := iceberg.ReadManifestList(bytes.NewReader(b))
+	list, err := readManifestList(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
 	}
@@ -884,7 +919,7 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 		if err != nil {
 			return nil, fmt.Errorf("read manifest: %w", err)
 		}
-		entries, err := iceberg.ReadManifest(m, bytes.NewReader(mb), true)
+		entries, err := readManifest(m, mb)
 		if err != nil {
 			return nil, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, mn, err)
 		}
