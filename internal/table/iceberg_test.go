@@ -17,12 +17,12 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/format"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/icebergread"
-	"github.com/spf13/afero"
 )
 
 var ordersConf = streamconf.Config{
@@ -55,7 +55,7 @@ func newRig(t testing.TB) *rig {
 	if err := ordersConf.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, dir: dir, dest: local.New(afero.NewOsFs(), dest, filepath.Join(dir, "staging")), conf: ordersConf.Defaults()}
+	return &rig{t: t, dir: dir, dest: local.New(durable.NewOsFs(), dest, filepath.Join(dir, "staging")), conf: ordersConf.Defaults()}
 }
 
 func (r *rig) iceberg() *table.Iceberg {
@@ -303,7 +303,7 @@ func TestRaceTwoNodes(t *testing.T) {
 		node := "n" + strconv.Itoa(n)
 		ice := r.iceberg()
 		// Each node has its own staging directory, as nodes do.
-		own := local.New(afero.NewOsFs(), r.dest.Dest, filepath.Join(r.dir, "staging-"+node))
+		own := local.New(durable.NewOsFs(), r.dest.Dest, filepath.Join(r.dir, "staging-"+node))
 		counting := &countingDest{Local: own}
 		ice.Dest = counting
 		var files [][]committer.File
