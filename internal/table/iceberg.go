@@ -408,6 +408,33 @@ func SnapshotID(stream, node string, checkpoint uint64) int64 {
 	return id
 }
 
+// freeSnapshotID is SnapshotID unless base holds a snapshot with that id
+// already (planted: the ids derive from public names, I13); then the
+// first free one of a sequence derived from it, so a retry against the
+// same table picks the same id. Committed goes by the summary, not the id.
+func freeSnapshotID(base *Metadata, stream, node string, checkpoint uint64) int64 {
+	id := SnapshotID(stream, node, checkpoint)
+	for k := 1; base.snapshot(id) != nil; k++ {
+		h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%d\x00%d", stream, node, checkpoint, k)))
+		if id = int64(binary.BigEndian.Uint64(h[:8]) >> 1); id == 0 {
+			id = 1
+		}
+	}
+	return id
+}
+
+// snapshotTime is now, or the table's newest time if that is ahead (a
+// writer's clock ahead of ours, or a time planted far in the future: I13):
+// a snapshot older than the table's last update is invalid, and a commit
+// that waits for the clock could wait for ever.
+func snapshotTime(base *Metadata, now time.Time) int64 {
+	ts := max(now.UnixMilli(), base.lastUpdatedMs)
+	if n := len(base.snapshotLog); n > 0 {
+		ts = max(ts, base.snapshotLog[n-1].TimestampMs)
+	}
+	return ts
+}
+
 func (t *Iceberg) bound() uint64 {
 	if t.Bound == nil {
 		return 0
@@ -516,6 +543,14 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64, cur Loa
 	return fmt.Errorf("version hint: %w: too many concurrent writers", committer.ErrPrecondition)
 }
 
+// baseName names the metadata a commit builds on, for errors.
+func baseName(stream string, cur Loaded) string {
+	if cur.Version == 0 {
+		return "a new table"
+	}
+	return layout.TableMetadataName(stream, cur.Version)
+}
+
 // safeBuild is build, with a panic (a library's, on metadata or Avro
 // from the destination: untrusted, I13) turned into ErrCorrupt naming
 // the version built on, never the end of the process.
@@ -523,7 +558,7 @@ func (t *Iceberg) safeBuild(ctx context.Context, stream, node string, checkpoint
 	cfg streamconf.Config, tt *layout.TableTemplate, cur Loaded) (md *Metadata, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			md, err = nil, fmt.Errorf("%w: building on %s panicked: %v", ErrCorrupt, layout.TableMetadataName(stream, cur.Version), p)
+			md, err = nil, fmt.Errorf("%w: building on %s panicked: %v", ErrCorrupt, baseName(stream, cur), p)
 		}
 	}()
 	return t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
@@ -564,7 +599,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	if !curSpec.CompatibleWith(&spec) {
 		return nil, fmt.Errorf("%w: the table's partition spec %v differs from the stream's %v", ErrIncompatible, curSpec, spec)
 	}
-	snapID := SnapshotID(stream, node, checkpoint)
+	snapID := freeSnapshotID(base, stream, node, checkpoint)
 	seq := base.LastSequenceNumber() + 1
 	var parentID *int64
 	var parent *Snapshot
@@ -609,13 +644,16 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	schemaID := schema.ID
 	snap := Snapshot{
 		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
-		TimestampMs:  t.now().UnixMilli(),
+		TimestampMs:  snapshotTime(base, t.now()),
 		ManifestList: t.Location + "/" + listName,
 		Summary:      &Summary{Operation: OpAppend, Properties: props},
 		SchemaID:     &schemaID,
 	}
+	// The builder's refusals below are deterministic given base: a retry
+	// builds the same, so the failure policy must not retry them for ever
+	// unseen (ErrCorrupt: a permanent, visible stuck commit).
 	if err := b.addSnapshot(snap); err != nil { // and makes it main's head
-		return nil, fmt.Errorf("add snapshot: %w", err)
+		return nil, fmt.Errorf("%w: %s: add snapshot: %w", ErrCorrupt, baseName(stream, cur), err)
 	}
 	// The property is raised, never lowered, unless it names more than
 	// this node could have committed (planted: Committed never believed
@@ -630,13 +668,13 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	}
 	if expired := Expirable(base.Snapshots(), snapID, keep-1); len(expired) > 0 {
 		if err := b.removeSnapshots(expired); err != nil {
-			return nil, fmt.Errorf("expire snapshots: %w", err)
+			return nil, fmt.Errorf("%w: %s: expire snapshots: %w", ErrCorrupt, baseName(stream, cur), err)
 		}
 	}
 	b.trimMetadataLog(metadataLogKeep)
 	md, err := b.build()
 	if err != nil {
-		return nil, fmt.Errorf("build table metadata: %w", err)
+		return nil, fmt.Errorf("%w: %s: build table metadata: %w", ErrCorrupt, baseName(stream, cur), err)
 	}
 	return md, nil
 }

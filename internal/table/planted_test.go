@@ -123,21 +123,32 @@ func TestPlantedUnparseableMetadata(t *testing.T) {
 // this table's metadata (its table-uuid) but does not parse may be
 // another writer's version, whose snapshots a commit past it would drop:
 // the commit fails with ErrCorrupt naming it (the failure policy makes
-// that a permanent, visible stuck commit), and writes nothing.
+// that a permanent, visible stuck commit), and writes nothing. So does
+// one whose last-sequence-number is beyond any table's (the next would
+// overflow). Failed before for the latter: the error was the builder's
+// "can't add snapshot with sequence number", unclassified, which the
+// failure policy retries for ever as if it could pass.
 func TestPlantedTableMetadataClaimingTheTable(t *testing.T) {
-	r := newRig(t)
-	ice := r.iceberg()
-	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-		t.Fatal(err)
-	}
-	r.plant("orders", 2, r.edited("orders", 1, func(m map[string]json.RawMessage) { m["format-version"] = json.RawMessage("3") }), true)
-	err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 2)))
-	if err == nil || !strings.Contains(err.Error(), table.ErrCorrupt.Error()) || !strings.Contains(err.Error(), layout.TableMetadataName("orders", 2)) {
-		t.Fatalf("commit past a v2 of this table that does not parse: %v, want ErrCorrupt naming it", err)
-	}
-	if _, err := os.Stat(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 3))); !os.IsNotExist(err) {
-		t.Fatalf("v3 written past this table's v2: %v", err)
+	for name, edit := range map[string]func(m map[string]json.RawMessage){
+		"format 3": func(m map[string]json.RawMessage) { m["format-version"] = json.RawMessage("3") },
+		"sequence": func(m map[string]json.RawMessage) { m["last-sequence-number"] = json.RawMessage("9223372036854775807") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			ice := r.iceberg()
+			ctx := context.Background()
+			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+				t.Fatal(err)
+			}
+			r.plant("orders", 2, r.edited("orders", 1, edit), true)
+			err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 2)))
+			if !errors.Is(err, table.ErrCorrupt) || !strings.Contains(err.Error(), layout.TableMetadataName("orders", 2)) {
+				t.Fatalf("commit past a v2 of this table that does not parse: %v, want ErrCorrupt naming it", err)
+			}
+			if _, err := os.Stat(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 3))); !os.IsNotExist(err) {
+				t.Fatalf("v3 written past this table's v2: %v", err)
+			}
+		})
 	}
 }
 
@@ -286,5 +297,69 @@ func TestDamagedTableManifest(t *testing.T) {
 	}
 	if len(cur.Metadata.Snapshots()) != 4 || !kept || !merged {
 		t.Fatalf("%d snapshots, damaged manifest kept %v, merged %v; want 4, true, true (%d manifests)", len(cur.Metadata.Snapshots()), kept, merged, len(list))
+	}
+}
+
+// TestPlantedMetadataValuesCommitsGoOn: a parseable version planted with
+// values the next commit can't simply extend — a last-updated-ms far in
+// the future (or another writer's clock ahead), a snapshot holding the id
+// of the next checkpoint's snapshot (the ids are derived from public
+// names) — does not stop the table's commits: the snapshot takes the
+// table's time if it is ahead, and another free id. Failed before: every
+// commit failed ("invalid snapshot timestamp", "already exists"), an
+// error the failure policy retries for ever.
+func TestPlantedMetadataValuesCommitsGoOn(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(m map[string]json.RawMessage)
+	}{
+		{"future", func(m map[string]json.RawMessage) {
+			m["last-updated-ms"] = json.RawMessage("253402300799000") // 9999-12-31
+		}},
+		{"snapshot id", func(m map[string]json.RawMessage) {
+			var snaps []map[string]json.RawMessage
+			_ = json.Unmarshal(m["snapshots"], &snaps)
+			s := map[string]json.RawMessage{}
+			for k, v := range snaps[0] {
+				s[k] = v
+			}
+			s["snapshot-id"] = json.RawMessage(strconv.FormatInt(table.SnapshotID("orders", "n1", 2), 10))
+			delete(s, "parent-snapshot-id")
+			s["summary"] = json.RawMessage(`{"operation":"append"}`)
+			snaps = append(snaps, s)
+			m["snapshots"], _ = json.Marshal(snaps)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			ice := r.iceberg()
+			ctx := context.Background()
+			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+				t.Fatal(err)
+			}
+			r.plant("orders", 2, r.edited("orders", 1, c.edit), true)
+			if _, err := table.Load(ctx, r.dest, "orders"); err != nil {
+				t.Fatalf("the planted v2 does not load: %v", err)
+			}
+			n := 3
+			for ck := uint64(2); ck <= 3; ck++ {
+				if err := ice.Commit(ctx, "n1", ck, r.files("orders", "n1", ck, recs(n, 2))); err != nil {
+					t.Fatalf("commit of checkpoint %d: %v", ck, err)
+				}
+				n += 2
+			}
+			tb, cur := r.read("orders")
+			wantIDs(t, ids(t, tb.Rows), n)
+			if cur.Version != 4 {
+				t.Fatalf("v%d, want v4", cur.Version)
+			}
+			// A replay of checkpoint 3 finds its snapshot.
+			if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(n-2, 2))); err != nil {
+				t.Fatal(err)
+			}
+			if _, again := r.read("orders"); again.Version != 4 {
+				t.Fatalf("a replay of checkpoint 3 made v%d", again.Version)
+			}
+		})
 	}
 }
