@@ -126,7 +126,26 @@ type Loaded struct {
 	Top     int64
 	Skipped []Skip
 
-	skippedBody [][]byte // Skipped's documents, until check
+	claims []claim // what Skipped's documents claim, until check
+}
+
+// claim is what a document that does not parse says it is: Iceberg
+// metadata (a format version), of which table.
+type claim struct {
+	json   bool // a JSON object at all
+	format bool
+	uuid   string
+}
+
+func claimOf(b []byte) claim {
+	var c struct {
+		Format json.RawMessage `json:"format-version"`
+		UUID   string          `json:"table-uuid"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return claim{}
+	}
+	return claim{json: true, format: c.Format != nil, uuid: c.UUID}
 }
 
 // Skip is a metadata file Load passed over: it does not parse, and it
@@ -234,7 +253,7 @@ func (l *Loaded) walk(ctx context.Context, r committer.Reader, stream string, v 
 		md, err := parseMetadata(b)
 		if err != nil {
 			l.Skipped = append(l.Skipped, Skip{Version: v, Name: name, Err: err})
-			l.skippedBody = append(l.skippedBody, b)
+			l.claims = append(l.claims, claimOf(b))
 			continue
 		}
 		l.Version, l.Metadata = v, md
@@ -249,23 +268,19 @@ func (l *Loaded) check(err error) error {
 	if err != nil {
 		return err
 	}
-	for i, b := range l.skippedBody {
-		var claim struct {
-			Format json.RawMessage `json:"format-version"`
-			UUID   string          `json:"table-uuid"`
-		}
-		if json.Unmarshal(b, &claim) != nil {
+	for i, c := range l.claims {
+		if !c.json {
 			continue // no JSON object: no table's metadata
 		}
 		s := l.Skipped[i]
-		if l.Metadata == nil && (claim.Format != nil || claim.UUID != "") {
+		if l.Metadata == nil && (c.format || c.uuid != "") {
 			return fmt.Errorf("%w: %s: %w (it claims to be Iceberg table metadata, and no version below it parses)", ErrCorrupt, s.Name, s.Err)
 		}
-		if l.Metadata != nil && strings.EqualFold(claim.UUID, l.Metadata.uuid) {
-			return fmt.Errorf("%w: %s: %w (it names this table's uuid %s)", ErrCorrupt, s.Name, s.Err, claim.UUID)
+		if l.Metadata != nil && strings.EqualFold(c.uuid, l.Metadata.uuid) {
+			return fmt.Errorf("%w: %s: %w (it names this table's uuid %s)", ErrCorrupt, s.Name, s.Err, c.uuid)
 		}
 	}
-	l.skippedBody = nil
+	l.claims = nil
 	return nil
 }
 
