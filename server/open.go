@@ -61,7 +61,8 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if d, ok := cfg.Publisher.(table.Dest); ok && cfg.TableLocation != "" {
 		e.fin.Tables = &table.Iceberg{Dest: d, Location: strings.TrimSuffix(cfg.TableLocation, "/"), Now: cfg.Now, Log: cfg.Logger,
-			Bound: e.life.tableBound.Load,
+			Bound:      e.life.tableBound.Load,
+			PassedOver: func(string, table.Skip) { e.health.passedOver.Add(1) },
 			Config: func(stream string) (streamconf.Config, bool) {
 				sc := e.ing.confFor(stream)
 				return sc.cfg, sc != defaultConf

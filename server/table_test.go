@@ -206,8 +206,8 @@ func TestTablePlantedMetadataHoldsNothingBack(t *testing.T) {
 			t.Fatalf("checkpoint after a planted table version: %+v, %v (stuck %q)", res, err, e.Status().Stuck)
 		}
 	}
-	if st := e.Status(); st.Stuck != "" {
-		t.Fatalf("stuck: %q", st.Stuck)
+	if st := e.Status(); st.Stuck != "" || st.TablePassedOver != 1 {
+		t.Fatalf("stuck %q, table metadata passed over %d; want none and 1", st.Stuck, st.TablePassedOver)
 	}
 	cur := snapshotsOf(t, d)
 	if cur.Version != 3 || len(cur.Metadata.Snapshots()) != 2 {

@@ -72,6 +72,9 @@ type Iceberg struct {
 	MaxManifests int
 	// MaxRaces bounds lost create-only races within one Commit (0: 100).
 	MaxRaces int
+	// PassedOver, when set, is told of each metadata file a commit passed
+	// over (Load's Skipped), after it is logged.
+	PassedOver func(stream string, s Skip)
 	// Bound returns the highest checkpoint of the node a table may hold
 	// beyond the one being committed (nil or 0: none). Commits of one
 	// node are serial, so a live commit finds none; a replay from a state
@@ -492,6 +495,9 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		for _, s := range cur.Skipped {
 			t.log().Warn("table metadata that does not parse and names no version of the table: passed over, the commit writes past it",
 				"stream", stream, "path", s.Name, "err", s.Err, "table_version", cur.Version)
+			if t.PassedOver != nil {
+				t.PassedOver(stream, s)
+			}
 		}
 		bound := t.bound()
 		if cur.Version > 0 {
