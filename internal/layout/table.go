@@ -272,7 +272,13 @@ func TableHintName(stream string) string {
 // node's checkpoint added to stream's table: one per (node, checkpoint),
 // so a retried commit writes the same name.
 func TableManifestName(stream, node string, checkpoint uint64) string {
-	return fmt.Sprintf("%s/%s/eosink-%s-%020d-m0%s", stream, TableMetadataDir, node, checkpoint, tableAvroExt)
+	return TableManifestNameN(stream, node, checkpoint, 0)
+}
+
+// TableManifestNameN is the n-th name of that manifest: the next is
+// taken when a name holds other content (a planted file: internal/table).
+func TableManifestNameN(stream, node string, checkpoint uint64, n int) string {
+	return fmt.Sprintf("%s/%s/eosink-%s-%020d-m%d%s", stream, TableMetadataDir, node, checkpoint, n, tableAvroExt)
 }
 
 // TableAvroName is the name of another Avro file of stream's table (a

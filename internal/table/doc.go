@@ -7,7 +7,7 @@
 //	<stream>/<partition path>/part-....parquet            data files, committed as any stream's
 //	<stream>/metadata/v<N>.metadata.json                  table metadata, version N (create-only)
 //	<stream>/metadata/version-hint.text                   N of the newest, as text (compare-and-swap, never lowered)
-//	<stream>/metadata/eosink-<node>-<ckpt:020d>-m0.avro   the manifest of one checkpoint's files
+//	<stream>/metadata/eosink-<node>-<ckpt:020d>-m<n>.avro the manifest of one checkpoint's files (m0; m1, … when a name holds other content)
 //	<stream>/metadata/snap-<snapshot id>-<token>.avro     a manifest list (one per try)
 //	<stream>/metadata/merged-<snapshot id>-<token>.avro   merged manifests (maintain.go)
 //

@@ -849,24 +849,69 @@ func (t *Iceberg) writeManifest(ctx context.Context, stream, node string, checkp
 	if err != nil {
 		return nil, a, err
 	}
-	name := layout.TableManifestName(stream, node, checkpoint)
-	if err := t.Dest.Publish(ctx, name, body); err != nil && !errors.Is(err, committer.ErrExists) {
-		return nil, a, fmt.Errorf("publish manifest: %w", err)
-	} else if err != nil {
-		// An earlier try wrote it; if it differs (a schema evolved in
-		// between), the entries are the same files: either will do, and
-		// its length must be the one in the list.
-		have, rerr := readAll(ctx, t.Dest, name)
-		if rerr != nil {
-			return nil, a, fmt.Errorf("read manifest %s: %w", name, rerr)
+	// The name is fixed per (node, checkpoint), so a retry finds its
+	// earlier write. What is found there is ours only if it lists exactly
+	// these files as added by this snapshot (an earlier try's: if the
+	// schema evolved in between, the entries are the same files, either
+	// will do, and its length must be the one in the list). Anything else
+	// was planted (I13): taking it would put other files in the table, or
+	// none: the next name is tried.
+	for n := 0; ; n++ {
+		if n == maxManifestNames {
+			return nil, a, fmt.Errorf("%w: %s and the next %d names hold other content than checkpoint %d's manifest",
+				ErrCorrupt, layout.TableManifestName(stream, node, checkpoint), n-1, checkpoint)
 		}
-		body = have
+		name := layout.TableManifestNameN(stream, node, checkpoint, n)
+		err := t.Dest.Publish(ctx, name, body)
+		if err != nil && !errors.Is(err, committer.ErrExists) {
+			return nil, a, fmt.Errorf("publish manifest: %w", err)
+		}
+		if err == nil {
+			mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(body)))
+			if err != nil {
+				return nil, a, fmt.Errorf("manifest file: %w", err)
+			}
+			return mf, a, nil
+		}
+		have, err := readAll(ctx, t.Dest, name)
+		if err != nil {
+			return nil, a, fmt.Errorf("read manifest %s: %w", name, err)
+		}
+		mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(have)))
+		if err != nil {
+			return nil, a, fmt.Errorf("manifest file: %w", err)
+		}
+		if t.lists(mf, have, sorted, snapID) {
+			return mf, a, nil
+		}
+		t.log().Warn("table manifest name holds other content than the checkpoint's: writing the next name",
+			"stream", stream, "checkpoint", checkpoint, "path", name)
 	}
-	mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(body)))
-	if err != nil {
-		return nil, a, fmt.Errorf("manifest file: %w", err)
+}
+
+// maxManifestNames bounds the names a checkpoint's manifest tries.
+const maxManifestNames = 16
+
+// lists reports whether the manifest body (as mf) lists exactly files,
+// with their record counts, each added by snapshot snapID.
+func (t *Iceberg) lists(mf iceberg.ManifestFile, body []byte, files []committer.File, snapID int64) bool {
+	entries, err := readManifest(mf, body)
+	if err != nil || len(entries) != len(files) {
+		return false
 	}
-	return mf, a, nil
+	want := make(map[string]int64, len(files))
+	for _, f := range files {
+		want[t.Location+"/"+f.Final] = f.Records
+	}
+	for _, e := range entries {
+		df := e.DataFile()
+		recs, ok := want[df.FilePath()]
+		if !ok || recs != df.Count() || e.SnapshotID() != snapID || e.Status() != iceberg.EntryStatusADDED {
+			return false
+		}
+		delete(want, df.FilePath())
+	}
+	return len(want) == 0
 }
 
 // publishAvro uncompresses an Avro file and publishes it create-only.

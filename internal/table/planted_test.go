@@ -363,3 +363,47 @@ func TestPlantedMetadataValuesCommitsGoOn(t *testing.T) {
 		})
 	}
 }
+
+// TestPlantedManifestAtOurName: a file planted at the name of the next
+// checkpoint's table manifest (eosink-<node>-<ckpt>-m0.avro: a fixed
+// name, so that a retry finds its own) is taken as this checkpoint's
+// manifest only if it lists exactly the checkpoint's files; otherwise the
+// commit writes its manifest under the next free name. Readers see every
+// row once. Failed before: the commit took whatever was there as its
+// manifest — garbage made the table unreadable, another file list would
+// have put other files in the table in place of the checkpoint's.
+func TestPlantedManifestAtOurName(t *testing.T) {
+	for name, planted := range map[string]func(r *rig) []byte{
+		"garbage": func(*rig) []byte { return []byte("Obj\x01 not avro") },
+		"another checkpoint's": func(r *rig) []byte {
+			b, err := os.ReadFile(filepath.Join(r.dest.Dest, layout.TableManifestName("orders", "n1", 1)))
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			return b
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			ice := r.iceberg()
+			ctx := context.Background()
+			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(r.dest.Dest, layout.TableManifestName("orders", "n1", 2)), planted(r), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files := r.files("orders", "n1", 2, recs(3, 4))
+			for range 2 { // the second: a retry finds its own manifest
+				if err := ice.Commit(ctx, "n1", 2, files); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tb, cur := r.read("orders")
+			wantIDs(t, ids(t, tb.Rows), 7)
+			if cur.Version != 2 {
+				t.Fatalf("v%d, want v2", cur.Version)
+			}
+		})
+	}
+}
