@@ -19,7 +19,7 @@
 //  1. Load the newest metadata: from the version hint, probe vN+1, vN+2, …
 //     Versions that do not parse and claim not to be the table's are
 //     passed over (Load); vN is the newest that parses, the next write
-//     goes past the highest found.
+//     is the first version above it not passed over (never past a gap).
 //  2. If a snapshot's summary names this node with this checkpoint (in
 //     the replay, or a later one up to Iceberg.Bound), the checkpoint is
 //     in the table: raise the hint, done. (Flink's Iceberg sink does the

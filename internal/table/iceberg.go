@@ -124,8 +124,8 @@ type Loaded struct {
 	Metadata *Metadata // nil: no table
 	// Top is the highest version found (Version, or above it): versions
 	// above Version hold documents that are no metadata of this table
-	// (Skipped names them, newest first). The next commit writes Top+1,
-	// past them.
+	// (Skipped names them, newest first), or are missing. The next commit
+	// writes the first version above Version that is not passed over.
 	Top     int64
 	Skipped []Skip
 
@@ -159,8 +159,18 @@ type Skip struct {
 	Err     error
 }
 
-// next is the version the next commit publishes.
-func (l Loaded) next() int64 { return max(l.Top, l.Version) + 1 }
+// next is the version the next commit publishes: the first above
+// Version that Load did not pass over. Never past a gap: versions
+// between Version and Top were all looked at (passed over, or missing),
+// and a chain without gaps is one a probe from v1 finds whole (a reader,
+// or a commit, whose hint is lost).
+func (l Loaded) next() int64 {
+	v := l.Version + 1
+	for l.skipped(v) {
+		v++
+	}
+	return v
+}
 
 // skipped reports whether Load passed over version v.
 func (l Loaded) skipped(v int64) bool {
@@ -184,7 +194,8 @@ const maxWalk = 1024
 // parse, and does not claim to be a version of this table (no JSON
 // object, or another table-uuid than the newest version that parses), is
 // passed over, reported in Skipped: the table is the newest version below
-// it that parses, and the next commit writes past it. One that claims to
+// it that parses, and the next commit writes the first version above
+// that one it did not pass over (Loaded.next). One that claims to
 // be this table's (its table-uuid) but does not parse is ErrCorrupt
 // naming the file: it may hold another writer's snapshots, which a
 // commit past it would drop.
@@ -493,7 +504,7 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 			return err
 		}
 		for _, s := range cur.Skipped {
-			t.log().Warn("table metadata that does not parse and names no version of the table: passed over, the commit writes past it",
+			t.log().Warn("table metadata that does not parse and names no version of the table: passed over, the commit writes around it",
 				"stream", stream, "path", s.Name, "err", s.Err, "table_version", cur.Version)
 			if t.PassedOver != nil {
 				t.PassedOver(stream, s)

@@ -68,8 +68,9 @@ func (r *rig) hint(stream string) string {
 // planted as the table's newest version (the next one, one far ahead
 // named by the version hint, one beyond a gap that the chain reaches
 // later, one far beyond the walk with the hint on it) is passed over:
-// the commit writes the next version past it, from the newest version
-// that parses, and readers following the hint read every row once.
+// the commit writes the chain's next version that is free (past the
+// planted one when it is the next), from the newest version that parses,
+// and readers following the hint read every row once.
 // Failed before: every commit of the stream was ErrCorrupt, retried for
 // ever, holding back every later checkpoint of the node.
 func TestPlantedUnparseableMetadata(t *testing.T) {
@@ -82,9 +83,9 @@ func TestPlantedUnparseableMetadata(t *testing.T) {
 	}{
 		{name: "next", v: 2, wantV: 3},
 		{name: "next/hint", v: 2, hint: true, wantV: 3},
-		{name: "ahead/hint", v: 99, hint: true, wantV: 100},
+		{name: "ahead/hint", v: 99, hint: true, wantV: 2},
 		{name: "beyond a gap", v: 4, wantV: 2},
-		{name: "far/hint", v: 5000, hint: true, wantV: 5001},
+		{name: "far/hint", v: 5000, hint: true, wantV: 2},
 		{name: "two", v: 3, hint: true, extraV: 2, wantV: 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -405,5 +406,39 @@ func TestPlantedManifestAtOurName(t *testing.T) {
 				t.Fatalf("v%d, want v2", cur.Version)
 			}
 		})
+	}
+}
+
+// TestPassingOverLeavesNoGap: a commit that passes over a version planted
+// far above the chain (with the version hint on it) writes the chain's
+// next version, not one past the planted: the chain keeps no gap, so a
+// reader or commit that later probes from v1 (the hint lost or damaged)
+// still finds the newest version. Failed with 3ff2f22's first rule
+// (write past the highest version found): checkpoint 2 went to v100, and
+// with the hint gone the next commit built on v1, dropping it.
+func TestPassingOverLeavesNoGap(t *testing.T) {
+	r := newRig(t)
+	ice := r.iceberg()
+	ctx := context.Background()
+	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+		t.Fatal(err)
+	}
+	r.plant("orders", 99, []byte("planted"), true)
+	if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 2))); err != nil {
+		t.Fatal(err)
+	}
+	if h := r.hint("orders"); h != "2" {
+		t.Fatalf("hint %s, want 2", h)
+	}
+	if err := os.Remove(filepath.Join(r.dest.Dest, layout.TableHintName("orders"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(5, 2))); err != nil {
+		t.Fatal(err)
+	}
+	tb, cur := r.read("orders")
+	wantIDs(t, ids(t, tb.Rows), 7)
+	if cur.Version != 3 {
+		t.Fatalf("v%d, want v3", cur.Version)
 	}
 }
