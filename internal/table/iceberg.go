@@ -649,7 +649,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	if parent != nil {
 		old, err := t.readList(ctx, parent.ManifestList)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", baseName(stream, cur), err)
 		}
 		if old, err = t.merge(ctx, stream, snapID, old, curSpec, schema); err != nil {
 			return nil, err
@@ -944,6 +944,11 @@ func (t *Iceberg) readList(ctx context.Context, loc string) ([]iceberg.ManifestF
 		return nil, err
 	}
 	b, err := readAll(ctx, t.Dest, name)
+	if errors.Is(err, committer.ErrNotFound) {
+		// The current snapshot's files can't be carried forward: a retry
+		// finds the same (a damaged or planted version; I14: permanent).
+		return nil, fmt.Errorf("%w: the current snapshot's manifest list %s is missing: %w", ErrCorrupt, name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest list: %w", err)
 	}

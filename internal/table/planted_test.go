@@ -126,13 +126,23 @@ func TestPlantedUnparseableMetadata(t *testing.T) {
 // the commit fails with ErrCorrupt naming it (the failure policy makes
 // that a permanent, visible stuck commit), and writes nothing. So does
 // one whose last-sequence-number is beyond any table's (the next would
-// overflow). Failed before for the latter: the error was the builder's
-// "can't add snapshot with sequence number", unclassified, which the
-// failure policy retries for ever as if it could pass.
+// overflow), and one whose current snapshot's manifest list is missing
+// (its files can't be carried forward). Failed before for the latter two:
+// the builder's "can't add snapshot with sequence number" and "read
+// manifest list: not found", unclassified, which the failure policy
+// retries for ever as if they could pass.
 func TestPlantedTableMetadataClaimingTheTable(t *testing.T) {
 	for name, edit := range map[string]func(m map[string]json.RawMessage){
 		"format 3": func(m map[string]json.RawMessage) { m["format-version"] = json.RawMessage("3") },
 		"sequence": func(m map[string]json.RawMessage) { m["last-sequence-number"] = json.RawMessage("9223372036854775807") },
+		"list missing": func(m map[string]json.RawMessage) {
+			var snaps []map[string]json.RawMessage
+			_ = json.Unmarshal(m["snapshots"], &snaps)
+			var loc string
+			_ = json.Unmarshal(snaps[0]["manifest-list"], &loc)
+			snaps[0]["manifest-list"], _ = json.Marshal(loc + ".gone")
+			m["snapshots"], _ = json.Marshal(snaps)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t)
