@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -240,11 +241,16 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 	checkTable(t, d, want)
 }
 
-// icebergPlanted: a document that is no table metadata, planted as the
-// table's next version with the version hint naming it, does not stop
-// the table's commits (I13): the next checkpoint commits past it, both
-// readers following the hint read every record once, and verify is
-// clean. Failed before 3ff2f22: the checkpoint's commit was stuck.
+// icebergPlanted: documents planted in the table's metadata by someone
+// else do not stop the table's commits, nor make them skip (I13). After
+// the first checkpoint, a document that is no table metadata is planted
+// as the table's next version with the version hint naming it: the next
+// checkpoint commits past it. Then a copy of the newest version whose
+// eosink.committed.n1 property names a checkpoint far ahead is planted
+// as the next one: the next checkpoint is still appended. Both readers
+// following the hint read every record once; the caller's verify (both
+// directions) is clean. Failed before 3ff2f22: the second checkpoint's
+// commit was stuck (ErrCorrupt, retried for ever).
 func icebergPlanted(t *testing.T, p *proc, d tableDest) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -254,7 +260,44 @@ func icebergPlanted(t *testing.T, p *proc, d tableDest) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	want := map[batchKey]int{}
 	s := newSender(ctx, t, p.URL, "p0")
-	for round := range 2 {
+	// plantNext writes doc (given the newest version's document) as the
+	// table's next version and points the hint at it.
+	plantNext := func(doc func(newest []byte) []byte) {
+		hint, err := d.read(ctx, tableStream+"/metadata/version-hint.text")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := strconv.Atoi(strings.TrimSpace(string(hint)))
+		newest, err := d.read(ctx, tableStream+"/metadata/v"+strconv.Itoa(v)+".metadata.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := strconv.Itoa(v + 1)
+		if err := d.write(ctx, tableStream+"/metadata/v"+next+".metadata.json", doc(newest)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.write(ctx, tableStream+"/metadata/version-hint.text", []byte(next)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plants := []func(newest []byte) []byte{
+		func([]byte) []byte { return []byte("<html>403</html>") },
+		func(newest []byte) []byte {
+			var m map[string]json.RawMessage
+			var props map[string]string
+			if err := json.Unmarshal(newest, &m); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(m["properties"], &props); err != nil {
+				t.Fatal(err)
+			}
+			props["eosink.committed.n1"] = "1099511627776"
+			m["properties"], _ = json.Marshal(props)
+			b, _ := json.Marshal(m)
+			return b
+		},
+	}
+	for round := 0; ; round++ {
 		for range 3 {
 			k := batchKey{P: s.ID(), S: tableStream, Q: int64(len(want))}
 			n := 1 + rng.IntN(20)
@@ -269,21 +312,10 @@ func icebergPlanted(t *testing.T, p *proc, d tableDest) {
 		if err != nil || a.State != "committed" {
 			t.Fatalf("checkpoint (round %d): %+v, %v", round, a, err)
 		}
-		if round > 0 {
+		if round == len(plants) {
 			break
 		}
-		hint, err := d.read(ctx, tableStream+"/metadata/version-hint.text")
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := strconv.Atoi(strings.TrimSpace(string(hint)))
-		next := strconv.Itoa(v + 1)
-		if err := d.write(ctx, tableStream+"/metadata/v"+next+".metadata.json", []byte("<html>403</html>")); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.write(ctx, tableStream+"/metadata/version-hint.text", []byte(next)); err != nil {
-			t.Fatal(err)
-		}
+		plantNext(plants[round])
 	}
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
