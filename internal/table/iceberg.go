@@ -191,7 +191,8 @@ const maxWalk = 1024
 // written after the metadata). No table is Version 0 and no error.
 //
 // The destination is untrusted (I13): a document at vN that does not
-// parse, and does not claim to be a version of this table (no JSON
+// parse (or parses as another table's: its location is not the
+// stream's), and does not claim to be a version of this table (no JSON
 // object, or another table-uuid than the newest version that parses), is
 // passed over, reported in Skipped: the table is the newest version below
 // it that parses, and the next commit writes the first version above
@@ -265,6 +266,11 @@ func (l *Loaded) walk(ctx context.Context, r committer.Reader, stream string, v 
 			return 0, err
 		}
 		md, err := parseMetadata(b)
+		if err == nil && !strings.HasSuffix(strings.TrimSuffix(md.Location(), "/"), "/"+stream) {
+			// Another table's (a copy of another stream's version):
+			// building on it would put that table's files in this one.
+			err = fmt.Errorf("its location %s is not stream %s's table", md.Location(), stream)
+		}
 		if err != nil {
 			l.Skipped = append(l.Skipped, Skip{Version: v, Name: name, Err: err})
 			l.claims = append(l.claims, claimOf(b))

@@ -452,3 +452,30 @@ func TestPassingOverLeavesNoGap(t *testing.T) {
 		t.Fatalf("v%d, want v3", cur.Version)
 	}
 }
+
+// TestPlantedOtherTablesMetadata: a copy of another table's metadata (here
+// another stream's, in the same destination) planted as this table's
+// next version is no version of this table (its location says whose it
+// is): passed over. Failed before: the commit built on it, so the table
+// held the other stream's rows and no longer its own earlier ones.
+func TestPlantedOtherTablesMetadata(t *testing.T) {
+	r := newRig(t)
+	ice := r.iceberg()
+	ctx := context.Background()
+	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := ice.Commit(ctx, "n1", 2, r.files("other", "n1", 2, recs(100, 4))); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.ReadFile(filepath.Join(r.dest.Dest, layout.TableMetadataName("other", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.plant("orders", 2, other, true)
+	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(3, 2))); err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := r.read("orders")
+	wantIDs(t, ids(t, tb.Rows), 5)
+}
