@@ -1,8 +1,14 @@
 package catalog
 
 import (
+	"encoding/json"
+	"maps"
+	"path"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spf13/afero"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -146,5 +152,49 @@ func TestVerifyManifestsInTable(t *testing.T) {
 	p = verify()
 	if len(p) != 1 || p[0].Path != three[0] || !strings.Contains(p[0].What, "not by checkpoint 3's own") {
 		t.Fatalf("a committed file added by another checkpoint's snapshot: %+v", p)
+	}
+}
+
+// TestVerifySnapshotIDTaken: when the id a checkpoint's snapshot derives
+// from its name was taken by a planted snapshot, the commit takes another
+// (internal/table); verify goes by the snapshot's summary then, and finds
+// nothing wrong with the checkpoint's files.
+func TestVerifySnapshotIDTaken(t *testing.T) {
+	d := newDest(t)
+	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: "data",
+		Schema: &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
+	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
+		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+	one := d.commit("n1", 1, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 1, []committer.File{{Stream: "tb", Final: one[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
+		t.Fatal(err)
+	}
+	// v2: v1 with a snapshot holding checkpoint 2's id, of no checkpoint.
+	b, err := afero.ReadFile(d.fs, path.Join(tDest, "tb/metadata/v1.metadata.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	var snaps []map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil || json.Unmarshal(m["snapshots"], &snaps) != nil {
+		t.Fatal("v1 does not decode")
+	}
+	s := maps.Clone(snaps[0])
+	s["snapshot-id"] = json.RawMessage(strconv.FormatInt(table.SnapshotID("tb", "n1", 2), 10))
+	s["summary"] = json.RawMessage(`{"operation":"append"}`)
+	delete(s, "parent-snapshot-id")
+	m["snapshots"], _ = json.Marshal(append(snaps, s))
+	v2, _ := json.Marshal(m)
+	d.write("tb/metadata/v2.metadata.json", v2)
+	two := d.commit("n1", 2, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 2, []committer.File{{Stream: "tb", Final: two[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 || rep.TableFiles != 2 {
+		t.Fatalf("verify: %+v, want no problem and 2 table files", rep)
 	}
 }
