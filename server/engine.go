@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -165,6 +166,13 @@ type lifecycle struct {
 	ready   chan struct{}
 
 	sweepMu sync.Mutex // serialises orphan sweeps
+
+	// tableBound is the table commit's Bound (table.Iceberg): during the
+	// replay, manifestLimit (the highest id this node may have used), since
+	// a store restored from an older copy replays a checkpoint its table
+	// may hold behind later ones; 0 once recovery is done, when commits
+	// are serial and a later checkpoint in a table was planted.
+	tableBound atomic.Uint64
 
 	// forgot serialises the publishing of forgotten-producers documents
 	// and remembers the last name used (forgotten.go), so a forget tries

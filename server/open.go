@@ -61,6 +61,8 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if d, ok := cfg.Publisher.(table.Dest); ok && cfg.TableLocation != "" {
 		e.fin.Tables = &table.Iceberg{Dest: d, Location: strings.TrimSuffix(cfg.TableLocation, "/"), Now: cfg.Now, Log: cfg.Logger,
+			Bound:      e.life.tableBound.Load,
+			PassedOver: func(string, table.Skip) { e.health.passedOver.Add(1) },
 			Config: func(stream string) (streamconf.Config, bool) {
 				sc := e.ing.confFor(stream)
 				return sc.cfg, sc != defaultConf
@@ -171,6 +173,7 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	}) {
 		return false
 	}
+	lc.tableBound.Store(0) // commits are serial from here on
 	lc.e.ing.mu.Lock()
 	lc.e.pipe.reserved = reserved
 	lc.e.ing.keyLoadLocked(keys)
@@ -229,7 +232,11 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 	var res *recovery.Result
 	var top uint64
 	ok := lc.retry(ctx, "recovery failed", error.Error, func() error {
-		var err error
+		last, err := lc.e.store.LastID()
+		if err != nil {
+			return err
+		}
+		lc.tableBound.Store(lc.manifestLimit(last)) // as planted manifests: not beyond reserved ids
 		if res, err = rp.Run(ctx); err != nil {
 			return err
 		}

@@ -30,10 +30,14 @@ type Status struct {
 	// Displaced counts the part files committed under their displaced
 	// name since the start (Engine.displace).
 	Displaced int64
-	Failed    string
-	Draining  bool   // shutting down: writes are refused
-	DiskFull  string // why writes are refused for space, while that lasts
-	Keys      int    // idempotency keys held (idempotency.go), as of the last change published
+	// TablePassedOver counts the table metadata files the table commits
+	// passed over since the start: documents at a table's newest versions
+	// that are no metadata of the table (planted; docs/tables.md).
+	TablePassedOver int64
+	Failed          string
+	Draining        bool   // shutting down: writes are refused
+	DiskFull        string // why writes are refused for space, while that lasts
+	Keys            int    // idempotency keys held (idempotency.go), as of the last change published
 
 	diskFullAt time.Time
 }
@@ -53,8 +57,9 @@ type health struct {
 	diskFull   error     // the last write refused for space, until a write succeeds
 	diskFullAt time.Time // when
 
-	status    atomic.Pointer[Status] // published under mu, read by Status without it
-	displaced atomic.Int64           // part files committed displaced
+	status     atomic.Pointer[Status] // published under mu, read by Status without it
+	displaced  atomic.Int64           // part files committed displaced
+	passedOver atomic.Int64           // table metadata files passed over
 }
 
 // publishLocked publishes the status snapshot; called with e.mu held
@@ -86,6 +91,7 @@ func (e *Engine) Status() Status {
 	}
 	s.diskFullAt = time.Time{}
 	s.Displaced = e.health.displaced.Load()
+	s.TablePassedOver = e.health.passedOver.Load()
 	return s
 }
 

@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -38,14 +40,20 @@ const tableStreamConf = `{"format":"parquet","table":"iceberg","partition":"p={f
 type tableDest struct {
 	// read reads a destination-relative name; a missing one is os.ErrNotExist.
 	read func(ctx context.Context, name string) ([]byte, error)
-	loc  string // the destination's absolute URI
-	fsys iceio.IO
+	// write writes a destination-relative name, as another writer of
+	// the destination would (a planted file).
+	write func(ctx context.Context, name string, data []byte) error
+	loc   string // the destination's absolute URI
+	fsys  iceio.IO
 }
 
 func localTableDest(dir string) tableDest {
 	return tableDest{
 		read: func(_ context.Context, name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) },
-		loc:  "file://" + dir, fsys: iceio.LocalFS{},
+		write: func(_ context.Context, name string, data []byte) error {
+			return os.WriteFile(filepath.Join(dir, name), data, 0o644)
+		},
+		loc: "file://" + dir, fsys: iceio.LocalFS{},
 	}
 }
 
@@ -62,6 +70,10 @@ func (b s3Bucket) tableDest() tableDest {
 				return nil, os.ErrNotExist
 			}
 			return data, err
+		},
+		write: func(ctx context.Context, name string, data []byte) error {
+			_, err := b.c.PutObject(ctx, b.bucket, b.prefix+"/"+name, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+			return err
 		},
 		loc: "s3://" + b.bucket + "/" + b.prefix, fsys: icebergread.S3{Client: b.c},
 	}
@@ -229,6 +241,88 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 	checkTable(t, d, want)
 }
 
+// icebergPlanted: documents planted in the table's metadata by someone
+// else do not stop the table's commits, nor make them skip (I13). After
+// the first checkpoint, a document that is no table metadata is planted
+// as the table's next version with the version hint naming it: the next
+// checkpoint commits past it. Then a copy of the newest version whose
+// eosink.committed.n1 property names a checkpoint far ahead is planted
+// as the next one: the next checkpoint is still appended. Both readers
+// following the hint read every record once; the caller's verify (both
+// directions) is clean. Failed before 3ff2f22: the second checkpoint's
+// commit was stuck (ErrCorrupt, retried for ever).
+func icebergPlanted(t *testing.T, p *proc, d tableDest) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := p.call(ctx, "PUT", "/v1/streams/"+tableStream, []byte(tableStreamConf), nil); err != nil {
+		t.Fatalf("PUT: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[batchKey]int{}
+	s := newSender(ctx, t, p.URL, "p0")
+	// plantNext writes doc (given the newest version's document) as the
+	// table's next version and points the hint at it.
+	plantNext := func(doc func(newest []byte) []byte) {
+		hint, err := d.read(ctx, tableStream+"/metadata/version-hint.text")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := strconv.Atoi(strings.TrimSpace(string(hint)))
+		newest, err := d.read(ctx, tableStream+"/metadata/v"+strconv.Itoa(v)+".metadata.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := strconv.Itoa(v + 1)
+		if err := d.write(ctx, tableStream+"/metadata/v"+next+".metadata.json", doc(newest)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.write(ctx, tableStream+"/metadata/version-hint.text", []byte(next)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plants := []func(newest []byte) []byte{
+		func([]byte) []byte { return []byte("<html>403</html>") },
+		func(newest []byte) []byte {
+			var m map[string]json.RawMessage
+			var props map[string]string
+			if err := json.Unmarshal(newest, &m); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(m["properties"], &props); err != nil {
+				t.Fatal(err)
+			}
+			props["eosink.committed.n1"] = "1099511627776"
+			m["properties"], _ = json.Marshal(props)
+			b, _ := json.Marshal(m)
+			return b
+		},
+	}
+	for round := 0; ; round++ {
+		for range 3 {
+			k := batchKey{P: s.ID(), S: tableStream, Q: int64(len(want))}
+			n := 1 + rng.IntN(20)
+			if kept, err := s.Send(ctx, tableStream, k.Q, makeRecords(rng, k, n, 16)); err != nil || !kept {
+				t.Fatalf("send %s: kept %v, %v", k, kept, err)
+			}
+			want[k] = n
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+		a, err := p.Checkpoint(cctx)
+		ccancel()
+		if err != nil || a.State != "committed" {
+			t.Fatalf("checkpoint (round %d): %+v, %v", round, a, err)
+		}
+		if round == len(plants) {
+			break
+		}
+		plantNext(plants[round])
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, d, want)
+}
+
 func TestIcebergLocal(t *testing.T) {
 	dir := workDir(t)
 	dest := filepath.Join(dir, "dest")
@@ -236,6 +330,23 @@ func TestIcebergLocal(t *testing.T) {
 	p.StartReady()
 	icebergE2E(t, p, localTableDest(dest))
 	requireVerify(t, nil, "--dest", "file://"+dest)
+}
+
+func TestIcebergPlantedLocal(t *testing.T) {
+	dir := workDir(t)
+	dest := filepath.Join(dir, "dest")
+	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "n1", "--checkpoint-interval", "0"}})
+	p.StartReady()
+	icebergPlanted(t, p, localTableDest(dest))
+	requireVerify(t, nil, "--dest", "file://"+dest)
+}
+
+func TestIcebergPlantedS3(t *testing.T) {
+	b := newS3Bucket(t, sharedMinIO(t), "e2e/iceberg-planted")
+	p := newProc(t, workDir(t), procConfig{Args: append([]string{"--dest", b.url(), "--node", "n1", "--checkpoint-interval", "0"}, b.s3Flags()...), Env: b.env()})
+	p.StartReady()
+	icebergPlanted(t, p, b.tableDest())
+	requireVerify(t, b.env(), b.destFlags()...)
 }
 
 func TestIcebergS3(t *testing.T) {

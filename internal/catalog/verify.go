@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/eosink/eosink/committer"
@@ -87,7 +89,7 @@ func (c *Catalog) Verify(ctx context.Context, progress func(done, total int)) (*
 		}
 	}
 	for _, stream := range tables {
-		c.verifyTable(ctx, stream, named, rep)
+		c.verifyTable(ctx, stream, named, entries, rep)
 	}
 	var stray []string
 	for p := range files {
@@ -196,16 +198,30 @@ func scanFile(ctx context.Context, r Reader, name string) (size, lines int64, su
 	return size, lines, fmt.Sprintf("%08x", h.Sum32()), nil
 }
 
+// checkpointOf is a node's checkpoint.
+type checkpointOf struct {
+	node string
+	id   uint64
+}
+
 // verifyTable checks stream's Iceberg table (its newest metadata) against
-// the manifests: every data file of its current snapshot is a committed
-// file some manifest names, and none is in it twice (a reader would read
-// it twice).
-func (c *Catalog) verifyTable(ctx context.Context, stream string, named map[string]bool, rep *VerifyReport) {
+// the manifests, both ways. Table to manifests: every data file of its
+// current snapshot is a committed file some manifest names, and none is in
+// it twice (a reader would read it twice). Manifests to table: every file
+// of the stream a manifest names is in the table, added by the snapshot of
+// the manifest's checkpoint (one snapshot per checkpoint) — from each
+// node's first checkpoint the table shows on: a stream may have become a
+// table after its first files, and the files of a node none of whose
+// checkpoints is in the table are not checked.
+func (c *Catalog) verifyTable(ctx context.Context, stream string, named map[string]bool, entries []manifestEntry, rep *VerifyReport) {
 	where := layout.TableHintName(stream)
 	cur, err := table.Load(ctx, c.files, stream)
 	if err != nil {
 		rep.Problems = append(rep.Problems, Problem{Path: where, What: "table: " + err.Error()})
 		return
+	}
+	for _, sk := range cur.Skipped {
+		rep.Problems = append(rep.Problems, Problem{Path: sk.Name, What: "table " + stream + ": metadata that does not parse, passed over (" + sk.Err.Error() + ")"})
 	}
 	if cur.Version == 0 {
 		return
@@ -216,16 +232,50 @@ func (c *Catalog) verifyTable(ctx context.Context, stream string, named map[stri
 		rep.Problems = append(rep.Problems, Problem{Path: where, What: "table: " + err.Error()})
 		return
 	}
-	seen := make(map[string]bool, len(files))
+	added := make(map[string][]int64, len(files)) // data file → the snapshots that added it
+	first := map[string]uint64{}                  // node → its lowest checkpoint in the table
 	for _, f := range files {
+		_, seen := added[f.Path]
 		switch {
-		case seen[f]:
-			rep.Problems = append(rep.Problems, Problem{Path: f, What: "in table " + stream + " twice (" + where + ")"})
-		case !named[f]:
-			rep.Problems = append(rep.Problems, Problem{Path: f, What: "in table " + stream + " (" + where + ") but in no manifest"})
+		case seen:
+			rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "in table " + stream + " twice (" + where + ")"})
+		case !named[f.Path]:
+			rep.Problems = append(rep.Problems, Problem{Path: f.Path, What: "in table " + stream + " (" + where + ") but in no manifest"})
 		}
-		seen[f] = true
+		added[f.Path] = append(added[f.Path], f.SnapshotID)
+		if node, ck, _, _, ok := layout.ParsePartName(path.Base(f.Path)); ok {
+			if have, ok := first[node]; !ok || ck < have {
+				first[node] = ck
+			}
+		}
+	}
+	// A snapshot's own id is table.SnapshotID unless that id was taken
+	// (planted): then its summary says whose it is.
+	origin := map[int64]checkpointOf{}
+	for _, sn := range cur.Metadata.Snapshots() {
+		if sn.Summary != nil {
+			c, err := strconv.ParseUint(sn.Summary.Properties[table.SummaryCheckpoint], 10, 64)
+			if n := sn.Summary.Properties[table.SummaryNode]; err == nil && n != "" {
+				origin[sn.SnapshotID] = checkpointOf{n, c}
+			}
+		}
+	}
+	for _, en := range entries {
+		if en.f.Stream != stream {
+			continue
+		}
+		node, ck, ok := layout.ParseManifestName(en.manifest)
+		if from, in := first[node]; !ok || !in || ck < from {
+			continue
+		}
+		ids, in := added[en.f.Path]
+		switch want := table.SnapshotID(stream, node, ck); {
+		case !in:
+			rep.Problems = append(rep.Problems, Problem{Path: en.f.Path, What: fmt.Sprintf("committed by %s but in no snapshot of table %s (%s)", en.manifest, stream, where)})
+		case !slices.Contains(ids, want) && !slices.ContainsFunc(ids, func(id int64) bool { return origin[id] == checkpointOf{node, ck} }):
+			rep.Problems = append(rep.Problems, Problem{Path: en.f.Path, What: fmt.Sprintf("in table %s added by snapshot %d, not by checkpoint %d's own %d (%s)", stream, ids[0], ck, want, where)})
+		}
 	}
 	rep.Tables++
-	rep.TableFiles += len(seen)
+	rep.TableFiles += len(added)
 }

@@ -1,8 +1,14 @@
 package catalog
 
 import (
+	"encoding/json"
+	"maps"
+	"path"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spf13/afero"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/streamconf"
@@ -64,6 +70,19 @@ func TestVerifyTable(t *testing.T) {
 	if !found {
 		t.Fatalf("a table file in no manifest: %+v", rep.Problems)
 	}
+	// A planted version that does not parse: passed over, and reported.
+	d.write("tb/metadata/v9.metadata.json", []byte("garbage"))
+	d.write("tb/metadata/version-hint.text", []byte("9"))
+	found = false
+	rep = verify()
+	for _, p := range rep.Problems {
+		if p.Path == "tb/metadata/v9.metadata.json" && strings.Contains(p.What, "does not parse") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("planted table metadata not reported: %+v", rep.Problems)
+	}
 }
 
 // TestStreamsSkipTableMetadata: a table stream's file count is its data
@@ -80,5 +99,102 @@ func TestStreamsSkipTableMetadata(t *testing.T) {
 	}
 	if len(out) != 1 || out[0].Files != 1 || out[0].Unknown != 0 {
 		t.Fatalf("streams %+v, want tb with its one data file", out)
+	}
+}
+
+// TestVerifyManifestsInTable: verify checks the manifests against the
+// table too: every file of a table stream that a committed manifest
+// names (from the node's first checkpoint in the table on) is in the
+// table, added by its checkpoint's own snapshot. Failed before: a
+// checkpoint whose table commit was skipped (a planted committed mark)
+// and files appended by another checkpoint's snapshot went unreported.
+func TestVerifyManifestsInTable(t *testing.T) {
+	d := newDest(t)
+	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
+		Partition: "dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}",
+		Schema:    &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
+	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
+		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+	asTable := func(paths []string) []committer.File {
+		var out []committer.File
+		for _, p := range paths {
+			out = append(out, committer.File{Stream: "tb", Final: p, Bytes: 10, Records: 3, Table: streamconf.TableIceberg})
+		}
+		return out
+	}
+	verify := func() []Problem {
+		t.Helper()
+		rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Problems
+	}
+	// Before the table: checkpoint 1 of n1, not in it, and not expected.
+	d.commit("n1", 1, 3, "tb")
+	two := d.commit("n1", 2, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 2, asTable(two)); err != nil {
+		t.Fatal(err)
+	}
+	if p := verify(); len(p) != 0 {
+		t.Fatalf("a sound table: %+v", p)
+	}
+	// Checkpoint 3 committed, its table commit skipped.
+	three := d.commit("n1", 3, 3, "tb")
+	p := verify()
+	if len(p) != 1 || p[0].Path != three[0] || !strings.Contains(p[0].What, "in no snapshot of table tb") {
+		t.Fatalf("a committed file in no snapshot: %+v", p)
+	}
+	// Appended by the snapshot of another checkpoint (4) instead.
+	if err := ice.Commit(t.Context(), "n1", 4, asTable(three)); err != nil {
+		t.Fatal(err)
+	}
+	p = verify()
+	if len(p) != 1 || p[0].Path != three[0] || !strings.Contains(p[0].What, "not by checkpoint 3's own") {
+		t.Fatalf("a committed file added by another checkpoint's snapshot: %+v", p)
+	}
+}
+
+// TestVerifySnapshotIDTaken: when the id a checkpoint's snapshot derives
+// from its name was taken by a planted snapshot, the commit takes another
+// (internal/table); verify goes by the snapshot's summary then, and finds
+// nothing wrong with the checkpoint's files.
+func TestVerifySnapshotIDTaken(t *testing.T) {
+	d := newDest(t)
+	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: "data",
+		Schema: &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
+	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
+		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+	one := d.commit("n1", 1, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 1, []committer.File{{Stream: "tb", Final: one[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
+		t.Fatal(err)
+	}
+	// v2: v1 with a snapshot holding checkpoint 2's id, of no checkpoint.
+	b, err := afero.ReadFile(d.fs, path.Join(tDest, "tb/metadata/v1.metadata.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	var snaps []map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil || json.Unmarshal(m["snapshots"], &snaps) != nil {
+		t.Fatal("v1 does not decode")
+	}
+	s := maps.Clone(snaps[0])
+	s["snapshot-id"] = json.RawMessage(strconv.FormatInt(table.SnapshotID("tb", "n1", 2), 10))
+	s["summary"] = json.RawMessage(`{"operation":"append"}`)
+	delete(s, "parent-snapshot-id")
+	m["snapshots"], _ = json.Marshal(append(snaps, s))
+	v2, _ := json.Marshal(m)
+	d.write("tb/metadata/v2.metadata.json", v2)
+	two := d.commit("n1", 2, 3, "tb")
+	if err := ice.Commit(t.Context(), "n1", 2, []committer.File{{Stream: "tb", Final: two[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 || rep.TableFiles != 2 {
+		t.Fatalf("verify: %+v, want no problem and 2 table files", rep)
 	}
 }

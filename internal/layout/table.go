@@ -233,8 +233,12 @@ const (
 	tableHint    = "version-hint.text"
 	tableMetaExt = ".metadata.json"
 	tableAvroExt = ".avro"
-	maxTableVer  = 1 << 62
 )
+
+// MaxTableVersion bounds a table metadata version read from the
+// destination (a name, a version hint): no table sees 2^62 commits, and
+// a version past it is not believed, so the next one never wraps.
+const MaxTableVersion = 1 << 62
 
 // TableMetadataName is the name of version v of stream's table metadata.
 func TableMetadataName(stream string, v int64) string {
@@ -252,7 +256,7 @@ func ParseTableMetadataName(name string) (stream string, v int64, ok bool) {
 		return "", 0, false
 	}
 	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v < 1 || v > maxTableVer {
+	if err != nil || v < 1 || v > MaxTableVersion {
 		return "", 0, false
 	}
 	return stream, v, true
@@ -268,7 +272,13 @@ func TableHintName(stream string) string {
 // node's checkpoint added to stream's table: one per (node, checkpoint),
 // so a retried commit writes the same name.
 func TableManifestName(stream, node string, checkpoint uint64) string {
-	return fmt.Sprintf("%s/%s/eosink-%s-%020d-m0%s", stream, TableMetadataDir, node, checkpoint, tableAvroExt)
+	return TableManifestNameN(stream, node, checkpoint, 0)
+}
+
+// TableManifestNameN is the n-th name of that manifest: the next is
+// taken when a name holds other content (a planted file: internal/table).
+func TableManifestNameN(stream, node string, checkpoint uint64, n int) string {
+	return fmt.Sprintf("%s/%s/eosink-%s-%020d-m%d%s", stream, TableMetadataDir, node, checkpoint, n, tableAvroExt)
 }
 
 // TableAvroName is the name of another Avro file of stream's table (a

@@ -7,7 +7,7 @@
 //	<stream>/<partition path>/part-....parquet            data files, committed as any stream's
 //	<stream>/metadata/v<N>.metadata.json                  table metadata, version N (create-only)
 //	<stream>/metadata/version-hint.text                   N of the newest, as text (compare-and-swap, never lowered)
-//	<stream>/metadata/eosink-<node>-<ckpt:020d>-m0.avro   the manifest of one checkpoint's files
+//	<stream>/metadata/eosink-<node>-<ckpt:020d>-m<n>.avro the manifest of one checkpoint's files (m0; m1, … when a name holds other content)
 //	<stream>/metadata/snap-<snapshot id>-<token>.avro     a manifest list (one per try)
 //	<stream>/metadata/merged-<snapshot id>-<token>.avro   merged manifests (maintain.go)
 //
@@ -17,10 +17,15 @@
 // of a checkpoint is final and before its eosink manifest is published:
 //
 //  1. Load the newest metadata: from the version hint, probe vN+1, vN+2, …
-//  2. If a snapshot's summary names this node with this checkpoint or a
-//     later one, or the table property eosink.committed.<node> does, the
-//     checkpoint is in the table: raise the hint, done. (Flink's Iceberg
-//     sink does the same with its max-committed-checkpoint-id.)
+//     Versions that do not parse and claim not to be the table's are
+//     passed over (Load); vN is the newest that parses, the next write
+//     is the first version above it not passed over (never past a gap).
+//  2. If a snapshot's summary names this node with this checkpoint (in
+//     the replay, or a later one up to Iceberg.Bound), the checkpoint is
+//     in the table: raise the hint, done. (Flink's Iceberg sink does the
+//     same with its max-committed-checkpoint-id.) The table property
+//     eosink.committed.<node> is written, never believed alone: planted
+//     metadata must not make a commit skip its snapshot (I13).
 //  3. Write the checkpoint's manifest (a fixed name: a retry finds it),
 //     a manifest list of it and the parent's manifests, and build vN+1
 //     with one append snapshot, summary eosink.node/eosink.checkpoint,

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,16 @@ type Iceberg struct {
 	MaxManifests int
 	// MaxRaces bounds lost create-only races within one Commit (0: 100).
 	MaxRaces int
+	// PassedOver, when set, is told of each metadata file a commit passed
+	// over (Load's Skipped), after it is logged.
+	PassedOver func(stream string, s Skip)
+	// Bound returns the highest checkpoint of the node a table may hold
+	// beyond the one being committed (nil or 0: none). Commits of one
+	// node are serial, so a live commit finds none; a replay from a state
+	// store restored from an older copy may, up to the ids the node
+	// reserved (the store's and its lease's). A later checkpoint beyond it
+	// is not believed (see Committed).
+	Bound func() uint64
 }
 
 // DefaultMaxManifests is the manifest count that triggers a merge.
@@ -109,13 +120,86 @@ func (t *Iceberg) Commit(ctx context.Context, node string, checkpoint uint64, fi
 
 // Loaded is a table's newest metadata as found in the destination.
 type Loaded struct {
-	Version  int64     // N of metadata/vN.metadata.json; 0: no table yet
+	Version  int64     // N of metadata/vN.metadata.json believed current; 0: no table yet
 	Metadata *Metadata // nil: no table
+	// Top is the highest version found (Version, or above it): versions
+	// above Version hold documents that are no metadata of this table
+	// (Skipped names them, newest first), or are missing. The next commit
+	// writes the first version above Version that is not passed over.
+	Top     int64
+	Skipped []Skip
+
+	claims []claim // what Skipped's documents claim, until check
 }
+
+// claim is what a document that does not parse says it is: Iceberg
+// metadata (a format version), of which table.
+type claim struct {
+	json   bool // a JSON object at all
+	format bool
+	uuid   string
+}
+
+func claimOf(b []byte) claim {
+	var c struct {
+		Format json.RawMessage `json:"format-version"`
+		UUID   string          `json:"table-uuid"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return claim{}
+	}
+	return claim{json: true, format: c.Format != nil, uuid: c.UUID}
+}
+
+// Skip is a metadata file Load passed over: it does not parse, and it
+// does not claim to be a version of the table.
+type Skip struct {
+	Version int64
+	Name    string
+	Err     error
+}
+
+// next is the version the next commit publishes: the first above
+// Version that Load did not pass over. Never past a gap: versions
+// between Version and Top were all looked at (passed over, or missing),
+// and a chain without gaps is one a probe from v1 finds whole (a reader,
+// or a commit, whose hint is lost).
+func (l Loaded) next() int64 {
+	v := l.Version + 1
+	for l.skipped(v) {
+		v++
+	}
+	return v
+}
+
+// skipped reports whether Load passed over version v.
+func (l Loaded) skipped(v int64) bool {
+	for _, s := range l.Skipped {
+		if s.Version == v {
+			return true
+		}
+	}
+	return false
+}
+
+// maxWalk bounds how many versions Load looks below an unparseable one
+// before it looks for the end of the chain from v1 instead.
+const maxWalk = 1024
 
 // Load reads stream's newest table metadata: from the version hint on,
 // the highest vN.metadata.json that exists (the hint may lag: it is
 // written after the metadata). No table is Version 0 and no error.
+//
+// The destination is untrusted (I13): a document at vN that does not
+// parse (or parses as another table's: its location is not the
+// stream's), and does not claim to be a version of this table (no JSON
+// object, or another table-uuid than the newest version that parses), is
+// passed over, reported in Skipped: the table is the newest version below
+// it that parses, and the next commit writes the first version above
+// that one it did not pass over (Loaded.next). One that claims to
+// be this table's (its table-uuid) but does not parse is ErrCorrupt
+// naming the file: it may hold another writer's snapshots, which a
+// commit past it would drop.
 func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error) {
 	v, err := readHint(ctx, r, stream)
 	if err != nil {
@@ -124,36 +208,145 @@ func Load(ctx context.Context, r committer.Reader, stream string) (Loaded, error
 	if v > 0 {
 		// A hint naming a version the table lacks (another writer's, a
 		// bad restore) is only a hint: probe from the start.
-		if _, err := readAll(ctx, r, layout.TableMetadataName(stream, v)); errors.Is(err, committer.ErrNotFound) {
-			v = 0
-		} else if err != nil {
+		if ok, err := exists(ctx, r, layout.TableMetadataName(stream, v)); err != nil {
 			return Loaded{}, err
+		} else if !ok {
+			v = 0
 		}
 	}
-	var body []byte
-	for {
-		b, err := readAll(ctx, r, layout.TableMetadataName(stream, v+1))
-		if errors.Is(err, committer.ErrNotFound) {
-			break
-		}
+	for v < layout.MaxTableVersion {
+		ok, err := exists(ctx, r, layout.TableMetadataName(stream, v+1))
 		if err != nil {
 			return Loaded{}, err
 		}
-		v, body = v+1, b
+		if !ok {
+			break
+		}
+		v++
 	}
 	if v == 0 {
 		return Loaded{}, nil
 	}
-	if body == nil { // the hint's own version
-		if body, err = readAll(ctx, r, layout.TableMetadataName(stream, v)); err != nil {
-			return Loaded{}, fmt.Errorf("read table metadata v%d (named by the version hint): %w", v, err)
+	l := Loaded{Top: v}
+	from, err := l.walk(ctx, r, stream, v, maxWalk)
+	if err != nil || l.Metadata != nil || from == 0 {
+		return l, l.check(err)
+	}
+	// maxWalk versions below a document that does not parse, none does:
+	// the chain ends far below (a planted hint and version). Find its
+	// end from v1: it has no gaps (each version is published create-only
+	// after the one before).
+	end, err := chainEnd(ctx, r, stream, from+1)
+	if err != nil {
+		return Loaded{}, err
+	}
+	if end > 0 {
+		if _, err := l.walk(ctx, r, stream, end, maxWalk); err != nil {
+			return Loaded{}, err
 		}
 	}
-	md, err := parseMetadata(body)
-	if err != nil {
-		return Loaded{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, layout.TableMetadataName(stream, v), err)
+	if l.Metadata == nil {
+		return Loaded{}, fmt.Errorf("%w: %s does not parse, and no version below it within %d of it or at the end of the chain from v1 does",
+			ErrCorrupt, layout.TableMetadataName(stream, l.Top), maxWalk)
 	}
-	return Loaded{Version: v, Metadata: md}, nil
+	return l, l.check(nil)
+}
+
+// walk looks from version v down, at most n versions, for the newest
+// that parses, noting the others that exist in l.Skipped. It returns the
+// version it stopped above (0: it reached the bottom, or found one).
+func (l *Loaded) walk(ctx context.Context, r committer.Reader, stream string, v int64, n int) (int64, error) {
+	for ; v > 0 && n > 0; v, n = v-1, n-1 {
+		name := layout.TableMetadataName(stream, v)
+		b, err := readAll(ctx, r, name)
+		if errors.Is(err, committer.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		md, err := parseMetadata(b)
+		if err == nil && !strings.HasSuffix(strings.TrimSuffix(md.Location(), "/"), "/"+stream) {
+			// Another table's (a copy of another stream's version):
+			// building on it would put that table's files in this one.
+			err = fmt.Errorf("its location %s is not stream %s's table", md.Location(), stream)
+		}
+		if err != nil {
+			l.Skipped = append(l.Skipped, Skip{Version: v, Name: name, Err: err})
+			l.claims = append(l.claims, claimOf(b))
+			continue
+		}
+		l.Version, l.Metadata = v, md
+		return 0, nil
+	}
+	return v, nil
+}
+
+// check refuses what Load passed over when it claims to be this table's
+// (or, with no version that parses, any table's): ErrCorrupt naming it.
+func (l *Loaded) check(err error) error {
+	if err != nil {
+		return err
+	}
+	for i, c := range l.claims {
+		if !c.json {
+			continue // no JSON object: no table's metadata
+		}
+		s := l.Skipped[i]
+		if l.Metadata == nil && (c.format || c.uuid != "") {
+			return fmt.Errorf("%w: %s: %w (it claims to be Iceberg table metadata, and no version below it parses)", ErrCorrupt, s.Name, s.Err)
+		}
+		if l.Metadata != nil && strings.EqualFold(c.uuid, l.Metadata.uuid) {
+			return fmt.Errorf("%w: %s: %w (it names this table's uuid %s)", ErrCorrupt, s.Name, s.Err, c.uuid)
+		}
+	}
+	l.claims = nil
+	return nil
+}
+
+// chainEnd returns the highest version below limit that exists and whose
+// next does not (0: none), by galloping from v1 and bisecting: the
+// versions a chain of commits wrote are v1, v2, … without a gap.
+func chainEnd(ctx context.Context, r committer.Reader, stream string, limit int64) (int64, error) {
+	has := func(v int64) (bool, error) { return exists(ctx, r, layout.TableMetadataName(stream, v)) }
+	lo, hi := int64(0), int64(1)
+	for hi < limit {
+		ok, err := has(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, hi*2
+	}
+	hi = min(hi, limit)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := has(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
+// exists reports whether name exists, without reading it.
+func exists(ctx context.Context, r committer.Reader, name string) (bool, error) {
+	rc, _, err := r.Open(ctx, name)
+	if errors.Is(err, committer.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_ = rc.Close() // opened for its existence only
+	return true, nil
 }
 
 // parseMetadata reads metadata from the destination: untrusted (I13).
@@ -168,7 +361,7 @@ func readHint(ctx context.Context, r committer.Reader, stream string) (int64, er
 		return 0, err
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || v < 0 {
+	if err != nil || v < 0 || v > layout.MaxTableVersion {
 		return 0, nil // a hint is only a hint: probe from the start
 	}
 	return v, nil
@@ -187,19 +380,40 @@ func readAll(ctx context.Context, r committer.Reader, name string) ([]byte, erro
 	return b, nil
 }
 
-// Committed reports whether md holds node's checkpoint (or a later one).
-func Committed(md *Metadata, node string, checkpoint uint64) bool {
-	if v, ok := md.Properties()[PropCommittedPrefix+node]; ok {
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil && n >= checkpoint {
-			return true
-		}
-	}
+// Committed reports whether md holds node's checkpoint: a snapshot whose
+// summary names node with checkpoint, or with a later checkpoint up to
+// bound (a replay from a state store restored from an older copy finds
+// its checkpoint's snapshot expired behind later ones). The proof is a
+// snapshot: the table property eosink.committed.<node> alone is not
+// believed, and neither is a later checkpoint beyond bound (no commit of
+// this node made it: planted, I13). bound 0: only checkpoint's own
+// snapshot.
+func Committed(md *Metadata, node string, checkpoint, bound uint64) bool {
 	for _, s := range md.Snapshots() {
-		if n, c, ok := snapshotOrigin(&s); ok && n == node && c >= checkpoint {
+		if n, c, ok := snapshotOrigin(&s); ok && n == node && (c == checkpoint || c > checkpoint && c <= bound) {
 			return true
 		}
 	}
 	return false
+}
+
+// beyond returns what md claims of node past checkpoint and bound (a
+// snapshot's checkpoint, the eosink.committed property) that Committed
+// did not believe, for the log; "" when nothing.
+func beyond(md *Metadata, node string, checkpoint, bound uint64) string {
+	top := max(checkpoint, bound)
+	var out []string
+	if v, ok := md.Properties()[PropCommittedPrefix+node]; ok {
+		if n, err := strconv.ParseUint(v, 10, 64); err != nil || n > top {
+			out = append(out, fmt.Sprintf("property %s%s=%q", PropCommittedPrefix, node, v))
+		}
+	}
+	for _, s := range md.Snapshots() {
+		if n, c, ok := snapshotOrigin(&s); ok && n == node && c > top {
+			out = append(out, fmt.Sprintf("snapshot %d names checkpoint %d", s.SnapshotID, c))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // snapshotOrigin is the node and checkpoint a snapshot's summary names.
@@ -229,6 +443,47 @@ func SnapshotID(stream, node string, checkpoint uint64) int64 {
 	return id
 }
 
+// freeSnapshotID is SnapshotID unless base holds a snapshot with that id
+// already (planted: the ids derive from public names, I13); then the
+// first free one of a sequence derived from it, so a retry against the
+// same table picks the same id. Committed goes by the summary, not the id.
+func freeSnapshotID(base *Metadata, stream, node string, checkpoint uint64) int64 {
+	id := SnapshotID(stream, node, checkpoint)
+	for k := 1; base.snapshot(id) != nil; k++ {
+		h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%d\x00%d", stream, node, checkpoint, k)))
+		if id = int64(binary.BigEndian.Uint64(h[:8]) >> 1); id == 0 {
+			id = 1
+		}
+	}
+	return id
+}
+
+// snapshotTime is now, or the table's newest time if that is ahead (a
+// writer's clock ahead of ours, or a time planted far in the future: I13):
+// a snapshot older than the table's last update is invalid, and a commit
+// that waits for the clock could wait for ever.
+func snapshotTime(base *Metadata, now time.Time) int64 {
+	ts := max(now.UnixMilli(), base.lastUpdatedMs)
+	if n := len(base.snapshotLog); n > 0 {
+		ts = max(ts, base.snapshotLog[n-1].TimestampMs)
+	}
+	return ts
+}
+
+func (t *Iceberg) bound() uint64 {
+	if t.Bound == nil {
+		return 0
+	}
+	return t.Bound()
+}
+
+func (t *Iceberg) log() *slog.Logger {
+	if t.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return t.Log
+}
+
 func (t *Iceberg) now() time.Time {
 	if t.Now != nil {
 		return t.Now()
@@ -254,10 +509,24 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		if err != nil {
 			return err
 		}
-		if cur.Version > 0 && Committed(cur.Metadata, node, checkpoint) {
-			return t.writeHint(ctx, stream, cur.Version)
+		for _, s := range cur.Skipped {
+			t.log().Warn("table metadata that does not parse and names no version of the table: passed over, the commit writes around it",
+				"stream", stream, "path", s.Name, "err", s.Err, "table_version", cur.Version)
+			if t.PassedOver != nil {
+				t.PassedOver(stream, s)
+			}
 		}
-		next, err := t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
+		bound := t.bound()
+		if cur.Version > 0 {
+			if b := beyond(cur.Metadata, node, checkpoint, bound); b != "" {
+				t.log().Warn("table metadata claims checkpoints of this node it never committed: not believed",
+					"stream", stream, "checkpoint", checkpoint, "bound", bound, "claims", b, "path", layout.TableMetadataName(stream, cur.Version))
+			}
+			if Committed(cur.Metadata, node, checkpoint, bound) {
+				return t.writeHint(ctx, stream, cur.Version, cur)
+			}
+		}
+		next, err := t.safeBuild(ctx, stream, node, checkpoint, files, cfg, tt, cur)
 		if err != nil {
 			return err
 		}
@@ -265,26 +534,28 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 		if err != nil {
 			return fmt.Errorf("encode table metadata: %w", err)
 		}
-		err = t.Dest.Publish(ctx, layout.TableMetadataName(stream, cur.Version+1), body)
+		v := cur.next()
+		err = t.Dest.Publish(ctx, layout.TableMetadataName(stream, v), body)
 		if errors.Is(err, committer.ErrExists) && try < races {
 			continue // another node (or a lost answer of ours) took vN+1: reload
 		}
 		if err != nil {
-			return fmt.Errorf("publish table metadata v%d: %w", cur.Version+1, err)
+			return fmt.Errorf("publish table metadata v%d: %w", v, err)
 		}
-		return t.writeHint(ctx, stream, cur.Version+1)
+		return t.writeHint(ctx, stream, v, cur)
 	}
 }
 
 // exists reports whether the table's version v exists (an error other
 // than not found counts as existing: the hint is left).
 func (t *Iceberg) exists(ctx context.Context, stream string, v int64) bool {
-	_, err := readAll(ctx, t.Dest, layout.TableMetadataName(stream, v))
-	return !errors.Is(err, committer.ErrNotFound)
+	ok, err := exists(ctx, t.Dest, layout.TableMetadataName(stream, v))
+	return ok || err != nil
 }
 
-// writeHint raises the version hint to v, never lowers it.
-func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
+// writeHint raises the version hint to v, never lowers it, unless it
+// names a version the table lacks or one cur passed over.
+func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64, cur Loaded) error {
 	name := layout.TableHintName(stream)
 	for try := 0; try < 100; try++ {
 		data, ver, err := t.Dest.ReadLease(ctx, name)
@@ -294,7 +565,7 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 		case err != nil:
 			return fmt.Errorf("version hint: %w", err)
 		default:
-			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v && t.exists(ctx, stream, have) {
+			if have, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); perr == nil && have >= v && !cur.skipped(have) && t.exists(ctx, stream, have) {
 				return nil // never lowered, unless it names a version the table lacks
 			}
 		}
@@ -308,6 +579,27 @@ func (t *Iceberg) writeHint(ctx context.Context, stream string, v int64) error {
 		return nil
 	}
 	return fmt.Errorf("version hint: %w: too many concurrent writers", committer.ErrPrecondition)
+}
+
+// baseName names the metadata a commit builds on, for errors.
+func baseName(stream string, cur Loaded) string {
+	if cur.Version == 0 {
+		return "a new table"
+	}
+	return layout.TableMetadataName(stream, cur.Version)
+}
+
+// safeBuild is build, with a panic (a library's, on metadata or Avro
+// from the destination: untrusted, I13) turned into ErrCorrupt naming
+// the version built on, never the end of the process.
+func (t *Iceberg) safeBuild(ctx context.Context, stream, node string, checkpoint uint64, files []committer.File,
+	cfg streamconf.Config, tt *layout.TableTemplate, cur Loaded) (md *Metadata, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			md, err = nil, fmt.Errorf("%w: building on %s panicked: %v", ErrCorrupt, baseName(stream, cur), p)
+		}
+	}()
+	return t.build(ctx, stream, node, checkpoint, files, cfg, tt, cur)
 }
 
 // build makes the next metadata: cur (or a new table) plus one snapshot
@@ -345,7 +637,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	if !curSpec.CompatibleWith(&spec) {
 		return nil, fmt.Errorf("%w: the table's partition spec %v differs from the stream's %v", ErrIncompatible, curSpec, spec)
 	}
-	snapID := SnapshotID(stream, node, checkpoint)
+	snapID := freeSnapshotID(base, stream, node, checkpoint)
 	seq := base.LastSequenceNumber() + 1
 	var parentID *int64
 	var parent *Snapshot
@@ -363,7 +655,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	if parent != nil {
 		old, err := t.readList(ctx, parent.ManifestList)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", baseName(stream, cur), err)
 		}
 		if old, err = t.merge(ctx, stream, snapID, old, curSpec, schema); err != nil {
 			return nil, err
@@ -390,16 +682,22 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	schemaID := schema.ID
 	snap := Snapshot{
 		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
-		TimestampMs:  t.now().UnixMilli(),
+		TimestampMs:  snapshotTime(base, t.now()),
 		ManifestList: t.Location + "/" + listName,
 		Summary:      &Summary{Operation: OpAppend, Properties: props},
 		SchemaID:     &schemaID,
 	}
+	// The builder's refusals below are deterministic given base: a retry
+	// builds the same, so the failure policy must not retry them for ever
+	// unseen (ErrCorrupt: a permanent, visible stuck commit).
 	if err := b.addSnapshot(snap); err != nil { // and makes it main's head
-		return nil, fmt.Errorf("add snapshot: %w", err)
+		return nil, fmt.Errorf("%w: %s: add snapshot: %w", ErrCorrupt, baseName(stream, cur), err)
 	}
+	// The property is raised, never lowered, unless it names more than
+	// this node could have committed (planted: Committed never believed
+	// it).
 	committed := PropCommittedPrefix + node
-	if have, _ := strconv.ParseUint(base.Properties()[committed], 10, 64); have < checkpoint {
+	if have, err := strconv.ParseUint(base.Properties()[committed], 10, 64); err != nil || have < checkpoint || have > max(checkpoint, t.bound()) {
 		b.setProperties(map[string]string{committed: strconv.FormatUint(checkpoint, 10)})
 	}
 	keep := cfg.KeepSnapshots
@@ -408,13 +706,13 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	}
 	if expired := Expirable(base.Snapshots(), snapID, keep-1); len(expired) > 0 {
 		if err := b.removeSnapshots(expired); err != nil {
-			return nil, fmt.Errorf("expire snapshots: %w", err)
+			return nil, fmt.Errorf("%w: %s: expire snapshots: %w", ErrCorrupt, baseName(stream, cur), err)
 		}
 	}
 	b.trimMetadataLog(metadataLogKeep)
 	md, err := b.build()
 	if err != nil {
-		return nil, fmt.Errorf("build table metadata: %w", err)
+		return nil, fmt.Errorf("%w: %s: build table metadata: %w", ErrCorrupt, baseName(stream, cur), err)
 	}
 	return md, nil
 }
@@ -440,21 +738,37 @@ func totals(props iceberg.Properties, parent *Snapshot, files int, a addedCounts
 // Expirable picks the snapshots to expire so that at most keep remain
 // besides the one being added (current): the oldest first, never the
 // newest snapshot of any node (its checkpoint is the node's exactly-once
-// mark), nor current.
+// mark), nor current. A node's newest is both its snapshot of the
+// highest checkpoint and its last appended (highest sequence number): a
+// snapshot planted with a checkpoint far ahead must not leave the node's
+// real newest unprotected (Committed does not believe the planted one).
 func Expirable(snaps []Snapshot, current int64, keep int) []int64 {
 	if len(snaps) <= keep {
 		return nil
 	}
-	newest := map[string]int64{} // node → snapshot id of its highest checkpoint
-	high := map[string]uint64{}
+	type mark struct {
+		id  int64
+		val int64
+	}
+	byCkpt, bySeq := map[string]mark{}, map[string]mark{}
 	for i := range snaps {
-		if n, c, ok := snapshotOrigin(&snaps[i]); ok && (c >= high[n] || newest[n] == 0) {
-			newest[n], high[n] = snaps[i].SnapshotID, c
+		n, c, ok := snapshotOrigin(&snaps[i])
+		if !ok {
+			continue
+		}
+		if m, seen := byCkpt[n]; !seen || uint64(m.val) <= c {
+			byCkpt[n] = mark{snaps[i].SnapshotID, int64(c)}
+		}
+		if m, seen := bySeq[n]; !seen || m.val <= snaps[i].SequenceNumber {
+			bySeq[n] = mark{snaps[i].SnapshotID, snaps[i].SequenceNumber}
 		}
 	}
 	protected := map[int64]bool{current: true}
-	for _, id := range newest {
-		protected[id] = true
+	for _, m := range byCkpt {
+		protected[m.id] = true
+	}
+	for _, m := range bySeq {
+		protected[m.id] = true
 	}
 	order := make([]Snapshot, len(snaps))
 	copy(order, snaps)
@@ -552,24 +866,69 @@ func (t *Iceberg) writeManifest(ctx context.Context, stream, node string, checkp
 	if err != nil {
 		return nil, a, err
 	}
-	name := layout.TableManifestName(stream, node, checkpoint)
-	if err := t.Dest.Publish(ctx, name, body); err != nil && !errors.Is(err, committer.ErrExists) {
-		return nil, a, fmt.Errorf("publish manifest: %w", err)
-	} else if err != nil {
-		// An earlier try wrote it; if it differs (a schema evolved in
-		// between), the entries are the same files: either will do, and
-		// its length must be the one in the list.
-		have, rerr := readAll(ctx, t.Dest, name)
-		if rerr != nil {
-			return nil, a, fmt.Errorf("read manifest %s: %w", name, rerr)
+	// The name is fixed per (node, checkpoint), so a retry finds its
+	// earlier write. What is found there is ours only if it lists exactly
+	// these files as added by this snapshot (an earlier try's: if the
+	// schema evolved in between, the entries are the same files, either
+	// will do, and its length must be the one in the list). Anything else
+	// was planted (I13): taking it would put other files in the table, or
+	// none: the next name is tried.
+	for n := 0; ; n++ {
+		if n == maxManifestNames {
+			return nil, a, fmt.Errorf("%w: %s and the next %d names hold other content than checkpoint %d's manifest",
+				ErrCorrupt, layout.TableManifestName(stream, node, checkpoint), n-1, checkpoint)
 		}
-		body = have
+		name := layout.TableManifestNameN(stream, node, checkpoint, n)
+		err := t.Dest.Publish(ctx, name, body)
+		if err != nil && !errors.Is(err, committer.ErrExists) {
+			return nil, a, fmt.Errorf("publish manifest: %w", err)
+		}
+		if err == nil {
+			mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(body)))
+			if err != nil {
+				return nil, a, fmt.Errorf("manifest file: %w", err)
+			}
+			return mf, a, nil
+		}
+		have, err := readAll(ctx, t.Dest, name)
+		if err != nil {
+			return nil, a, fmt.Errorf("read manifest %s: %w", name, err)
+		}
+		mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(have)))
+		if err != nil {
+			return nil, a, fmt.Errorf("manifest file: %w", err)
+		}
+		if t.lists(mf, have, sorted, snapID) {
+			return mf, a, nil
+		}
+		t.log().Warn("table manifest name holds other content than the checkpoint's: writing the next name",
+			"stream", stream, "checkpoint", checkpoint, "path", name)
 	}
-	mf, err := w.ToManifestFile(t.Location+"/"+name, int64(len(body)))
-	if err != nil {
-		return nil, a, fmt.Errorf("manifest file: %w", err)
+}
+
+// maxManifestNames bounds the names a checkpoint's manifest tries.
+const maxManifestNames = 16
+
+// lists reports whether the manifest body (as mf) lists exactly files,
+// with their record counts, each added by snapshot snapID.
+func (t *Iceberg) lists(mf iceberg.ManifestFile, body []byte, files []committer.File, snapID int64) bool {
+	entries, err := readManifest(mf, body)
+	if err != nil || len(entries) != len(files) {
+		return false
 	}
-	return mf, a, nil
+	want := make(map[string]int64, len(files))
+	for _, f := range files {
+		want[t.Location+"/"+f.Final] = f.Records
+	}
+	for _, e := range entries {
+		df := e.DataFile()
+		recs, ok := want[df.FilePath()]
+		if !ok || recs != df.Count() || e.SnapshotID() != snapID || e.Status() != iceberg.EntryStatusADDED {
+			return false
+		}
+		delete(want, df.FilePath())
+	}
+	return len(want) == 0
 }
 
 // publishAvro uncompresses an Avro file and publishes it create-only.
@@ -591,14 +950,41 @@ func (t *Iceberg) readList(ctx context.Context, loc string) ([]iceberg.ManifestF
 		return nil, err
 	}
 	b, err := readAll(ctx, t.Dest, name)
+	if errors.Is(err, committer.ErrNotFound) {
+		// The current snapshot's files can't be carried forward: a retry
+		// finds the same (a damaged or planted version; I14: permanent).
+		return nil, fmt.Errorf("%w: the current snapshot's manifest list %s is missing: %w", ErrCorrupt, name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest list: %w", err)
 	}
-	l, err := iceberg.ReadManifestList(bytes.NewReader(b))
+	l, err := readManifestList(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
 	}
 	return l, nil
+}
+
+// readManifestList and readManifest read Avro files from the destination:
+// untrusted (I13). iceberg-go's readers panic on some damage (a manifest
+// whose Avro schema renames the partition field: a nil dereference), so
+// a panic is an error here, never the end of the process.
+func readManifestList(b []byte) (l []iceberg.ManifestFile, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l, err = nil, fmt.Errorf("manifest list decoding panicked: %v", p)
+		}
+	}()
+	return iceberg.ReadManifestList(bytes.NewReader(b))
+}
+
+func readManifest(m iceberg.ManifestFile, b []byte) (e []iceberg.ManifestEntry, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e, err = nil, fmt.Errorf("manifest decoding panicked: %v", p)
+		}
+	}()
+	return iceberg.ReadManifest(m, bytes.NewReader(b), true)
 }
 
 // rel turns an absolute location in this destination into a name.
@@ -617,11 +1003,17 @@ func token() string {
 	return hex.EncodeToString(b[:])
 }
 
-// DataFiles returns the destination-relative names of the data files in
-// md's current snapshot, in manifest order, duplicates kept (a reader
-// would read such a file twice: Verify reports it). md is stream's table
-// as Load returned it; its locations must lie in the destination r reads.
-func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metadata) ([]string, error) {
+// DataFile is one data file entry of a table's current snapshot.
+type DataFile struct {
+	Path       string // relative to the destination
+	SnapshotID int64  // the snapshot that added it
+}
+
+// DataFiles returns the data files of md's current snapshot, in manifest
+// order, duplicates kept (a reader would read such a file twice: Verify
+// reports it). md is stream's table as Load returned it; its locations
+// must lie in the destination r reads.
+func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metadata) ([]DataFile, error) {
 	s := md.CurrentSnapshot()
 	if s == nil {
 		return nil, nil
@@ -631,8 +1023,7 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 		return nil, fmt.Errorf("%w: table location %s does not end in /%s", ErrCorrupt, md.Location(), stream)
 	}
 	t := &Iceberg{Dest: nil, Location: base}
-	rel := func(loc string) (string, error) { return t.rel(loc) }
-	name, err := rel(s.ManifestList)
+	name, err := t.rel(s.ManifestList)
 	if err != nil {
 		return nil, err
 	}
@@ -640,13 +1031,13 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 	if err != nil {
 		return nil, fmt.Errorf("read manifest list: %w", err)
 	}
-	list, err := iceberg.ReadManifestList(bytes.NewReader(b))
+	list, err := readManifestList(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest list %s: %w", ErrCorrupt, name, err)
 	}
-	var out []string
+	var out []DataFile
 	for _, m := range list {
-		mn, err := rel(m.FilePath())
+		mn, err := t.rel(m.FilePath())
 		if err != nil {
 			return nil, err
 		}
@@ -654,16 +1045,16 @@ func DataFiles(ctx context.Context, r committer.Reader, stream string, md *Metad
 		if err != nil {
 			return nil, fmt.Errorf("read manifest: %w", err)
 		}
-		entries, err := iceberg.ReadManifest(m, bytes.NewReader(mb), true)
+		entries, err := readManifest(m, mb)
 		if err != nil {
 			return nil, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, mn, err)
 		}
 		for _, e := range entries {
-			p, err := rel(e.DataFile().FilePath())
+			p, err := t.rel(e.DataFile().FilePath())
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, p)
+			out = append(out, DataFile{Path: p, SnapshotID: e.SnapshotID()})
 		}
 	}
 	return out, nil

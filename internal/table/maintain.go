@@ -3,9 +3,11 @@ package table
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/apache/iceberg-go"
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 )
 
@@ -47,7 +49,35 @@ func (t *Iceberg) merge(ctx context.Context, stream string, snapID int64, old []
 			keep = append(keep, m)
 		}
 	}
-	if len(small) < 2 {
+	// Read them first. One that can't be read (a name outside the
+	// destination, Avro that does not decode: damaged or planted, I13)
+	// stays in the list as it is, unmerged: the table is no worse than it
+	// was, and the commit goes on.
+	var readable []iceberg.ManifestFile
+	var entries [][]iceberg.ManifestEntry
+	for _, m := range small {
+		name, err := t.rel(m.FilePath())
+		if err != nil {
+			t.log().Warn("table manifest outside the destination: left unmerged", "stream", stream, "path", m.FilePath(), "err", err)
+			keep = append(keep, m)
+			continue
+		}
+		b, err := readAll(ctx, t.Dest, name)
+		if err != nil && !errors.Is(err, committer.ErrNotFound) {
+			return nil, fmt.Errorf("merge manifests: read %s: %w", name, err)
+		}
+		var es []iceberg.ManifestEntry
+		if err == nil {
+			es, err = readManifest(m, b)
+		}
+		if err != nil {
+			t.log().Warn("table manifest that does not decode: left unmerged", "stream", stream, "path", name, "err", err)
+			keep = append(keep, m)
+			continue
+		}
+		readable, entries = append(readable, m), append(entries, es)
+	}
+	if len(readable) < 2 {
 		return old, nil
 	}
 	var buf bytes.Buffer
@@ -55,20 +85,8 @@ func (t *Iceberg) merge(ctx context.Context, stream string, snapID int64, old []
 	if err != nil {
 		return nil, fmt.Errorf("merge manifests: %w", err)
 	}
-	for _, m := range small {
-		name, err := t.rel(m.FilePath())
-		if err != nil {
-			return nil, err
-		}
-		b, err := readAll(ctx, t.Dest, name)
-		if err != nil {
-			return nil, fmt.Errorf("merge manifests: read %s: %w", name, err)
-		}
-		entries, err := iceberg.ReadManifest(m, bytes.NewReader(b), true)
-		if err != nil {
-			return nil, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, name, err)
-		}
-		for _, e := range entries {
+	for _, es := range entries {
+		for _, e := range es {
 			if err := w.Existing(e); err != nil {
 				return nil, fmt.Errorf("merge manifests: %w", err)
 			}

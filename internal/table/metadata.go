@@ -37,6 +37,10 @@ const PropMetadataPreviousVersionsMax = "write.metadata.previous-versions-max"
 
 const oneMinuteMs = 60_000
 
+// maxSequence bounds a table's last-sequence-number as read: one per
+// commit, no table gets near it, and the next one never overflows.
+const maxSequence = 1 << 62
+
 // Summary is a snapshot's summary: its operation and its other keys.
 type Summary struct {
 	Operation  string
@@ -279,6 +283,9 @@ func ParseMetadata(b []byte) (md *Metadata, err error) {
 	}
 	if m.lastColumnID < 0 || m.currentSchemaID < 0 || m.defaultSpecID < 0 || defaultSortOrderID < 0 || m.lastSeq < 0 {
 		return nil, errors.New("negative last-column-id, current-schema-id, default-spec-id, default-sort-order-id or last-sequence-number")
+	}
+	if m.lastSeq > maxSequence {
+		return nil, fmt.Errorf("last-sequence-number %d is beyond any table's (%d): the next would overflow", m.lastSeq, int64(maxSequence))
 	}
 	m.schemas = make([]*iceberg.Schema, len(m.schemasRaw))
 	for i, r := range m.schemasRaw {

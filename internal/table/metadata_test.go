@@ -144,8 +144,9 @@ func TestForeignFieldsKept(t *testing.T) {
 }
 
 // TestCorruptMetadata: metadata in the destination that is not valid v2
-// table metadata is ErrCorrupt from Load and the commit, never a panic
-// (I13), whatever the damage, truncations included.
+// table metadata is never a panic (I13), whatever the damage,
+// truncations included: ErrCorrupt from Load and the commit when it
+// claims to be Iceberg metadata, else passed over (Load's Skipped).
 func TestCorruptMetadata(t *testing.T) {
 	r := newRig(t)
 	ice := r.iceberg()
@@ -183,21 +184,50 @@ func TestCorruptMetadata(t *testing.T) {
 	for n := 0; n < len(good); n += 7 {
 		bad = append(bad, string(good[:n]))
 	}
+	v1 := filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 1))
 	for i, b := range bad {
-		if err := os.WriteFile(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 1)), []byte(b), 0o644); err != nil {
+		// Each case alone: v1 as b, no later version, no hint.
+		for _, n := range []string{layout.TableMetadataName("orders", 2), layout.TableHintName("orders")} {
+			if err := os.Remove(filepath.Join(r.dest.Dest, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(v1, []byte(b), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := table.Load(ctx, r.dest, "orders"); !errors.Is(err, table.ErrCorrupt) {
+		// A document that claims to be Iceberg metadata (a JSON object
+		// with a format version or a table uuid) may be another writer's
+		// table: ErrCorrupt, never written over. Anything else is no
+		// table's metadata: passed over, and the commit writes v2.
+		var m map[string]json.RawMessage
+		claims := json.Unmarshal([]byte(b), &m) == nil && (m["format-version"] != nil || m["table-uuid"] != nil)
+		cur, err := table.Load(ctx, r.dest, "orders")
+		switch {
+		case claims && !errors.Is(err, table.ErrCorrupt):
 			t.Fatalf("case %d (%.80s): Load: %v, want ErrCorrupt", i, b, err)
+		case !claims && (err != nil || cur.Version != 0 || cur.Top != 1 || len(cur.Skipped) != 1):
+			t.Fatalf("case %d (%.80s): Load: %+v, %v; want no table, v1 passed over", i, b, cur, err)
 		}
-		if i < 40 {
-			if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(2, 1))); !errors.Is(err, table.ErrCorrupt) {
-				t.Fatalf("case %d (%.80s): Commit: %v, want ErrCorrupt", i, b, err)
+		if i >= 40 {
+			continue
+		}
+		err = ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(2, 1)))
+		switch {
+		case claims && !errors.Is(err, table.ErrCorrupt):
+			t.Fatalf("case %d (%.80s): Commit: %v, want ErrCorrupt", i, b, err)
+		case !claims && err != nil:
+			t.Fatalf("case %d (%.80s): Commit: %v, want a new table at v2", i, b, err)
+		case !claims:
+			if cur, err := table.Load(ctx, r.dest, "orders"); err != nil || cur.Version != 2 {
+				t.Fatalf("case %d (%.80s): after the commit: v%d, %v; want v2", i, b, cur.Version, err)
 			}
 		}
 	}
 	// The good file still loads.
-	if err := os.WriteFile(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 1)), good, 0o644); err != nil {
+	if err := os.WriteFile(v1, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(r.dest.Dest, layout.TableMetadataName("orders", 2))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	if _, err := table.Load(ctx, r.dest, "orders"); err != nil {
