@@ -128,6 +128,9 @@ func (lc *lifecycle) Run(ctx context.Context) {
 	if lc.e.cfg.ProducerExpiry > 0 {
 		g.Go(func() error { lc.expireLoop(ctx); return nil })
 	}
+	if lc.e.cfg.ForgottenCompactInterval > 0 {
+		g.Go(func() error { lc.compactLoop(ctx, lc.e.cfg.ForgottenCompactInterval); return nil })
+	}
 	lc.run(ctx)
 }
 
