@@ -245,6 +245,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			return err
 		}
 		top = ours.top
+		rebuilt := true
 		switch {
 		case ours.behind(newest):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
@@ -260,12 +261,20 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
 			err = lc.rebuildProducers(ctx, limit)
+		default:
+			rebuilt = false
 		}
 		if err != nil {
 			return err
 		}
 		// Forgets the store may not reflect (it is older, or rebuilt from
-		// manifests, which do not show them): forgotten.go.
+		// manifests, which do not show them): forgotten.go. After a
+		// rebuild, every one: the rebuild brings back from the manifests
+		// producers that an older copy of the store had forgotten, also
+		// before its newest commit.
+		if rebuilt {
+			newest = 0
+		}
 		return lc.applyForgotten(ctx, newest, limit)
 	})
 	return res, top, ok
