@@ -16,8 +16,11 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/s3"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/spf13/afero"
+	"golang.org/x/sync/errgroup"
 )
 
 // A year of running, scaled down: the destination's bookkeeping that a
@@ -296,3 +299,80 @@ func measureStart(t *testing.T, r *rig) startCost {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// The forgotten-producers part of a start after a loss, on S3 (a local
+// MinIO): EOSINK_GROWTH_S3=<n> publishes n documents of one producer each
+// (forgets by DELETE), times the listing and the reads a start does
+// (listForgotten, readForgotten), compacts them and times it again. The
+// year's million DELETEs scale linearly from it (BENCHMARKS.md "Growth").
+func TestGrowthForgottenS3(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EOSINK_GROWTH_S3"))
+	if n <= 0 {
+		t.Skip("EOSINK_GROWTH_S3=<documents> runs it (needs the minio binary)")
+	}
+	srv := testsrv.StartMinIO(t)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest, err := s3.New(s3.Config{Client: client, Bucket: srv.Bucket, Prefix: "growth", Node: rigNode, Staging: afero.NewMemMapFs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	begin := time.Now()
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			doc, err := json.Marshal(&layout.Forgotten{Node: rigNode, After: uint64(i + 1), Producers: map[string]int64{fmt.Sprintf("producer-%07d", i): 1}})
+			if err != nil {
+				return err
+			}
+			return dest.Publish(ctx, layout.ForgottenName(rigNode, uint64(i+1), 0), doc)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d documents published in %s", n, time.Since(begin).Round(time.Millisecond))
+	dir := layout.ForgottenDir + "/" + rigNode + "/"
+	read := func() (int, time.Duration) {
+		begin := time.Now()
+		entries, err := listForgotten(ctx, dest, dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, en := range entries {
+			var err error
+			if _, _, _, ok := layout.ParseForgottenMergedName(en.Path); ok {
+				_, err = readMerged(ctx, dest, en.Path)
+			} else {
+				_, err = readForgotten(ctx, dest, en.Path)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(entries), time.Since(begin)
+	}
+	docs, took := read()
+	t.Logf("a start after a loss lists and reads %d documents in %s (%.2f ms each, one at a time)", docs, took.Round(time.Millisecond),
+		float64(took.Microseconds())/1000/float64(docs))
+	lc := &lifecycle{e: &Engine{cfg: Config{Node: rigNode, Publisher: dest}}}
+	begin = time.Now()
+	var runs, removed, written int
+	for {
+		res, err := lc.compactForgotten(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Read == 0 {
+			break
+		}
+		runs, removed, written = runs+1, removed+res.Removed, written+res.Written
+	}
+	t.Logf("compaction: %d runs, %d removed, %d merged written, in %s", runs, removed, written, time.Since(begin).Round(time.Millisecond))
+	docs, took = read()
+	t.Logf("after it, a start lists and reads %d documents in %s", docs, took.Round(time.Millisecond))
+}
