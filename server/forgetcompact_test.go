@@ -434,3 +434,33 @@ func copyFS(t *testing.T, src afero.Fs) *faultfs.CrashFS {
 	}
 	return dst
 }
+
+// The compaction loop runs by itself once forgottenCompactAt documents
+// wait, and not before.
+func TestForgottenCompactionLoop(t *testing.T) {
+	r := newRig(t, nil)
+	r.tweak = func(c *Config) { c.ForgottenCompactInterval = 5 * time.Millisecond }
+	e := r.start(nil)
+	for i := range forgottenCompactAt {
+		id := fmt.Sprintf("p%02d", i)
+		r.initProducer(id)
+		if i == forgottenCompactAt-1 {
+			time.Sleep(50 * time.Millisecond) // runs of the loop with one document too few
+			if reg, merged := forgottenDocs(t, r.fs); reg != forgottenCompactAt-1 || merged != 0 {
+				t.Fatalf("with %d documents waiting: %d left, %d merged", forgottenCompactAt-1, reg, merged)
+			}
+		}
+		if err := e.DeleteProducer(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		reg, merged := forgottenDocs(t, r.fs)
+		if reg == 0 && merged == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop left %d documents, %d merged", reg, merged)
+		}
+	}
+}
