@@ -358,7 +358,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		size += en.Bytes
 		inputs = append(inputs, en)
 	}
-	if regular < atLeast || len(inputs) < 2 && regular == 0 {
+	if regular < atLeast {
 		return res, nil
 	}
 	var all []layout.ForgottenEntry
