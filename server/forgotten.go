@@ -115,21 +115,21 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 // (layout.ForgottenName: 4 digits).
 const maxForgottenNum = 9999
 
-// applyForgotten reads this node's forgotten-producers documents written
-// after newest (the store's newest committed checkpoint: the store
-// reflects every forget before it) and within limit (the ids this node
-// reserved: beyond, not its own), and applies them to the store; of a
+// loadForgotten reads this node's forgotten-producers documents written
+// after newest (the store's newest committed checkpoint, when the store
+// kept up: it reflects every forget before it; 0 for all of them) and
+// within limit (the ids this node reserved: beyond, not its own); of a
 // merged document, the entries after newest. Documents that do not parse
 // are reported and skipped.
-func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) error {
+func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([]*layout.Forgotten, error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	dir := path.Dir(layout.ForgottenName(lc.e.cfg.Node, 0, 0)) + "/"
 	entries, err := listForgotten(ctx, r, dir, newest)
 	if err != nil {
-		return fmt.Errorf("list forgotten producers: %w", err)
+		return nil, fmt.Errorf("list forgotten producers: %w", err)
 	}
 	from := max(newest, 1) - 1 // the documents skipped below are before it
 	var docs []*layout.Forgotten
@@ -149,7 +149,7 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			docs = append(docs, m.Docs(from)...)
 		case !ok || node != lc.e.cfg.Node || after > limit:
@@ -163,11 +163,16 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			docs = append(docs, doc)
 		}
 	}
+	return docs, nil
+}
+
+// applyForgotten applies docs (loadForgotten) to the store.
+func (lc *lifecycle) applyForgotten(docs []*layout.Forgotten) error {
 	n, err := lc.e.store.ApplyForgotten(docs)
 	if err != nil {
 		return err
