@@ -248,7 +248,8 @@ func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.F
 // store's newest committed one minus one; raise the epoch floor above
 // its epoch; forget the producer when the store holds it born at or below
 // the epoch, at that epoch or below, with nothing committed after the
-// checkpoint (recovery.Store.ApplyForgotten) — depends only on the entries
+// checkpoint (recovery.Store.ApplyForgotten; a rebuild's Restore leaves
+// out the producers that test forgets, with the same predicate) — depends only on the entries
 // of E that no other entry dominates (same producer, checkpoint and epoch
 // at least as high: layout.ForgottenEntry.dominates): the skip, the
 // floor and the forget of a dominated entry all follow from its
