@@ -235,7 +235,7 @@ func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.F
 // Compaction of the forgotten-producers documents.
 //
 // Every DELETE and every expiry run publishes a document, and a start
-// after a store loss reads them all (applyForgotten): a million producers
+// after a store loss reads them all (loadForgotten): a million producers
 // forgotten one DELETE at a time are a million documents. The compaction
 // merges a node's documents into merged ones of up to layout.MaxForgotten
 // entries (layout.ForgottenMerged) and removes what it merged, so their
@@ -243,14 +243,15 @@ func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.F
 //
 // What the rebuild derives does not change, at any step, crash or not.
 // Take as the destination's forget set E every entry (producer, checkpoint,
-// epoch) of every document under the node's prefix. What applyForgotten
-// does with E — per entry: skip it when its checkpoint is before the
-// store's newest committed one minus one; raise the epoch floor above
-// its epoch; forget the producer when the store holds it born at or below
-// the epoch, at that epoch or below, with nothing committed after the
-// checkpoint (recovery.Store.ApplyForgotten; a rebuild's Restore leaves
-// out the producers that test forgets, with the same predicate) — depends only on the entries
-// of E that no other entry dominates (same producer, checkpoint and epoch
+// epoch) of every document under the node's prefix. What a start does
+// with E — per entry: skip it when its checkpoint is before the store's
+// newest committed one minus one (never after a rebuild); raise the
+// epoch floor above its epoch; forget the producer when the store holds
+// it born at or below the epoch, at that epoch or below, with nothing
+// committed after the checkpoint (recovery.Store.ApplyForgotten; a
+// rebuild's Restore leaves out the producers this forgets, with the same
+// predicate, recovery.forgottenAs) — depends only on the entries of E
+// that no other entry dominates (same producer, checkpoint and epoch
 // at least as high: layout.ForgottenEntry.dominates): the skip, the
 // floor and the forget of a dominated entry all follow from its
 // dominator's, and the store forgets a producer when any entry says so,
