@@ -21,8 +21,9 @@ import (
 // limit is the highest checkpoint id this node reserved (0: unknown):
 // manifests beyond it are not believed. forgotten are the node's
 // forgotten-producers documents, all of them, which the caller applies
-// after: producers they forget are not put in the store on the way. What cannot be rebuilt is logged
-// as an error: an operator restoring a copy must know it.
+// after: producers they forget are not put in the store on the way.
+// What cannot be rebuilt is logged as an error: an operator restoring a
+// copy must know it.
 func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgotten []*layout.Forgotten) error {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
