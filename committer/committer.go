@@ -235,6 +235,20 @@ type Mover interface {
 	Move(ctx context.Context, from, to string) error
 }
 
+// Remover removes documents eosink keeps for itself under
+// _forgotten/ (layout.ForgottenDir): the forgotten-producers documents a
+// compaction has merged into one written before (server/forgotten.go).
+// Any other name is refused with an error and left as it is: committed
+// files and manifests are never removed (I7).
+//
+// Remove is idempotent: a missing name is done. It need not be durable
+// when it returns (a removal a power cut undoes leaves a document whose
+// content is held elsewhere too). Safe for concurrent use on different
+// names.
+type Remover interface {
+	Remove(ctx context.Context, name string) error
+}
+
 // Leaser reads and writes small documents with compare-and-swap: node
 // leases (_nodes/<node>.json). Versions are opaque tokens (an S3 ETag, a
 // content digest locally); they change with every write.

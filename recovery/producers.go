@@ -278,12 +278,8 @@ func (s *Store) ApplyForgotten(docs []*layout.Forgotten) (int, error) {
 				if err != nil {
 					return err
 				}
-				if h == nil || h.Born > epoch || h.Epoch > epoch {
-					// Forgotten already, or created again since, or
-					// initialised again since the document was
-					// published: then it was not forgotten (a forget
-					// holds inits out until it is done).
-					continue
+				if h == nil || !forgottenAs(h, nil, d.After, epoch) {
+					continue // forgotten already, or not the incarnation forgotten
 				}
 				streams, err := streamsOf(tx, id)
 				if errors.Is(err, ErrProducerDamaged) {
@@ -292,11 +288,7 @@ func (s *Store) ApplyForgotten(docs []*layout.Forgotten) (int, error) {
 				if err != nil {
 					return err
 				}
-				later := false
-				for _, ss := range streams {
-					later = later || ss.CommittedIn > d.After
-				}
-				if later {
+				if !forgottenAs(h, streams, d.After, epoch) {
 					continue
 				}
 				if err := deleteHead(tx, h); err != nil {
@@ -311,6 +303,50 @@ func (s *Store) ApplyForgotten(docs []*layout.Forgotten) (int, error) {
 		return 0, fmt.Errorf("apply forgotten producers: %w", err)
 	}
 	return n, nil
+}
+
+// forgottenAs reports whether a document of checkpoint after naming a
+// producer at epoch forgets it as the store holds it (h, its streams):
+// born at or below that epoch, not initialised since (its epoch at most
+// that one), nothing committed after the checkpoint. Otherwise it was
+// created again since, inited since (a forget holds inits out until it
+// is done), or wrote on: then it was not forgotten. The condition only
+// widens as after and epoch grow, which the compaction of the documents
+// relies on (layout.MergeForgotten).
+func forgottenAs(h *producerRecord, streams map[string]StreamSeq, after uint64, epoch int64) bool {
+	if h.Born > epoch || h.Epoch > epoch {
+		return false
+	}
+	for _, ss := range streams {
+		if ss.CommittedIn > after {
+			return false
+		}
+	}
+	return true
+}
+
+// forgets indexes documents' entries by producer.
+type forgets map[string][]layout.ForgottenEntry
+
+func forgottenIndex(docs []*layout.Forgotten) forgets {
+	out := forgets{}
+	for _, d := range docs {
+		for id, epoch := range d.Producers {
+			out[id] = append(out[id], layout.ForgottenEntry{Producer: id, After: d.After, Epoch: epoch})
+		}
+	}
+	return out
+}
+
+// forgets reports whether ApplyForgotten with the indexed documents
+// forgets the producer held as h with streams.
+func (f forgets) forgets(h *producerRecord, streams map[string]StreamSeq) bool {
+	for _, e := range f[h.ID] {
+		if forgottenAs(h, streams, e.After, e.Epoch) {
+			return true
+		}
+	}
+	return false
 }
 
 // IdleProducers returns up to limit producers whose last activity is

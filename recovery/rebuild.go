@@ -35,6 +35,13 @@ type Rebuilt struct {
 	// caller moves them aside (layout.QuarantineName) so that the destination
 	// holds each batch once. Sorted by path.
 	Quarantine []string
+	// Forgotten are the node's forgotten-producers documents, set by the
+	// caller that applies them after Restore (Store.ApplyForgotten):
+	// Restore does not create a producer the store lacks that they would
+	// then forget. The outcome is the same; the store's file never holds
+	// them (bbolt does not give pages back), so its size follows the
+	// producers kept, not every one the manifests ever named (I11).
+	Forgotten []*layout.Forgotten
 }
 
 // RebuiltProducer is one producer as the manifests show it.

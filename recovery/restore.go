@@ -38,6 +38,7 @@ func (s *Store) RestoreProducers(committed map[string]map[string]StreamSeq) erro
 // beyond the destination's is kept.
 func (s *Store) Restore(rb *Rebuilt) error {
 	now := time.Now()
+	forgets := forgottenIndex(rb.Forgotten)
 	err := s.update("restore producers", func(tx *bolt.Tx) error {
 		for id, rp := range rb.Producers {
 			h, err := getHead(tx, id)
@@ -47,6 +48,13 @@ func (s *Store) Restore(rb *Rebuilt) error {
 			changed := true
 			switch {
 			case h == nil:
+				// Created as below, then forgotten by ApplyForgotten
+				// with rb.Forgotten: never created (the floor is raised
+				// by ApplyForgotten as for a forget).
+				born := &producerRecord{ID: id, Epoch: rp.Epoch, Born: max(rp.Incarnation, 0)}
+				if forgets.forgets(born, restoredSeqs(rp.Streams)) {
+					continue
+				}
 				if h, err = newHead(tx, id, rp.Epoch); err != nil {
 					return err
 				}
@@ -113,4 +121,14 @@ func deleteSeqs(tx *bolt.Tx, pid string) error {
 		}
 	}
 	return nil
+}
+
+// restoredSeqs returns the stream state Restore gives a producer the
+// store lacks.
+func restoredSeqs(committed map[string]StreamSeq) map[string]StreamSeq {
+	out := make(map[string]StreamSeq, len(committed))
+	for stream, c := range committed {
+		out[stream] = NewStreamSeq().Restored(c)
+	}
+	return out
 }

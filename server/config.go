@@ -58,6 +58,11 @@ type Config struct {
 	// that nothing claims (I10). 0 turns the periodic sweep off.
 	SweepInterval time.Duration
 
+	// ForgottenCompactInterval is how often the forgotten-producers
+	// documents are compacted (forgotten.go), once enough of them wait;
+	// 0 turns it off. The command line sets DefaultForgottenCompactInterval.
+	ForgottenCompactInterval time.Duration
+
 	// IdempotencyWindow is how long an idempotency key is kept after its
 	// batch was prepared; 0 means DefaultIdempotencyWindow. MaxKeys caps
 	// the keys held (memory and store); 0 means DefaultMaxKeys.
@@ -104,11 +109,12 @@ type Hooks struct {
 // Defaults: of Config fields left zero, and of the periodic parts that
 // zero turns off (those are the command line's defaults).
 const (
-	DefaultCheckpointInterval  = 10 * time.Second      // --checkpoint-interval
-	DefaultCommitLinger        = 10 * time.Millisecond // --commit-linger
-	DefaultSweepInterval       = 10 * time.Minute      // --orphan-sweep-interval
-	DefaultRollBytes           = 1 << 30               // Config.RollBytes, --roll-size
-	DefaultMaxUncommittedBytes = 1 << 30               // Config.MaxUncommittedBytes, --max-uncommitted
+	DefaultCheckpointInterval       = 10 * time.Second      // --checkpoint-interval
+	DefaultCommitLinger             = 10 * time.Millisecond // --commit-linger
+	DefaultSweepInterval            = 10 * time.Minute      // --orphan-sweep-interval
+	DefaultForgottenCompactInterval = forgottenCompactEvery // no flag
+	DefaultRollBytes                = 1 << 30               // Config.RollBytes, --roll-size
+	DefaultMaxUncommittedBytes      = 1 << 30               // Config.MaxUncommittedBytes, --max-uncommitted
 )
 
 func (c *Config) defaults() {

@@ -182,6 +182,7 @@ type lifecycle struct {
 		after uint64
 		next  int
 	}
+	compactMu sync.Mutex // serialises compactions of those documents
 
 	// Under the ingest lock (groupcommit.go):
 	commitWant  uint64 // the highest checkpoint a Wait asked to start

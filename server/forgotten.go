@@ -115,29 +115,46 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 // (layout.ForgottenName: 4 digits).
 const maxForgottenNum = 9999
 
-// applyForgotten reads this node's forgotten-producers documents written
-// after newest (the store's newest committed checkpoint: the store
-// reflects every forget before it) and within limit (the ids this node
-// reserved: beyond, not its own), and applies them to the store. Documents
-// that do not parse are reported and skipped.
-func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) error {
+// loadForgotten reads this node's forgotten-producers documents written
+// after newest (the store's newest committed checkpoint, when the store
+// kept up: it reflects every forget before it; 0 for all of them) and
+// within limit (the ids this node reserved: beyond, not its own); of a
+// merged document, the entries after newest. Documents that do not parse
+// are reported and skipped.
+func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([]*layout.Forgotten, error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	dir := path.Dir(layout.ForgottenName(lc.e.cfg.Node, 0, 0)) + "/"
 	entries, err := listForgotten(ctx, r, dir, newest)
 	if err != nil {
-		return fmt.Errorf("list forgotten producers: %w", err)
+		return nil, fmt.Errorf("list forgotten producers: %w", err)
 	}
+	from := max(newest, 1) - 1 // the documents skipped below are before it
 	var docs []*layout.Forgotten
 	for _, en := range entries {
 		node, after, _, ok := layout.ParseForgottenName(en.Path)
+		mnode, through, _, merged := layout.ParseForgottenMergedName(en.Path)
 		switch {
 		case layout.IsTempName(en.Path):
+		case merged && (mnode != lc.e.cfg.Node || through > limit):
+			lc.e.log.Error("document under this node's forgotten-producers prefix that it did not write: ignored", "op", "recovery", "path", en.Path)
+		case merged && through < from:
+			// Every entry is before newest-1: the store reflects them.
+		case merged:
+			m, err := readMerged(ctx, r, en.Path)
+			if errors.Is(err, layout.ErrBadForgotten) {
+				lc.e.log.Error("merged forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			docs = append(docs, m.Docs(from)...)
 		case !ok || node != lc.e.cfg.Node || after > limit:
 			lc.e.log.Error("document under this node's forgotten-producers prefix that it did not write: ignored", "op", "recovery", "path", en.Path)
-		case after+1 < newest:
+		case after < from:
 			// The store had committed past it: it reflects the forget.
 		default:
 			doc, err := readForgotten(ctx, r, en.Path)
@@ -146,11 +163,16 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			docs = append(docs, doc)
 		}
 	}
+	return docs, nil
+}
+
+// applyForgotten applies docs (loadForgotten) to the store.
+func (lc *lifecycle) applyForgotten(docs []*layout.Forgotten) error {
 	n, err := lc.e.store.ApplyForgotten(docs)
 	if err != nil {
 		return err
@@ -165,9 +187,10 @@ func (lc *lifecycle) applyForgotten(ctx context.Context, newest, limit uint64) e
 // listForgotten lists the documents under dir that may be after newest-1:
 // names sort by checkpoint (20 digits), so a Pager starts at the first
 // one that may be needed and the cost of a start depends on the documents
-// since its store's newest commit, not on every one the node ever wrote
-// (nothing removes them; I11). Names that sort before it are not
-// documents this node needs (nor wrote, when they do not parse).
+// since its store's newest commit and on the merged ones, not on every
+// one the node ever wrote (the compaction bounds them: compactForgotten).
+// Names that sort before it are not documents this node needs (nor
+// wrote, when they do not parse); merged names sort after every checkpoint.
 func listForgotten(ctx context.Context, r committer.Reader, dir string, newest uint64) ([]committer.Entry, error) {
 	pg, ok := r.(committer.Pager)
 	if !ok || newest < 2 {
@@ -198,4 +221,267 @@ func readForgotten(ctx context.Context, r committer.Reader, name string) (*layou
 	}
 	defer rc.Close()
 	return layout.DecodeForgotten(name, rc)
+}
+
+func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.ForgottenMerged, error) {
+	rc, _, err := r.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	return layout.DecodeForgottenMerged(name, rc)
+}
+
+// Compaction of the forgotten-producers documents.
+//
+// Every DELETE and every expiry run publishes a document, and a start
+// after a store loss reads them all (loadForgotten): a million producers
+// forgotten one DELETE at a time are a million documents. The compaction
+// merges a node's documents into merged ones of up to layout.MaxForgotten
+// entries (layout.ForgottenMerged) and removes what it merged, so their
+// number follows the producers they name, not the forgets.
+//
+// What the rebuild derives does not change, at any step, crash or not.
+// Take as the destination's forget set E every entry (producer, checkpoint,
+// epoch) of every document under the node's prefix. What a start does
+// with E — per entry: skip it when its checkpoint is before the store's
+// newest committed one minus one (never after a rebuild); raise the
+// epoch floor above its epoch; forget the producer when the store holds
+// it born at or below the epoch, at that epoch or below, with nothing
+// committed after the checkpoint (recovery.Store.ApplyForgotten; a
+// rebuild's Restore leaves out the producers this forgets, with the same
+// predicate, recovery.forgottenAs) — depends only on the entries of E
+// that no other entry dominates (same producer, checkpoint and epoch
+// at least as high: layout.ForgottenEntry.dominates): the skip, the
+// floor and the forget of a dominated entry all follow from its
+// dominator's, and the store forgets a producer when any entry says so,
+// in whatever order. Each step of a compaction keeps that frontier:
+//
+//  1. list and read the documents: changes nothing;
+//  2. publish merged documents, create-only and durable before Publish
+//     returns, holding exactly the frontier of the entries read: adds
+//     entries that are copies of entries in E (a publish a crash cuts
+//     short leaves a temp name, which no reader takes for a document);
+//  3. only then remove the documents read, one by one: each removed entry
+//     is dominated by an entry of a merged document already durable. A
+//     removal that a power cut undoes brings back entries that are still
+//     dominated.
+//
+// Other compactions (the next run, another process of the node after a
+// lease takeover, one before a crash) keep it too, since each removes only
+// what a merged document it published first dominates; documents published
+// while one runs are not listed by it and stay. Two runs may leave
+// entries twice: they cost bytes, never a different rebuild. A document
+// that does not parse is never removed (the rebuild skips it anyway; an
+// operator may want it).
+//
+// Merged documents hold their entries' own checkpoints, so the skip by
+// the store's newest commit stays per entry. A node older than merged
+// documents reports them as not its own and ignores them: running an
+// older binary after a compaction loses the forgets it merged.
+//
+// What stays unbounded: one entry per producer forgotten and not
+// forgotten again since (at most layout.MaxForgotten per document). The
+// manifests name those producers anyway, and they are what the rebuild
+// reads (BENCHMARKS.md "Growth").
+
+// ForgottenCompaction is what one compaction did.
+type ForgottenCompaction struct {
+	Read    int // documents read and merged (regular and merged ones)
+	Written int // merged documents published
+	Removed int // documents removed
+	Entries int // entries in the merged documents written
+}
+
+const (
+	// forgottenCompactAt is how many regular documents a periodic
+	// compaction waits for; a start after a loss reads at most these and
+	// the merged ones.
+	forgottenCompactAt = 16
+	// forgottenSmallMerged: merged documents under this many bytes are
+	// merged again. An entry is at most 194 bytes, at least 30, so a
+	// full merged document (MaxForgotten entries) is over it and any
+	// merged document left alone holds at least 512 entries.
+	forgottenSmallMerged = layout.MaxForgottenDoc / 8
+	// forgottenCompactBytes bounds the bytes one compaction reads (by the
+	// listing's sizes), so its memory is bounded; the next run goes on.
+	forgottenCompactBytes = 16 * layout.MaxForgottenDoc
+	// forgottenCompactEvery is how often the compaction loop runs.
+	forgottenCompactEvery = time.Hour
+)
+
+// CompactForgotten merges this node's forgotten-producers documents into
+// merged ones and removes those it merged (see above), whatever their
+// number. The compaction loop runs it hourly once forgottenCompactAt
+// documents wait; tests call it directly. It returns what it did, also on
+// error; an error leaves every forget in the destination, and the next
+// run goes on.
+func (e *Engine) CompactForgotten(ctx context.Context) (ForgottenCompaction, error) {
+	select {
+	case <-e.life.ready:
+	default:
+		return ForgottenCompaction{}, ErrNotReady
+	}
+	return e.life.compactForgotten(ctx, 1)
+}
+
+// compactForgotten compacts when at least atLeast regular documents
+// wait.
+func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (ForgottenCompaction, error) {
+	var res ForgottenCompaction
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
+	rm, ok2 := lc.e.cfg.Publisher.(committer.Remover)
+	if !ok || !ok2 {
+		return res, nil
+	}
+	lc.compactMu.Lock()
+	defer lc.compactMu.Unlock()
+	node := lc.e.cfg.Node
+	dir := path.Dir(layout.ForgottenName(node, 0, 0)) + "/"
+	listed, err := r.List(ctx, dir)
+	if err != nil {
+		return res, fmt.Errorf("compact forgotten producers: list: %w", err)
+	}
+	// 1. The documents to merge: regular ones in checkpoint order, then
+	// the small merged ones, within the bytes of one run.
+	var inputs []committer.Entry
+	var regular int
+	var size int64
+	for _, en := range listed {
+		n, _, _, isDoc := layout.ParseForgottenName(en.Path)
+		mn, _, _, isMerged := layout.ParseForgottenMergedName(en.Path)
+		switch {
+		case layout.IsTempName(en.Path):
+			continue
+		case isDoc && n == node:
+			regular++
+		case isMerged && mn == node && en.Bytes < forgottenSmallMerged:
+		default:
+			continue
+		}
+		if size+en.Bytes > forgottenCompactBytes && len(inputs) > 0 {
+			break
+		}
+		size += en.Bytes
+		inputs = append(inputs, en)
+	}
+	if regular < atLeast {
+		return res, nil
+	}
+	var all []layout.ForgottenEntry
+	var read []string
+	for _, en := range inputs {
+		var got []layout.ForgottenEntry
+		if _, _, _, ok := layout.ParseForgottenName(en.Path); ok {
+			d, err := readForgotten(ctx, r, en.Path)
+			if err == nil {
+				got = d.Entries()
+			}
+			err = compactReadErr(err)
+			if err != nil {
+				return res, err
+			}
+		} else {
+			m, err := readMerged(ctx, r, en.Path)
+			if err == nil {
+				got = m.Entries
+			}
+			if err = compactReadErr(err); err != nil {
+				return res, err
+			}
+		}
+		if got == nil {
+			continue // gone (another compaction), or not believed: left as it is
+		}
+		all = append(all, got...)
+		read = append(read, en.Path)
+	}
+	res.Read = len(read)
+	if len(read) == 0 {
+		return res, nil
+	}
+	// 2. The frontier of what was read, published durably.
+	merged := layout.MergeForgotten(all)
+	for len(merged) > 0 {
+		chunk := merged[:min(len(merged), layout.MaxForgotten)]
+		merged = merged[len(chunk):]
+		doc := layout.ForgottenMerged{Node: node, Entries: chunk}
+		for _, e := range chunk {
+			doc.Through = max(doc.Through, e.After)
+		}
+		body, err := json.Marshal(&doc)
+		if err != nil {
+			return res, fmt.Errorf("compact forgotten producers: %w", err)
+		}
+		if err := lc.publishMerged(ctx, &doc, body); err != nil {
+			return res, err
+		}
+		res.Written++
+		res.Entries += len(chunk)
+	}
+	// 3. Only now, what they hold goes.
+	for _, name := range read {
+		if err := lc.leaseCheck(); err != nil {
+			return res, fmt.Errorf("compact forgotten producers: %w", err)
+		}
+		if err := rm.Remove(ctx, name); err != nil {
+			return res, fmt.Errorf("compact forgotten producers: %w", err)
+		}
+		res.Removed++
+	}
+	return res, nil
+}
+
+// compactReadErr is what a failed read of a document means to the
+// compaction: nil for a document gone (another compaction removed it) or
+// not believed (left where it is), the error otherwise.
+func compactReadErr(err error) error {
+	if err == nil || errors.Is(err, committer.ErrNotFound) || errors.Is(err, layout.ErrBadForgotten) {
+		return nil
+	}
+	return fmt.Errorf("compact forgotten producers: %w", err)
+}
+
+// publishMerged publishes doc under the first free merged name of its
+// checkpoint, fenced by the lease.
+func (lc *lifecycle) publishMerged(ctx context.Context, doc *layout.ForgottenMerged, body []byte) error {
+	for n := 0; n <= maxForgottenNum; n++ {
+		if err := lc.leaseCheck(); err != nil {
+			return fmt.Errorf("compact forgotten producers: %w", err)
+		}
+		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenMergedName(doc.Node, doc.Through, n), body)
+		if errors.Is(err, committer.ErrExists) {
+			continue // an earlier run's (a crash, or a removal that failed)
+		}
+		if err != nil {
+			return fmt.Errorf("compact forgotten producers: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("compact forgotten producers: %d merged documents through checkpoint %d: %w",
+		maxForgottenNum+1, doc.Through, committer.ErrExists)
+}
+
+// compactLoop runs the compaction every forgottenCompactEvery once
+// forgottenCompactAt documents wait. Its errors go through the failure
+// policy: a stop (a failed fsync, the lease lost) stops the engine; any
+// other is logged and the next run retries. It never holds a lock a
+// commit or a write takes.
+func (lc *lifecycle) compactLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lc.runEvery(ctx, t.C, func() bool {
+		res, err := lc.compactForgotten(ctx, forgottenCompactAt)
+		if lc.e.health.failOn(err) {
+			return true
+		}
+		if err != nil && ctx.Err() == nil {
+			lc.e.log.Warn("forgotten-producers compaction failed; the next one retries", "op", "compact", "err", err,
+				"read", res.Read, "written", res.Written, "removed", res.Removed)
+		} else if res.Removed > 0 {
+			lc.e.log.Info("forgotten-producers documents compacted", "op", "compact",
+				"read", res.Read, "written", res.Written, "removed", res.Removed, "entries", res.Entries)
+		}
+		return false
+	})
 }

@@ -19,9 +19,13 @@ import (
 // forget is published (_forgotten/) before the store forgets, and every
 // start applies it: init must answer nothing committed on the stream.
 // "committed": the new incarnation did commit before the loss: the
-// rebuild must keep it.
+// rebuild must keep it. "copy-after-delete": the older copy is from after
+// the DELETE and two commits more, so it reflects the forget, but is
+// behind the destination: the rebuild brings the producer back from its
+// manifests, and the document (older than the copy's newest commit) must
+// still be applied.
 func TestForgottenProducerStaysForgotten(t *testing.T) {
-	for _, how := range []string{"lost", "older", "committed"} {
+	for _, how := range []string{"lost", "older", "committed", "copy-after-delete"} {
 		t.Run(how, func(t *testing.T) {
 			r := newRig(t, nil)
 			e := r.start(nil)
@@ -50,6 +54,24 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			}
 			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
 				t.Fatal(err)
+			}
+			if how == "copy-after-delete" {
+				for q := range int64(3) {
+					if q == 2 {
+						r.stop()
+						if copyOf, err = os.ReadFile(r.storePath); err != nil {
+							t.Fatal(err)
+						}
+						e = r.start(nil)
+					}
+					if _, err := send(e, nil, "s", 100+q, 1); err != nil {
+						t.Fatal(err)
+					}
+					must[invariant.BatchID{Stream: "s", Seq: 100 + q}] = true
+					if res := r.checkpoint(); res.State != recovery.Committed {
+						t.Fatalf("checkpoint: %+v", res)
+					}
+				}
 			}
 			ps, err = e.InitProducer(t.Context(), "p")
 			if err != nil {

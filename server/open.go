@@ -130,6 +130,9 @@ func (lc *lifecycle) Run(ctx context.Context) {
 	if lc.e.cfg.ProducerExpiry > 0 {
 		g.Go(func() error { lc.expireLoop(ctx); return nil })
 	}
+	if lc.e.cfg.ForgottenCompactInterval > 0 {
+		g.Go(func() error { lc.compactLoop(ctx, lc.e.cfg.ForgottenCompactInterval); return nil })
+	}
 	lc.run(ctx)
 }
 
@@ -250,12 +253,27 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			return err
 		}
 		top = ours.top
+		// Forgets the store may not reflect (it is older, or rebuilt from
+		// manifests, which do not show them): forgotten.go. A rebuild
+		// needs every one: it brings back from the manifests producers
+		// that an older copy of the store had forgotten, also before its
+		// newest commit; and it leaves out of the store the producers
+		// they forget (recovery.Rebuilt.Forgotten).
+		rebuild := ours.behind(newest) || lc.leaseReserved(res.LastID) > res.LastID
+		from := newest
+		if rebuild {
+			from = 0
+		}
+		docs, err := lc.loadForgotten(ctx, from, limit)
+		if err != nil {
+			return err
+		}
 		switch {
 		case ours.behind(newest):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			err = lc.rebuildProducers(ctx, limit)
-		case lc.leaseReserved(res.LastID) > res.LastID:
+			err = lc.rebuildProducers(ctx, limit, docs)
+		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
 			// the store's (ids are reserved in the store first, then in
 			// the lease): the store is new, or an older copy, and no
@@ -264,14 +282,12 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
-			err = lc.rebuildProducers(ctx, limit)
+			err = lc.rebuildProducers(ctx, limit, docs)
 		}
 		if err != nil {
 			return err
 		}
-		// Forgets the store may not reflect (it is older, or rebuilt from
-		// manifests, which do not show them): forgotten.go.
-		return lc.applyForgotten(ctx, newest, limit)
+		return lc.applyForgotten(docs)
 	})
 	return res, top, ok
 }

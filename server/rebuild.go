@@ -19,9 +19,12 @@ import (
 // committed. Only called when the store is behind: it reads every manifest.
 //
 // limit is the highest checkpoint id this node reserved (0: unknown):
-// manifests beyond it are not believed. What cannot be rebuilt is logged
-// as an error: an operator restoring a copy must know it.
-func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
+// manifests beyond it are not believed. forgotten are the node's
+// forgotten-producers documents, all of them, which the caller applies
+// after: producers they forget are not put in the store on the way.
+// What cannot be rebuilt is logged as an error: an operator restoring a
+// copy must know it.
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgotten []*layout.Forgotten) error {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
@@ -33,6 +36,7 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64) error {
 	if err != nil {
 		return err
 	}
+	rb.Forgotten = forgotten
 	if err := lc.e.store.Restore(rb); err != nil {
 		return err
 	}

@@ -147,7 +147,8 @@ func (p *process) openEngine(reg *prometheus.Registry, dest destination, dataDir
 		MaxOpenFiles: int(f.maxOpenFiles), Retain: int(f.retention), ProducerExpiry: f.producerExpiry,
 		CommitLinger: f.commitLinger, CommitMinGap: f.commitMinGap, IdempotencyWindow: f.idemWindow, MaxKeys: int(f.idemMaxKeys),
 		Hooks: p.hooks(metrics.Hooks()), SweepInterval: f.sweepInterval,
-		Leaser: dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
+		ForgottenCompactInterval: server.DefaultForgottenCompactInterval,
+		Leaser:                   dest, LeaseTimeout: f.leaseTimeout, Listen: f.listen,
 	})
 	if err != nil {
 		return nil, err

@@ -57,6 +57,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"OpenMissing", testOpenMissing},
 		{"OpenSeek", testOpenSeek},
 		{"MoveIdempotent", testMove},
+		{"RemoveOwnDocumentsOnly", testRemove},
 	})
 }
 
@@ -659,4 +660,41 @@ func testMove(t *testing.T, e Env) {
 		t.Fatal("a refused move changed its target")
 	}
 	ReadAll(t, e.Reader, g.Final)
+}
+
+// testRemove: a document under _forgotten/ is removed, removing it again
+// is done, and any other name — a manifest, a committed file — is refused
+// and stays (committer.Remover, optional; I7).
+func testRemove(t *testing.T, e Env) {
+	rm, ok := e.Publisher.(committer.Remover)
+	if !ok {
+		t.Skip("not a committer.Remover")
+	}
+	ctx := t.Context()
+	doc := "_forgotten/n/00000000000000000007-0000.json"
+	man := "_manifests/n/00000000000000000007.json"
+	for _, name := range []string{doc, man} {
+		if err := e.Publisher.Publish(ctx, name, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := Prepare(t, e, "s/dt=1/part-n-00000000000000000007-0000.ndjson", Content(9, 100))
+	if err := e.Committer.Commit(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	for try := range 2 {
+		if err := rm.Remove(ctx, doc); err != nil {
+			t.Fatalf("remove (try %d): %v", try, err)
+		}
+	}
+	if _, _, err := e.Reader.Open(ctx, doc); !errors.Is(err, committer.ErrNotFound) {
+		t.Fatalf("a removed document: %v, want ErrNotFound", err)
+	}
+	for _, name := range []string{man, f.Final, "_forgotten/../" + man} {
+		if err := rm.Remove(ctx, name); err == nil {
+			t.Errorf("remove %s: nil, want it refused", name)
+		}
+	}
+	ReadAll(t, e.Reader, man)
+	ReadAll(t, e.Reader, f.Final)
 }

@@ -33,6 +33,7 @@ var (
 	_ committer.Pager           = (*Local)(nil)
 	_ committer.Limiter         = (*Local)(nil)
 	_ committer.Mover           = (*Local)(nil)
+	_ committer.Remover         = (*Local)(nil)
 )
 
 // Local commits into Dest on FS. Temp files for published objects go to
@@ -333,6 +334,23 @@ func (l *Local) List(ctx context.Context, prefix string) ([]committer.Entry, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// Remove removes the document name under _forgotten/; gone already is
+// done. Its directory is not synced (committer.Remover).
+func (l *Local) Remove(_ context.Context, name string) error {
+	if !fs.ValidPath(name) || !strings.HasPrefix(name, layout.ForgottenDir+"/") {
+		return fmt.Errorf("remove %q: not a document under %s/: %w", name, layout.ForgottenDir, committer.ErrConflict)
+	}
+	if err := l.noSymlinks(name); errors.Is(err, committer.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if err := l.FS.Remove(l.abs(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return nil
 }
 
 // Open opens a committed file. name must be a clean relative path.

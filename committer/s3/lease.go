@@ -14,7 +14,10 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-var _ committer.Leaser = (*S3)(nil)
+var (
+	_ committer.Leaser  = (*S3)(nil)
+	_ committer.Remover = (*S3)(nil)
+)
 
 // ReadLease reads name; its version is the object's ETag.
 func (s *S3) ReadLease(ctx context.Context, name string) ([]byte, string, error) {

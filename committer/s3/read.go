@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -35,6 +36,18 @@ func (s *S3) Publish(ctx context.Context, name string, data []byte) error {
 			return fmt.Errorf("publish %s: %w", name, committer.ErrExists)
 		}
 		return fmt.Errorf("publish %s: %w", name, classify(err))
+	}
+	return nil
+}
+
+// Remove deletes the document name under _forgotten/; a missing key is
+// done (committer.Remover).
+func (s *S3) Remove(ctx context.Context, name string) error {
+	if !validName(name) || !strings.HasPrefix(name, layout.ForgottenDir+"/") {
+		return fmt.Errorf("remove %q: not a document under %s/: %w", name, layout.ForgottenDir, committer.ErrConflict)
+	}
+	if err := s.client.RemoveObject(ctx, s.bucket, s.Key(name), minio.RemoveObjectOptions{}); err != nil && code(err) != minio.NoSuchKey {
+		return fmt.Errorf("remove %s: %w", name, classify(err))
 	}
 	return nil
 }

@@ -9,10 +9,12 @@ package layout
 // a client whose own batches are not committed.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -108,4 +110,175 @@ func DecodeForgotten(name string, r io.Reader) (*Forgotten, error) {
 		return nil, err
 	}
 	return &f, nil
+}
+
+// A merged document (_forgotten/<node>/merged-<through:020d>-<n:04d>.json)
+// holds what documents of node said, entry by entry, so that the documents
+// can be removed: the compaction (server/forgotten.go) writes it, durably,
+// before it removes what it merged. Each entry keeps its own checkpoint:
+// an entry means what a document of that checkpoint naming only its
+// producer means. Names sort after every ForgottenName of the node ('m'
+// after the digits), so a reader that pages from a checkpoint on lists
+// them all.
+
+// ForgottenMerged is a merged forgotten-producers document. Through is the
+// highest After of its entries.
+type ForgottenMerged struct {
+	Node    string           `json:"node"`
+	Through uint64           `json:"through_checkpoint"`
+	Entries []ForgottenEntry `json:"entries"`
+}
+
+// ForgottenEntry is one producer of a Forgotten document: forgotten after
+// checkpoint After at epoch Epoch.
+type ForgottenEntry struct {
+	Producer string `json:"p"`
+	After    uint64 `json:"after"`
+	Epoch    int64  `json:"epoch"`
+}
+
+// dominates reports whether e says at least what o says: the same
+// producer, forgotten no earlier and at no lower epoch. The rebuild forgets
+// a producer again for an entry when its store holds it born at or below
+// the entry's epoch, at that epoch or below, with nothing committed after
+// the entry's checkpoint (recovery.Store.ApplyForgotten): a condition
+// that only widens as the checkpoint and the epoch grow, and it raises the
+// epoch floor above the epoch. So whatever o makes the rebuild do, e makes
+// it do too, and o can go.
+func (e ForgottenEntry) dominates(o ForgottenEntry) bool {
+	return e.Producer == o.Producer && e.After >= o.After && e.Epoch >= o.Epoch
+}
+
+// ForgottenMergedName returns the name of node's merged document n whose
+// entries' highest checkpoint is through. ParseForgottenMergedName reads it.
+func ForgottenMergedName(node string, through uint64, n int) string {
+	return fmt.Sprintf("%s/%s/merged-%020d-%04d.json", ForgottenDir, node, through, n)
+}
+
+// ParseForgottenMergedName parses a name made by ForgottenMergedName.
+func ParseForgottenMergedName(name string) (node string, through uint64, n int, ok bool) {
+	rest, found := strings.CutPrefix(name, ForgottenDir+"/")
+	if !found {
+		return "", 0, 0, false
+	}
+	node, base, found := strings.Cut(rest, "/")
+	base, isJSON := strings.CutSuffix(base, ".json")
+	base, merged := strings.CutPrefix(base, "merged-")
+	if !found || !isJSON || !merged || !Node(node) || len(base) != 25 || base[20] != '-' {
+		return "", 0, 0, false
+	}
+	id, err1 := strconv.ParseUint(base[:20], 10, 64)
+	num, err2 := strconv.Atoi(base[21:])
+	if err1 != nil || err2 != nil || id > MaxCheckpoint || num < 0 {
+		return "", 0, 0, false
+	}
+	return node, id, num, true
+}
+
+// CheckForgottenMerged checks a merged document read at name: its node
+// and Through are the name's, it holds 1..MaxForgotten entries, each a
+// valid producer with an epoch as CheckForgotten wants it and a
+// checkpoint at most Through.
+func CheckForgottenMerged(name string, m *ForgottenMerged) error {
+	node, through, _, ok := ParseForgottenMergedName(name)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s: not a merged forgotten-producers name", ErrBadForgotten, name)
+	case m.Node != node || m.Through != through:
+		return fmt.Errorf("%w: %s: names node %q checkpoint %d", ErrBadForgotten, name, m.Node, m.Through)
+	case len(m.Entries) == 0 || len(m.Entries) > MaxForgotten:
+		return fmt.Errorf("%w: %s: %d entries", ErrBadForgotten, name, len(m.Entries))
+	}
+	for _, e := range m.Entries {
+		if !Producer(e.Producer) || e.Epoch < 0 || e.Epoch >= MaxSeq || e.After > through {
+			return fmt.Errorf("%w: %s: producer %q epoch %d checkpoint %d", ErrBadForgotten, name, e.Producer, e.Epoch, e.After)
+		}
+	}
+	return nil
+}
+
+// DecodeForgottenMerged reads the merged document at name from r (at
+// most MaxForgottenDoc bytes) and checks it.
+func DecodeForgottenMerged(name string, r io.Reader) (*ForgottenMerged, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxForgottenDoc+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(data) > MaxForgottenDoc {
+		return nil, fmt.Errorf("%w: %s: over %d bytes", ErrBadForgotten, name, MaxForgottenDoc)
+	}
+	var m ForgottenMerged
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadForgotten, name, err)
+	}
+	if err := CheckForgottenMerged(name, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Entries returns f's producers as entries, sorted by producer.
+func (f *Forgotten) Entries() []ForgottenEntry {
+	out := make([]ForgottenEntry, 0, len(f.Producers))
+	for p, ep := range f.Producers {
+		out = append(out, ForgottenEntry{Producer: p, After: f.After, Epoch: ep})
+	}
+	slices.SortFunc(out, compareEntries)
+	return out
+}
+
+// Docs returns m's entries with a checkpoint at least from as documents,
+// one per checkpoint, as a node wrote them (Store.ApplyForgotten takes
+// them). A producer named twice for one checkpoint keeps its higher epoch.
+func (m *ForgottenMerged) Docs(from uint64) []*Forgotten {
+	by := map[uint64]*Forgotten{}
+	var out []*Forgotten
+	for _, e := range m.Entries {
+		if e.After < from {
+			continue
+		}
+		d := by[e.After]
+		if d == nil {
+			d = &Forgotten{Node: m.Node, After: e.After, Producers: map[string]int64{}}
+			by[e.After] = d
+			out = append(out, d)
+		}
+		if ep, ok := d.Producers[e.Producer]; !ok || e.Epoch > ep {
+			d.Producers[e.Producer] = e.Epoch
+		}
+	}
+	return out
+}
+
+// MergeForgotten returns entries without those another entry dominates
+// (and without duplicates), sorted by producer, then checkpoint, then
+// epoch: what a merged document must hold for the rebuild to do what
+// entries make it do.
+func MergeForgotten(entries []ForgottenEntry) []ForgottenEntry {
+	s := slices.Clone(entries)
+	slices.SortFunc(s, compareEntries)
+	out := s[:0]
+	for i, e := range s {
+		// Entries of one producer are adjacent, and any entry that
+		// dominates e sorts after it (a checkpoint and an epoch at least
+		// e's).
+		keep := true
+		for _, o := range s[i+1:] {
+			if o.Producer != e.Producer {
+				break
+			}
+			if o.dominates(e) {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, e)
+		}
+	}
+	return slices.Clip(out)
+}
+
+func compareEntries(a, b ForgottenEntry) int {
+	return cmp.Or(strings.Compare(a.Producer, b.Producer), cmp.Compare(a.After, b.After), cmp.Compare(a.Epoch, b.Epoch))
 }

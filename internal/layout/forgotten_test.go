@@ -1,0 +1,114 @@
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+func TestForgottenMergedNameRoundTrip(t *testing.T) {
+	name := ForgottenMergedName("n1", 42, 7)
+	if want := "_forgotten/n1/merged-00000000000000000042-0007.json"; name != want {
+		t.Fatalf("ForgottenMergedName = %q, want %q", name, want)
+	}
+	node, through, n, ok := ParseForgottenMergedName(name)
+	if !ok || node != "n1" || through != 42 || n != 7 {
+		t.Fatalf("parse %q: %q %d %d %v", name, node, through, n, ok)
+	}
+	// The two kinds never take each other's names, and merged names sort
+	// after every regular one (a start pages from a checkpoint on).
+	if _, _, _, ok := ParseForgottenName(name); ok {
+		t.Fatalf("%q parses as a regular document", name)
+	}
+	regular := ForgottenName("n1", MaxCheckpoint, 9999)
+	if _, _, _, ok := ParseForgottenMergedName(regular); ok {
+		t.Fatalf("%q parses as a merged document", regular)
+	}
+	if ForgottenMergedName("n1", 0, 0) <= regular {
+		t.Fatalf("merged names sort before %q", regular)
+	}
+	for _, bad := range []string{
+		"_forgotten/n1/merged-0000000000000000042-0007.json", "_forgotten/n1/merged-00000000000000000042-0007",
+		"_forgotten/-n/merged-00000000000000000042-0007.json", "_forgotten/n1/merged-00000000000000000042_0007.json",
+		"forgotten/n1/merged-00000000000000000042-0007.json", "_forgotten/n1/merged-99999999999999999999-0007.json",
+	} {
+		if _, _, _, ok := ParseForgottenMergedName(bad); ok {
+			t.Errorf("%q parses", bad)
+		}
+	}
+}
+
+func TestDecodeForgottenMergedChecks(t *testing.T) {
+	name := ForgottenMergedName("n1", 10, 0)
+	good := ForgottenMerged{Node: "n1", Through: 10, Entries: []ForgottenEntry{{"p", 3, 1}, {"q", 10, 0}}}
+	enc := func(m ForgottenMerged) []byte {
+		b, err := json.Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	got, err := DecodeForgottenMerged(name, bytes.NewReader(enc(good)))
+	if err != nil || !reflect.DeepEqual(*got, good) {
+		t.Fatalf("decode: %+v, %v", got, err)
+	}
+	for what, m := range map[string]ForgottenMerged{
+		"other node":          {Node: "n2", Through: 10, Entries: good.Entries},
+		"other checkpoint":    {Node: "n1", Through: 11, Entries: good.Entries},
+		"no entries":          {Node: "n1", Through: 10},
+		"entry beyond it":     {Node: "n1", Through: 10, Entries: []ForgottenEntry{{"p", 11, 1}}},
+		"bad producer":        {Node: "n1", Through: 10, Entries: []ForgottenEntry{{"-p", 1, 1}}},
+		"epoch out of bounds": {Node: "n1", Through: 10, Entries: []ForgottenEntry{{"p", 1, MaxSeq}}},
+	} {
+		if _, err := DecodeForgottenMerged(name, bytes.NewReader(enc(m))); !errors.Is(err, ErrBadForgotten) {
+			t.Errorf("%s: %v, want ErrBadForgotten", what, err)
+		}
+	}
+}
+
+// MergeForgotten keeps exactly the entries no other entry dominates: for
+// random sets, every entry dropped is dominated by one kept, and no entry
+// kept is dominated by another input entry (save its own duplicates).
+func TestMergeForgottenKeepsTheFrontier(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for range 200 {
+		var in []ForgottenEntry
+		for range rng.IntN(30) {
+			in = append(in, ForgottenEntry{Producer: string(rune('a' + rng.IntN(4))), After: uint64(rng.IntN(6)), Epoch: int64(rng.IntN(6))})
+		}
+		out := MergeForgotten(in)
+		for i, o := range out {
+			for _, o2 := range out[i+1:] {
+				if o == o2 || o2.dominates(o) || o.dominates(o2) {
+					t.Fatalf("kept %v and %v of %v", o, o2, in)
+				}
+			}
+		}
+		for _, e := range in {
+			covered := false
+			for _, o := range out {
+				covered = covered || o.dominates(e)
+			}
+			if !covered {
+				t.Fatalf("%v of %v dropped and not covered by %v", e, in, out)
+			}
+		}
+	}
+}
+
+func TestForgottenMergedDocs(t *testing.T) {
+	m := ForgottenMerged{Node: "n1", Through: 9, Entries: []ForgottenEntry{{"p", 3, 1}, {"q", 9, 2}, {"r", 3, 0}, {"s", 1, 5}}}
+	docs := m.Docs(2)
+	want := []*Forgotten{
+		{Node: "n1", After: 3, Producers: map[string]int64{"p": 1, "r": 0}},
+		{Node: "n1", After: 9, Producers: map[string]int64{"q": 2}},
+	}
+	if !reflect.DeepEqual(docs, want) {
+		t.Fatalf("Docs(2) = %+v, want %+v", docs, want)
+	}
+}
