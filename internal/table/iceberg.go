@@ -390,7 +390,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	schemaID := schema.ID
 	snap := Snapshot{
 		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
-		TimestampMs:  t.now().UnixMilli(),
+		TimestampMs:  base.notBefore(t.now().UnixMilli()),
 		ManifestList: t.Location + "/" + listName,
 		Summary:      &Summary{Operation: OpAppend, Properties: props},
 		SchemaID:     &schemaID,

@@ -625,6 +625,19 @@ func (b *builder) addSnapshot(s Snapshot) error {
 	return nil
 }
 
+// notBefore returns ms, or the table's last update or snapshot when ms is
+// before it: Iceberg refuses a snapshot more than a minute older than
+// either, and a clock behind them (another node's clock ahead, a clock
+// stepped back) would otherwise hold the node's commits until it caught
+// up. Snapshot times stay in order for time travel.
+func (m *Metadata) notBefore(ms int64) int64 {
+	ms = max(ms, m.lastUpdatedMs)
+	if n := len(m.snapshotLog); n > 0 {
+		ms = max(ms, m.snapshotLog[n-1].TimestampMs)
+	}
+	return ms
+}
+
 // setProperties sets properties.
 func (b *builder) setProperties(props map[string]string) {
 	if len(props) == 0 {
