@@ -151,7 +151,7 @@ func expireLease(t testing.TB, fs afero.Fs) {
 	if err := json.Unmarshal(data, &l); err != nil {
 		t.Fatalf("decode lease: %v", err)
 	}
-	l.ExpiresAt = l.RenewedAt // expired by the rig's clock, reserved ids kept
+	l.ExpiresAt = l.RenewedAt // released (leaseReleased): taken over at once, reserved ids kept
 	if data, err = json.Marshal(&l); err != nil {
 		t.Fatal(err)
 	}
