@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -152,21 +151,14 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 		}
 	}
 	// A new store cannot prove the last process dead (it may still hold
-	// the old file's lock), so the next start waits for the lease to
-	// expire: expire it here, keeping the ids it reserved (I8).
-	leasePath := rigDest + "/" + layout.LeaseName(rigNode)
-	if data, err := afero.ReadFile(r.fs, leasePath); err == nil {
-		var l Lease
-		if err := json.Unmarshal(data, &l); err != nil {
-			fail("store %s: decode lease: %v", how, err)
-		}
-		l.ExpiresAt = time.Time{}
-		if data, err = json.Marshal(&l); err == nil {
-			err = afero.WriteFile(r.fs, leasePath, data, 0o644)
-		}
-		if err != nil {
-			fail("store %s: expire lease: %v", how, err)
-		}
+	// the old file's lock), so the next start would wait for the lease
+	// to expire: release it here, keeping the ids it reserved (I8). (It
+	// zeroed the expiry before, which made the document unreadable: every
+	// start after a loss then took the path of a lease that knows no ids.)
+	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
+		fail("store %s: %v", how, err)
+	} else if ok {
+		expireLease(t, r.fs)
 	}
 	// Every id that carried data has a manifest. (Ids of empty
 	// checkpoints after the last manifest leave no trace anywhere once
