@@ -41,9 +41,10 @@ const DefaultLeaseTimeout = 30 * time.Second
 // Bounds on what a lease read from the destination may say (DESIGN
 // "Several nodes": checked before it is believed).
 const (
-	// leaseAheadMax bounds a lease's expiry, in lease timeouts after it
-	// was first seen: a document expiring later (a planted one, "9999")
-	// is waited out only this long unless it changes. A live holder with
+	// leaseAheadMax bounds how long a lease is waited out, in lease
+	// timeouts after it was first seen: a document valid for longer (a
+	// planted one expiring in 9999) is taken over after this long unless
+	// it changes. A live holder with
 	// a timeout over 30 times this node's renews less often than that and
 	// could be taken over: nodes of one id run with one --lease-timeout.
 	leaseAheadMax = 10
