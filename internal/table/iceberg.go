@@ -578,7 +578,11 @@ func (t *Iceberg) writeManifest(ctx context.Context, stream, node string, checkp
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Final < sorted[j].Final })
 	var a addedCounts
 	for _, f := range sorted {
-		data, types, err := partitionData(tt, ss, stream, f.Final)
+		from := f.Final // its partition path: a displaced file has none
+		if f.DisplacedFrom != "" {
+			from = f.DisplacedFrom
+		}
+		data, types, err := partitionData(tt, ss, stream, from)
 		if err != nil {
 			return nil, a, err
 		}
