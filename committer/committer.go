@@ -73,6 +73,11 @@ type File struct {
 	// Table is "iceberg" for a file of a table stream: the commit appends
 	// it to the stream's table (docs/design.md "Tables"). Empty otherwise.
 	Table string `json:"table,omitempty"`
+	// DisplacedFrom is the final name the file was prepared with when the
+	// commit displaced it (recovery.Finisher's Displace), in memory only:
+	// a displaced name has no partition path, and a table commit reads
+	// the file's partition from this one.
+	DisplacedFrom string `json:"-"`
 
 	// Set by committers that upload at Prepare (S3).
 	UploadID   string `json:"upload_id,omitempty"`

@@ -268,6 +268,7 @@ func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (
 	if !ok {
 		return file, "", err
 	}
+	moved.DisplacedFrom = file.Final
 	token, derr := commit(moved)
 	if derr != nil {
 		return file, "", fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr)

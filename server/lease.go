@@ -41,9 +41,10 @@ const DefaultLeaseTimeout = 30 * time.Second
 // Bounds on what a lease read from the destination may say (DESIGN
 // "Several nodes": checked before it is believed).
 const (
-	// leaseAheadMax bounds a lease's expiry, in lease timeouts after it
-	// was first seen: a document expiring later (a planted one, "9999")
-	// is waited out only this long unless it changes. A live holder with
+	// leaseAheadMax bounds how long a lease is waited out, in lease
+	// timeouts after it was first seen: a document valid for longer (a
+	// planted one expiring in 9999) is taken over after this long unless
+	// it changes. A live holder with
 	// a timeout over 30 times this node's renews less often than that and
 	// could be taken over: nodes of one id run with one --lease-timeout.
 	leaseAheadMax = 10
@@ -265,35 +266,43 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 }
 
 // watchLocked decides about another incarnation's lease cur, read at
-// version at time t: nil when it may be taken over (expired), *leaseWait
-// while it is live and unchanged, ErrLeaseHeld when it changed while live.
+// version at time t: nil when it may be taken over (released, or seen
+// unchanged for as long as it said it is valid), *leaseWait while it has
+// not been, ErrLeaseHeld when it changed meanwhile without a release.
+//
+// The holder's times are read only as a duration (its expiry minus its
+// renewal, both from its own clock): an expiry compared with this node's
+// clock would hand over the lease of a live holder whose clock is behind
+// by more than the timeout. So the wait runs on this node's clock, from
+// the first read, as leader elections over a shared record do.
 func (l *lease) watchLocked(cur Lease, version string, t time.Time) error {
 	w := l.watch
 	switch {
+	case leaseReleased(cur):
+		return nil
 	case w.version == "":
-		until := cur.ExpiresAt
-		if bound := t.Add(leaseAheadMax * l.timeout); until.After(bound) {
-			l.log.Error("node lease expires beyond any plausible renewal: waiting only until the bound",
-				"lease", l.name, "holder", cur.String(), "bound", bound.Format(time.RFC3339Nano), "lease_timeout", l.timeout.String())
-			until = bound
+		valid := cur.ExpiresAt.Sub(cur.RenewedAt)
+		if bound := leaseAheadMax * l.timeout; valid > bound {
+			l.log.Error("node lease is valid for longer than any plausible renewal: waiting only for the bound",
+				"lease", l.name, "holder", cur.String(), "bound", bound.String(), "lease_timeout", l.timeout.String())
+			valid = bound
 		}
-		if !t.Before(until) {
-			return nil
-		}
+		until := t.Add(valid)
 		l.watch = leaseWatch{version: version, until: until}
 		return &leaseWait{holder: cur, until: until, first: true, in: l.waitIn(until, t)}
 	case version != w.version:
-		if !t.Before(cur.ExpiresAt) {
-			return nil // released, or expired since it changed
-		}
-		return fmt.Errorf("%w: %s, which renewed it while this node waited; it expires %s after its last renewal (--lease-timeout) if it stops",
-			ErrLeaseHeld, cur, cur.ExpiresAt.Sub(t).Round(time.Millisecond))
+		return fmt.Errorf("%w: %s, which renewed it while this node waited; it is taken over %s after its last renewal (--lease-timeout) if it stops",
+			ErrLeaseHeld, cur, cur.ExpiresAt.Sub(cur.RenewedAt).Round(time.Millisecond))
 	case !t.Before(w.until):
 		return nil
 	default:
 		return &leaseWait{holder: cur, until: w.until, in: l.waitIn(w.until, t)}
 	}
 }
+
+// leaseReleased reports whether l was ended by a clean shutdown (release):
+// its expiry is not after its last renewal, which no renewal writes.
+func leaseReleased(l Lease) bool { return !l.ExpiresAt.After(l.RenewedAt) }
 
 // writeLocked writes the document with a fresh expiry, swapping from
 // version ("" creates), and on success moves validUntil.
@@ -367,7 +376,7 @@ func (l *lease) release(ctx context.Context) error {
 	l.released = true
 	l.validUntil, l.wallUntil = time.Time{}, time.Time{}
 	doc := l.doc
-	doc.ExpiresAt = time.Now().UTC()
+	doc.ExpiresAt = doc.RenewedAt // released (leaseReleased); expired by any clock too
 	data, err := json.MarshalIndent(&doc, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode node lease: %w", err)

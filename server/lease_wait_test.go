@@ -150,13 +150,13 @@ func TestLeaseUndecodableTakenOver(t *testing.T) {
 	}
 }
 
-// A planted (expired) lease with a huge reserved_checkpoint must not wrap
+// A planted (released) lease with a huge reserved_checkpoint must not wrap
 // checkpoint ids past 2^64: the mark is checked against what the node
 // knows and ignored, reported, when it is beyond any plausible use.
 func TestLeaseHugeReservedIgnored(t *testing.T) {
 	r := leaseRig(t, nil, time.Hour, nil)
 	planted := Lease{Node: rigNode, Incarnation: "planted", RenewedAt: time.Now().Add(-time.Hour).UTC(),
-		ExpiresAt: time.Now().Add(-time.Minute).UTC(), Reserved: math.MaxUint64 - 3}
+		ExpiresAt: time.Now().Add(-time.Hour).UTC(), Reserved: math.MaxUint64 - 3}
 	data, _ := json.Marshal(planted)
 	plantLease(t, r, data)
 	e := r.start(nil)

@@ -170,6 +170,33 @@ func (in *ingest) streamUnpreparedLocked(stream string) bool {
 	return in.inflight != 0 && in.lastPrepared < in.inflight
 }
 
+// tableChecker is implemented by a Tables that can tell, when a stream is
+// configured, whether the table the destination holds for it can take
+// its files (table.Iceberg.Check).
+type tableChecker interface {
+	Check(ctx context.Context, stream string, cfg streamconf.Config) error
+}
+
+// checkTable refuses a table stream's configuration that the table the
+// destination holds at the stream's place can't take (another node's
+// configuration of the stream, another writer's table): accepted, its
+// batches' commit would fail for good after "prepared" and hold every
+// later checkpoint (I13). A destination that can't be read now is left
+// to the commit, which retries it.
+func (e *Engine) checkTable(ctx context.Context, stream string, c streamconf.Config) error {
+	tc, ok := e.fin.Tables.(tableChecker)
+	if !ok || !c.IsTable() {
+		return nil
+	}
+	err := tc.Check(ctx, stream, c)
+	var fe *streamconf.FieldError
+	if err != nil && !errors.As(err, &fe) {
+		e.log.Warn("configure stream: its table could not be read to check the configuration against it", "stream", stream, "err", err)
+		return nil
+	}
+	return err
+}
+
 // StreamInfo is a stream's configuration as the engine knows it.
 type StreamInfo struct {
 	Stream string
@@ -212,6 +239,9 @@ func (e *Engine) PutStream(ctx context.Context, stream string, c streamconf.Conf
 	prev := e.ing.streams.newest[stream]
 	e.ing.mu.Unlock()
 	if err := streamconf.CheckChange(prev.Config, sc.cfg); err != nil {
+		return StreamInfo{}, err
+	}
+	if err := e.checkTable(ctx, stream, sc.cfg); err != nil {
 		return StreamInfo{}, err
 	}
 	// 1. No batch of the stream is accepted under the old configuration

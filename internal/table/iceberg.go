@@ -808,26 +808,74 @@ func sameIDs(have, want *iceberg.Schema) error {
 // schema with more fields than want (a node with a newer configuration
 // wrote it) is kept. Anything else is ErrIncompatible.
 func evolve(b *builder, have, want *iceberg.Schema) (*iceberg.Schema, error) {
-	hf, wf := have.Fields(), want.Fields()
-	n := min(len(hf), len(wf))
-	for i := 0; i < n; i++ {
-		if hf[i].ID != wf[i].ID || hf[i].Name != wf[i].Name || !hf[i].Type.Equals(wf[i].Type) || hf[i].Required != wf[i].Required {
-			return nil, fmt.Errorf("%w: column %d is %s %s in the table, %s %s in the stream's schema", ErrIncompatible, i+1, hf[i].Name, hf[i].Type, wf[i].Name, wf[i].Type)
-		}
+	if _, err := fits(have, want); err != nil {
+		return nil, err
 	}
+	hf, wf := have.Fields(), want.Fields()
 	if len(wf) <= len(hf) {
 		return have, nil
-	}
-	for _, f := range wf[len(hf):] {
-		if f.Required {
-			return nil, fmt.Errorf("%w: new column %s is required", ErrIncompatible, f.Name)
-		}
 	}
 	next, err := b.addSchema(iceberg.NewSchema(have.ID+1, wf...))
 	if err != nil {
 		return nil, fmt.Errorf("add schema: %w", err)
 	}
 	return next, nil
+}
+
+// fits is evolve's rule: nil when a table of schema have can take files
+// of schema want, else ErrIncompatible and the index of want's field at
+// fault.
+func fits(have, want *iceberg.Schema) (int, error) {
+	hf, wf := have.Fields(), want.Fields()
+	n := min(len(hf), len(wf))
+	for i := 0; i < n; i++ {
+		if hf[i].ID != wf[i].ID || hf[i].Name != wf[i].Name || !hf[i].Type.Equals(wf[i].Type) || hf[i].Required != wf[i].Required {
+			return i, fmt.Errorf("%w: column %d is %s %s in the table, %s %s in the stream's schema", ErrIncompatible, i+1, hf[i].Name, hf[i].Type, wf[i].Name, wf[i].Type)
+		}
+	}
+	for i := n; i < len(wf); i++ {
+		if wf[i].Required {
+			return i, fmt.Errorf("%w: new column %s is required", ErrIncompatible, wf[i].Name)
+		}
+	}
+	return 0, nil
+}
+
+// Check tells whether the table the destination holds for stream, if
+// any, can take the files of stream configured as cfg (a table stream's
+// validated configuration): a *streamconf.FieldError naming the field
+// when its schema or partition spec can't (I13: refused when configured,
+// not found at commit, where it would hold the node's checkpoints), or
+// its metadata doesn't parse. Another error is the destination's.
+func (t *Iceberg) Check(ctx context.Context, stream string, cfg streamconf.Config) error {
+	cur, err := Load(ctx, t.Dest, stream)
+	if errors.Is(err, ErrCorrupt) {
+		return &streamconf.FieldError{Field: "table", Message: fmt.Sprintf("the destination's table of the stream can't be read: %v", err)}
+	}
+	if err != nil || cur.Metadata == nil {
+		return err
+	}
+	tt, err := cfg.TableTemplate()
+	if err != nil {
+		return &streamconf.FieldError{Field: "partition", Message: err.Error()}
+	}
+	want, err := IcebergSchema(cfg.Schema, 0)
+	if err != nil {
+		return &streamconf.FieldError{Field: "schema", Message: err.Error()}
+	}
+	if i, err := fits(cur.Metadata.CurrentSchema(), want); err != nil {
+		return &streamconf.FieldError{Field: fmt.Sprintf("schema.fields[%d]", i),
+			Message: fmt.Sprintf("the destination's table of the stream (%s) can't take it: %v", layout.TableMetadataName(stream, cur.Version), err)}
+	}
+	spec, err := PartitionSpec(tt, cfg.Schema)
+	if err != nil {
+		return &streamconf.FieldError{Field: "partition", Message: err.Error()}
+	}
+	if have := cur.Metadata.PartitionSpec(); !have.CompatibleWith(&spec) {
+		return &streamconf.FieldError{Field: "partition",
+			Message: fmt.Sprintf("the destination's table of the stream (%s) is partitioned %v, the template makes %v", layout.TableMetadataName(stream, cur.Version), have, spec)}
+	}
+	return nil
 }
 
 // writeManifest writes the manifest of one checkpoint's files of stream.
@@ -844,7 +892,11 @@ func (t *Iceberg) writeManifest(ctx context.Context, stream, node string, checkp
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Final < sorted[j].Final })
 	var a addedCounts
 	for _, f := range sorted {
-		data, types, err := partitionData(tt, ss, stream, f.Final)
+		from := f.Final // its partition path: a displaced file has none
+		if f.DisplacedFrom != "" {
+			from = f.DisplacedFrom
+		}
+		data, types, err := partitionData(tt, ss, stream, from)
 		if err != nil {
 			return nil, a, err
 		}
