@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -216,6 +217,113 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		}
 	}
 	return c.vals, nil
+}
+
+// Checked keeps what a strict check found in a batch's records, for the
+// Parquet encoder, which would otherwise parse each record again (issue 26):
+// for each record its length and its schema fields' values, as offsets
+// into the record and parsed numbers, so that it holds no pointer into the
+// batch and outlives the request's buffer. The encoder applies it to the
+// same records read back from the staging file (Value), and falls back to
+// parsing a record whose length differs.
+type Checked struct {
+	// Schema is the schema the records were checked against: values are
+	// used only by an encoder of this same schema.
+	Schema *Schema
+	lens   []uint32
+	vals   []kept
+}
+
+// kept is a Value without pointers: the raw value at off, n bytes (n 0:
+// absent or null; a JSON value is never empty), and Int, or Float's bits.
+type kept struct {
+	off, n uint32
+	num    uint64
+}
+
+// NewChecked returns an empty Checked for records of s, with room for
+// records of them.
+func NewChecked(s *Schema, records int) *Checked {
+	return &Checked{Schema: s, lens: make([]uint32, 0, records), vals: make([]kept, 0, records*len(s.Fields))}
+}
+
+// Add appends a record and the values Fields returned for it (of c's
+// schema). A record over 4 GiB, or a value that is not a slice of rec,
+// can't be kept: false, and c is left as it was.
+func (c *Checked) Add(rec []byte, vals []Value) bool {
+	if uint64(len(rec)) > maxKept || len(vals) != len(c.Schema.Fields) {
+		return false
+	}
+	start := len(c.vals)
+	for i, v := range vals {
+		k := kept{}
+		if v.Raw != nil {
+			// Raw is a slice of rec (Fields): its offset in rec.
+			off := uintptr(unsafe.Pointer(unsafe.SliceData(v.Raw))) - uintptr(unsafe.Pointer(unsafe.SliceData(rec)))
+			if len(v.Raw) == 0 || off > uintptr(len(rec)) || uintptr(len(v.Raw)) > uintptr(len(rec))-off {
+				c.vals = c.vals[:start]
+				return false
+			}
+			k.off, k.n = uint32(off), uint32(len(v.Raw))
+		}
+		switch c.Schema.Fields[i].Type {
+		case TypeInt64, TypeTimestamp:
+			k.num = uint64(v.Int)
+		case TypeDouble:
+			k.num = math.Float64bits(v.Float)
+		}
+		c.vals = append(c.vals, k)
+	}
+	c.lens = append(c.lens, uint32(len(rec)))
+	return true
+}
+
+const maxKept = math.MaxUint32
+
+// Len returns the number of records in c.
+func (c *Checked) Len() int { return len(c.lens) }
+
+// RecordLen returns record i's length, without its '\n'.
+func (c *Checked) RecordLen(i int) int { return int(c.lens[i]) }
+
+// Bytes returns about how much memory c holds.
+func (c *Checked) Bytes() int64 { return int64(cap(c.lens))*4 + int64(cap(c.vals))*16 }
+
+// Take returns a Checked of the records of c at the given indexes, in that
+// order: a batch split over partitions keeps each piece's records.
+func (c *Checked) Take(idx []int) *Checked {
+	n := len(c.Schema.Fields)
+	out := NewChecked(c.Schema, len(idx))
+	for _, i := range idx {
+		out.lens = append(out.lens, c.lens[i])
+		out.vals = append(out.vals, c.vals[i*n:(i+1)*n]...)
+	}
+	return out
+}
+
+// Value returns record i's values as Fields returned them, with rec the
+// record's bytes (from wherever they are now), into out (len(Schema.Fields)).
+// It returns false, out untouched, if rec is not as long as the record
+// that was checked, or i is out of range.
+func (c *Checked) Value(i int, rec []byte, out []Value) bool {
+	n := len(c.Schema.Fields)
+	if i < 0 || i >= len(c.lens) || int64(len(rec)) != int64(c.lens[i]) || len(out) != n {
+		return false
+	}
+	for j, k := range c.vals[i*n : (i+1)*n] {
+		v := Value{}
+		if k.n > 0 {
+			v.Raw = rec[k.off : k.off+k.n : k.off+k.n]
+		}
+		switch c.Schema.Fields[j].Type {
+		case TypeInt64, TypeTimestamp:
+			v.Int = int64(k.num)
+		case TypeDouble:
+			v.Float = math.Float64frombits(k.num)
+		}
+		out[j] = v
+	}
+	return true
 }
 
 // find returns the index of the schema field the raw key names, or -1.
