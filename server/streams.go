@@ -338,12 +338,18 @@ type placeLimits struct {
 	dest      committer.Limits
 	maxRecord int               // bytes of one record; 0: no bound
 	hold      func(int64) error // Write.Hold
+	encoders  *staging.Encoders // where a batch's checked values come from; nil: new ones
+}
+
+// checked returns an empty Checked for records of s.
+func (l placeLimits) checked(s *streamconf.Schema, records int) *streamconf.Checked {
+	return l.encoders.Checked(s, records)
 }
 
 // place places w by sc within the limits of this engine and its
 // destination.
 func (in *ingest) place(sc *streamConf, now time.Time, w *Write) placed {
-	l := placeLimits{parts: sc.cfg.MaxPartitions, node: in.e.cfg.Node, hold: w.Hold}
+	l := placeLimits{parts: sc.cfg.MaxPartitions, node: in.e.cfg.Node, hold: w.Hold, encoders: in.e.cfg.Encoders}
 	if m := in.e.cfg.MaxOpenFiles; m > 0 && (l.parts <= 0 || m < l.parts) {
 		l.parts = m
 	}
@@ -423,7 +429,7 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 	if sc.schema != nil {
 		chk = sc.schema.NewChecker(sc.strict)
 		if sc.enc.Format == streamconf.FormatParquet && sc.enc.Schema == sc.schema {
-			checked = streamconf.NewChecked(sc.schema, w.Records)
+			checked = l.checked(sc.schema, w.Records)
 		}
 	}
 	var (
@@ -556,7 +562,7 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 			idx[i] = append(idx[i], r)
 		}
 		for i := range p.pieces {
-			p.pieces[i].checked = checked.Take(idx[i])
+			p.pieces[i].checked = checked.Take(idx[i], l.checked(sc.schema, len(idx[i])))
 		}
 	}
 	return p

@@ -64,6 +64,20 @@ type Encoders struct {
 	// them, and their records are parsed again.
 	kept       atomic.Int64
 	keptBudget int64
+	checked    sync.Pool // *streamconf.Checked the steps are done with
+}
+
+// Checked returns an empty streamconf.Checked for records of s, reusing
+// the memory of one a step is done with: the write path makes one per
+// batch of a Parquet stream. es may be nil.
+func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Checked {
+	if es != nil {
+		if c, ok := es.checked.Get().(*streamconf.Checked); ok {
+			c.Reset(s)
+			return c
+		}
+	}
+	return streamconf.NewChecked(s, records)
 }
 
 // DefaultKeptBytes bounds the checked values that all Txns of an Encoders
@@ -230,6 +244,7 @@ func (en *encoder) dropKept(n int) {
 	var b int64
 	for _, kb := range en.kept[:n] {
 		b += kb.c.Bytes()
+		en.es.checked.Put(kb.c) // no step reads it again, and the write path let it go with its batch
 	}
 	en.kept = slices.Delete(en.kept, 0, n)
 	en.keptBytes -= b

@@ -289,11 +289,19 @@ func (c *Checked) RecordLen(i int) int { return int(c.lens[i]) }
 // Bytes returns about how much memory c holds.
 func (c *Checked) Bytes() int64 { return int64(cap(c.lens))*4 + int64(cap(c.vals))*16 }
 
-// Take returns a Checked of the records of c at the given indexes, in that
-// order: a batch split over partitions keeps each piece's records.
-func (c *Checked) Take(idx []int) *Checked {
+// Reset empties c for records of s, keeping its memory.
+func (c *Checked) Reset(s *Schema) {
+	c.Schema, c.lens, c.vals = s, c.lens[:0], c.vals[:0]
+}
+
+// Take appends to out (nil: a new Checked) the records of c at the given
+// indexes, in that order, and returns it: a batch split over partitions
+// keeps each piece's records.
+func (c *Checked) Take(idx []int, out *Checked) *Checked {
 	n := len(c.Schema.Fields)
-	out := NewChecked(c.Schema, len(idx))
+	if out == nil {
+		out = NewChecked(c.Schema, len(idx))
+	}
 	for _, i := range idx {
 		out.lens = append(out.lens, c.lens[i])
 		out.vals = append(out.vals, c.vals[i*n:(i+1)*n]...)

@@ -489,7 +489,7 @@ func TestChecked(t *testing.T) {
 			t.Fatalf("RecordLen(%d) = %d", i, k.RecordLen(i))
 		}
 	}
-	p := k.Take([]int{3, 1})
+	p := k.Take([]int{3, 1}, nil)
 	if p.Len() != 2 || p.Schema != testSchema {
 		t.Fatalf("Take: %d records", p.Len())
 	}
