@@ -81,9 +81,10 @@ func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Check
 }
 
 // DefaultKeptBytes bounds the checked values that all Txns of an Encoders
-// hold for batches not yet encoded (about 130 B for a record of 8 fields:
-// 16 MiB is ~130,000 records, over 16 steps' worth of 1 KiB records).
-const DefaultKeptBytes = 16 << 20
+// hold for batches not yet encoded: 58 B for a record of the load
+// harness's 8 fields, so 4 MiB is ~72,000 records (70 steps' worth of
+// 1 KiB records). Steps that fall further behind parse the rest.
+const DefaultKeptBytes = 4 << 20
 
 // slot is one step's scratch: reused from step to step, never shared.
 type slot struct {

@@ -503,6 +503,11 @@ func TestChecked(t *testing.T) {
 	if out[0].Raw != nil {
 		t.Fatal("a refused Value wrote to out")
 	}
+	// A record too long to keep is not kept.
+	long := []byte(`{"id":5,"name":"` + strings.Repeat("x", MaxCheckedRecord) + `"}`)
+	if v, err := c.Fields(long); err != nil || k.Add(long, v) || k.Len() != len(recs) {
+		t.Fatalf("a record of %d bytes was kept (%v)", len(long), err)
+	}
 	// A value that is not a slice of the record is not kept.
 	v, _ := c.Fields([]byte(recs[2]))
 	if k.Add([]byte(recs[0]), v) || k.Len() != len(recs) {
