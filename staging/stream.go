@@ -40,6 +40,13 @@ import (
 // per open Parquet file, its row group being built (compressed pages and a
 // page buffer per column), not a file's size.
 //
+// A Parquet file's records are parsed once: the write path's schema check
+// keeps what it found (streamconf.Checked) and AppendChecked queues it with
+// the batch, so a step takes each record's values from the queue and only
+// reads the bytes back; a record the queue does not cover (none given, the
+// budget spent, another length) is parsed as before. The queue is a cache:
+// memory only, dropped with a refused batch, an aborted or finished file.
+//
 // Crash safety is the plain staging's: until the prepared record names the
 // encoded file, both are temp files no prepared checkpoint names, deleted by
 // the abort or by recovery. A failed step (a read or write error, a record
