@@ -112,10 +112,10 @@ func (t *Txn) Append(data []byte, records int, producer string, seq int64) error
 // in the batch's records (nil: nothing): a Parquet Txn's encoder then takes
 // the records' values from c instead of parsing them again. c is used only
 // if it holds records records of the encoder's schema, and is dropped with
-// the batch if the append fails. It is a cache of the parse, never a
-// source: the encoder still reads the records back from the file, whose
-// bytes pre-commit holds to the appended ones (CRC-32C), and parses any
-// record c does not fit.
+// the batch if the append fails. c must come from data's own bytes (the
+// encoder trusts its numbers); its text values are read from the records
+// the encoder reads back from the file, whose bytes pre-commit holds to the
+// appended ones (CRC-32C), and a record c does not fit is parsed.
 func (t *Txn) AppendChecked(data []byte, records int, producer string, seq int64, c *streamconf.Checked) error {
 	if t.closed {
 		return ErrClosed
