@@ -126,6 +126,8 @@ var s0Confs = []streamconf.Config{
 	{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionGzip},
 	{Format: streamconf.FormatNDJSON, Partition: "s={field:s}/h={ingest:%H}"},
 	{Format: streamconf.FormatNDJSON, Schema: testSchema, Compression: streamconf.CompressionZstd},
+	// Parquet split by a field: batches carry their checked values per piece to the encoder.
+	{Format: streamconf.FormatParquet, Schema: testSchema, Partition: "s={field:s}/h={ingest:%H}"},
 }
 
 // modelRun is one run of the model test: the engine under test with its

@@ -384,12 +384,18 @@ type placeLimits struct {
 	dest      committer.Limits
 	maxRecord int               // bytes of one record; 0: no bound
 	hold      func(int64) error // Write.Hold
+	encoders  *staging.Encoders // where a batch's checked values come from; nil: new ones
+}
+
+// checked returns an empty Checked for records of s.
+func (l placeLimits) checked(s *streamconf.Schema, records int) *streamconf.Checked {
+	return l.encoders.Checked(s, records)
 }
 
 // place places w by sc within the limits of this engine and its
 // destination.
 func (in *ingest) place(sc *streamConf, now time.Time, w *Write) placed {
-	l := placeLimits{parts: sc.cfg.MaxPartitions, node: in.e.cfg.Node, hold: w.Hold}
+	l := placeLimits{parts: sc.cfg.MaxPartitions, node: in.e.cfg.Node, hold: w.Hold, encoders: in.e.cfg.Encoders}
 	if m := in.e.cfg.MaxOpenFiles; m > 0 && (l.parts <= 0 || m < l.parts) {
 		l.parts = m
 	}
@@ -427,6 +433,7 @@ type piece struct {
 	part    string
 	data    []byte
 	records int
+	checked *streamconf.Checked // its records' checked values, for a Parquet file's encoder; or nil
 }
 
 // placed is a batch placed by one configuration.
@@ -461,9 +468,15 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 		p.pieces = []piece{{part: part, data: w.Data, records: w.Records}}
 		return p
 	}
-	var chk *streamconf.Checker
+	var (
+		chk     *streamconf.Checker
+		checked *streamconf.Checked // what the check found, kept for the Parquet encoder
+	)
 	if sc.schema != nil {
 		chk = sc.schema.NewChecker(sc.strict)
+		if sc.enc.Format == streamconf.FormatParquet && sc.enc.Schema == sc.schema {
+			checked = l.checked(sc.schema, w.Records)
+		}
 	}
 	var (
 		index = map[string]int{}
@@ -496,7 +509,11 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 			return p
 		}
 		if chk != nil {
-			if err := chk.Check(rec); err != nil {
+			vals, err := chk.Fields(rec)
+			if err == nil && checked != nil && !checked.Add(rec, vals) {
+				checked = nil // a record it can't keep: the encoder parses the batch
+			}
+			if err != nil {
 				p.err = recordError(line, err)
 				return p
 			}
@@ -541,8 +558,11 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 			of = append(of, uint32(i))
 		}
 	}
+	if checked != nil && checked.Len() != line {
+		checked = nil // not every record kept: the encoder parses the batch
+	}
 	if len(parts) == 1 {
-		p.pieces = []piece{{part: parts[0], data: w.Data, records: recs[0]}}
+		p.pieces = []piece{{part: parts[0], data: w.Data, records: recs[0], checked: checked}}
 		return p
 	}
 	// One buffer holds every piece, each at its offset, records in batch order.
@@ -572,6 +592,15 @@ func (sc *streamConf) place(now time.Time, w *Write, l placeLimits) placed {
 		p.pieces[i].data = buf[start:ends[i]:ends[i]]
 		start = ends[i]
 	}
+	if checked != nil {
+		idx := make([][]int, len(parts)) // each piece's records, by their index in the batch
+		for r, i := range of {
+			idx[i] = append(idx[i], r)
+		}
+		for i := range p.pieces {
+			p.pieces[i].checked = checked.Take(idx[i], l.checked(sc.schema, len(idx[i])))
+		}
+	}
 	return p
 }
 
@@ -590,7 +619,7 @@ func (in *ingest) appendPlacedLocked(w *Write, p placed, pid string, seq int64) 
 		ots[i] = ot
 	}
 	for i, pc := range p.pieces {
-		if err := ots[i].txn.Append(pc.data, pc.records, pid, seq); err != nil {
+		if err := ots[i].txn.AppendChecked(pc.data, pc.records, pid, seq, pc.checked); err != nil {
 			if i > 0 {
 				in.doomLocked(ots[:i])
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/spf13/afero"
 )
 
@@ -104,12 +105,39 @@ func (t *Txn) Err() error { return t.err }
 // for batches sent without idempotence headers; otherwise seq is the batch's
 // sequence number. On error nothing of the batch is in the file.
 func (t *Txn) Append(data []byte, records int, producer string, seq int64) error {
+	return t.AppendChecked(data, records, producer, seq, nil)
+}
+
+// AppendChecked is Append with c, what the write path's strict check found
+// in the batch's records (nil: nothing): a Parquet Txn's encoder then takes
+// the records' values from c instead of parsing them again. c is used only
+// if it holds records records of the encoder's schema, and is dropped with
+// the batch if the append fails. c must come from data's own bytes (the
+// encoder trusts its numbers); its text values are read from the records
+// the encoder reads back from the file, whose bytes pre-commit holds to the
+// appended ones (CRC-32C), and a record c does not fit is parsed.
+func (t *Txn) AppendChecked(data []byte, records int, producer string, seq int64, c *streamconf.Checked) error {
 	if t.closed {
 		return ErrClosed
 	}
 	if t.err != nil {
 		return fmt.Errorf("%w: %w", ErrBroken, t.err)
 	}
+	if t.enc != nil && c != nil {
+		// Queued before the write that may start a step over the batch,
+		// and taken back if the batch is refused.
+		if t.enc.keep(t.written+int64(len(t.buf)), c, records) {
+			if err := t.append(data, records, producer, seq); err != nil {
+				t.enc.unkeep()
+				return err
+			}
+			return nil
+		}
+	}
+	return t.append(data, records, producer, seq)
+}
+
+func (t *Txn) append(data []byte, records int, producer string, seq int64) error {
 	if len(t.buf)+len(data) <= t.bufSize {
 		t.buf = append(t.buf, data...)
 	} else {

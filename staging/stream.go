@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +40,13 @@ import (
 // per open Parquet file, its row group being built (compressed pages and a
 // page buffer per column), not a file's size.
 //
+// A Parquet file's records are parsed once: the write path's schema check
+// keeps what it found (streamconf.Checked) and AppendChecked queues it with
+// the batch, so a step takes each record's values from the queue and only
+// reads the bytes back; a record the queue does not cover (none given, the
+// budget spent, another length) is parsed as before. The queue is a cache:
+// memory only, dropped with a refused batch, an aborted or finished file.
+//
 // Crash safety is the plain staging's: until the prepared record names the
 // encoded file, both are temp files no prepared checkpoint names, deleted by
 // the abort or by recovery. A failed step (a read or write error, a record
@@ -57,7 +65,35 @@ type Encoders struct {
 	step   int64
 	inline bool
 	pages  *format.PageCodecs // shared by every Parquet file's writer
+
+	// kept is the memory of the checked values queued in all Txns
+	// (AppendChecked), held to keptBudget: past it batches come without
+	// them, and their records are parsed again.
+	kept       atomic.Int64
+	keptBudget int64
+	checked    sync.Pool // *streamconf.Checked the steps are done with
 }
+
+// Checked returns an empty streamconf.Checked for records of s, reusing
+// the memory of one a step is done with: the write path makes one per
+// batch of a Parquet stream. es may be nil.
+func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Checked {
+	if es != nil {
+		if c, ok := es.checked.Get().(*streamconf.Checked); ok {
+			c.Reset(s)
+			return c
+		}
+	}
+	return streamconf.NewChecked(s, records)
+}
+
+// DefaultKeptBytes bounds the checked values that all Txns of an Encoders
+// hold for batches not yet encoded: 58 B for a record of the load
+// harness's 8 fields, so 1 MiB is ~18,000 records (18 steps' worth of
+// 1 KiB records). Steps that fall further behind parse the rest. Under
+// the harness's Parquet load the queue held 87 KB at the median, 1.1 MB
+// at p90, 3.5 MB at most; a 4 MiB budget saved no more CPU than 1 MiB.
+const DefaultKeptBytes = 1 << 20
 
 // slot is one step's scratch: reused from step to step, never shared.
 type slot struct {
@@ -65,6 +101,7 @@ type slot struct {
 	bw      *bufio.Writer
 	line    []byte
 	framers map[string]*format.Framer
+	vals    []streamconf.Value // a checked record's values (keptCursor)
 }
 
 // NewEncoders returns Encoders that run at most n steps at once (n < 1
@@ -75,7 +112,7 @@ func NewEncoders(n int, stepBytes int64) *Encoders {
 	if stepBytes <= 0 {
 		stepBytes = DefaultStepBytes
 	}
-	es := &Encoders{slots: make(chan *slot, n), step: stepBytes, pages: format.NewPageCodecs(n)}
+	es := &Encoders{slots: make(chan *slot, n), step: stepBytes, pages: format.NewPageCodecs(n), keptBudget: DefaultKeptBytes}
 	for range n {
 		es.slots <- &slot{}
 	}
@@ -144,11 +181,127 @@ type encoder struct {
 	outBytes atomic.Int64 // bytes of the encoded file written so far
 	covered  atomic.Int64 // bytes of the plain file those stand for
 
+	// The checked values of batches appended but not yet encoded, by
+	// their start in the plain file, ascending (Txn.AppendChecked).
+	// Guarded by mu; a step takes those before its end without the lock
+	// (appends only add batches after it).
+	kept      []keptBatch
+	keptBytes int64
+
 	// Owned by the running step, or by the Txn once no step runs.
 	in, out afero.File
 	cw      countingWriter // out, counted and checksummed, through a slot's buffer
 	srcSeen countingWriter // the plain bytes read, counted, checksummed, lines counted
 	pq      *format.ParquetWriter
+}
+
+// keptBatch is one batch's checked values and where the batch starts in
+// the plain file.
+type keptBatch struct {
+	start int64
+	c     *streamconf.Checked
+}
+
+// keep queues the checked values of a batch of records records about to
+// be appended at start, and reports whether it did: only for a Parquet
+// file of c's schema, and within the Encoders' budget.
+func (en *encoder) keep(start int64, c *streamconf.Checked, records int) bool {
+	if en.e.Format != streamconf.FormatParquet || c.Schema != en.e.Schema || c.Len() != records || records == 0 {
+		return false
+	}
+	b := c.Bytes()
+	if en.es.kept.Add(b) > en.es.keptBudget {
+		en.es.kept.Add(-b)
+		return false
+	}
+	en.mu.Lock()
+	en.kept = append(en.kept, keptBatch{start: start, c: c})
+	en.keptBytes += b
+	en.mu.Unlock()
+	return true
+}
+
+// unkeep drops the batch keep queued last: its append failed.
+func (en *encoder) unkeep() {
+	en.mu.Lock()
+	n := len(en.kept) - 1
+	b := en.kept[n].c.Bytes()
+	en.kept[n] = keptBatch{}
+	en.kept = en.kept[:n]
+	en.keptBytes -= b
+	en.mu.Unlock()
+	en.es.kept.Add(-b)
+}
+
+// keptBefore returns the queued batches that start before upto: a step to
+// upto reads them.
+func (en *encoder) keptBefore(upto int64) []keptBatch {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	n := 0
+	for n < len(en.kept) && en.kept[n].start < upto {
+		n++
+	}
+	return en.kept[:n:n]
+}
+
+// dropKept drops the first n queued batches (n < 0: all).
+func (en *encoder) dropKept(n int) {
+	en.mu.Lock()
+	if n < 0 || n > len(en.kept) {
+		n = len(en.kept)
+	}
+	var b int64
+	for _, kb := range en.kept[:n] {
+		b += kb.c.Bytes()
+		en.es.checked.Put(kb.c) // no step reads it again, and the write path let it go with its batch
+	}
+	en.kept = slices.Delete(en.kept, 0, n)
+	en.keptBytes -= b
+	en.mu.Unlock()
+	en.es.kept.Add(-b)
+}
+
+// keptCursor walks the queued batches along the records a step reads.
+type keptCursor struct {
+	batches []keptBatch
+	b, r    int   // batch and record next
+	at      int64 // where record r of batch b starts
+}
+
+func newKeptCursor(batches []keptBatch) keptCursor {
+	c := keptCursor{batches: batches}
+	if len(batches) > 0 {
+		c.at = batches[0].start
+	}
+	return c
+}
+
+// values puts the checked values of the record line, read at off, in out
+// and reports whether it found them.
+func (c *keptCursor) values(off int64, line []byte, out []streamconf.Value) bool {
+	for c.b < len(c.batches) {
+		kb := c.batches[c.b]
+		switch {
+		case c.r >= kb.c.Len():
+			c.b, c.r = c.b+1, 0
+			if c.b < len(c.batches) {
+				c.at = c.batches[c.b].start
+			}
+			continue
+		case off < c.at:
+			return false // a batch appended without values
+		case off > c.at:
+			c.at += int64(kb.c.RecordLen(c.r)) + 1 // out of step (a changed file: pre-commit refuses it)
+			c.r++
+			continue
+		}
+		ok := kb.c.Value(c.r, line, out)
+		c.at += int64(kb.c.RecordLen(c.r)) + 1
+		c.r++
+		return ok
+	}
+	return false
 }
 
 // errStopped ends a step that an abort or release interrupted.
@@ -235,7 +388,7 @@ func (en *encoder) encode(s *slot, upto int64) (err error) {
 	r := io.TeeReader(stopReader{io.NewSectionReader(en.in, en.done, upto-en.done), &en.stop}, &en.srcSeen)
 	switch {
 	case en.e.Format == streamconf.FormatParquet:
-		err = en.encodeParquet(s, r)
+		err = en.encodeParquet(s, r, upto)
 	case upto == en.done:
 		// nothing new: no empty frame
 	default:
@@ -278,7 +431,7 @@ func (en *encoder) encodeFrame(s *slot, r io.Reader) error {
 	return f.Frame(&en.cw, r)
 }
 
-func (en *encoder) encodeParquet(s *slot, r io.Reader) error {
+func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 	if en.pq == nil {
 		pq, err := format.NewParquetWriter(&en.cw, en.e, en.es.pages)
 		if err != nil {
@@ -296,18 +449,32 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader) error {
 			s.line = nil // a huge record's buffer is not kept
 		}
 	}()
-	for {
+	kept := en.keptBefore(upto)
+	cur := newKeptCursor(kept)
+	if n := len(en.e.Schema.Fields); cap(s.vals) < n {
+		s.vals = make([]streamconf.Value, n)
+	}
+	vals := s.vals[:len(en.e.Schema.Fields)]
+	defer clear(vals) // no references into s.line
+	for off := en.done; ; {
 		var err error
 		s.line, err = format.ReadLine(s.br, s.line[:0])
 		if err == io.EOF {
+			en.dropKept(len(kept))
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := en.pq.WriteRecord(s.line); err != nil {
+		if cur.values(off, s.line, vals) {
+			err = en.pq.WriteChecked(s.line, vals)
+		} else {
+			err = en.pq.WriteRecord(s.line)
+		}
+		if err != nil {
 			return err
 		}
+		off += int64(len(s.line)) + 1
 	}
 }
 
@@ -330,7 +497,9 @@ func (en *encoder) finish(written, records int64, crc uint32) (Summary, error) {
 	}
 	s := en.es.acquire()
 	defer en.es.release(s)
-	if err := en.encode(s, written); err != nil {
+	err = en.encode(s, written)
+	en.dropKept(-1) // the last step read every appended batch
+	if err != nil {
 		return Summary{}, err
 	}
 	if en.pq != nil {
@@ -373,6 +542,7 @@ func (en *encoder) halt() {
 		en.idle.Wait()
 	}
 	en.mu.Unlock()
+	en.dropKept(-1)
 	en.closeIn()
 	if en.out != nil {
 		_ = en.out.Close() // abandoned or deleted next: its close error says nothing

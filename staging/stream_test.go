@@ -9,6 +9,7 @@ import (
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/heap"
 	"github.com/eosink/eosink/internal/testing/orders"
@@ -17,26 +18,53 @@ import (
 )
 
 var streamEncodings = []struct {
-	name string // final name: its extension chooses the reader
-	enc  Encoding
+	name    string // final name: its extension chooses the reader
+	enc     Encoding
+	checked bool // batches come with their checked values, as the write path sends a Parquet stream's
 }{
-	{"a.ndjson.gz", Encoding{Format: "ndjson", Compression: "gzip"}},
-	{"a.ndjson.zst", Encoding{Format: "ndjson", Compression: "zstd"}},
-	{"a.txt.zst", Encoding{Compression: "zstd"}},
-	{"zstd.parquet", Encoding{Format: "parquet", Schema: orders.Schema}},
-	{"groups.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema, RowGroupBytes: 20 << 10}},
+	{"a.ndjson.gz", Encoding{Format: "ndjson", Compression: "gzip"}, false},
+	{"a.ndjson.zst", Encoding{Format: "ndjson", Compression: "zstd"}, false},
+	{"a.txt.zst", Encoding{Compression: "zstd"}, false},
+	{"zstd.parquet", Encoding{Format: "parquet", Schema: orders.Schema}, false},
+	{"groups.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema, RowGroupBytes: 20 << 10}, false},
+	{"zstd-checked.parquet", Encoding{Format: "parquet", Schema: orders.Schema}, true},
+	{"groups-checked.parquet", Encoding{Format: "parquet", Compression: "snappy", Schema: orders.Schema, RowGroupBytes: 20 << 10}, true},
 }
 
 // appendAll appends recs in batches of 10 as producer "p", returning the
 // records of the batches accepted.
 func appendAll(tx *Txn, recs [][]byte) (accepted [][]byte, err error) {
+	return appendChecked(nil, tx, recs, nil)
+}
+
+// checkBatch returns what the write path's strict check of s keeps of
+// batch's records.
+func checkBatch(t testing.TB, s *streamconf.Schema, batch []byte) *streamconf.Checked {
+	t.Helper()
+	chk, c := s.NewChecker(true), streamconf.NewChecked(s, 10)
+	for rec := range bytes.SplitSeq(bytes.TrimSuffix(batch, []byte{'\n'}), []byte{'\n'}) {
+		vals, err := chk.Fields(rec)
+		if err != nil || !c.Add(rec, vals) {
+			t.Fatalf("check %s: %v", rec, err)
+		}
+	}
+	return c
+}
+
+// appendChecked is appendAll with each batch's checked values of schema s
+// (nil: none).
+func appendChecked(t testing.TB, tx *Txn, recs [][]byte, s *streamconf.Schema) (accepted [][]byte, err error) {
 	for i := 0; i < len(recs); i += 10 {
 		var batch []byte
 		j := min(i+10, len(recs))
 		for _, r := range recs[i:j] {
 			batch = append(append(batch, r...), '\n')
 		}
-		if e := tx.Append(batch, j-i, "p", int64(i/10)); e != nil {
+		var c *streamconf.Checked
+		if s != nil {
+			c = checkBatch(t, s, batch)
+		}
+		if e := tx.AppendChecked(batch, j-i, "p", int64(i/10), c); e != nil {
 			err = errors.Join(err, e)
 			continue
 		}
@@ -57,6 +85,13 @@ func preCommitAll(t testing.TB, tx *Txn, recs [][]byte) Summary {
 		t.Fatal(err)
 	}
 	return sum
+}
+
+func checkedSchema(checked bool, e Encoding) *streamconf.Schema {
+	if checked {
+		return e.Schema
+	}
+	return nil
 }
 
 // checkEncoded reads the encoded file sum names back from what a power
@@ -109,7 +144,13 @@ func TestCreateEncodedRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sum := preCommitAll(t, tx, recs)
+				if _, err := appendChecked(t, tx, recs, checkedSchema(tt.checked, tt.enc)); err != nil {
+					t.Fatal(err)
+				}
+				sum, err := tx.PreCommit()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if sum.Temp != EncodedName(TempName("/s", tt.name)) || sum.Plain != TempName("/s", tt.name) {
 					t.Fatalf("summary names %q from %q", sum.Temp, sum.Plain)
 				}
@@ -189,7 +230,7 @@ func TestCreateEncodedFaults(t *testing.T) {
 				if err != nil {
 					continue // the create failed: nothing to check
 				}
-				accepted, _ := appendAll(tx, recs)
+				accepted, _ := appendChecked(t, tx, recs, checkedSchema(tt.checked, tt.enc))
 				sum, err := tx.PreCommit()
 				op, fired := inj.Fired()
 				if !fired {
@@ -307,4 +348,129 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Checked values (AppendChecked) are a cache of the parse: the file is
+// the one parsing gives, byte for byte; the encoder does take them (a
+// batch whose values say other numbers than its bytes, at the same
+// lengths, encodes those numbers: what it would do if the write path
+// checked other bytes than it appended, which it can't); a batch whose
+// append failed leaves no values behind for the next batch at its offset;
+// records of other lengths are parsed; and the budget is given back.
+func TestCreateEncodedChecked(t *testing.T) {
+	enc := Encoding{Format: "parquet", Schema: orders.Schema, RowGroupBytes: 20 << 10}
+	recs := orders.Records(t, 15, 2000)
+	encode := func(t *testing.T, es *Encoders, s *streamconf.Schema) []byte {
+		fs := afero.NewMemMapFs()
+		tx, err := CreateEncoded(fs, "/f.parquet.inprogress", 1<<10, enc, es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := appendChecked(t, tx, recs, s); err != nil {
+			t.Fatal(err)
+		}
+		sum, err := tx.PreCommit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := es.kept.Load(); n != 0 {
+			t.Fatalf("%d bytes of the budget still taken after pre-commit", n)
+		}
+		data, err := afero.ReadFile(fs, sum.Temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	t.Run("same bytes", func(t *testing.T) {
+		want := encode(t, NewInlineEncoders(8<<10), nil)
+		for name, es := range map[string]*Encoders{"inline": NewInlineEncoders(8 << 10), "background": NewEncoders(2, 8<<10)} {
+			if got := encode(t, es, orders.Schema); !bytes.Equal(got, want) {
+				t.Fatalf("%s: %d bytes with checked values, %d without, not the same", name, len(got), len(want))
+			}
+		}
+		es := NewInlineEncoders(8 << 10)
+		es.keptBudget = 0 // nothing kept: every record parsed
+		if got := encode(t, es, orders.Schema); !bytes.Equal(got, want) {
+			t.Fatal("no budget: not the same bytes")
+		}
+	})
+
+	a := []byte(`{"id":1,"region":"aa","ts":1000}`)
+	b := []byte(`{"id":2,"region":"bb","ts":2000}`)
+	batch := func(r []byte) []byte { return append(append([]byte(nil), r...), '\n') }
+	run := func(t *testing.T, fs afero.Fs, appends func(tx *Txn) error, want [][]byte) {
+		t.Helper()
+		es := NewInlineEncoders(8 << 10)
+		tx, err := CreateEncoded(fs, "/s/f.parquet.inprogress", 16, enc, es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := appends(tx); err != nil {
+			t.Fatal(err)
+		}
+		sum, err := tx.PreCommit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := afero.ReadFile(fs, sum.Temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := format.Preview(bytes.NewReader(data), int64(len(data)), "f.parquet", 10, 0)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("%d records, %v; want %d", len(got), err, len(want))
+		}
+		for i := range want {
+			if canonical(t, got[i]) != canonical(t, want[i]) {
+				t.Fatalf("record %d: %s, want %s", i, got[i], want[i])
+			}
+		}
+		if n := es.kept.Load(); n != 0 {
+			t.Fatalf("%d bytes of the budget still taken", n)
+		}
+	}
+	t.Run("used", func(t *testing.T) {
+		run(t, afero.NewMemMapFs(), func(tx *Txn) error {
+			return tx.AppendChecked(batch(a), 1, "", 0, checkBatch(t, orders.Schema, batch(b)))
+		}, [][]byte{[]byte(`{"id":2,"region":"aa","ts":2000}`)}) // numbers from the values, text from the bytes
+	})
+	t.Run("other lengths parsed", func(t *testing.T) {
+		long := []byte(`{"id":22,"region":"bb","ts":2000}`)
+		run(t, afero.NewMemMapFs(), func(tx *Txn) error {
+			return tx.AppendChecked(batch(a), 1, "", 0, checkBatch(t, orders.Schema, batch(long)))
+		}, [][]byte{a})
+	})
+	t.Run("failed append", func(t *testing.T) {
+		base := faultfs.NewCrashFS()
+		if err := durable.MkdirAll(base, "/s"); err != nil {
+			t.Fatal(err)
+		}
+		fs := faultfs.NewInjectFS(base, faultfs.ShortWriteNth(0, syscall.ENOSPC))
+		run(t, fs, func(tx *Txn) error {
+			if err := tx.AppendChecked(batch(a), 1, "", 0, checkBatch(t, orders.Schema, batch(a))); err == nil {
+				t.Fatal("the first append did not fail")
+			}
+			return tx.AppendChecked(batch(b), 1, "", 1, checkBatch(t, orders.Schema, batch(b)))
+		}, [][]byte{b})
+	})
+	t.Run("abort gives the budget back", func(t *testing.T) {
+		es := NewEncoders(1, 1<<30) // no step runs: everything stays queued
+		tx, err := CreateEncoded(afero.NewMemMapFs(), "/f.parquet.inprogress", 1<<10, enc, es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := appendChecked(t, tx, recs[:100], orders.Schema); err != nil {
+			t.Fatal(err)
+		}
+		if es.kept.Load() == 0 {
+			t.Fatal("nothing queued")
+		}
+		if err := tx.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if n := es.kept.Load(); n != 0 {
+			t.Fatalf("%d bytes of the budget still taken after the abort", n)
+		}
+	})
 }

@@ -154,6 +154,7 @@ type ParquetWriter struct {
 	pw         *parquet.Writer
 	columns    []*parquet.ColumnWriter
 	check      *streamconf.Checker
+	schema     *streamconf.Schema
 	fields     []streamconf.Field
 	groupBytes int64
 	inGroup    int64 // source bytes in the row group being built
@@ -196,7 +197,7 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 	if groupBytes <= 0 {
 		groupBytes = DefaultRowGroupBytes
 	}
-	p := &ParquetWriter{check: e.Schema.NewChecker(true), fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
+	p := &ParquetWriter{check: e.Schema.NewChecker(true), schema: e.Schema, fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
 	p.pending = make([][]parquet.Value, len(p.fields))
 	for i := range p.pending {
 		p.pending[i] = make([]parquet.Value, 0, batchRows)
@@ -246,38 +247,60 @@ func (p *ParquetWriter) WriteRecord(line []byte) error {
 		if err != nil {
 			return fmt.Errorf("record %d: %w", p.records+1, err)
 		}
-		for i, f := range p.fields {
-			v, err := p.parquetValue(f.Type, vals[i])
-			if err != nil {
-				return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
-			}
-			def := 0
-			if !f.Required && vals[i].Raw != nil {
-				def = 1
-			}
-			p.pending[i] = append(p.pending[i], v.Level(0, def, i))
-		}
-		p.batched++
-		p.records++
-		if p.batched >= batchRows || len(p.text) >= batchBytes {
-			if err := p.writeBatch(); err != nil {
-				return err
-			}
-		}
-		if p.inGroup += int64(len(line)) + 1; p.inGroup >= p.groupBytes {
-			if err := p.writeBatch(); err != nil {
-				return err
-			}
-			if p.before != nil {
-				p.before()
-			}
-			if err := p.pw.Flush(); err != nil {
-				return fmt.Errorf("write Parquet row group: %w", err)
-			}
-			p.inGroup = 0
-		}
-		return nil
+		return p.write(line, vals)
 	})
+}
+
+// WriteChecked adds one record as WriteRecord does, with vals what a strict
+// check of line against the writer's schema returned
+// (streamconf.Checker.Fields, or Checked.Value for the same bytes): it
+// does not parse line again. The caller vouches for vals; line is copied.
+func (p *ParquetWriter) WriteChecked(line []byte, vals []streamconf.Value) error {
+	return p.guard(func() error {
+		if len(vals) != len(p.fields) {
+			return fmt.Errorf("record %d: %d values for %d fields", p.records+1, len(vals), len(p.fields))
+		}
+		return p.write(line, vals)
+	})
+}
+
+// Schema returns the stream schema the writer encodes.
+func (p *ParquetWriter) Schema() *streamconf.Schema { return p.schema }
+
+// write adds a checked record's values to the batch, and writes the batch
+// and the row group when they are full.
+func (p *ParquetWriter) write(line []byte, vals []streamconf.Value) error {
+	for i, f := range p.fields {
+		v, err := p.parquetValue(f.Type, vals[i])
+		if err != nil {
+			return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
+		}
+		def := 0
+		if !f.Required && vals[i].Raw != nil {
+			def = 1
+		}
+		p.pending[i] = append(p.pending[i], v.Level(0, def, i))
+	}
+	p.batched++
+	p.records++
+	if p.batched >= batchRows || len(p.text) >= batchBytes {
+		if err := p.writeBatch(); err != nil {
+			return err
+		}
+	}
+	if p.inGroup += int64(len(line)) + 1; p.inGroup >= p.groupBytes {
+		if err := p.writeBatch(); err != nil {
+			return err
+		}
+		if p.before != nil {
+			p.before()
+		}
+		if err := p.pw.Flush(); err != nil {
+			return fmt.Errorf("write Parquet row group: %w", err)
+		}
+		p.inGroup = 0
+	}
+	return nil
 }
 
 // writeBatch hands the batched rows to the column writers.

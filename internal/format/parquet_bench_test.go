@@ -35,32 +35,53 @@ func benchRecord(i int) []byte {
 	return append(b, `"}`...)
 }
 
-// BenchmarkParquetWriter measures ParquetWriter.WriteRecord on the load
-// harness's records (zstd pages): ns and bytes allocated per record.
+// BenchmarkParquetWriter measures ParquetWriter on the load harness's
+// records (zstd pages): ns and bytes allocated per record, parsing each
+// record (WriteRecord) or given the write path's checked values
+// (WriteChecked, as a Parquet stream's encoder is since issue 26).
 //
 //	go test -run XXX -bench BenchmarkParquetWriter -count 5 ./internal/format/
 func BenchmarkParquetWriter(b *testing.B) {
 	recs := make([][]byte, 4096)
+	checked := streamconf.NewChecked(benchSchema, len(recs))
+	chk := benchSchema.NewChecker(true)
 	for i := range recs {
 		recs[i] = benchRecord(i)
-	}
-	pages := NewPageCodecs(1)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		pw, err := NewParquetWriter(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages)
-		if err != nil {
+		vals, err := chk.Fields(recs[i])
+		if err != nil || !checked.Add(recs[i], vals) {
 			b.Fatal(err)
 		}
-		for range 16384 { // 16 MiB: two row groups
-			if err := pw.WriteRecord(recs[n%len(recs)]); err != nil {
-				b.Fatal(err)
+	}
+	for _, mode := range []string{"parse", "checked"} {
+		b.Run(mode, func(b *testing.B) {
+			pages := NewPageCodecs(1)
+			vals := make([]streamconf.Value, len(benchSchema.Fields))
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				pw, err := NewParquetWriter(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range 16384 { // 16 MiB: two row groups
+					i := n % len(recs)
+					if mode == "parse" {
+						err = pw.WriteRecord(recs[i])
+					} else if checked.Value(i, recs[i], vals) {
+						err = pw.WriteChecked(recs[i], vals)
+					} else {
+						b.Fatal("no values")
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+				if err := pw.Close(); err != nil {
+					b.Fatal(err)
+				}
 			}
-			n++
-		}
-		if err := pw.Close(); err != nil {
-			b.Fatal(err)
-		}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
 }

@@ -432,3 +432,85 @@ func TestCheckJSONSurrogates(t *testing.T) {
 		}
 	}
 }
+
+// Checked keeps what Fields returned, record by record, and gives it back
+// for the same bytes anywhere (a copy, as the encoder reads them back),
+// Take keeps a piece's records in order, and a record of another length is
+// refused rather than misread.
+func TestChecked(t *testing.T) {
+	recs := []string{
+		`{"id":1,"name":"n","amount":1.5,"ok":true,"ts":5,"meta":[]}`,
+		`{"meta":{"a":"\u00e9"},"ts":"2026-11-29T09:00:00.1234567+01:00","ok":null,"amount":-2e-300,"name":"x\"y","id":-9223372036854775808}`,
+		`{"id":3}`,
+		`  {"id":4,"amount":0.1,"name":""}  `,
+	}
+	c := testSchema.NewChecker(true)
+	k := NewChecked(testSchema, 1) // grows past its room
+	var want [][]Value
+	for _, r := range recs {
+		rec := []byte(r)
+		v, err := c.Fields(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !k.Add(rec, v) {
+			t.Fatalf("%s not kept", r)
+		}
+		want = append(want, append([]Value(nil), v...))
+	}
+	if k.Len() != len(recs) {
+		t.Fatalf("Len %d", k.Len())
+	}
+	check := func(k *Checked, i int, rec string, want []Value) {
+		t.Helper()
+		out := make([]Value, len(testSchema.Fields))
+		cp := []byte(rec) // other bytes, the same text
+		if !k.Value(i, cp, out) {
+			t.Fatalf("record %d not found", i)
+		}
+		for j := range want {
+			if !bytes.Equal(out[j].Raw, want[j].Raw) || (out[j].Raw == nil) != (want[j].Raw == nil) ||
+				out[j].Int != want[j].Int || math.Float64bits(out[j].Float) != math.Float64bits(want[j].Float) {
+				t.Fatalf("record %d field %d: %+v, want %+v", i, j, out[j], want[j])
+			}
+		}
+		for j := range cp {
+			cp[j] = 'X'
+		}
+		for j := range out {
+			if out[j].Raw != nil && string(out[j].Raw) != strings.Repeat("X", len(out[j].Raw)) {
+				t.Fatalf("record %d field %d: not a slice of the bytes given", i, j)
+			}
+		}
+	}
+	for i, r := range recs {
+		check(k, i, r, want[i])
+		if k.RecordLen(i) != len(r) {
+			t.Fatalf("RecordLen(%d) = %d", i, k.RecordLen(i))
+		}
+	}
+	p := k.Take([]int{3, 1}, nil)
+	if p.Len() != 2 || p.Schema != testSchema {
+		t.Fatalf("Take: %d records", p.Len())
+	}
+	check(p, 0, recs[3], want[3])
+	check(p, 1, recs[1], want[1])
+
+	out := make([]Value, len(testSchema.Fields))
+	if k.Value(0, []byte(recs[0]+" "), out) || k.Value(4, []byte(recs[0]), out) || k.Value(-1, []byte(recs[0]), out) {
+		t.Fatal("a record of another length, or out of range, was found")
+	}
+	if out[0].Raw != nil {
+		t.Fatal("a refused Value wrote to out")
+	}
+	// A record too long to keep is not kept.
+	long := []byte(`{"id":5,"name":"` + strings.Repeat("x", MaxCheckedRecord) + `"}`)
+	if v, err := c.Fields(long); err != nil || k.Add(long, v) || k.Len() != len(recs) {
+		t.Fatalf("a record of %d bytes was kept (%v)", len(long), err)
+	}
+	// A value that is not a slice of the record is not kept.
+	v, _ := c.Fields([]byte(recs[2]))
+	if k.Add([]byte(recs[0]), v) || k.Len() != len(recs) {
+		t.Fatal("values of another record were kept")
+	}
+}
