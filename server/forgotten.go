@@ -343,15 +343,18 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		return res, fmt.Errorf("compact forgotten producers: list: %w", err)
 	}
 	// 1. The documents to merge: regular ones in checkpoint order, then
-	// the small merged ones, within the bytes of one run.
+	// the small merged ones, within the bytes of one run. Only documents
+	// believed count against them: ones this node did not write, or
+	// damaged ones, are read (the start reads them too), left as they
+	// are and never keep the run from the node's own behind them. One
+	// over the bytes a reader accepts is not read at all.
 	var inputs []committer.Entry
 	var regular int
-	var size int64
 	for _, en := range listed {
 		n, _, _, isDoc := layout.ParseForgottenName(en.Path)
 		mn, _, _, isMerged := layout.ParseForgottenMergedName(en.Path)
 		switch {
-		case layout.IsTempName(en.Path):
+		case layout.IsTempName(en.Path) || en.Bytes > layout.MaxForgottenDoc:
 			continue
 		case isDoc && n == node:
 			regular++
@@ -359,10 +362,6 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		default:
 			continue
 		}
-		if size+en.Bytes > forgottenCompactBytes && len(inputs) > 0 {
-			break
-		}
-		size += en.Bytes
 		inputs = append(inputs, en)
 	}
 	if regular < atLeast {
@@ -370,7 +369,11 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 	}
 	var all []layout.ForgottenEntry
 	var read []string
+	var size int64
 	for _, en := range inputs {
+		if size+en.Bytes > forgottenCompactBytes && len(read) > 0 {
+			break
+		}
 		var got []layout.ForgottenEntry
 		if _, _, _, ok := layout.ParseForgottenName(en.Path); ok {
 			d, err := readForgotten(ctx, r, en.Path)
@@ -393,6 +396,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		if got == nil {
 			continue // gone (another compaction), or not believed: left as it is
 		}
+		size += en.Bytes
 		all = append(all, got...)
 		read = append(read, en.Path)
 	}
