@@ -2,9 +2,12 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/spf13/afero"
 )
 
 // Documents under the node's prefix that it did not write, or that no
@@ -45,6 +48,58 @@ func TestForgottenCompactionPastUnbelievedDocuments(t *testing.T) {
 			}
 			if reg, merged := forgottenDocs(t, h.base); reg != len(planted) || merged != 1 {
 				t.Fatalf("after the compaction: %d documents and %d merged; want the %d planted and 1", reg, merged, len(planted))
+			}
+		})
+	}
+}
+
+// A document under the node's prefix beyond the ids it may have used
+// (planted: the start ignores it, as not its own) is not merged with the
+// node's own: the rebuild after a store loss derives after the compaction
+// what it derived before. Failed before: the compaction merged it, its
+// checkpoint became the merged document's, beyond the start's limit, and
+// the start ignored the merged document whole: the producers the node
+// forgot (p0..p4) came back from the manifests (I12), and a planted
+// document the start ignored was believed once merged (I13).
+func TestForgottenCompactionLeavesDocumentsBeyondItsIDs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		doc  func() (string, any)
+	}{
+		{"regular", func() (string, any) {
+			return layout.ForgottenName(rigNode, layout.MaxCheckpoint, 0),
+				&layout.Forgotten{Node: rigNode, After: layout.MaxCheckpoint, Producers: map[string]int64{"zz": 0}}
+		}},
+		{"merged", func() (string, any) {
+			return layout.ForgottenMergedName(rigNode, layout.MaxCheckpoint, 0),
+				&layout.ForgottenMerged{Node: rigNode, Through: layout.MaxCheckpoint, Entries: []layout.ForgottenEntry{{Producer: "p6", After: 1 << 20, Epoch: 1 << 20}}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newForgetHistory(t)
+			name, doc := c.doc()
+			body, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.r.config(h.base).Publisher.Publish(t.Context(), name, body); err != nil {
+				t.Fatal(err)
+			}
+			before := h.base.CrashClone()
+			if _, err := h.r.e.CompactForgotten(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			after := copyFS(t, h.base)
+			want := derive(t, before.CrashClone(), h.ids, nil)
+			if _, ok := want.Producers["p6"]; !ok {
+				t.Fatalf("without compaction, the planted document forgot p6")
+			}
+			got := derive(t, after.CrashClone(), h.ids, nil)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("the rebuild after compaction derived\n%+v\nbefore it\n%+v", got, want)
+			}
+			if ok, _ := afero.Exists(after, rigDest+"/"+name); !ok {
+				t.Fatalf("the compaction removed %s, which the node did not write", name)
 			}
 		})
 	}

@@ -243,7 +243,9 @@ func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.F
 //
 // What the rebuild derives does not change, at any step, crash or not.
 // Take as the destination's forget set E every entry (producer, checkpoint,
-// epoch) of every document under the node's prefix. What a start does
+// epoch) of every document under the node's prefix that a start believes
+// (the compaction reads no other: none beyond the checkpoints the node
+// used, none that does not parse). What a start does
 // with E — per entry: skip it when its checkpoint is before the store's
 // newest committed one minus one (never after a rebuild); raise the
 // epoch floor above its epoch; forget the producer when the store holds
@@ -348,17 +350,25 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 	// damaged ones, are read (the start reads them too), left as they
 	// are and never keep the run from the node's own behind them. One
 	// over the bytes a reader accepts is not read at all.
+	// A document beyond the checkpoints this node has used (the one open
+	// now is past every After it wrote) is not its own: a start ignores
+	// it (loadForgotten's limit), so it is never merged, neither making
+	// the node's own entries beyond a start's limit nor getting believed
+	// under a merged name.
+	lc.e.ing.mu.Lock()
+	used := lc.e.ing.openID - 1
+	lc.e.ing.mu.Unlock()
 	var inputs []committer.Entry
 	var regular int
 	for _, en := range listed {
-		n, _, _, isDoc := layout.ParseForgottenName(en.Path)
-		mn, _, _, isMerged := layout.ParseForgottenMergedName(en.Path)
+		n, after, _, isDoc := layout.ParseForgottenName(en.Path)
+		mn, through, _, isMerged := layout.ParseForgottenMergedName(en.Path)
 		switch {
 		case layout.IsTempName(en.Path) || en.Bytes > layout.MaxForgottenDoc:
 			continue
-		case isDoc && n == node:
+		case isDoc && n == node && after <= used:
 			regular++
-		case isMerged && mn == node && en.Bytes < forgottenSmallMerged:
+		case isMerged && mn == node && through <= used && en.Bytes < forgottenSmallMerged:
 		default:
 			continue
 		}
