@@ -3,10 +3,13 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -102,5 +105,70 @@ func TestForgottenCompactionLeavesDocumentsBeyondItsIDs(t *testing.T) {
 				t.Fatalf("the compaction removed %s, which the node did not write", name)
 			}
 		})
+	}
+}
+
+// Compactions running while producers are deleted (each DELETE publishes
+// a document the compaction may or may not have listed) and committed
+// between: a rebuild after a store loss brings none of the deleted back
+// and keeps every other.
+func TestForgottenCompactionBesideDeletes(t *testing.T) {
+	base := faultfs.NewCrashFS()
+	r := newRig(t, base)
+	e := r.start(nil)
+	const n = 40
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("q%02d", i)
+		ids = append(ids, id)
+		mustSend(t, e, r.initProducer(id), "s", 0, 1)
+	}
+	r.commit()
+	done := make(chan struct{})
+	var compactions, removed int
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += 2 {
+			if err := e.DeleteProducer(t.Context(), ids[i]); err != nil {
+				t.Errorf("delete %s: %v", ids[i], err)
+				return
+			}
+			if i%8 == 0 {
+				if res := r.checkpoint(); res.State != recovery.Committed {
+					t.Errorf("checkpoint: %+v", res)
+					return
+				}
+			}
+		}
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		res, err := e.CompactForgotten(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		compactions++
+		removed += res.Removed
+	}
+	if _, err := e.CompactForgotten(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if removed == 0 {
+		t.Fatalf("%d compactions beside the deletes removed nothing", compactions)
+	}
+	r.stop()
+	// As the disk is (the removals are not synced), and as a power cut
+	// leaves it.
+	for _, fs := range []afero.Fs{copyFS(t, base), base.CrashClone()} {
+		got := derive(t, fs, ids, nil)
+		for i, id := range ids {
+			if _, ok := got.Producers[id]; ok != (i%2 == 1) {
+				t.Fatalf("after %d compactions and a store loss, %s present %v; want %v", compactions, id, ok, i%2 == 1)
+			}
+		}
 	}
 }
