@@ -243,7 +243,9 @@ func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.F
 //
 // What the rebuild derives does not change, at any step, crash or not.
 // Take as the destination's forget set E every entry (producer, checkpoint,
-// epoch) of every document under the node's prefix. What a start does
+// epoch) of every document under the node's prefix that a start believes
+// (the compaction reads no other: none beyond the checkpoints the node
+// used, none that does not parse). What a start does
 // with E — per entry: skip it when its checkpoint is before the store's
 // newest committed one minus one (never after a rebuild); raise the
 // epoch floor above its epoch; forget the producer when the store holds
@@ -343,26 +345,33 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		return res, fmt.Errorf("compact forgotten producers: list: %w", err)
 	}
 	// 1. The documents to merge: regular ones in checkpoint order, then
-	// the small merged ones, within the bytes of one run.
+	// the small merged ones, within the bytes of one run. Only documents
+	// believed count against them: ones this node did not write, or
+	// damaged ones, are read (the start reads them too), left as they
+	// are and never keep the run from the node's own behind them. One
+	// over the bytes a reader accepts is not read at all.
+	// A document beyond the checkpoints this node has used (the one open
+	// now is past every After it wrote) is not its own: a start ignores
+	// it (loadForgotten's limit), so it is never merged, neither making
+	// the node's own entries beyond a start's limit nor getting believed
+	// under a merged name.
+	lc.e.ing.mu.Lock()
+	used := lc.e.ing.openID - 1
+	lc.e.ing.mu.Unlock()
 	var inputs []committer.Entry
 	var regular int
-	var size int64
 	for _, en := range listed {
-		n, _, _, isDoc := layout.ParseForgottenName(en.Path)
-		mn, _, _, isMerged := layout.ParseForgottenMergedName(en.Path)
+		n, after, _, isDoc := layout.ParseForgottenName(en.Path)
+		mn, through, _, isMerged := layout.ParseForgottenMergedName(en.Path)
 		switch {
-		case layout.IsTempName(en.Path):
+		case layout.IsTempName(en.Path) || en.Bytes > layout.MaxForgottenDoc:
 			continue
-		case isDoc && n == node:
+		case isDoc && n == node && after <= used:
 			regular++
-		case isMerged && mn == node && en.Bytes < forgottenSmallMerged:
+		case isMerged && mn == node && through <= used && en.Bytes < forgottenSmallMerged:
 		default:
 			continue
 		}
-		if size+en.Bytes > forgottenCompactBytes && len(inputs) > 0 {
-			break
-		}
-		size += en.Bytes
 		inputs = append(inputs, en)
 	}
 	if regular < atLeast {
@@ -370,7 +379,11 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 	}
 	var all []layout.ForgottenEntry
 	var read []string
+	var size int64
 	for _, en := range inputs {
+		if size+en.Bytes > forgottenCompactBytes && len(read) > 0 {
+			break
+		}
 		var got []layout.ForgottenEntry
 		if _, _, _, ok := layout.ParseForgottenName(en.Path); ok {
 			d, err := readForgotten(ctx, r, en.Path)
@@ -393,6 +406,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		if got == nil {
 			continue // gone (another compaction), or not believed: left as it is
 		}
+		size += en.Bytes
 		all = append(all, got...)
 		read = append(read, en.Path)
 	}

@@ -61,3 +61,46 @@ func TestSymlinksRefused(t *testing.T) {
 		rc.Close()
 	}
 }
+
+// Remove never removes through a symbolic link: with _forgotten/ (or a
+// node's folder in it) a link to the data or outside the destination, a
+// name under it that resolves to a committed file leaves the file; a
+// document that is itself a link loses the link, never its target.
+func TestRemoveThroughSymlinks(t *testing.T) {
+	root := t.TempDir()
+	dest, outside := filepath.Join(root, "dest"), filepath.Join(root, "outside")
+	for _, d := range []string{filepath.Join(dest, "s", "dt=1"), filepath.Join(dest, "_forgotten", "n2"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(dest, "s", "dt=1", "00000000000000000007-0000.json")
+	secret := filepath.Join(outside, "00000000000000000007-0000.json")
+	for _, f := range []string{data, secret} {
+		if err := os.WriteFile(f, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		filepath.Join(dest, "_forgotten", "n1"):                                   filepath.Join(dest, "s", "dt=1"),
+		filepath.Join(dest, "_forgotten", "n2", "00000000000000000007-0000.json"): secret,
+		filepath.Join(dest, "_forgotten", "n3"):                                   outside,
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := New(afero.NewOsFs(), dest, filepath.Join(root, "staging"))
+	for _, name := range []string{
+		"_forgotten/n1/00000000000000000007-0000.json",
+		"_forgotten/n2/00000000000000000007-0000.json",
+		"_forgotten/n3/00000000000000000007-0000.json",
+	} {
+		_ = l.Remove(t.Context(), name) // refused or done: what stays is checked below
+	}
+	for _, f := range []string{data, secret} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s after removes through links: %v", f, err)
+		}
+	}
+}

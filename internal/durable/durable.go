@@ -168,10 +168,30 @@ func (d *Dirs) MkdirAllUnsynced(fs afero.Fs, dir string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("stat directory %s: %w", dir, err)
 	}
+	// The directories about to be made may be remembered: made durable
+	// earlier, then removed by someone else (a retention job). Made
+	// again, their entries are new: Sync must not stop at them.
+	d.forget(dir)
+	for a := filepath.Dir(dir); a != filepath.Dir(a); a = filepath.Dir(a) {
+		if _, err := fs.Stat(a); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		d.forget(a)
+	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return Classify(fmt.Errorf("create directory %s: %w", dir, err))
 	}
 	return nil
+}
+
+// forget drops dir from the directories remembered durable.
+func (d *Dirs) forget(dir string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if el, ok := d.done[dir]; ok {
+		d.lru.Remove(el)
+		delete(d.done, dir)
+	}
 }
 
 // Sync makes dir's entries durable: a directory remembered durable is
@@ -240,7 +260,20 @@ func RenameUnsynced(fs afero.Fs, dirs *Dirs, tmp, final string) (dir string, err
 	if err := dirs.MkdirAllUnsynced(fs, dir); err != nil {
 		return "", err
 	}
-	if err := RenameNoReplace(fs, tmp, final); err != nil {
+	err = RenameNoReplace(fs, tmp, final)
+	if errors.Is(err, os.ErrNotExist) {
+		// A directory remembered durable is skipped unseen by
+		// MkdirAllUnsynced: removed since by someone else, it is made
+		// again (and synced with its ancestors by Sync).
+		if _, serr := fs.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			dirs.forget(dir)
+			if err := dirs.MkdirAllUnsynced(fs, dir); err != nil {
+				return "", err
+			}
+			err = RenameNoReplace(fs, tmp, final)
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	return dir, nil
