@@ -22,9 +22,11 @@ import (
 // manifests beyond it are not believed. forgotten are the node's
 // forgotten-producers documents, all of them, which the caller applies
 // after: producers they forget are not put in the store on the way.
+// committed is the store's newest committed checkpoint: a newer manifest
+// may lack its table commit (finishTables).
 // What cannot be rebuilt is logged as an error: an operator restoring a
 // copy must know it.
-func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgotten []*layout.Forgotten) error {
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint64, forgotten []*layout.Forgotten) error {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
@@ -39,8 +41,10 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgott
 	rb.Forgotten = forgotten
 	// Before the store counts the newest manifest's checkpoint committed:
 	// a failure here retries the whole step, rebuild included.
-	if err := lc.finishTables(ctx, rb.Newest); err != nil {
-		return err
+	if rb.Newest != nil && rb.Newest.Checkpoint > committed {
+		if err := lc.finishTables(ctx, rb.Newest); err != nil {
+			return err
+		}
 	}
 	if err := lc.e.store.Restore(rb); err != nil {
 		return err
@@ -58,17 +62,19 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgott
 }
 
 // finishTables finishes the table commit of newest, the node's newest
-// manifest, which a state store lost after the manifest and before the
-// table commit left undone (recovery.FinishTables). Only the newest can
-// lack it: a checkpoint's table commit follows its manifest and comes
-// before the next checkpoint's. A table that holds the checkpoint already
+// manifest, newer than the store's newest committed checkpoint, which a
+// state store lost after the manifest and before the table commit left
+// undone (recovery.FinishTables). Only the newest can lack it: a
+// checkpoint's table commit follows its manifest and comes before the
+// next checkpoint's, and one the store records committed has its own. A table that holds the checkpoint already
 // is success (table.Iceberg.Commit, with the replay's Bound: a later
 // checkpoint of this node up to its reserved ids counts too). A failure
 // is the recovery step's, retried under the failure policy: a permanent
 // one (a table that can't take the files) is the stuck state the replay's
 // would be.
 func (lc *lifecycle) finishTables(ctx context.Context, newest *layout.Manifest) error {
-	if lc.e.fin.Tables == nil || newest == nil {
+	isTable := func(stream string) bool { return lc.e.ing.confFor(stream).cfg.IsTable() }
+	if lc.e.fin.Tables == nil || newest == nil || len(recovery.ManifestTableFiles(newest, isTable)) == 0 {
 		return nil
 	}
 	if lc.e.fin.Fence != nil {
@@ -76,7 +82,6 @@ func (lc *lifecycle) finishTables(ctx context.Context, newest *layout.Manifest) 
 			return fmt.Errorf("finish table commits: %w", err)
 		}
 	}
-	isTable := func(stream string) bool { return lc.e.ing.confFor(stream).cfg.IsTable() }
 	if err := recovery.FinishTables(ctx, lc.e.fin.Tables, newest, isTable); err != nil {
 		return err
 	}
