@@ -74,9 +74,11 @@ type File struct {
 	// it to the stream's table (docs/design.md "Tables"). Empty otherwise.
 	Table string `json:"table,omitempty"`
 	// DisplacedFrom is the final name the file was prepared with when the
-	// commit displaced it (recovery.Finisher's Displace), in memory only:
-	// a displaced name has no partition path, and a table commit reads
-	// the file's partition from this one.
+	// commit displaced it (recovery.Finisher's Displace): a displaced name
+	// has no partition path, and a table commit reads the file's partition
+	// from this one. Kept in the checkpoint's manifest and committed
+	// record (a table commit finished from the manifest after a lost state
+	// store needs it), not in answers (json "-").
 	DisplacedFrom string `json:"-"`
 
 	// Set by committers that upload at Prepare (S3).

@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,11 +17,11 @@ import (
 
 // The commit step, shared by the live checkpoint (server) and the replay on
 // start: once a checkpoint is recorded prepared, Finish makes its files
-// final, commits the table streams' files into their tables, publishes
-// its manifest and records it committed.
+// final, publishes its manifest, commits the table streams' files into
+// their tables and records it committed.
 
 // Finisher completes prepared checkpoints: commit every file, publish the
-// manifest, record "committed". Each step is idempotent, so Finish can run
+// manifest, commit the tables, record "committed". Each step is idempotent, so Finish can run
 // again after any failure or crash.
 type Finisher struct {
 	Store     *Store
@@ -43,8 +44,9 @@ type Finisher struct {
 	// there already). Nil: no file is displaced.
 	Displace func(f committer.File, err error) (committer.File, bool)
 	// Tables, when set, commits the checkpoint's files of table streams
-	// into their tables after every file is final and before the manifest
-	// is published (docs/design.md "Tables"). Nil: no table step.
+	// into their tables after the manifest is published and before the
+	// checkpoint is recorded committed (docs/design.md "Tables"). Nil: no
+	// table step.
 	Tables Tables
 }
 
@@ -91,14 +93,6 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
-	if f.Tables != nil {
-		if err := f.fence(); err != nil {
-			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
-		}
-		if err := f.Tables.Commit(ctx, f.Node, c.ID, files); err != nil {
-			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
-		}
-	}
 	var moved []committer.File // nil unless a file was displaced
 	for i := range files {
 		if files[i].Final != c.Files[i].Final {
@@ -119,6 +113,19 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		}
 	} else if err != nil {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
+	}
+	// The table commit follows the manifest: a rebuild after a lost state
+	// store counts the checkpoint by its manifest, and the start finishes
+	// the table commit of the node's newest manifest if the table lacks it
+	// (docs/design.md "Tables"). A table holds no checkpoint that no
+	// manifest names.
+	if f.Tables != nil {
+		if err := f.fence(); err != nil {
+			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
+		}
+		if err := f.Tables.Commit(ctx, f.Node, c.ID, files); err != nil {
+			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
+		}
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
 	d := <-draft
@@ -299,8 +306,27 @@ func (f *Finisher) sameManifest(ctx context.Context, name string, body []byte) e
 	if err != nil {
 		return fmt.Errorf("read existing %s: %w", name, err)
 	}
-	if !bytes.Equal(have, body) {
+	if !bytes.Equal(have, body) && !sameButDisplacedFrom(have, body) {
 		return fmt.Errorf("%w: %s exists with other content (a checkpoint id used before, by a lost or older state store?)", committer.ErrConflict, name)
 	}
 	return nil
+}
+
+// sameButDisplacedFrom reports whether manifests a and b differ only in
+// their files' displaced_from, which versions before it was kept did not
+// write: a checkpoint such a version published before a crash is replayed
+// by this one.
+func sameButDisplacedFrom(a, b []byte) bool {
+	var ma, mb layout.Manifest
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		return false
+	}
+	for _, m := range []*layout.Manifest{&ma, &mb} {
+		for i := range m.Files {
+			m.Files[i].DisplacedFrom = ""
+		}
+	}
+	ea, erra := layout.EncodeManifest(&ma)
+	eb, errb := layout.EncodeManifest(&mb)
+	return erra == nil && errb == nil && bytes.Equal(ea, eb) && bytes.Equal(ea, a)
 }

@@ -124,6 +124,11 @@
 //
 // Finish publishes a checkpoint's manifest create-only; one already there
 // counts as published only when it holds the same bytes (BuildManifest is
-// deterministic), else committer.ErrConflict: its id was used before, by a
-// state store since lost.
+// deterministic, and a displaced file's displaced_from, which earlier
+// versions did not write, is the only difference allowed), else
+// committer.ErrConflict: its id was used before, by a state store since
+// lost. Then it commits the table streams' files into their tables
+// (Finisher.Tables), then records the checkpoint committed. After a lost
+// store, FinishTables finishes the table commit of the node's newest
+// manifest from it.
 package recovery

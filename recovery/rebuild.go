@@ -11,6 +11,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
 )
 
 // Rebuilt is what the destination says about a node whose state store was
@@ -18,6 +19,11 @@ import (
 type Rebuilt struct {
 	Manifests int    // manifests believed
 	Highest   uint64 // the highest checkpoint id among them
+	// Newest is the believed manifest with the highest id (nil: none):
+	// the only one whose table commit may be missing, since a checkpoint's
+	// table commit follows its manifest and precedes the next checkpoint's
+	// (FinishTables).
+	Newest *layout.Manifest
 	// Skipped counts the manifests not believed: not parsed, beyond the
 	// ids this node reserved, or naming files the destination does not
 	// hold with their size. Each is logged.
@@ -144,6 +150,9 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			continue
 		}
 		out.Manifests++
+		if out.Newest == nil || m.Checkpoint > out.Highest {
+			out.Newest = m
+		}
 		out.Highest = max(out.Highest, m.Checkpoint)
 		for _, f := range m.Files {
 			for p, ranges := range f.Producers {
@@ -209,10 +218,12 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 	if err != nil {
 		return nil, fmt.Errorf("list destination: %w", err)
 	}
-	// An Iceberg table's snapshot may already name a half-committed
-	// checkpoint's files (the table commit precedes the manifest): moved,
-	// they would leave the table naming missing files. Table streams'
-	// files stay where they are (eosink verify reports them).
+	// A table commit follows its checkpoint's manifest, so no snapshot
+	// names the files of a checkpoint without one; but versions before
+	// that order committed the table first, and a snapshot of theirs may
+	// name such files: moved, they would leave the table naming missing
+	// files. Table streams' files stay where they are (eosink verify
+	// reports them).
 	tables := map[string]bool{}
 	for _, en := range all {
 		if layout.IsTableMetadata(en.Path) {
@@ -272,4 +283,42 @@ func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, erro
 		}
 	}
 	return "", nil
+}
+
+// FinishTables finishes the table commit of m, the node's newest
+// manifest after a rebuild (Rebuilt.Newest), which a state store lost
+// between the manifest and the table commit left undone: its files of
+// table streams (isTable: the stream's configuration in force makes it
+// a table) are committed with tables as the manifest's checkpoint. The
+// table commit is idempotent: a table that holds the checkpoint already
+// is success, as in the replay (table.Iceberg's Bound rules what counts).
+func FinishTables(ctx context.Context, tables Tables, m *layout.Manifest, isTable func(stream string) bool) error {
+	if tables == nil || m == nil {
+		return nil
+	}
+	files := ManifestTableFiles(m, isTable)
+	if len(files) == 0 {
+		return nil
+	}
+	if err := tables.Commit(ctx, m.Node, m.Checkpoint, files); err != nil {
+		return fmt.Errorf("finish the table commit of checkpoint %d (manifest %s): %w", m.Checkpoint, m.Name(), err)
+	}
+	return nil
+}
+
+// ManifestTableFiles returns m's files of table streams (isTable) as the
+// table commit takes them: final name, counts, format and, for a
+// displaced file, the name it was prepared with (its partition path).
+// Files not in Parquet are left out: a table holds Parquet files only.
+func ManifestTableFiles(m *layout.Manifest, isTable func(stream string) bool) []committer.File {
+	var out []committer.File
+	for _, f := range m.Files {
+		if f.Format != streamconf.FormatParquet || !isTable(f.Stream) {
+			continue
+		}
+		out = append(out, committer.File{Stream: f.Stream, Final: f.Path, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C,
+			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion,
+			Table: streamconf.TableIceberg, DisplacedFrom: f.DisplacedFrom})
+	}
+	return out
 }

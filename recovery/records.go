@@ -81,6 +81,9 @@ type fileRecord struct {
 	Compression   string `json:"compression,omitempty"`
 	SchemaVersion int64  `json:"schema_version,omitempty"`
 	Table         string `json:"table,omitempty"` // "iceberg": the file joins its stream's table at commit
+	// The name a displaced file was prepared with (committed records
+	// only): its manifest names it too.
+	DisplacedFrom string `json:"displaced_from,omitempty"`
 }
 
 // epochRecord is one producer's committer.ProducerEpoch.
@@ -202,7 +205,7 @@ func decodeCheckpoint(v []byte) (*Checkpoint, error) {
 func fileToRecord(f *committer.File) fileRecord {
 	r := fileRecord{Stream: f.Stream, Temp: f.Temp, Final: f.Final, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C,
 		Producers: f.Producers, UploadID: f.UploadID, StagingKey: f.StagingKey, ETag: f.ETag,
-		Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion, Table: f.Table}
+		Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion, Table: f.Table, DisplacedFrom: f.DisplacedFrom}
 	if f.Epochs != nil {
 		r.Epochs = make(map[string]epochRecord, len(f.Epochs))
 		for p, e := range f.Epochs {
@@ -221,7 +224,7 @@ func fileToRecord(f *committer.File) fileRecord {
 func (r *fileRecord) file() committer.File {
 	f := committer.File{Stream: r.Stream, Temp: r.Temp, Final: r.Final, Bytes: r.Bytes, Records: r.Records, CRC32C: r.CRC32C,
 		Producers: r.Producers, UploadID: r.UploadID, StagingKey: r.StagingKey, ETag: r.ETag,
-		Format: r.Format, Compression: r.Compression, SchemaVersion: r.SchemaVersion, Table: r.Table}
+		Format: r.Format, Compression: r.Compression, SchemaVersion: r.SchemaVersion, Table: r.Table, DisplacedFrom: r.DisplacedFrom}
 	if r.Epochs != nil {
 		f.Epochs = make(map[string]committer.ProducerEpoch, len(r.Epochs))
 		for p, e := range r.Epochs {

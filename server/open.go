@@ -272,7 +272,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 		case ours.behind(newest):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			err = lc.rebuildProducers(ctx, limit, docs)
+			err = lc.rebuildProducers(ctx, limit, newest, docs)
 		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
 			// the store's (ids are reserved in the store first, then in
@@ -282,7 +282,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
-			err = lc.rebuildProducers(ctx, limit, docs)
+			err = lc.rebuildProducers(ctx, limit, newest, docs)
 		}
 		if err != nil {
 			return err

@@ -22,9 +22,11 @@ import (
 // manifests beyond it are not believed. forgotten are the node's
 // forgotten-producers documents, all of them, which the caller applies
 // after: producers they forget are not put in the store on the way.
+// committed is the store's newest committed checkpoint: a newer manifest
+// may lack its table commit (finishTables).
 // What cannot be rebuilt is logged as an error: an operator restoring a
 // copy must know it.
-func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgotten []*layout.Forgotten) error {
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint64, forgotten []*layout.Forgotten) error {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
@@ -37,6 +39,13 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgott
 		return err
 	}
 	rb.Forgotten = forgotten
+	// Before the store counts the newest manifest's checkpoint committed:
+	// a failure here retries the whole step, rebuild included.
+	if rb.Newest != nil && rb.Newest.Checkpoint > committed {
+		if err := lc.finishTables(ctx, rb.Newest); err != nil {
+			return err
+		}
+	}
 	if err := lc.e.store.Restore(rb); err != nil {
 		return err
 	}
@@ -49,6 +58,35 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit uint64, forgott
 		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
 		"quarantined", len(rb.Quarantine),
 		"duration_ms", time.Since(begin).Milliseconds())
+	return nil
+}
+
+// finishTables finishes the table commit of newest, the node's newest
+// manifest, newer than the store's newest committed checkpoint, which a
+// state store lost after the manifest and before the table commit left
+// undone (recovery.FinishTables). Only the newest can lack it: a
+// checkpoint's table commit follows its manifest and comes before the
+// next checkpoint's, and one the store records committed has its own. A table that holds the checkpoint already
+// is success (table.Iceberg.Commit, with the replay's Bound: a later
+// checkpoint of this node up to its reserved ids counts too). A failure
+// is the recovery step's, retried under the failure policy: a permanent
+// one (a table that can't take the files) is the stuck state the replay's
+// would be.
+func (lc *lifecycle) finishTables(ctx context.Context, newest *layout.Manifest) error {
+	isTable := func(stream string) bool { return lc.e.ing.confFor(stream).cfg.IsTable() }
+	if lc.e.fin.Tables == nil || newest == nil || len(recovery.ManifestTableFiles(newest, isTable)) == 0 {
+		return nil
+	}
+	if lc.e.fin.Fence != nil {
+		if err := lc.e.fin.Fence(); err != nil {
+			return fmt.Errorf("finish table commits: %w", err)
+		}
+	}
+	if err := recovery.FinishTables(ctx, lc.e.fin.Tables, newest, isTable); err != nil {
+		return err
+	}
+	lc.e.log.Info("the newest manifest's checkpoint is in its tables (its table commit finished if the lost store left it undone)",
+		"op", "rebuild", "checkpoint", newest.Checkpoint)
 	return nil
 }
 

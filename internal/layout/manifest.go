@@ -61,6 +61,11 @@ type ManifestFile struct {
 	Format        string `json:"format,omitempty"`
 	Compression   string `json:"compression,omitempty"`
 	SchemaVersion int64  `json:"schema_version,omitempty"`
+	// DisplacedFrom is, for a file the commit displaced (Path is then
+	// <stream>/_displaced/<part name>), the final name it was prepared
+	// with: its partition path, which a table commit finished from the
+	// manifest needs (recovery.ManifestTableFiles). Absent otherwise.
+	DisplacedFrom string `json:"displaced_from,omitempty"`
 }
 
 // NewManifest returns the manifest of node's checkpoint id made of files.
@@ -75,7 +80,7 @@ func NewManifest(node string, id uint64, at time.Time, files []committer.File) *
 			p = map[string]committer.SeqRanges{}
 		}
 		m.Files = append(m.Files, ManifestFile{Path: f.Final, Stream: f.Stream, Bytes: f.Bytes, Records: f.Records, CRC32C: f.CRC32C, Producers: p, Epochs: f.Epochs,
-			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion})
+			Format: f.Format, Compression: f.Compression, SchemaVersion: f.SchemaVersion, DisplacedFrom: f.DisplacedFrom})
 	}
 	return m
 }
@@ -138,6 +143,10 @@ func CheckManifest(name string, m *Manifest) error {
 		node, id, _, _, ok := ParsePartName(path.Base(f.Path))
 		if !ok || node != m.Node || id != m.Checkpoint {
 			return bad("file %q is not a part file of checkpoint %d of node %s", f.Path, m.Checkpoint, m.Node)
+		}
+		if f.DisplacedFrom != "" && (path.Clean(f.DisplacedFrom) != f.DisplacedFrom || DisplacedName(f.DisplacedFrom) != f.Path ||
+			strings.HasPrefix(f.DisplacedFrom, f.Stream+"/"+DisplacedDir+"/")) {
+			return bad("file %q: displaced from %q, which is not its name before it was displaced", f.Path, f.DisplacedFrom)
 		}
 		if f.Bytes < 0 || f.Records < 0 {
 			return bad("file %q: negative size or count", f.Path)

@@ -133,24 +133,29 @@ func TestDecodeManifestRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct{ at, body string }{
-		"not JSON":                    {ManifestName("eosink-0", 42), "{"},
-		"other node":                  {ManifestName("n2", 42), string(good)},
-		"other id":                    {ManifestName("eosink-0", 43), string(good)},
-		"wrong seqs":                  {ManifestName("n", 1), `{"checkpoint":1,"node":"n","files":[{"producers":{"p":"x"}}]}`},
-		"not a manifest":              {"clicks/x.json", string(good)},
-		"id beyond MaxCheckpoint":     {ManifestName("n", 1<<64-1), `{"checkpoint":18446744073709551615,"node":"n","files":[]}`},
-		"another node's file":         {ManifestName("n", 1), manifestOf(`{"path":"a/part-m-00000000000000000001-0000.ndjson","stream":"a"}`)},
-		"another checkpoint's file":   {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000002-0000.ndjson","stream":"a"}`)},
-		"outside its stream":          {ManifestName("n", 1), manifestOf(`{"path":"b/part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
-		"dot dot":                     {ManifestName("n", 1), manifestOf(`{"path":"a/../part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
-		"negative bytes":              {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","bytes":-1}`)},
-		"bad producer":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"-p":[[0,1]]}}`)},
-		"reversed range":              {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[5,4]]}}`)},
-		"overlapping ranges":          {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,4],[4,6]]}}`)},
-		"seq near 2^63":               {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,9223372036854775807]]}}`)},
-		"negative seq":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[-2,-1]]}}`)},
-		"epoch below its incarnation": {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"p":{"epoch":1,"incarnation":2}}}`)},
-		"epoch without ranges":        {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"q":{"epoch":1,"incarnation":0}}}`)},
+		"not JSON":                      {ManifestName("eosink-0", 42), "{"},
+		"other node":                    {ManifestName("n2", 42), string(good)},
+		"other id":                      {ManifestName("eosink-0", 43), string(good)},
+		"wrong seqs":                    {ManifestName("n", 1), `{"checkpoint":1,"node":"n","files":[{"producers":{"p":"x"}}]}`},
+		"not a manifest":                {"clicks/x.json", string(good)},
+		"id beyond MaxCheckpoint":       {ManifestName("n", 1<<64-1), `{"checkpoint":18446744073709551615,"node":"n","files":[]}`},
+		"another node's file":           {ManifestName("n", 1), manifestOf(`{"path":"a/part-m-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"another checkpoint's file":     {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000002-0000.ndjson","stream":"a"}`)},
+		"outside its stream":            {ManifestName("n", 1), manifestOf(`{"path":"b/part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"dot dot":                       {ManifestName("n", 1), manifestOf(`{"path":"a/../part-n-00000000000000000001-0000.ndjson","stream":"a"}`)},
+		"negative bytes":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","bytes":-1}`)},
+		"bad producer":                  {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"-p":[[0,1]]}}`)},
+		"reversed range":                {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[5,4]]}}`)},
+		"overlapping ranges":            {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,4],[4,6]]}}`)},
+		"seq near 2^63":                 {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,9223372036854775807]]}}`)},
+		"negative seq":                  {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[-2,-1]]}}`)},
+		"epoch below its incarnation":   {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"p":{"epoch":1,"incarnation":2}}}`)},
+		"epoch without ranges":          {ManifestName("n", 1), manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[[0,1]]},"epochs":{"q":{"epoch":1,"incarnation":0}}}`)},
+		"displaced from another part":   {ManifestName("n", 1), manifestOf(`{"path":"a/_displaced/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"a/d=1/part-n-00000000000000000001-0001.ndjson"}`)},
+		"displaced from another stream": {ManifestName("n", 1), manifestOf(`{"path":"a/_displaced/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"b/d=1/part-n-00000000000000000001-0000.ndjson"}`)},
+		"displaced from dot dot":        {ManifestName("n", 1), manifestOf(`{"path":"a/_displaced/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"a/../d/part-n-00000000000000000001-0000.ndjson"}`)},
+		"displaced from displaced":      {ManifestName("n", 1), manifestOf(`{"path":"a/_displaced/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"a/_displaced/part-n-00000000000000000001-0000.ndjson"}`)},
+		"not displaced":                 {ManifestName("n", 1), manifestOf(`{"path":"a/d=1/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"a/d=1/part-n-00000000000000000001-0000.ndjson"}`)},
 	} {
 		_, err := DecodeManifest(c.at, strings.NewReader(c.body))
 		if !errors.Is(err, ErrBadManifest) {
@@ -162,6 +167,11 @@ func TestDecodeManifestRejects(t *testing.T) {
 	m, err := DecodeManifest(ManifestName("n", 1), strings.NewReader(manifestOf(`{"path":"a/part-n-00000000000000000001-0000.ndjson","stream":"a","producers":{"p":[3,4]}}`)))
 	if err != nil || !reflect.DeepEqual(m.Files[0].Producers["p"], committer.SeqRanges{{3, 4}}) {
 		t.Fatalf("one-pair form: %+v, %v", m, err)
+	}
+	// A displaced file names the name it was prepared with.
+	m, err = DecodeManifest(ManifestName("n", 1), strings.NewReader(manifestOf(`{"path":"a/_displaced/part-n-00000000000000000001-0000.ndjson","stream":"a","displaced_from":"a/d=1/part-n-00000000000000000001-0000.ndjson"}`)))
+	if err != nil || m.Files[0].DisplacedFrom != "a/d=1/part-n-00000000000000000001-0000.ndjson" {
+		t.Fatalf("displaced file: %+v, %v", m, err)
 	}
 }
 

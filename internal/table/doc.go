@@ -14,7 +14,9 @@
 // Avro files are written with the null codec (see avro.go for why).
 //
 // The commit (Iceberg.Commit), run by recovery.Finisher after every file
-// of a checkpoint is final and before its eosink manifest is published:
+// of a checkpoint is final and its eosink manifest is published, before
+// the checkpoint is recorded committed (and, after a lost state store, by
+// recovery.FinishTables for the node's newest manifest):
 //
 //  1. Load the newest metadata: from the version hint, probe vN+1, vN+2, …
 //     Versions that do not parse and claim not to be the table's are
