@@ -53,13 +53,19 @@ func ForgottenName(node string, after uint64, n int) string {
 
 // ParseForgottenName parses a name made by ForgottenName.
 func ParseForgottenName(name string) (node string, after uint64, n int, ok bool) {
+	return parseForgottenName(name, "")
+}
+
+// parseForgottenName parses _forgotten/<node>/<prefix><checkpoint:020d>-<n:04d>.json.
+func parseForgottenName(name, prefix string) (node string, id uint64, n int, ok bool) {
 	rest, found := strings.CutPrefix(name, ForgottenDir+"/")
 	if !found {
 		return "", 0, 0, false
 	}
 	node, base, found := strings.Cut(rest, "/")
 	base, isJSON := strings.CutSuffix(base, ".json")
-	if !found || !isJSON || !Node(node) || len(base) != 25 || base[20] != '-' {
+	base, prefixed := strings.CutPrefix(base, prefix)
+	if !found || !isJSON || !prefixed || !Node(node) || len(base) != 25 || base[20] != '-' {
 		return "", 0, 0, false
 	}
 	id, err1 := strconv.ParseUint(base[:20], 10, 64)
@@ -157,22 +163,7 @@ func ForgottenMergedName(node string, through uint64, n int) string {
 
 // ParseForgottenMergedName parses a name made by ForgottenMergedName.
 func ParseForgottenMergedName(name string) (node string, through uint64, n int, ok bool) {
-	rest, found := strings.CutPrefix(name, ForgottenDir+"/")
-	if !found {
-		return "", 0, 0, false
-	}
-	node, base, found := strings.Cut(rest, "/")
-	base, isJSON := strings.CutSuffix(base, ".json")
-	base, merged := strings.CutPrefix(base, "merged-")
-	if !found || !isJSON || !merged || !Node(node) || len(base) != 25 || base[20] != '-' {
-		return "", 0, 0, false
-	}
-	id, err1 := strconv.ParseUint(base[:20], 10, 64)
-	num, err2 := strconv.Atoi(base[21:])
-	if err1 != nil || err2 != nil || id > MaxCheckpoint || num < 0 {
-		return "", 0, 0, false
-	}
-	return node, id, num, true
+	return parseForgottenName(name, "merged-")
 }
 
 // CheckForgottenMerged checks a merged document read at name: its node
