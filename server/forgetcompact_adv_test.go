@@ -74,7 +74,7 @@ func TestForgottenCompactionLeavesDocumentsBeyondItsIDs(t *testing.T) {
 				&layout.Forgotten{Node: rigNode, After: layout.MaxCheckpoint, Producers: map[string]int64{"zz": 0}}
 		}},
 		{"merged", func() (string, any) {
-			return layout.ForgottenMergedName(rigNode, layout.MaxCheckpoint, 0),
+			return layout.ForgottenMergedName(rigNode, layout.MaxCheckpoint, layout.MaxCheckpoint, 0),
 				&layout.ForgottenMerged{Node: rigNode, Through: layout.MaxCheckpoint, Entries: []layout.ForgottenEntry{{Producer: "p6", After: 1 << 20, Epoch: 1 << 20}}}
 		}},
 	} {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/eosink/eosink/committer/local"
@@ -30,8 +29,8 @@ func (g *removeGate) Remove(ctx context.Context, name string) error {
 	return g.Local.Remove(ctx, name)
 }
 
-// KNOWN FAILURE, skipped: a stale compaction removes a merged document
-// another process published since under the same name (ABA).
+// TestForgottenCompactionStaleRemoveABA: a stale compaction never
+// removes a merged document another process published since (ABA).
 //
 // Process A reads a small merged document M0 (merged-<a0>-0000) and
 // stalls in its Remove, past the lease check. Meanwhile the node's next
@@ -42,13 +41,11 @@ func (g *removeGate) Remove(ctx context.Context, name string) error {
 // and removes it: the only copy of p0's forget is gone, and a rebuild
 // after a store loss brings p0 back with its old committed_seq (I12).
 // B's two runs are written out by hand here (the chunk split needs 4096
-// producers). Merged names are reused after a removal, and a removal is
-// unconditional; a fix needs names no process reuses (the checkpoint a
-// process has open is its own) or a conditional delete.
+// producers). It failed so while merged names were <through>-<n> (the
+// first free one, reused after a removal); now a merged name carries the
+// checkpoint its publisher had open, which no other process has
+// (layout.ForgottenMergedName), so B's chunk lands elsewhere.
 func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
-	if os.Getenv("EOSINK_KNOWN_FAILURES") == "" {
-		t.Skip("known failure (ABA of merged names under a stale compaction); EOSINK_KNOWN_FAILURES=1 runs it")
-	}
 	base := faultfs.NewCrashFS()
 	r := newRig(t, base)
 	gate := &removeGate{entered: make(chan struct{}), release: make(chan struct{})}
@@ -66,6 +63,7 @@ func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
 	if err := e.DeleteProducer(ctx, "p0"); err != nil {
 		t.Fatal(err)
 	}
+	aOpen := e.Status().OpenID
 	if res, err := e.CompactForgotten(ctx); err != nil || res.Written != 1 {
 		t.Fatalf("first compaction: %+v %v", res, err)
 	}
@@ -90,6 +88,9 @@ func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
 	}
 	m0 := merged()[0]
 	_, a0, _, _ := layout.ParseForgottenMergedName(m0)
+	if want := layout.ForgottenMergedName(rigNode, a0, aOpen, 0); m0 != want {
+		t.Fatalf("A published %s, want %s: a merged name carries its publisher's open checkpoint", m0, want)
+	}
 	gate.gate = m0
 	done := make(chan error, 1)
 	go func() { _, err := e.CompactForgotten(ctx); done <- err }() // process A
@@ -110,6 +111,9 @@ func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
 		all = append(all, m.Entries...)
 	}
 	all = layout.MergeForgotten(all)
+	// B names its documents as the engine does, with the checkpoint it
+	// has open: beyond every id A used (I8).
+	bOpen := a0 + 1<<40
 	publish := func(entries []layout.ForgottenEntry) string {
 		doc := layout.ForgottenMerged{Node: rigNode, Entries: entries}
 		for _, en := range entries {
@@ -120,7 +124,7 @@ func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
 			t.Fatal(err)
 		}
 		for n := 0; ; n++ {
-			name := layout.ForgottenMergedName(rigNode, doc.Through, n)
+			name := layout.ForgottenMergedName(rigNode, doc.Through, bOpen, n)
 			if ok, _ := afero.Exists(base, rigDest+"/"+name); ok {
 				continue
 			}
@@ -147,8 +151,8 @@ func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
 			rest = append(rest, en)
 		}
 	}
-	if got := publish(old); got != m0 {
-		t.Fatalf("B's chunk of old entries published as %s, not under M0's name %s", got, m0)
+	if got := publish(old); got == m0 {
+		t.Fatalf("B's chunk of old entries published under M0's name %s: a merged name reused", got)
 	}
 	publish(rest)
 	if err := l.Remove(ctx, mb); err != nil {

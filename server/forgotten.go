@@ -427,7 +427,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		if err != nil {
 			return res, fmt.Errorf("compact forgotten producers: %w", err)
 		}
-		if err := lc.publishMerged(ctx, &doc, body); err != nil {
+		if err := lc.publishMerged(ctx, &doc, used+1, body); err != nil {
 			return res, err
 		}
 		res.Written++
@@ -457,13 +457,15 @@ func compactReadErr(err error) error {
 }
 
 // publishMerged publishes doc under the first free merged name of its
-// checkpoint, fenced by the lease.
-func (lc *lifecycle) publishMerged(ctx context.Context, doc *layout.ForgottenMerged, body []byte) error {
+// checkpoint and of open, the checkpoint this process has open (a name
+// no other process takes: layout.ForgottenMergedName), fenced by the
+// lease.
+func (lc *lifecycle) publishMerged(ctx context.Context, doc *layout.ForgottenMerged, open uint64, body []byte) error {
 	for n := 0; n <= maxForgottenNum; n++ {
 		if err := lc.leaseCheck(); err != nil {
 			return fmt.Errorf("compact forgotten producers: %w", err)
 		}
-		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenMergedName(doc.Node, doc.Through, n), body)
+		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenMergedName(doc.Node, doc.Through, open, n), body)
 		if errors.Is(err, committer.ErrExists) {
 			continue // an earlier run's (a crash, or a removal that failed)
 		}

@@ -156,14 +156,28 @@ func (e ForgottenEntry) dominates(o ForgottenEntry) bool {
 }
 
 // ForgottenMergedName returns the name of node's merged document n whose
-// entries' highest checkpoint is through. ParseForgottenMergedName reads it.
-func ForgottenMergedName(node string, through uint64, n int) string {
-	return fmt.Sprintf("%s/%s/merged-%020d-%04d.json", ForgottenDir, node, through, n)
+// entries' highest checkpoint is through, published by the process that
+// had checkpoint by open. Ids are never reused (I8), so no process
+// publishes under a name an earlier one may still be removing: a stale
+// compaction, stalled in a removal past its lease, can only remove a
+// document of its own era, never one a later process published since.
+// ParseForgottenMergedName reads it.
+func ForgottenMergedName(node string, through, by uint64, n int) string {
+	return fmt.Sprintf("%s/%s/merged-%020d-%020d-%04d.json", ForgottenDir, node, through, by, n)
 }
 
-// ParseForgottenMergedName parses a name made by ForgottenMergedName.
+// ParseForgottenMergedName parses a name made by ForgottenMergedName; the
+// publisher's checkpoint is checked and left out.
 func ParseForgottenMergedName(name string) (node string, through uint64, n int, ok bool) {
-	return parseForgottenName(name, "merged-")
+	const by = len("00000000000000000000-")
+	i := strings.LastIndex(name, "/merged-") + len("/merged-")
+	if i < len("/merged-") || len(name) < i+21+by {
+		return "", 0, 0, false
+	}
+	if id, err := strconv.ParseUint(name[i+21:i+20+by], 10, 64); err != nil || id > MaxCheckpoint || name[i+20+by] != '-' {
+		return "", 0, 0, false
+	}
+	return parseForgottenName(name[:i+21]+name[i+21+by:], "merged-")
 }
 
 // CheckForgottenMerged checks a merged document read at name: its node

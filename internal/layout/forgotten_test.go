@@ -10,8 +10,8 @@ import (
 )
 
 func TestForgottenMergedNameRoundTrip(t *testing.T) {
-	name := ForgottenMergedName("n1", 42, 7)
-	if want := "_forgotten/n1/merged-00000000000000000042-0007.json"; name != want {
+	name := ForgottenMergedName("n1", 42, 43, 7)
+	if want := "_forgotten/n1/merged-00000000000000000042-00000000000000000043-0007.json"; name != want {
 		t.Fatalf("ForgottenMergedName = %q, want %q", name, want)
 	}
 	node, through, n, ok := ParseForgottenMergedName(name)
@@ -27,13 +27,15 @@ func TestForgottenMergedNameRoundTrip(t *testing.T) {
 	if _, _, _, ok := ParseForgottenMergedName(regular); ok {
 		t.Fatalf("%q parses as a merged document", regular)
 	}
-	if ForgottenMergedName("n1", 0, 0) <= regular {
+	if ForgottenMergedName("n1", 0, 0, 0) <= regular {
 		t.Fatalf("merged names sort before %q", regular)
 	}
 	for _, bad := range []string{
-		"_forgotten/n1/merged-0000000000000000042-0007.json", "_forgotten/n1/merged-00000000000000000042-0007",
-		"_forgotten/-n/merged-00000000000000000042-0007.json", "_forgotten/n1/merged-00000000000000000042_0007.json",
-		"forgotten/n1/merged-00000000000000000042-0007.json", "_forgotten/n1/merged-99999999999999999999-0007.json",
+		"_forgotten/n1/merged-0000000000000000042-00000000000000000043-0007.json", "_forgotten/n1/merged-00000000000000000042-00000000000000000043-0007",
+		"_forgotten/-n/merged-00000000000000000042-00000000000000000043-0007.json", "_forgotten/n1/merged-00000000000000000042-00000000000000000043_0007.json",
+		"forgotten/n1/merged-00000000000000000042-00000000000000000043-0007.json", "_forgotten/n1/merged-99999999999999999999-00000000000000000043-0007.json",
+		"_forgotten/n1/merged-00000000000000000042-99999999999999999999-0007.json", "_forgotten/n1/merged-00000000000000000042_00000000000000000043-0007.json",
+		"_forgotten/n1/merged-00000000000000000042-0007.json", "_forgotten/n1/merged-00000000000000000042-+0000000000000000043-0007.json",
 	} {
 		if _, _, _, ok := ParseForgottenMergedName(bad); ok {
 			t.Errorf("%q parses", bad)
@@ -42,7 +44,7 @@ func TestForgottenMergedNameRoundTrip(t *testing.T) {
 }
 
 func TestDecodeForgottenMergedChecks(t *testing.T) {
-	name := ForgottenMergedName("n1", 10, 0)
+	name := ForgottenMergedName("n1", 10, 11, 0)
 	good := ForgottenMerged{Node: "n1", Through: 10, Entries: []ForgottenEntry{{"p", 3, 1}, {"q", 10, 0}}}
 	enc := func(m ForgottenMerged) []byte {
 		b, err := json.Marshal(&m)
