@@ -844,8 +844,19 @@ func (mr *modelRun) fullCheck() {
 // p~N, sent as p: wireID), inits from seq 0 and commits a batch.
 // loseStore loses the state store (or restores copyOf, an older copy of
 // it), mid-commit of the last checkpoint when cut, and starts again.
+//
+// An older copy restored after a crash mid-commit is found when the
+// destination has a manifest newer than the copy or the lease has ids
+// reserved beyond it (docs/nodes.md); a copy taken in the same reserved
+// block just before the crash looks current, and the half-committed
+// checkpoint's files stay where they are (eosink verify reports them, in
+// no manifest). That limit is documented, not modelled: a copy comes
+// without a cut (seed 1796313107610262918 drew one; a cut after a copy
+// has its own test, TestHalfCommittedCheckpointQuarantinedOlderCopy).
 func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
-	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, mr.leaseAfterLoss(), mr.fail)
+	lease := mr.leaseAfterLoss()
+	cut = cut && copyOf == nil
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
 	}
