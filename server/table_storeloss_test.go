@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -159,13 +160,7 @@ func TestTableCrashAfterManifestStoreLost(t *testing.T) {
 	r.loseStore()
 
 	e = r.start(nil)
-	cur := snapshotsOf(t, d)
-	if n := len(cur.Metadata.Snapshots()); cur.Version != 2 || n != 2 {
-		t.Fatalf("after the start: table v%d with %d snapshots, want v2 with two", cur.Version, n)
-	}
-	if got := cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"]; got != "9" {
-		t.Fatalf("after the start the table holds %s records, want 9", got)
-	}
+	wantTable(t, d, "after the start", 2, 2, "9")
 	ps, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
@@ -176,18 +171,25 @@ func TestTableCrashAfterManifestStoreLost(t *testing.T) {
 	p.Epoch = ps.Epoch
 	mustSend(t, e, p, tableStream, 3, 3)
 	r.commit()
-	cur = snapshotsOf(t, d)
-	if n := len(cur.Metadata.Snapshots()); n != 3 {
-		t.Fatalf("after the next checkpoint: %d snapshots, want 3", n)
-	}
-	if got := cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"]; got != "12" {
-		t.Fatalf("after the next checkpoint the table holds %s records, want 12", got)
-	}
+	wantTable(t, d, "after the next checkpoint", 3, 3, "12")
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(0); seq <= 3; seq++ {
 		exp.Must[invariant.BatchID{Producer: "p", Stream: tableStream, Seq: seq}] = true
 	}
 	r.check(exp)
+}
+
+// wantTable fails the test unless d's table is at version, with that
+// many snapshots, the current one holding records records in all.
+func wantTable(t *testing.T, d committer.Reader, when string, version int64, snapshots int, records string) {
+	t.Helper()
+	cur := snapshotsOf(t, d)
+	if n := len(cur.Metadata.Snapshots()); cur.Version != version || n != snapshots {
+		t.Fatalf("%s: table v%d with %d snapshots, want v%d with %d", when, cur.Version, n, version, snapshots)
+	}
+	if got := cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"]; got != records {
+		t.Fatalf("%s: the table holds %s records, want %s", when, got, records)
+	}
 }
 
 // manifestsOf lists the node's published manifests in r's destination.
@@ -220,13 +222,7 @@ func TestTableStoreLostAfterCommit(t *testing.T) {
 	r.loseStore()
 
 	e = r.start(nil)
-	cur := snapshotsOf(t, d)
-	if n := len(cur.Metadata.Snapshots()); cur.Version != 2 || n != 2 {
-		t.Fatalf("after the start: table v%d with %d snapshots, want v2 with two", cur.Version, n)
-	}
-	if got := cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"]; got != "6" {
-		t.Fatalf("after the start the table holds %s records, want 6", got)
-	}
+	wantTable(t, d, "after the start", 2, 2, "6")
 	if got := r.initState("p").Streams[tableStream].NextSeq; got != 2 {
 		t.Fatalf("init after the loss: next_seq %d, want 2", got)
 	}
