@@ -52,6 +52,16 @@ func (k Kind) String() string {
 	return "invalid"
 }
 
+// Described is k with its article, for messages: "an object", "a bool".
+func Described(k Kind) string {
+	switch n := k.String(); n {
+	case "array", "object", "invalid":
+		return "an " + n
+	default:
+		return "a " + n
+	}
+}
+
 // KindOf returns the kind of the raw JSON value v (no leading space).
 func KindOf(v []byte) Kind {
 	if len(v) == 0 {

@@ -392,7 +392,11 @@ func (t *Template) Eval(ingest time.Time, rec []byte) (string, error) {
 			if t.table && strings.IndexByte(string(out[at:]), '%') >= 0 {
 				// Table readers take data file paths as URIs and
 				// would decode %XX: a table's value must need none.
-				return "", &PartitionError{Field: t.fields[p.field], Reason: "a table's partition value may hold only A-Z a-z 0-9 _ . - and not start with . or _"}
+				reason := "a table's partition value may hold only A-Z a-z 0-9 _ . -"
+				if p.segStart {
+					reason += " and, as it starts a path segment, not start with . or _"
+				}
+				return "", &PartitionError{Field: t.fields[p.field], Reason: reason}
 			}
 		}
 	}
@@ -500,7 +504,7 @@ func (v jsonValue) str() (string, error) {
 		}
 		return string(v.raw), nil
 	default:
-		return "", fmt.Errorf("is a %s, want a string or an integer", k)
+		return "", fmt.Errorf("is %s, want a string or an integer", jsontop.Described(k))
 	}
 }
 
@@ -527,7 +531,7 @@ func (v jsonValue) time() (time.Time, error) {
 		}
 		t = time.UnixMilli(ms).UTC()
 	default:
-		return t, fmt.Errorf("is a %s, want an RFC 3339 string or epoch milliseconds", k)
+		return t, fmt.Errorf("is %s, want an RFC 3339 string or epoch milliseconds", jsontop.Described(k))
 	}
 	if y := t.Year(); y < minYear || y > maxYear {
 		return t, fmt.Errorf("time %s is outside years %04d-%04d", v.raw, minYear, maxYear)

@@ -113,3 +113,34 @@ func TestTableNames(t *testing.T) {
 		}
 	}
 }
+
+// A table's value is refused for what it holds, and for a leading . or _
+// only where it starts a path segment: the reason says which.
+func TestTableValueReasons(t *testing.T) {
+	for _, tc := range []struct {
+		tmpl, rec string
+		ok        bool
+		reason    string
+	}{
+		{"{field:k}", `{"k":"_x"}`, false, "as it starts a path segment, not start with . or _"},
+		{"{field:k}", `{"k":"a b"}`, false, "as it starts a path segment"},
+		{"k={field:k}", `{"k":"a b"}`, false, "may hold only A-Z a-z 0-9 _ . -"},
+		{"k={field:k}", `{"k":".x"}`, true, ""},
+		{"k={field:k}", `{"k":"_x"}`, true, ""},
+	} {
+		tt, err := CompileTableTemplate(tc.tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tt.Eval(time.Now(), []byte(tc.rec))
+		var pe *PartitionError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s %s: %v, want it taken", tc.tmpl, tc.rec, err)
+		case !tc.ok && (!errors.As(err, &pe) || !strings.Contains(pe.Reason, tc.reason)):
+			t.Errorf("%s %s: %v, want a partition error saying %q", tc.tmpl, tc.rec, err, tc.reason)
+		case !tc.ok && !strings.HasPrefix(tc.tmpl, "{") && strings.Contains(pe.Reason, "start with"):
+			t.Errorf("%s %s: %q speaks of the start of a value that does not start a segment", tc.tmpl, tc.rec, pe.Reason)
+		}
+	}
+}
