@@ -110,11 +110,7 @@ func appendsPastPlanted(t *testing.T, edit func(m map[string]json.RawMessage)) {
 		}
 		n += 2
 	}
-	tb, cur := r.read("orders")
-	wantIDs(t, ids(t, tb.Rows), n)
-	if cur.Version != 4 {
-		t.Fatalf("v%d, want v4 (checkpoints 2 and 3 appended past the planted v2)", cur.Version)
-	}
+	r.wantOrders(n, 4) // checkpoints 2 and 3 appended past the planted v2
 	// A replay of checkpoint 3 still finds it: the proof is its snapshot.
 	r.commit(ice, "n1", 3, recs(n-2, 2))
 	if _, again := r.read("orders"); again.Version != 4 {
@@ -379,11 +375,7 @@ func TestPlantedManifestAtOurName(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tb, cur := r.read("orders")
-			wantIDs(t, ids(t, tb.Rows), 7)
-			if cur.Version != 2 {
-				t.Fatalf("v%d, want v2", cur.Version)
-			}
+			r.wantOrders(7, 2)
 		})
 	}
 }
@@ -406,11 +398,7 @@ func TestPassingOverLeavesNoGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.commit(ice, "n1", 3, recs(5, 2))
-	tb, cur := r.read("orders")
-	wantIDs(t, ids(t, tb.Rows), 7)
-	if cur.Version != 3 {
-		t.Fatalf("v%d, want v3", cur.Version)
-	}
+	r.wantOrders(7, 3)
 }
 
 // TestPlantedOtherTablesMetadata: a copy of another table's metadata (here
