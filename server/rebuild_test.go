@@ -9,6 +9,22 @@ import (
 	"github.com/eosink/eosink/recovery"
 )
 
+// resendFrom0 sends p's batches 0 to n-1 of stream (2 records each) again,
+// as a client that trusts nothing, and fails the test unless exactly those
+// below committed are answered as duplicates.
+func resendFrom0(t *testing.T, e *Engine, p *Producer, stream string, n, committed int64) {
+	t.Helper()
+	for seq := range n {
+		res, err := send(e, p, stream, seq, 2)
+		if err != nil {
+			t.Fatalf("resend %s/%d: %v", stream, seq, err)
+		}
+		if dup := seq < committed; res.Duplicate != dup {
+			t.Fatalf("resend %s/%d: duplicate %v, want %v", stream, seq, res.Duplicate, dup)
+		}
+	}
+}
+
 // Recovery step 5 for producers: after the state store is lost, a node
 // rebuilt from the destination restores each producer's committed
 // sequence numbers from its manifests, so a client that inits again and
@@ -69,15 +85,7 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	}
 	p.Epoch = st.Epoch
 	// A client that resends everything from 0 (it trusts nothing).
-	for seq := range int64(6) {
-		res, err := send(e, p, "a", seq, 2)
-		if err != nil {
-			t.Fatalf("resend a/%d: %v", seq, err)
-		}
-		if dup := seq < 5; res.Duplicate != dup {
-			t.Fatalf("resend a/%d: duplicate %v, want %v", seq, res.Duplicate, dup)
-		}
-	}
+	resendFrom0(t, e, p, "a", 6, 5)
 	must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 5}] = true
 	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})
