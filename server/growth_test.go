@@ -77,10 +77,7 @@ func TestGrowthYear(t *testing.T) {
 	compactUntilDone(t, func() (ForgottenCompaction, error) { return r.e.CompactForgotten(ctx) })
 	reportBookkeeping(t, filepath.Join(root, rigDest))
 	t.Logf("reading and applying them after the compaction (median of 5): %s", apply().Round(time.Millisecond))
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	st = measureStart(t, r)
 	t.Logf("start after a state-store loss, after the compaction: %s, heap peak +%.1f MiB, allocated %.1f MiB, state.db %.1f MiB, %d producers",
 		st.took.Round(time.Millisecond), mib(st.heapPeak), mib(st.alloc), mib(st.storeBytes), r.e.ProducerCount())

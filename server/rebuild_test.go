@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -55,10 +54,7 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	}
 	// Accepted, never committed: lost with the store, as documented.
 	mustSend(t, e, p, "a", 5, 2)
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	e = r.start(nil)
 
 	// Restored at the epoch the manifests record (issue 23 item 3): the

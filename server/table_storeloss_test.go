@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -45,14 +44,12 @@ func (r *rig) crashCheckpoint(e *Engine) {
 	r.e = nil
 }
 
-// loseStore removes the state store, as a replaced disk would, and
-// expires the node's lease (keeping the ids it reserved): a new store's
+// loseStore stops the engine if it runs and removes the state store
+// (stopLosingStore), and expires the node's lease (keeping the ids it reserved): a new store's
 // start cannot prove the dead process gone otherwise.
 func (r *rig) loseStore() {
 	r.t.Helper()
-	if err := os.Remove(r.storePath); err != nil {
-		r.t.Fatal(err)
-	}
+	r.stopLosingStore()
 	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
 		r.t.Fatal(err)
 	} else if ok {

@@ -99,10 +99,7 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			p := &Producer{ID: "p", Epoch: st.Epoch}
 			mustSend(t, e, p, "a", 0, 1)
 			r.commit()
-			r.stop()
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			r.stopLosingStore()
 			e = r.start(nil)
 
 			if _, err := send(e, zombie, "a", 1, 1); !errors.Is(err, ErrFenced) {
