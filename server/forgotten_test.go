@@ -92,10 +92,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 				}
 				want = 1
 			}
-			r.stop() // a crash: the new incarnation's batch 0 is not prepared
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			r.stopLosingStore() // a crash: the new incarnation's batch 0 is not prepared
 			if copyOf != nil {
 				if err := os.WriteFile(r.storePath, copyOf, 0o600); err != nil {
 					t.Fatal(err)

@@ -74,25 +74,10 @@ func TestGrowthYear(t *testing.T) {
 		return took[2]
 	}
 	t.Logf("of which reading and applying the forgotten-producers documents (median of 5): %s", apply().Round(time.Millisecond))
-	begin = time.Now()
-	var runs, read, written int
-	for {
-		res, err := r.e.CompactForgotten(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Read == 0 {
-			break
-		}
-		runs, read, written = runs+1, read+res.Read, written+res.Written
-	}
-	t.Logf("compaction: %d runs, %d documents read, %d merged written, in %s", runs, read, written, time.Since(begin).Round(time.Millisecond))
+	compactUntilDone(t, func() (ForgottenCompaction, error) { return r.e.CompactForgotten(ctx) })
 	reportBookkeeping(t, filepath.Join(root, rigDest))
 	t.Logf("reading and applying them after the compaction (median of 5): %s", apply().Round(time.Millisecond))
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	st = measureStart(t, r)
 	t.Logf("start after a state-store loss, after the compaction: %s, heap peak +%.1f MiB, allocated %.1f MiB, state.db %.1f MiB, %d producers",
 		st.took.Round(time.Millisecond), mib(st.heapPeak), mib(st.alloc), mib(st.storeBytes), r.e.ProducerCount())
@@ -370,19 +355,27 @@ func TestGrowthForgottenS3(t *testing.T) {
 	t.Logf("a start after a loss lists and reads %d documents in %s (%.2f ms each, one at a time)", docs, took.Round(time.Millisecond),
 		float64(took.Microseconds())/1000/float64(docs))
 	lc := &lifecycle{e: &Engine{cfg: Config{Node: rigNode, Publisher: dest}}}
-	begin = time.Now()
-	var runs, removed, written int
+	compactUntilDone(t, func() (ForgottenCompaction, error) { return lc.compactForgotten(ctx, 1) })
+	docs, took = read()
+	t.Logf("after it, a start lists and reads %d documents in %s", docs, took.Round(time.Millisecond))
+}
+
+// compactUntilDone runs compact until a run reads no document, and logs
+// how many runs it took, what they read, removed and wrote, and how long.
+func compactUntilDone(t *testing.T, compact func() (ForgottenCompaction, error)) {
+	t.Helper()
+	begin := time.Now()
+	var runs, read, removed, written int
 	for {
-		res, err := lc.compactForgotten(ctx, 1)
+		res, err := compact()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Read == 0 {
 			break
 		}
-		runs, removed, written = runs+1, removed+res.Removed, written+res.Written
+		runs, read, removed, written = runs+1, read+res.Read, removed+res.Removed, written+res.Written
 	}
-	t.Logf("compaction: %d runs, %d removed, %d merged written, in %s", runs, removed, written, time.Since(begin).Round(time.Millisecond))
-	docs, took = read()
-	t.Logf("after it, a start lists and reads %d documents in %s", docs, took.Round(time.Millisecond))
+	t.Logf("compaction: %d runs, %d documents read, %d removed, %d merged written, in %s",
+		runs, read, removed, written, time.Since(begin).Round(time.Millisecond))
 }

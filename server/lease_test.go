@@ -203,10 +203,7 @@ func TestLeaseReservedSurvivesStoreLoss(t *testing.T) {
 	if l := readLease(t, r.fs); l.Reserved < named {
 		t.Fatalf("lease reserves up to %d, but id %d was handed out", l.Reserved, named)
 	}
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	time.Sleep(250 * time.Millisecond) // the crashed holder's lease expires
 	e = r.start(nil)
 	if open := e.Status().OpenID; open <= named {

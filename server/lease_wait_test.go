@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -203,10 +202,7 @@ func TestLeaseAndStoreLostNoIDReuse(t *testing.T) {
 	for _, lost := range []string{"deleted", "replaced"} {
 		t.Run(lost, func(t *testing.T) {
 			r, named := leaseRigNamingIDs(t)
-			r.stop()
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			r.stopLosingStore()
 			leaseFile := rigDest + "/" + layout.LeaseName(rigNode)
 			if lost == "deleted" {
 				if err := r.fs.Remove(leaseFile); err != nil {

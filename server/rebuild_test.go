@@ -2,12 +2,27 @@ package server
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
+
+// resendFrom0 sends p's batches 0 to n-1 of stream (2 records each) again,
+// as a client that trusts nothing, and fails the test unless exactly those
+// below committed are answered as duplicates.
+func resendFrom0(t *testing.T, e *Engine, p *Producer, stream string, n, committed int64) {
+	t.Helper()
+	for seq := range n {
+		res, err := send(e, p, stream, seq, 2)
+		if err != nil {
+			t.Fatalf("resend %s/%d: %v", stream, seq, err)
+		}
+		if dup := seq < committed; res.Duplicate != dup {
+			t.Fatalf("resend %s/%d: duplicate %v, want %v", stream, seq, res.Duplicate, dup)
+		}
+	}
+}
 
 // Recovery step 5 for producers: after the state store is lost, a node
 // rebuilt from the destination restores each producer's committed
@@ -39,10 +54,7 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	}
 	// Accepted, never committed: lost with the store, as documented.
 	mustSend(t, e, p, "a", 5, 2)
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	e = r.start(nil)
 
 	// Restored at the epoch the manifests record (issue 23 item 3): the
@@ -69,15 +81,7 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	}
 	p.Epoch = st.Epoch
 	// A client that resends everything from 0 (it trusts nothing).
-	for seq := range int64(6) {
-		res, err := send(e, p, "a", seq, 2)
-		if err != nil {
-			t.Fatalf("resend a/%d: %v", seq, err)
-		}
-		if dup := seq < 5; res.Duplicate != dup {
-			t.Fatalf("resend a/%d: duplicate %v, want %v", seq, res.Duplicate, dup)
-		}
-	}
+	resendFrom0(t, e, p, "a", 6, 5)
 	must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 5}] = true
 	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})

@@ -120,6 +120,16 @@ func (r *rig) stop() {
 	r.e = nil
 }
 
+// stopLosingStore stops the engine as a crash would (stop) and removes
+// its state store, as a replaced disk would.
+func (r *rig) stopLosingStore() {
+	r.t.Helper()
+	r.stop()
+	if err := os.Remove(r.storePath); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // check runs the invariant checker on r.fs and fails the test on a
 // violation.
 func (r *rig) check(exp invariant.Expect) *invariant.Report {

@@ -70,10 +70,7 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 				}
 			}
 			r.check(invariant.Expect{Must: must, Exact: true})
-			r.stop()
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			r.stopLosingStore()
 			if older {
 				if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
 					t.Fatal(err)
@@ -357,10 +354,7 @@ func TestStoreLostTwiceInARow(t *testing.T) {
 			}
 			lose := func(what string) {
 				t.Helper()
-				r.stop()
-				if err := os.Remove(r.storePath); err != nil {
-					t.Fatal(err)
-				}
+				r.stopLosingStore()
 				damageLease(r.fs, lease, t.Fatalf)
 				clock = clock.Add(time.Minute)
 				e = r.start(nil)
@@ -437,10 +431,7 @@ func TestStoreLostTwiceHighIDs(t *testing.T) {
 	}
 	lose := func(lease leaseAfterLoss) {
 		t.Helper()
-		r.stop()
-		if err := os.Remove(r.storePath); err != nil {
-			t.Fatal(err)
-		}
+		r.stopLosingStore()
 		damageLease(r.fs, lease, t.Fatalf)
 		e = r.start(nil)
 	}

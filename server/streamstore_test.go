@@ -49,10 +49,7 @@ func TestStreamConfigRestoredAfterStoreLoss(t *testing.T) {
 	if doc, ok := readStreamDocFile(t, r.fs, "s"); !ok || doc.Config.Version != 2 || !reflect.DeepEqual(doc.Config, info.Config) {
 		t.Fatalf("document in the destination %+v (present %v), want version 2 %+v", doc, ok, info.Config)
 	}
-	r.stop()
-	if err := os.Remove(r.storePath); err != nil {
-		t.Fatal(err)
-	}
+	r.stopLosingStore()
 	time.Sleep(250 * time.Millisecond) // the crashed holder's lease expires
 	e = r.start(nil)
 	got := e.Stream("s")

@@ -20,11 +20,8 @@ import (
 // must still commit, and the other stream's batches with it.
 func TestTableDisplacedFile(t *testing.T) {
 	r, d := tableRig(t)
-	e := r.start(nil)
+	e := r.startTable(tableConf)
 	ctx := context.Background()
-	if _, err := e.PutStream(ctx, tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
 	// Records of invariant.Batch hold "s": the stream name.
 	if err := afero.WriteFile(r.fs, rigDest+"/"+tableStream+"/s="+tableStream, []byte("not eosink's"), 0o644); err != nil {
 		t.Fatal(err)

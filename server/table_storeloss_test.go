@@ -2,14 +2,12 @@ package server
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
-	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/spf13/afero"
 )
 
@@ -46,14 +44,12 @@ func (r *rig) crashCheckpoint(e *Engine) {
 	r.e = nil
 }
 
-// loseStore removes the state store, as a replaced disk would, and
-// expires the node's lease (keeping the ids it reserved): a new store's
+// loseStore stops the engine if it runs and removes the state store
+// (stopLosingStore), and expires the node's lease (keeping the ids it reserved): a new store's
 // start cannot prove the dead process gone otherwise.
 func (r *rig) loseStore() {
 	r.t.Helper()
-	if err := os.Remove(r.storePath); err != nil {
-		r.t.Fatal(err)
-	}
+	r.stopLosingStore()
 	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
 		r.t.Fatal(err)
 	} else if ok {
@@ -70,10 +66,7 @@ func (r *rig) loseStore() {
 // the manifest now: a checkpoint without a manifest is in no table.
 func TestTableHalfCommittedAfterStoreLoss(t *testing.T) {
 	r, d := tableLeasedRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(t.Context(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	p := r.initProducer("p")
 	mustSend(t, e, p, tableStream, 0, 3)
 	d.armed.Store(true)
@@ -104,17 +97,8 @@ func TestTableHalfCommittedAfterStoreLoss(t *testing.T) {
 // published with the same bytes) and the table holds the checkpoint once.
 func TestTableCrashAfterManifest(t *testing.T) {
 	r, d := tableRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(t.Context(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
-	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	for seq := int64(1); seq <= 3; seq++ {
-		if _, err := send(e, nil, tableStream, seq, 4); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-	}
+	e := r.startTable(tableConf)
+	exp := sendSeqs(t, e, tableStream, 1, 3, 4)
 	d.armedTable.Store(true)
 	r.crashCheckpoint(e)
 	if names := manifestsOf(t, r); len(names) != 1 {
@@ -124,14 +108,7 @@ func TestTableCrashAfterManifest(t *testing.T) {
 		t.Fatalf("before the replay: table v%d, want none (the crash was at the table commit)", cur.Version)
 	}
 	r.start(nil) // the replay
-	cur := snapshotsOf(t, d)
-	snaps := cur.Metadata.Snapshots()
-	if cur.Version != 1 || len(snaps) != 1 {
-		t.Fatalf("after the replay: table v%d with %d snapshots, want v1 with one", cur.Version, len(snaps))
-	}
-	if got := snaps[0].Summary.Properties["total-records"]; got != "12" {
-		t.Fatalf("table holds %s records, want 12", got)
-	}
+	wantTable(t, d, "after the replay", 1, 1, "12")
 	r.check(exp)
 }
 
@@ -143,10 +120,7 @@ func TestTableCrashAfterManifest(t *testing.T) {
 // next checkpoint is one more snapshot.
 func TestTableCrashAfterManifestStoreLost(t *testing.T) {
 	r, d := tableLeasedRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(t.Context(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	p := r.initProducer("p")
 	mustSend(t, e, p, tableStream, 0, 3)
 	r.commit() // one checkpoint in the table before: the finish appends to it
@@ -172,11 +146,7 @@ func TestTableCrashAfterManifestStoreLost(t *testing.T) {
 	mustSend(t, e, p, tableStream, 3, 3)
 	r.commit()
 	wantTable(t, d, "after the next checkpoint", 3, 3, "12")
-	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	for seq := int64(0); seq <= 3; seq++ {
-		exp.Must[invariant.BatchID{Producer: "p", Stream: tableStream, Seq: seq}] = true
-	}
-	r.check(exp)
+	r.check(exactSeqs("p", tableStream, 0, 3))
 }
 
 // wantTable fails the test unless d's table is at version, with that
@@ -209,10 +179,7 @@ func manifestsOf(t *testing.T, r *rig) []string {
 // snapshot: nothing is appended twice.
 func TestTableStoreLostAfterCommit(t *testing.T) {
 	r, d := tableLeasedRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(t.Context(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	p := r.initProducer("p")
 	mustSend(t, e, p, tableStream, 0, 3)
 	r.commit()
@@ -226,9 +193,5 @@ func TestTableStoreLostAfterCommit(t *testing.T) {
 	if got := r.initState("p").Streams[tableStream].NextSeq; got != 2 {
 		t.Fatalf("init after the loss: next_seq %d, want 2", got)
 	}
-	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	for seq := int64(0); seq <= 1; seq++ {
-		exp.Must[invariant.BatchID{Producer: "p", Stream: tableStream, Seq: seq}] = true
-	}
-	r.check(exp)
+	r.check(exactSeqs("p", tableStream, 0, 1))
 }

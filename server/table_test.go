@@ -78,6 +78,37 @@ func tableRig(t *testing.T) (*rig, *crashingDest) {
 	return r, d
 }
 
+// startTable starts r's engine with the table stream tableStream put
+// with conf.
+func (r *rig) startTable(conf streamconf.Config) *Engine {
+	r.t.Helper()
+	e := r.start(nil)
+	if _, err := e.PutStream(r.t.Context(), tableStream, conf); err != nil {
+		r.t.Fatal(err)
+	}
+	return e
+}
+
+// sendSeqs sends batches from to to of stream (n records each) without a
+// producer, and returns what the invariant check must then find: exactly
+// those batches.
+func sendSeqs(t *testing.T, e *Engine, stream string, from, to int64, n int) invariant.Expect {
+	t.Helper()
+	for seq := from; seq <= to; seq++ {
+		mustSend(t, e, nil, stream, seq, n)
+	}
+	return exactSeqs("", stream, from, to)
+}
+
+// exactSeqs expects exactly producer's batches from to to of stream.
+func exactSeqs(producer, stream string, from, to int64) invariant.Expect {
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for seq := from; seq <= to; seq++ {
+		exp.Must[invariant.BatchID{Producer: producer, Stream: stream, Seq: seq}] = true
+	}
+	return exp
+}
+
 func snapshotsOf(t *testing.T, d committer.Reader) table.Loaded {
 	t.Helper()
 	cur, err := table.Load(context.Background(), d, tableStream)
@@ -93,47 +124,18 @@ func snapshotsOf(t *testing.T, d committer.Reader) table.Loaded {
 // it once: one snapshot, every record.
 func TestTableCrashBeforeManifest(t *testing.T) {
 	r, d := tableRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
-	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	for seq := int64(1); seq <= 3; seq++ {
-		if _, err := send(e, nil, tableStream, seq, 4); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-	}
+	e := r.startTable(tableConf)
+	exp := sendSeqs(t, e, tableStream, 1, 3, 4)
 	d.armed.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := e.Checkpoint(ctx); err == nil {
-		t.Fatal("checkpoint passed with its manifest failing")
-	}
-	select {
-	case <-e.Failed():
-	case <-ctx.Done():
-		t.Fatal("the engine did not stop")
-	}
+	r.crashCheckpoint(e)
 	if cur := snapshotsOf(t, d); cur.Version != 0 {
 		t.Fatalf("before the replay: table v%d, want none (the table commit follows the manifest)", cur.Version)
 	}
-	_ = e.Close()
-	r.e = nil
 	r.start(nil) // the replay
-	cur := snapshotsOf(t, d)
-	snaps := cur.Metadata.Snapshots()
-	if cur.Version != 1 || len(snaps) != 1 {
-		t.Fatalf("after the replay: table v%d with %d snapshots, want v1 with one", cur.Version, len(snaps))
-	}
-	if got := snaps[0].Summary.Properties["total-records"]; got != "12" {
-		t.Fatalf("table holds %s records, want 12", got)
-	}
+	wantTable(t, d, "after the replay", 1, 1, "12")
 	r.check(exp)
 	// The next checkpoint is one more snapshot.
-	if _, err := send(r.e, nil, tableStream, 4, 2); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, r.e, nil, tableStream, 4, 2)
 	exp.Must[invariant.BatchID{Stream: tableStream, Seq: 4}] = true
 	r.checkpoint()
 	if cur := snapshotsOf(t, d); cur.Version != 2 || len(cur.Metadata.Snapshots()) != 2 {
@@ -147,11 +149,8 @@ func TestTableCrashBeforeManifest(t *testing.T) {
 // table streams.
 func TestTablePutRules(t *testing.T) {
 	r, _ := tableRig(t)
-	e := r.start(nil)
+	e := r.startTable(tableConf)
 	ctx := context.Background()
-	if _, err := e.PutStream(ctx, tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
 	grown := tableConf
 	grown.Schema = &streamconf.Schema{Fields: append(append([]streamconf.Field(nil), testSchema.Fields...), streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
 	if _, err := e.PutStream(ctx, tableStream, grown); err != nil {
@@ -188,10 +187,7 @@ func TestTablePutRules(t *testing.T) {
 // waited behind it.
 func TestTablePlantedMetadataHoldsNothingBack(t *testing.T) {
 	r, d := tableRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
 		for _, s := range []string{tableStream, "a"} {
@@ -237,34 +233,20 @@ func TestTablePlantedMetadataHoldsNothingBack(t *testing.T) {
 // wiring, the replay appended N's files again (a duplicate in the table).
 func TestTableReplayFromOlderStoreCopy(t *testing.T) {
 	r, d := tableRig(t)
-	e := r.start(nil)
 	conf := tableConf
 	conf.KeepSnapshots = 2
-	if _, err := e.PutStream(context.Background(), tableStream, conf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(conf)
 	r.broken = "an older store copy: the invariant check runs at the end"
-	if _, err := send(e, nil, tableStream, 1, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, e, nil, tableStream, 1, 3)
 	d.armed.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := e.Checkpoint(ctx); err == nil {
-		t.Fatal("checkpoint passed with its manifest failing")
-	}
-	<-e.Failed()
-	_ = e.Close()
-	r.e = nil
+	r.crashCheckpoint(e)
 	backup, err := os.ReadFile(r.storePath) // N prepared, its table commit done
 	if err != nil {
 		t.Fatal(err)
 	}
 	e = r.start(nil) // the replay commits N
 	for seq := int64(2); seq <= 5; seq++ {
-		if _, err := send(e, nil, tableStream, seq, 3); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, nil, tableStream, seq, 3)
 		r.commit()
 	}
 	cur := snapshotsOf(t, d)
@@ -287,9 +269,5 @@ func TestTableReplayFromOlderStoreCopy(t *testing.T) {
 		t.Fatalf("table holds %s records, want 15", got)
 	}
 	r.broken = ""
-	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	for seq := int64(1); seq <= 5; seq++ {
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-	}
-	r.check(exp)
+	r.check(exactSeqs("", tableStream, 1, 5))
 }

@@ -54,15 +54,7 @@ func TestOlderStoreCopyIsDetected(t *testing.T) {
 		t.Fatalf("init after the older copy: next %d committed %d, want next 4 committed 3", got.NextSeq, got.CommittedSeq)
 	}
 	p.Epoch = st.Epoch
-	for seq := range int64(5) {
-		res, err := send(e, p, "a", seq, 2)
-		if err != nil {
-			t.Fatalf("resend a/%d: %v", seq, err)
-		}
-		if dup := seq < 4; res.Duplicate != dup {
-			t.Fatalf("resend a/%d: duplicate %v, want %v", seq, res.Duplicate, dup)
-		}
-	}
+	resendFrom0(t, e, p, "a", 5, 4)
 	must[invariant.BatchID{Producer: "p", Stream: "a", Seq: 4}] = true
 	r.commit()
 	r.check(invariant.Expect{Must: must, Exact: true})
@@ -107,10 +99,7 @@ func TestRebuildTellsIncarnationsApart(t *testing.T) {
 			p := &Producer{ID: "p", Epoch: st.Epoch}
 			mustSend(t, e, p, "a", 0, 1)
 			r.commit()
-			r.stop()
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			r.stopLosingStore()
 			e = r.start(nil)
 
 			if _, err := send(e, zombie, "a", 1, 1); !errors.Is(err, ErrFenced) {

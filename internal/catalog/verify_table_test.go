@@ -15,52 +15,59 @@ import (
 	"github.com/eosink/eosink/internal/table"
 )
 
+// tbTable returns an Iceberg committer of stream tb's table in d: Parquet
+// with a required ts, partitioned by partition.
+func (d *dest) tbTable(partition string) *table.Iceberg {
+	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: partition,
+		Schema: &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
+	return &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
+		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+}
+
+// commitTable commits the files of stream tb at paths (of 3 records, 10
+// bytes each) to ice's table as node's checkpoint ckpt.
+func (d *dest) commitTable(ice *table.Iceberg, node string, ckpt uint64, paths []string) {
+	d.t.Helper()
+	var files []committer.File
+	for _, p := range paths {
+		files = append(files, committer.File{Stream: "tb", Final: p, Bytes: 10, Records: 3, Table: streamconf.TableIceberg})
+	}
+	if err := ice.Commit(d.t.Context(), node, ckpt, files); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// verify returns the report of Verify over all of d.
+func (d *dest) verify() *VerifyReport {
+	d.t.Helper()
+	rep, err := d.catalog(Config{}).Verify(d.t.Context(), nil)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return rep
+}
+
 // TestVerifyTable: verify checks an Iceberg table against the manifests:
 // a file in the table twice, or in the table and in no manifest, is a
 // problem; the table's metadata files are not strays.
 func TestVerifyTable(t *testing.T) {
 	d := newDest(t)
-	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
-		Partition: "dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}",
-		Schema:    &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
-	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
-		Config: func(string) (streamconf.Config, bool) { return conf, true }}
-	asTable := func(paths []string) []committer.File {
-		var out []committer.File
-		for _, p := range paths {
-			out = append(out, committer.File{Stream: "tb", Final: p, Bytes: 10, Records: 3, Table: streamconf.TableIceberg})
-		}
-		return out
-	}
-	verify := func() *VerifyReport {
-		t.Helper()
-		rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
+	ice := d.tbTable("dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}")
 	first := d.commit("n1", 1, 3, "tb")
-	if err := ice.Commit(t.Context(), "n1", 1, asTable(first)); err != nil {
-		t.Fatal(err)
-	}
-	if rep := verify(); len(rep.Problems) != 0 || rep.Tables != 1 || rep.TableFiles != 1 {
+	d.commitTable(ice, "n1", 1, first)
+	if rep := d.verify(); len(rep.Problems) != 0 || rep.Tables != 1 || rep.TableFiles != 1 {
 		t.Fatalf("a sound table: %+v", rep)
 	}
 	// The same file added again by another checkpoint: read twice.
-	if err := ice.Commit(t.Context(), "n1", 2, asTable(first)); err != nil {
-		t.Fatal(err)
-	}
-	rep := verify()
+	d.commitTable(ice, "n1", 2, first)
+	rep := d.verify()
 	if len(rep.Problems) != 1 || rep.Problems[0].Path != first[0] || !strings.Contains(rep.Problems[0].What, "twice") {
 		t.Fatalf("a file added twice: %+v", rep.Problems)
 	}
 	// A file in the table that no manifest names.
 	d.write("tb/dt=2026-11-29/hour=09/part-n9-00000000000000000001-0000.ndjson", []byte("{}\n"))
-	if err := ice.Commit(t.Context(), "n9", 1, asTable([]string{"tb/dt=2026-11-29/hour=09/part-n9-00000000000000000001-0000.ndjson"})); err != nil {
-		t.Fatal(err)
-	}
-	rep = verify()
+	d.commitTable(ice, "n9", 1, []string{"tb/dt=2026-11-29/hour=09/part-n9-00000000000000000001-0000.ndjson"})
+	rep = d.verify()
 	var found bool
 	for _, p := range rep.Problems {
 		if strings.Contains(p.What, "but in no manifest") {
@@ -74,7 +81,7 @@ func TestVerifyTable(t *testing.T) {
 	d.write("tb/metadata/v9.metadata.json", []byte("garbage"))
 	d.write("tb/metadata/version-hint.text", []byte("9"))
 	found = false
-	rep = verify()
+	rep = d.verify()
 	for _, p := range rep.Problems {
 		if p.Path == "tb/metadata/v9.metadata.json" && strings.Contains(p.What, "does not parse") {
 			found = true
@@ -110,46 +117,23 @@ func TestStreamsSkipTableMetadata(t *testing.T) {
 // and files appended by another checkpoint's snapshot went unreported.
 func TestVerifyManifestsInTable(t *testing.T) {
 	d := newDest(t)
-	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
-		Partition: "dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}",
-		Schema:    &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
-	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
-		Config: func(string) (streamconf.Config, bool) { return conf, true }}
-	asTable := func(paths []string) []committer.File {
-		var out []committer.File
-		for _, p := range paths {
-			out = append(out, committer.File{Stream: "tb", Final: p, Bytes: 10, Records: 3, Table: streamconf.TableIceberg})
-		}
-		return out
-	}
-	verify := func() []Problem {
-		t.Helper()
-		rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep.Problems
-	}
+	ice := d.tbTable("dt={time:ts:%Y-%m-%d}/hour={time:ts:%H}")
 	// Before the table: checkpoint 1 of n1, not in it, and not expected.
 	d.commit("n1", 1, 3, "tb")
 	two := d.commit("n1", 2, 3, "tb")
-	if err := ice.Commit(t.Context(), "n1", 2, asTable(two)); err != nil {
-		t.Fatal(err)
-	}
-	if p := verify(); len(p) != 0 {
+	d.commitTable(ice, "n1", 2, two)
+	if p := d.verify().Problems; len(p) != 0 {
 		t.Fatalf("a sound table: %+v", p)
 	}
 	// Checkpoint 3 committed, its table commit skipped.
 	three := d.commit("n1", 3, 3, "tb")
-	p := verify()
+	p := d.verify().Problems
 	if len(p) != 1 || p[0].Path != three[0] || !strings.Contains(p[0].What, "in no snapshot of table tb") {
 		t.Fatalf("a committed file in no snapshot: %+v", p)
 	}
 	// Appended by the snapshot of another checkpoint (4) instead.
-	if err := ice.Commit(t.Context(), "n1", 4, asTable(three)); err != nil {
-		t.Fatal(err)
-	}
-	p = verify()
+	d.commitTable(ice, "n1", 4, three)
+	p = d.verify().Problems
 	if len(p) != 1 || p[0].Path != three[0] || !strings.Contains(p[0].What, "not by checkpoint 3's own") {
 		t.Fatalf("a committed file added by another checkpoint's snapshot: %+v", p)
 	}
@@ -161,14 +145,9 @@ func TestVerifyManifestsInTable(t *testing.T) {
 // nothing wrong with the checkpoint's files.
 func TestVerifySnapshotIDTaken(t *testing.T) {
 	d := newDest(t)
-	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg, Partition: "data",
-		Schema: &streamconf.Schema{Fields: []streamconf.Field{{Name: "ts", Type: streamconf.TypeTimestamp, Required: true}}}}
-	ice := &table.Iceberg{Dest: d.local, Location: "file://" + tDest,
-		Config: func(string) (streamconf.Config, bool) { return conf, true }}
+	ice := d.tbTable("data")
 	one := d.commit("n1", 1, 3, "tb")
-	if err := ice.Commit(t.Context(), "n1", 1, []committer.File{{Stream: "tb", Final: one[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
-		t.Fatal(err)
-	}
+	d.commitTable(ice, "n1", 1, one)
 	// v2: v1 with a snapshot holding checkpoint 2's id, of no checkpoint.
 	b, err := afero.ReadFile(d.fs, path.Join(tDest, "tb/metadata/v1.metadata.json"))
 	if err != nil {
@@ -187,14 +166,8 @@ func TestVerifySnapshotIDTaken(t *testing.T) {
 	v2, _ := json.Marshal(m)
 	d.write("tb/metadata/v2.metadata.json", v2)
 	two := d.commit("n1", 2, 3, "tb")
-	if err := ice.Commit(t.Context(), "n1", 2, []committer.File{{Stream: "tb", Final: two[0], Bytes: 10, Records: 3, Table: streamconf.TableIceberg}}); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := d.catalog(Config{}).Verify(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Problems) != 0 || rep.TableFiles != 2 {
+	d.commitTable(ice, "n1", 2, two)
+	if rep := d.verify(); len(rep.Problems) != 0 || rep.TableFiles != 2 {
 		t.Fatalf("verify: %+v, want no problem and 2 table files", rep)
 	}
 }

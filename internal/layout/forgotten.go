@@ -101,6 +101,12 @@ func CheckForgotten(name string, f *Forgotten) error {
 // DecodeForgotten reads the document at name from r (at most
 // MaxForgottenDoc bytes) and checks it.
 func DecodeForgotten(name string, r io.Reader) (*Forgotten, error) {
+	return decodeForgottenDoc(name, r, CheckForgotten)
+}
+
+// decodeForgottenDoc reads a document of either kind at name from r (at
+// most MaxForgottenDoc bytes) and checks it with check.
+func decodeForgottenDoc[T any](name string, r io.Reader, check func(string, *T) error) (*T, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxForgottenDoc+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
@@ -108,14 +114,14 @@ func DecodeForgotten(name string, r io.Reader) (*Forgotten, error) {
 	if len(data) > MaxForgottenDoc {
 		return nil, fmt.Errorf("%w: %s: over %d bytes", ErrBadForgotten, name, MaxForgottenDoc)
 	}
-	var f Forgotten
-	if err := json.Unmarshal(data, &f); err != nil {
+	var doc T
+	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadForgotten, name, err)
 	}
-	if err := CheckForgotten(name, &f); err != nil {
+	if err := check(name, &doc); err != nil {
 		return nil, err
 	}
-	return &f, nil
+	return &doc, nil
 }
 
 // A merged document (_forgotten/<node>/merged-<through:020d>-<n:04d>.json)
@@ -205,21 +211,7 @@ func CheckForgottenMerged(name string, m *ForgottenMerged) error {
 // DecodeForgottenMerged reads the merged document at name from r (at
 // most MaxForgottenDoc bytes) and checks it.
 func DecodeForgottenMerged(name string, r io.Reader) (*ForgottenMerged, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxForgottenDoc+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(data) > MaxForgottenDoc {
-		return nil, fmt.Errorf("%w: %s: over %d bytes", ErrBadForgotten, name, MaxForgottenDoc)
-	}
-	var m ForgottenMerged
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadForgotten, name, err)
-	}
-	if err := CheckForgottenMerged(name, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return decodeForgottenDoc(name, r, CheckForgottenMerged)
 }
 
 // Entries returns f's producers as entries, sorted by producer.

@@ -27,21 +27,9 @@ import (
 func TestCommitDisplacedFile(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	files := r.files("orders", "n1", 1, recs(0, 1)) // region r0
-	if len(files) != 1 {
-		t.Fatalf("%d files, want 1", len(files))
-	}
-	f := files[0]
-	f.DisplacedFrom, f.Final = f.Final, layout.DisplacedName(f.Final)
-	to := filepath.Join(r.dest.Dest, f.Final)
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(r.dest.Dest, f.DisplacedFrom), to); err != nil {
-		t.Fatal(err)
-	}
+	f, to := r.displacedFile()
 	ice := r.iceberg()
-	if err := ice.Commit(ctx, "n1", 1, append(files[:0:0], f)); err != nil {
+	if err := ice.Commit(ctx, "n1", 1, []committer.File{f}); err != nil {
 		t.Fatalf("commit of a displaced file: %v", err)
 	}
 	checkDisplacedScan(t, r, to)
@@ -55,19 +43,7 @@ func TestCommitDisplacedFile(t *testing.T) {
 func TestCommitDisplacedFileFromManifest(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	files := r.files("orders", "n1", 1, recs(0, 1))
-	if len(files) != 1 {
-		t.Fatalf("%d files, want 1", len(files))
-	}
-	f := files[0]
-	f.DisplacedFrom, f.Final = f.Final, layout.DisplacedName(f.Final)
-	to := filepath.Join(r.dest.Dest, f.Final)
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(r.dest.Dest, f.DisplacedFrom), to); err != nil {
-		t.Fatal(err)
-	}
+	f, to := r.displacedFile()
 	body, err := layout.EncodeManifest(layout.NewManifest("n1", 1, time.Now(), []committer.File{f}))
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +63,27 @@ func TestCommitDisplacedFileFromManifest(t *testing.T) {
 		t.Fatalf("table commit from the manifest: %v", err)
 	}
 	checkDisplacedScan(t, r, to)
+}
+
+// displacedFile writes n1's checkpoint 1 of one record of orders (region
+// r0) as one part file, moves it to its displaced name, and returns the
+// file as the commit displaced it and its path.
+func (r *rig) displacedFile() (committer.File, string) {
+	r.t.Helper()
+	files := r.files("orders", "n1", 1, recs(0, 1))
+	if len(files) != 1 {
+		r.t.Fatalf("%d files, want 1", len(files))
+	}
+	f := files[0]
+	f.DisplacedFrom, f.Final = f.Final, layout.DisplacedName(f.Final)
+	to := filepath.Join(r.dest.Dest, f.Final)
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(r.dest.Dest, f.DisplacedFrom), to); err != nil {
+		r.t.Fatal(err)
+	}
+	return f, to
 }
 
 // checkDisplacedScan checks that orders' table plans the displaced file

@@ -144,7 +144,7 @@ func recs(from, n int) []string {
 }
 
 // ids returns the sorted ids of rows, failing on a duplicate.
-func ids(t *testing.T, rows []map[string]any) []int {
+func ids(t testing.TB, rows []map[string]any) []int {
 	t.Helper()
 	seen := map[int]bool{}
 	var out []int
@@ -160,7 +160,18 @@ func ids(t *testing.T, rows []map[string]any) []int {
 	return out
 }
 
-func wantIDs(t *testing.T, got []int, n int) {
+// wantOrders reads the orders table and fails the test unless it holds
+// the ids 0..n-1, each once, at version v.
+func (r *rig) wantOrders(n int, v int64) {
+	r.t.Helper()
+	tb, cur := r.read("orders")
+	wantIDs(r.t, ids(r.t, tb.Rows), n)
+	if cur.Version != v {
+		r.t.Fatalf("read the orders table at v%d, want v%d", cur.Version, v)
+	}
+}
+
+func wantIDs(t testing.TB, got []int, n int) {
 	t.Helper()
 	if len(got) != n {
 		t.Fatalf("read %d rows, want %d", len(got), n)
@@ -466,11 +477,7 @@ func TestHintBeyondTheTable(t *testing.T) {
 	if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 3))); err != nil {
 		t.Fatalf("commit under a hint beyond the table: %v", err)
 	}
-	tb, cur := r.read("orders")
-	wantIDs(t, ids(t, tb.Rows), 6)
-	if cur.Version != 2 {
-		t.Fatalf("v%d after the commit, want v2", cur.Version)
-	}
+	r.wantOrders(6, 2)
 	// Readers follow the hint: it names the table's version again.
 	if b, err := os.ReadFile(hint); err != nil || strings.TrimSpace(string(b)) != "2" {
 		t.Fatalf("version hint after the commit: %q, %v; want 2", b, err)

@@ -64,6 +64,60 @@ func (r *rig) hint(stream string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// ordersRig returns a rig and its Iceberg committer, with node n1's
+// checkpoint 1 (records 0 to 2) committed to the orders table.
+func ordersRig(t *testing.T) (*rig, *table.Iceberg) {
+	t.Helper()
+	r := newRig(t)
+	ice := r.iceberg()
+	r.commit(ice, "n1", 1, recs(0, 3))
+	return r, ice
+}
+
+// addSnapshot appends to metadata m a copy of its first snapshot with id,
+// no parent and summary.
+func addSnapshot(m map[string]json.RawMessage, id int64, summary map[string]string) {
+	var snaps []map[string]json.RawMessage
+	_ = json.Unmarshal(m["snapshots"], &snaps)
+	s := map[string]json.RawMessage{}
+	for k, v := range snaps[0] {
+		s[k] = v
+	}
+	s["snapshot-id"] = json.RawMessage(strconv.FormatInt(id, 10))
+	delete(s, "parent-snapshot-id")
+	s["summary"], _ = json.Marshal(summary)
+	snaps = append(snaps, s)
+	m["snapshots"], _ = json.Marshal(snaps)
+}
+
+// appendsPastPlanted plants n1's checkpoint 1 of orders (ordersRig) with
+// edit applied as the table's v2, with the version hint on it, and checks
+// that the planted v2 loads, that checkpoints 2 and 3 are appended past it
+// (v4, every row once), and that a replay of checkpoint 3 finds its
+// snapshot (no v5).
+func appendsPastPlanted(t *testing.T, edit func(m map[string]json.RawMessage)) {
+	t.Helper()
+	r, ice := ordersRig(t)
+	ctx := context.Background()
+	r.plant("orders", 2, r.edited("orders", 1, edit), true)
+	if _, err := table.Load(ctx, r.dest, "orders"); err != nil {
+		t.Fatalf("the planted v2 does not load: %v", err)
+	}
+	n := 3
+	for ck := uint64(2); ck <= 3; ck++ {
+		if err := ice.Commit(ctx, "n1", ck, r.files("orders", "n1", ck, recs(n, 2))); err != nil {
+			t.Fatalf("commit of checkpoint %d: %v", ck, err)
+		}
+		n += 2
+	}
+	r.wantOrders(n, 4) // checkpoints 2 and 3 appended past the planted v2
+	// A replay of checkpoint 3 still finds it: the proof is its snapshot.
+	r.commit(ice, "n1", 3, recs(n-2, 2))
+	if _, again := r.read("orders"); again.Version != 4 {
+		t.Fatalf("a replay of checkpoint 3 made v%d", again.Version)
+	}
+}
+
 // TestPlantedUnparseableMetadata: a document that is no Iceberg metadata
 // planted as the table's newest version (the next one, one far ahead
 // named by the version hint, one beyond a gap that the chain reaches
@@ -89,12 +143,8 @@ func TestPlantedUnparseableMetadata(t *testing.T) {
 		{name: "two", v: 3, hint: true, extraV: 2, wantV: 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t)
-			ice := r.iceberg()
+			r, ice := ordersRig(t)
 			ctx := context.Background()
-			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-				t.Fatal(err)
-			}
 			r.plant("orders", c.v, []byte("not metadata\x00"), c.hint)
 			if c.extraV > 0 {
 				r.plant("orders", c.extraV, []byte(`{"truncated": `), false)
@@ -145,12 +195,8 @@ func TestPlantedTableMetadataClaimingTheTable(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := newRig(t)
-			ice := r.iceberg()
+			r, ice := ordersRig(t)
 			ctx := context.Background()
-			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-				t.Fatal(err)
-			}
 			r.plant("orders", 2, r.edited("orders", 1, edit), true)
 			err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 2)))
 			if !errors.Is(err, table.ErrCorrupt) || !strings.Contains(err.Error(), layout.TableMetadataName("orders", 2)) {
@@ -182,50 +228,11 @@ func TestPlantedCommittedMarks(t *testing.T) {
 			m["properties"], _ = json.Marshal(props)
 		}},
 		{"snapshot", func(m map[string]json.RawMessage) {
-			var snaps []map[string]json.RawMessage
-			_ = json.Unmarshal(m["snapshots"], &snaps)
-			s := map[string]json.RawMessage{}
-			for k, v := range snaps[0] {
-				s[k] = v
-			}
-			s["snapshot-id"] = json.RawMessage("4242")
-			delete(s, "parent-snapshot-id")
-			s["summary"], _ = json.Marshal(map[string]string{"operation": "append", table.SummaryNode: "n1", table.SummaryCheckpoint: strconv.Itoa(far)})
-			snaps = append(snaps, s)
-			m["snapshots"], _ = json.Marshal(snaps)
+			addSnapshot(m, 4242, map[string]string{"operation": "append", table.SummaryNode: "n1", table.SummaryCheckpoint: strconv.Itoa(far)})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t)
-			ice := r.iceberg()
-			ctx := context.Background()
-			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-				t.Fatal(err)
-			}
-			r.plant("orders", 2, r.edited("orders", 1, c.edit), true)
-			if _, err := table.Load(ctx, r.dest, "orders"); err != nil {
-				t.Fatalf("the planted v2 does not load: %v", err)
-			}
-			n := 3
-			for ck := uint64(2); ck <= 3; ck++ {
-				if err := ice.Commit(ctx, "n1", ck, r.files("orders", "n1", ck, recs(n, 2))); err != nil {
-					t.Fatal(err)
-				}
-				n += 2
-			}
-			tb, cur := r.read("orders")
-			wantIDs(t, ids(t, tb.Rows), n)
-			if cur.Version != 4 {
-				t.Fatalf("v%d, want v4 (checkpoints 2 and 3 appended past the planted v2)", cur.Version)
-			}
-			// A replay of checkpoint 3 still finds it: the proof is its
-			// snapshot.
-			if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(n-2, 2))); err != nil {
-				t.Fatal(err)
-			}
-			if _, again := r.read("orders"); again.Version != 4 {
-				t.Fatalf("a replay of checkpoint 3 made v%d", again.Version)
-			}
+			appendsPastPlanted(t, c.edit)
 		})
 	}
 }
@@ -328,49 +335,11 @@ func TestPlantedMetadataValuesCommitsGoOn(t *testing.T) {
 			m["last-updated-ms"] = json.RawMessage("253402300799000") // 9999-12-31
 		}},
 		{"snapshot id", func(m map[string]json.RawMessage) {
-			var snaps []map[string]json.RawMessage
-			_ = json.Unmarshal(m["snapshots"], &snaps)
-			s := map[string]json.RawMessage{}
-			for k, v := range snaps[0] {
-				s[k] = v
-			}
-			s["snapshot-id"] = json.RawMessage(strconv.FormatInt(table.SnapshotID("orders", "n1", 2), 10))
-			delete(s, "parent-snapshot-id")
-			s["summary"] = json.RawMessage(`{"operation":"append"}`)
-			snaps = append(snaps, s)
-			m["snapshots"], _ = json.Marshal(snaps)
+			addSnapshot(m, table.SnapshotID("orders", "n1", 2), map[string]string{"operation": "append"})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t)
-			ice := r.iceberg()
-			ctx := context.Background()
-			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-				t.Fatal(err)
-			}
-			r.plant("orders", 2, r.edited("orders", 1, c.edit), true)
-			if _, err := table.Load(ctx, r.dest, "orders"); err != nil {
-				t.Fatalf("the planted v2 does not load: %v", err)
-			}
-			n := 3
-			for ck := uint64(2); ck <= 3; ck++ {
-				if err := ice.Commit(ctx, "n1", ck, r.files("orders", "n1", ck, recs(n, 2))); err != nil {
-					t.Fatalf("commit of checkpoint %d: %v", ck, err)
-				}
-				n += 2
-			}
-			tb, cur := r.read("orders")
-			wantIDs(t, ids(t, tb.Rows), n)
-			if cur.Version != 4 {
-				t.Fatalf("v%d, want v4", cur.Version)
-			}
-			// A replay of checkpoint 3 finds its snapshot.
-			if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(n-2, 2))); err != nil {
-				t.Fatal(err)
-			}
-			if _, again := r.read("orders"); again.Version != 4 {
-				t.Fatalf("a replay of checkpoint 3 made v%d", again.Version)
-			}
+			appendsPastPlanted(t, c.edit)
 		})
 	}
 }
@@ -395,12 +364,8 @@ func TestPlantedManifestAtOurName(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := newRig(t)
-			ice := r.iceberg()
+			r, ice := ordersRig(t)
 			ctx := context.Background()
-			if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-				t.Fatal(err)
-			}
 			if err := os.WriteFile(filepath.Join(r.dest.Dest, layout.TableManifestName("orders", "n1", 2)), planted(r), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -410,11 +375,7 @@ func TestPlantedManifestAtOurName(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tb, cur := r.read("orders")
-			wantIDs(t, ids(t, tb.Rows), 7)
-			if cur.Version != 2 {
-				t.Fatalf("v%d, want v2", cur.Version)
-			}
+			r.wantOrders(7, 2)
 		})
 	}
 }
@@ -427,30 +388,17 @@ func TestPlantedManifestAtOurName(t *testing.T) {
 // (write past the highest version found): checkpoint 2 went to v100, and
 // with the hint gone the next commit built on v1, dropping it.
 func TestPassingOverLeavesNoGap(t *testing.T) {
-	r := newRig(t)
-	ice := r.iceberg()
-	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-		t.Fatal(err)
-	}
+	r, ice := ordersRig(t)
 	r.plant("orders", 99, []byte("planted"), true)
-	if err := ice.Commit(ctx, "n1", 2, r.files("orders", "n1", 2, recs(3, 2))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 2, recs(3, 2))
 	if h := r.hint("orders"); h != "2" {
 		t.Fatalf("hint %s, want 2", h)
 	}
 	if err := os.Remove(filepath.Join(r.dest.Dest, layout.TableHintName("orders"))); err != nil {
 		t.Fatal(err)
 	}
-	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(5, 2))); err != nil {
-		t.Fatal(err)
-	}
-	tb, cur := r.read("orders")
-	wantIDs(t, ids(t, tb.Rows), 7)
-	if cur.Version != 3 {
-		t.Fatalf("v%d, want v3", cur.Version)
-	}
+	r.commit(ice, "n1", 3, recs(5, 2))
+	r.wantOrders(7, 3)
 }
 
 // TestPlantedOtherTablesMetadata: a copy of another table's metadata (here
@@ -459,12 +407,8 @@ func TestPassingOverLeavesNoGap(t *testing.T) {
 // is): passed over. Failed before: the commit built on it, so the table
 // held the other stream's rows and no longer its own earlier ones.
 func TestPlantedOtherTablesMetadata(t *testing.T) {
-	r := newRig(t)
-	ice := r.iceberg()
+	r, ice := ordersRig(t)
 	ctx := context.Background()
-	if err := ice.Commit(ctx, "n1", 1, r.files("orders", "n1", 1, recs(0, 3))); err != nil {
-		t.Fatal(err)
-	}
 	if err := ice.Commit(ctx, "n1", 2, r.files("other", "n1", 2, recs(100, 4))); err != nil {
 		t.Fatal(err)
 	}
@@ -473,9 +417,7 @@ func TestPlantedOtherTablesMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.plant("orders", 2, other, true)
-	if err := ice.Commit(ctx, "n1", 3, r.files("orders", "n1", 3, recs(3, 2))); err != nil {
-		t.Fatal(err)
-	}
+	r.commit(ice, "n1", 3, recs(3, 2))
 	tb, _ := r.read("orders")
 	wantIDs(t, ids(t, tb.Rows), 5)
 }
