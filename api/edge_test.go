@@ -438,12 +438,9 @@ func TestMethodNotAllowedNamesAllow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		rec := r.do(tt.method, tt.path, "")
-		expectStatus(t, rec, http.StatusMethodNotAllowed)
+		expectError(t, rec, http.StatusMethodNotAllowed, "method_not_allowed")
 		if got := rec.Header().Get("Allow"); got != tt.allow {
 			t.Errorf("%s %s: Allow %q, want %q", tt.method, tt.path, got, tt.allow)
-		}
-		if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
-			t.Errorf("%s %s: %+v", tt.method, tt.path, e)
 		}
 	}
 }
