@@ -138,6 +138,20 @@ func (l *errorLog) all() []error {
 	return slices.Clone(l.errs)
 }
 
+// check fails t with the errors collected, "<what> error: <err>" each:
+// the first ten, then how many there were.
+func (l *errorLog) check(t testing.TB, what string) {
+	t.Helper()
+	errs := l.all()
+	for i, err := range errs {
+		if i == 10 {
+			t.Errorf("... %d %s errors in all", len(errs), what)
+			break
+		}
+		t.Errorf("%s error: %v", what, err)
+	}
+}
+
 // run runs the loop and checks the destination; the test fails on any
 // broken promise.
 func (cl crashLoop) run(t *testing.T) crashStats {
@@ -299,13 +313,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	<-ckptDone
 	// Producers retry transient failures themselves: any error that
 	// reached the loop is a broken promise (or a client bug).
-	for i, err := range errs.all() {
-		if i == 10 {
-			t.Errorf("... %d producer errors in all", len(errs.all()))
-			break
-		}
-		t.Errorf("producer error: %v", err)
-	}
+	errs.check(t, "producer")
 	if feed != nil {
 		feedStop()
 		<-feedDone

@@ -202,9 +202,7 @@ func TestGracefulStop(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Errorf("final SIGTERM: exit %d, want 0", code)
 	}
-	for _, err := range errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
+	errs.check(t, "producer")
 	want := led.snapshot()
 	batches, records := led.records()
 	rep := requireDest(t, invariant.LocalDest(dest), want, true)

@@ -428,9 +428,7 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 	}
 	fl.windDown(ctx, t)
 	termAll(t, procs)
-	for _, err := range fl.errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
+	fl.errs.check(t, "producer")
 	want := fl.led.snapshot()
 	rep := requireDest(t, d, want, true)
 	for _, n := range nodes {

@@ -574,13 +574,7 @@ func TestLBCrashLoop(t *testing.T) {
 		down += time.Since(killedAt)
 	}
 	windDown(ctx, t, &stop, &wg, senders, &errs)
-	for i, err := range errs.all() {
-		if i == 10 {
-			t.Errorf("... %d errors in all", len(errs.all()))
-			break
-		}
-		t.Errorf("producer error: %v", err)
-	}
+	errs.check(t, "producer")
 	feedStop()
 	<-feedDone
 	if err := feed.drain(ctx); err != nil {

@@ -64,9 +64,7 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	fl.windDown(ctx, t)
 	termAll(t, procs)
 
-	for _, err := range fl.errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
+	fl.errs.check(t, "producer")
 	d := b.dest()
 	want := fl.led.snapshot()
 	batches, records := fl.led.records()
