@@ -58,10 +58,7 @@ func TestGracefulStop(t *testing.T) {
 	var load []*rawProducer
 	for i := range 3 {
 		id := fmt.Sprintf("load%d", i)
-		rp, err := newRawProducer(ctx, p.URL, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rp := mustRawProducer(ctx, t, p.URL, id)
 		rp.Observe = observe(id)
 		load = append(load, rp)
 		fl.add(ctx, rp, crashStreams, rng)
@@ -76,10 +73,7 @@ func TestGracefulStop(t *testing.T) {
 	var waitAnswers []waitAnswer
 	for i := range 2 {
 		id := fmt.Sprintf("waiter%d", i)
-		rp, err := newRawProducer(ctx, p.URL, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rp := mustRawProducer(ctx, t, p.URL, id)
 		rp.Observe = func(a answer) {
 			observe(id)(a)
 			if a.Wait {

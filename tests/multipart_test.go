@@ -25,10 +25,7 @@ func TestLargeTransactionMultipart(t *testing.T) {
 		Env:  bucket.env(),
 	})
 	p.StartReady()
-	prod, err := newRawProducer(ctx, p.URL, "big")
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := mustRawProducer(ctx, t, p.URL, "big")
 
 	const (
 		stream      = "bulk"

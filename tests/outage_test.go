@@ -53,11 +53,7 @@ func newOutageRig(t *testing.T, srv *testsrv.MinIO, mode string, viaProxy bool) 
 	// subtest and the cleanup of the data need it.
 	t.Cleanup(func() { _ = ensureMinIO(t, srv) })
 	r.p.StartReady()
-	prod, err := newRawProducer(t.Context(), r.p.URL, "outage-producer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.prod = prod
+	r.prod = mustRawProducer(t.Context(), t, r.p.URL, "outage-producer")
 	return r
 }
 
