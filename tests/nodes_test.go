@@ -202,12 +202,7 @@ func TestRebuildFromDestination(t *testing.T) {
 					t.Fatalf("send %s: %d %s %v", k, ans.Status, ans.Code, ans.Err)
 				}
 				if seq < committed {
-					ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-					ck, err := p.Checkpoint(ctx)
-					cancel()
-					if err != nil || ck.State != "committed" {
-						t.Fatalf("checkpoint: %+v %v", ck, err)
-					}
+					mustCommit(t, p)
 				}
 			}
 			p.Kill()
@@ -245,12 +240,7 @@ func TestRebuildFromDestination(t *testing.T) {
 					t.Fatalf("resend %d: %d %s duplicate=%v, want %d duplicate=%v", seq, ans.Status, ans.Code, ans.Write.Duplicate, wantStatus, dup)
 				}
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			ck, err := p.Checkpoint(ctx)
-			cancel()
-			if err != nil || ck.State != "committed" {
-				t.Fatalf("checkpoint after the rebuild: %+v %v", ck, err)
-			}
+			mustCommit(t, p) // after the rebuild
 			if code := p.Term(); code != 0 {
 				t.Fatalf("SIGTERM: exit %d", code)
 			}
