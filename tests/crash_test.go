@@ -183,15 +183,11 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	}
 
 	var feed *feedConsumer
-	feedCtx, feedStop := context.WithCancel(ctx)
-	feedDone := make(chan struct{})
 	if cl.feed {
 		feed = newFeedConsumer(p.hc, p.URL)
-		go func() { defer close(feedDone); feed.run(feedCtx) }()
-	} else {
-		close(feedDone)
+		feed.start(ctx)
+		defer feed.stop()
 	}
-	defer func() { feedStop(); <-feedDone }()
 
 	fl := &fleet{led: newLedger()}
 	for i := range cl.producers {
@@ -299,12 +295,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	// reached the loop is a broken promise (or a client bug).
 	fl.errs.check(t, "producer")
 	if feed != nil {
-		feedStop()
-		<-feedDone
-		if err := feed.drain(ctx); err != nil {
-			t.Fatalf("drain the commit feed: %v", err)
-		}
-		feed.checkReplays(t, ctx)
+		feed.finish(t, ctx)
 	}
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM after the loop: exit %d, want 0; log %s", code, p.LogPath)

@@ -531,10 +531,8 @@ func TestLBCrashLoop(t *testing.T) {
 		urls = append(urls, n.URL)
 	}
 	feed := newFeedConsumer(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, urls...)
-	feedCtx, feedStop := context.WithCancel(ctx)
-	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); feed.run(feedCtx) }()
-	defer func() { feedStop(); <-feedDone }()
+	feed.start(ctx)
+	defer feed.stop()
 
 	fl := &fleet{led: newLedger()}
 	for _, id := range cl.spreadProducers(t, "lb-p", nprod) {
@@ -568,12 +566,7 @@ func TestLBCrashLoop(t *testing.T) {
 	}
 	fl.windDown(ctx, t)
 	fl.errs.check(t, "producer")
-	feedStop()
-	<-feedDone
-	if err := feed.drain(ctx); err != nil {
-		t.Fatalf("drain the commit feed: %v", err)
-	}
-	feed.checkReplays(t, ctx)
+	feed.finish(t, ctx)
 	cl.term(t)
 
 	want := fl.led.snapshot()
