@@ -263,11 +263,7 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		st.restarts++
 		st.maxRecovery = max(st.maxRecovery, d)
 	}
-	time.Sleep(200 * time.Millisecond)
-	fl.stop.Store(true)
-	if !waitGroup(&fl.wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
+	fl.halt(ctx, t, 200*time.Millisecond)
 
 	// Every producer's batches committed: Flush, then the service's
 	// committed_seq covers the last seq sent per stream.
@@ -448,12 +444,19 @@ func (f *fleet) add(ctx context.Context, s sender, streams []string, rng *rand.R
 // and flushes every sender, adding failures to errs.
 func (f *fleet) windDown(ctx context.Context, t testing.TB) {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond)
+	f.halt(ctx, t, 300*time.Millisecond)
+	flushAll(ctx, f.senders, 60*time.Second, &f.errs)
+}
+
+// halt lets the producers run for d more, stops them (each finishes its
+// batch in flight) and waits for them.
+func (f *fleet) halt(ctx context.Context, t testing.TB, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
 	f.stop.Store(true)
 	if !waitGroup(&f.wg, ctx) {
 		t.Fatalf("producers did not stop: %v", ctx.Err())
 	}
-	flushAll(ctx, f.senders, 60*time.Second, &f.errs)
 }
 
 // termAll stops every running node with SIGTERM; an exit code other than

@@ -170,11 +170,7 @@ func TestGracefulStop(t *testing.T) {
 	}
 
 	maxStart = max(maxStart, p.Restart())
-	time.Sleep(200 * time.Millisecond)
-	fl.stop.Store(true)
-	if !waitGroup(&fl.wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
+	fl.halt(ctx, t, 200*time.Millisecond)
 	for _, rp := range append(load, waiters...) {
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
 		trigger := time.AfterFunc(100*time.Millisecond, func() { _, _ = p.Checkpoint(fctx) })
