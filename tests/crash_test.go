@@ -459,6 +459,23 @@ func (f *fleet) halt(ctx context.Context, t testing.TB, d time.Duration) {
 	}
 }
 
+// killRestart SIGKILLs and restarts procs in turn, kills times, each
+// after a pause of minMS plus up to spreadMS milliseconds drawn from rng.
+// It returns the longest restart to ready.
+func killRestart(ctx context.Context, t testing.TB, rng *rand.Rand, procs []*proc, kills, minMS, spreadMS int) time.Duration {
+	t.Helper()
+	var longest time.Duration
+	for k := range kills {
+		if err := ctxsleep.Sleep(ctx, time.Duration(minMS+rng.IntN(spreadMS))*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		p := procs[k%len(procs)]
+		p.Kill()
+		longest = max(longest, p.Restart())
+	}
+	return longest
+}
+
 // termAll stops every running node with SIGTERM; an exit code other than
 // 0 is an error, reported with the node's log.
 func termAll(t testing.TB, procs []*proc) {

@@ -18,7 +18,6 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/minio/minio-go/v7"
 
-	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/icebergread"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
@@ -418,14 +417,7 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 	}
 	fl := startFleet(ctx, t, rng, procs, []string{tableStream})
 	kills := envInt(t, envKills, 4)
-	for k := range kills {
-		if err := ctxsleep.Sleep(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		p := procs[k%len(procs)]
-		p.Kill()
-		p.Restart()
-	}
+	killRestart(ctx, t, rng, procs, kills, 200, 800)
 	fl.windDown(ctx, t)
 	termAll(t, procs)
 	fl.errs.check(t, "producer")
