@@ -72,19 +72,38 @@ func TestContentEncoding(t *testing.T) {
 }
 
 // slowSender opens a connection to addr and sends a write's headers
-// declaring declared bytes, then the first bytes of the body, and stops.
-func slowSender(t *testing.T, addr string, declared int64, first string) net.Conn {
+// declaring declared bytes (and hdr, name and value pairs), then the first
+// bytes of the body, and stops.
+func slowSender(t *testing.T, addr string, declared int64, first string, hdr ...string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	_, err = fmt.Fprintf(c, "POST /v1/streams/s/records HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", declared, first)
+	var extra strings.Builder
+	for i := 0; i+1 < len(hdr); i += 2 {
+		extra.WriteString(hdr[i] + ": " + hdr[i+1] + "\r\n")
+	}
+	_, err = fmt.Fprintf(c, "POST /v1/streams/s/records HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\n%sContent-Length: %d\r\n\r\n%s", extra.String(), declared, first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// postAccepted writes body to stream s of the server at ts over HTTP and
+// ends the test, naming the write what, unless it is answered 202.
+func postAccepted(t *testing.T, ts *httptest.Server, body, what string) {
+	t.Helper()
+	resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("%s: %d, want 202", what, resp.StatusCode)
+	}
 }
 
 // readAnswer reads one HTTP answer from c, failing after wait.
@@ -129,18 +148,11 @@ func TestInflightBodyBudget(t *testing.T) {
 	waitInflight(t, r.srv, 2<<20)
 
 	// A small write still fits in what is left.
-	resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(`{"small":1}`+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("small write: %d, want 202", resp.StatusCode)
-	}
+	postAccepted(t, ts, `{"small":1}`+"\n", "small write")
 
 	// A third such sender does not: 429 with Retry-After, at once.
 	c := slowSender(t, addr, 1<<20, sent)
-	resp = readAnswer(t, c, 10*time.Second)
+	resp := readAnswer(t, c, 10*time.Second)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third sender: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
@@ -183,14 +195,7 @@ func TestSlowBodiesHoldLittle(t *testing.T) {
 		t.Errorf("%d senders of one byte hold %d bytes of the budget, want at most %d", senders, n, most)
 	}
 	for range 3 {
-		resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(`{"small":1}`+"\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("a small write beside %d slow senders: %d, want 202", senders, resp.StatusCode)
-		}
+		postAccepted(t, ts, `{"small":1}`+"\n", fmt.Sprintf("a small write beside %d slow senders", senders))
 	}
 	// None of the senders was refused either: they are merely slow.
 	for i, c := range conns {
@@ -438,12 +443,9 @@ func TestMethodNotAllowedNamesAllow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		rec := r.do(tt.method, tt.path, "")
-		expectStatus(t, rec, http.StatusMethodNotAllowed)
+		expectError(t, rec, http.StatusMethodNotAllowed, "method_not_allowed")
 		if got := rec.Header().Get("Allow"); got != tt.allow {
 			t.Errorf("%s %s: Allow %q, want %q", tt.method, tt.path, got, tt.allow)
-		}
-		if e := decode[ErrorResponse](t, rec); e.Error != "method_not_allowed" {
-			t.Errorf("%s %s: %+v", tt.method, tt.path, e)
 		}
 	}
 }

@@ -296,11 +296,7 @@ func TestCheckpointRoutes(t *testing.T) {
 		{"/v1/checkpoints?limit=0", 400, "invalid_limit"},
 		{"/v1/checkpoints?limit=x", 400, "invalid_limit"},
 	} {
-		rec := r.do("GET", tc.target, "")
-		expectStatus(t, rec, tc.status)
-		if e := decode[ErrorResponse](t, rec); e.Error != tc.code {
-			t.Errorf("%s: %+v", tc.target, e)
-		}
+		expectError(t, r.do("GET", tc.target, ""), tc.status, tc.code)
 	}
 }
 
@@ -337,11 +333,7 @@ func TestProducerRoutes(t *testing.T) {
 	rec = r.do("GET", "/v1/producers/ghost", "")
 	expectError(t, rec, http.StatusNotFound, "not_found")
 	for _, target := range []string{"/v1/producers/-x/init", "/v1/producers/a%2Fb/init", "/v1/producers/" + strings.Repeat("a", 129) + "/init"} {
-		rec := r.do("POST", target, "")
-		expectStatus(t, rec, http.StatusBadRequest)
-		if e := decode[ErrorResponse](t, rec); e.Error != "invalid_producer" {
-			t.Fatalf("%s: %+v", target, e)
-		}
+		expectError(t, r.do("POST", target, ""), http.StatusBadRequest, "invalid_producer")
 	}
 }
 

@@ -24,10 +24,7 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.wait)
 	defer cancel()
 	st, err := s.eng.InitProducer(ctx, id)
-	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
-		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
-			Message: fmt.Sprintf("init producer %s: the checkpoint holding its earlier batches is still committing; the new epoch is recorded: retry the init", id)})
+	if s.waitedOut(w, r, err, "init producer "+id, "the new epoch is recorded: retry the init") {
 		return
 	}
 	if err != nil {
@@ -191,6 +188,21 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 // readyOr503 answers 503 not_ready while recovery runs: it may still
 // restore producers (from the destination, when the store was lost), and a
 // 404 then would tell a client its producer is unknown.
+// waitedOut answers 503 not_ready, and true, when err is the end of a
+// request's bounded wait (s.wait) for the checkpoint holding the earlier
+// batches of what it changes, while its client still waits: op is the
+// request ("init producer p1"), done says what of it stands and what to
+// retry. For any other err it answers nothing and returns false.
+func (s *Server) waitedOut(w http.ResponseWriter, r *http.Request, err error, op, done string) bool {
+	if !errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil {
+		return false
+	}
+	w.Header().Set("Retry-After", s.retryAfter)
+	writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
+		Message: op + ": the checkpoint holding its earlier batches is still committing; " + done})
+	return true
+}
+
 func (s *Server) readyOr503(w http.ResponseWriter) bool {
 	if s.eng.Status().Ready {
 		return true

@@ -37,11 +37,10 @@ func TestListLimits(t *testing.T) {
 		} {
 			target := list + "?" + tc.query
 			rec := r.do("GET", target, "")
-			expectStatus(t, rec, tc.status)
-			if tc.code != "" {
-				if e := decode[ErrorResponse](t, rec); e.Error != tc.code {
-					t.Errorf("%s: %+v", target, e)
-				}
+			if tc.code == "" {
+				expectStatus(t, rec, tc.status)
+			} else {
+				expectError(t, rec, tc.status, tc.code)
 			}
 		}
 	}
@@ -56,11 +55,7 @@ func TestListLimits(t *testing.T) {
 		{"/v1/files?after=a%00b", "invalid_path"},
 		{"/v1/producers?after=-bad", "invalid_producer"}, // was invalid_after, a code in no list
 	} {
-		rec := r.do("GET", tc.target, "")
-		expectStatus(t, rec, http.StatusBadRequest)
-		if e := decode[ErrorResponse](t, rec); e.Error != tc.code {
-			t.Errorf("%s: %+v", tc.target, e)
-		}
+		expectError(t, r.do("GET", tc.target, ""), http.StatusBadRequest, tc.code)
 	}
 }
 

@@ -412,11 +412,7 @@ func TestEngineErrorsElsewhere(t *testing.T) {
 		{"POST", "/v1/producers/p/init"},
 		{"GET", "/readyz"},
 	} {
-		rec := r.do(tc.method, tc.target, "")
-		expectStatus(t, rec, http.StatusServiceUnavailable)
-		if e := decode[ErrorResponse](t, rec); e.Error != "not_ready" {
-			t.Errorf("%s %s: %+v", tc.method, tc.target, e)
-		}
+		expectError(t, r.do(tc.method, tc.target, ""), http.StatusServiceUnavailable, "not_ready")
 	}
 	expectStatus(t, r.do("GET", "/healthz", ""), http.StatusOK)
 	stuck.Set(nil)
@@ -427,11 +423,7 @@ func TestEngineErrorsElsewhere(t *testing.T) {
 	if err := r.eng.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec := r.do("POST", "/v1/checkpoints", "")
-	expectStatus(t, rec, http.StatusServiceUnavailable)
-	if e := decode[ErrorResponse](t, rec); e.Error != "shutting_down" {
-		t.Errorf("%+v", e)
-	}
+	expectError(t, r.do("POST", "/v1/checkpoints", ""), http.StatusServiceUnavailable, "shutting_down")
 }
 
 // TestStoreDiskFull: a state store refusing a write for space answers 507

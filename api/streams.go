@@ -131,10 +131,7 @@ func (s *Server) putStream(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.wait)
 	defer cancel()
 	info, err := sc.PutStream(ctx, stream, c)
-	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
-		w.Header().Set("Retry-After", s.retryAfter)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeNotReady,
-			Message: fmt.Sprintf("configure stream %s: the checkpoint holding its earlier batches is still committing; nothing changed: retry the PUT", stream)})
+	if s.waitedOut(w, r, err, "configure stream "+stream, "nothing changed: retry the PUT") {
 		return
 	}
 	if errors.As(err, &fe) {

@@ -2,9 +2,6 @@ package api
 
 import (
 	"bytes"
-	"fmt"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -29,34 +26,16 @@ func TestSlowZstdBodiesHoldLittle(t *testing.T) {
 	addr := ts.Listener.Addr().String()
 	send := func(first []byte) {
 		for range senders {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
-			if _, err := fmt.Fprintf(c, "POST /v1/streams/s/records HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Encoding: zstd\r\nContent-Length: %d\r\n\r\n%s", 1<<20, first); err != nil {
-				t.Fatal(err)
-			}
+			slowSender(t, addr, 1<<20, string(first), "Content-Encoding", "zstd")
 		}
 		time.Sleep(300 * time.Millisecond) // the senders' handlers wait for their bodies
-	}
-	write := func(what string, body string) {
-		t.Helper()
-		resp, err := ts.Client().Post(ts.URL+"/v1/streams/s/records", "application/x-ndjson", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("%s: %d, want 202", what, resp.StatusCode)
-		}
 	}
 	send(nil)
 	if n, most := r.srv.inflight.inUse(), int64(senders*bodyFirst); n > most {
 		t.Errorf("%d zstd senders of nothing hold %d bytes of the budget, want at most %d", senders, n, most)
 	}
 	big := strings.Repeat(`{"pad":"`+strings.Repeat("x", 1014)+`"}`+"\n", 900)
-	write("a 900 KiB write beside zstd senders of nothing", big)
+	postAccepted(t, ts, big, "a 900 KiB write beside zstd senders of nothing")
 
 	// Senders of a frame header (an 8 MiB window, the most there is).
 	var frame bytes.Buffer
@@ -70,5 +49,5 @@ func TestSlowZstdBodiesHoldLittle(t *testing.T) {
 	if n, most := r.srv.inflight.inUse(), budget/2+int64(4*senders*bodyFirst); n > most {
 		t.Errorf("zstd senders of a frame header hold %d bytes of the budget, want at most %d", n, most)
 	}
-	write("a 900 KiB write beside zstd senders of a frame header", big)
+	postAccepted(t, ts, big, "a 900 KiB write beside zstd senders of a frame header")
 }

@@ -138,6 +138,20 @@ func (l *errorLog) all() []error {
 	return slices.Clone(l.errs)
 }
 
+// check fails t with the errors collected, "<what> error: <err>" each:
+// the first ten, then how many there were.
+func (l *errorLog) check(t testing.TB, what string) {
+	t.Helper()
+	errs := l.all()
+	for i, err := range errs {
+		if i == 10 {
+			t.Errorf("... %d %s errors in all", len(errs), what)
+			break
+		}
+		t.Errorf("%s error: %v", what, err)
+	}
+}
+
 // run runs the loop and checks the destination; the test fails on any
 // broken promise.
 func (cl crashLoop) run(t *testing.T) crashStats {
@@ -169,25 +183,15 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	}
 
 	var feed *feedConsumer
-	feedCtx, feedStop := context.WithCancel(ctx)
-	feedDone := make(chan struct{})
 	if cl.feed {
 		feed = newFeedConsumer(p.hc, p.URL)
-		go func() { defer close(feedDone); feed.run(feedCtx) }()
-	} else {
-		close(feedDone)
+		feed.start(ctx)
+		defer feed.stop()
 	}
-	defer func() { feedStop(); <-feedDone }()
 
-	led := newLedger()
-	var stop atomic.Bool
-	var errs errorLog
-	var wg sync.WaitGroup
-	senders := make([]sender, cl.producers)
-	for i := range senders {
-		senders[i] = newSender(ctx, t, p.URL, fmt.Sprintf("p%d", i))
-		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() { producerLoop(ctx, senders[i], streams, prng, led, &stop, &errs) })
+	fl := &fleet{led: newLedger()}
+	for i := range cl.producers {
+		fl.add(ctx, newSender(ctx, t, p.URL, fmt.Sprintf("p%d", i)), streams, rng)
 	}
 	// Checkpoints on request too, now and then, racing the periodic ones.
 	var ckpts atomic.Int64
@@ -259,27 +263,13 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 		st.restarts++
 		st.maxRecovery = max(st.maxRecovery, d)
 	}
-	time.Sleep(200 * time.Millisecond)
-	stop.Store(true)
-	if !waitGroup(&wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
+	fl.halt(ctx, t, 200*time.Millisecond)
 
 	// Every producer's batches committed: Flush, then the service's
 	// committed_seq covers the last seq sent per stream.
-	var fwg sync.WaitGroup
-	fctx, fcancel := context.WithTimeout(ctx, 90*time.Second)
-	for _, s := range senders {
-		fwg.Go(func() {
-			if err := s.Flush(fctx); err != nil {
-				errs.add(fmt.Errorf("flush %s: %w", s.ID(), err))
-			}
-		})
-	}
-	fwg.Wait()
-	fcancel()
+	flushAll(ctx, fl.senders, 90*time.Second, &fl.errs)
 	last := map[[2]string]int64{}
-	for k := range led.snapshot() {
+	for k := range fl.led.snapshot() {
 		kk := [2]string{k.P, k.S}
 		if q, ok := last[kk]; !ok || k.Q > q {
 			last[kk] = k.Q
@@ -299,33 +289,22 @@ func (cl crashLoop) run(t *testing.T) crashStats {
 	<-ckptDone
 	// Producers retry transient failures themselves: any error that
 	// reached the loop is a broken promise (or a client bug).
-	for i, err := range errs.all() {
-		if i == 10 {
-			t.Errorf("... %d producer errors in all", len(errs.all()))
-			break
-		}
-		t.Errorf("producer error: %v", err)
-	}
+	fl.errs.check(t, "producer")
 	if feed != nil {
-		feedStop()
-		<-feedDone
-		if err := feed.drain(ctx); err != nil {
-			t.Fatalf("drain the commit feed: %v", err)
-		}
-		feed.checkReplays(t, ctx)
+		feed.finish(t, ctx)
 	}
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM after the loop: exit %d, want 0; log %s", code, p.LogPath)
 	}
 
 	resends := 0
-	for _, s := range senders {
+	for _, s := range fl.senders {
 		resends += s.Resends()
 	}
 	st.resends = resends // from the client's log messages: informative only
 
-	want := led.snapshot()
-	st.batches, st.records = led.records()
+	want := fl.led.snapshot()
+	st.batches, st.records = fl.led.records()
 	st.report = requireDest(t, cl.dest, want, true)
 	if feed != nil {
 		feed.check(t, want, st.report)
@@ -431,8 +410,8 @@ func recoveryWork(t testing.TB, logPath string) (recommits, cleanups, leaseWaits
 	return recommits, cleanups, leaseWaits
 }
 
-// fleet is two producers per node, each sending batches of its streams in
-// a loop (producerLoop) until wound down, what each sent kept in led.
+// fleet is producers, each sending batches of its streams in a loop
+// (producerLoop) until wound down, what each sent kept in led.
 type fleet struct {
 	led     *ledger
 	stop    atomic.Bool
@@ -447,31 +426,54 @@ func startFleet(ctx context.Context, t testing.TB, rng *rand.Rand, procs []*proc
 	f := &fleet{led: newLedger()}
 	for _, p := range procs {
 		for j := range 2 {
-			s := newSender(ctx, t, p.URL, fmt.Sprintf("%s-p%d", p.cfg.Name, j))
-			f.senders = append(f.senders, s)
-			prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-			f.wg.Go(func() { producerLoop(ctx, s, streams, prng, f.led, &f.stop, &f.errs) })
+			f.add(ctx, newSender(ctx, t, p.URL, fmt.Sprintf("%s-p%d", p.cfg.Name, j)), streams, rng)
 		}
 	}
 	return f
 }
 
-// windDown stops the fleet and flushes it (windDown below).
-func (f *fleet) windDown(ctx context.Context, t testing.TB) {
-	t.Helper()
-	windDown(ctx, t, &f.stop, &f.wg, f.senders, &f.errs)
+// add starts s sending batches of streams in a loop, with its own rng
+// drawn from rng.
+func (f *fleet) add(ctx context.Context, s sender, streams []string, rng *rand.Rand) {
+	f.senders = append(f.senders, s)
+	prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	f.wg.Go(func() { producerLoop(ctx, s, streams, prng, f.led, &f.stop, &f.errs) })
 }
 
-// windDown lets the producers run 300ms more, stops them (stop), waits
-// for them (wg) and flushes every sender, adding failures to errs.
-func windDown(ctx context.Context, t testing.TB, stop *atomic.Bool, wg *sync.WaitGroup, senders []sender, errs *errorLog) {
+// windDown lets the producers run 300ms more, stops them, waits for them
+// and flushes every sender, adding failures to errs.
+func (f *fleet) windDown(ctx context.Context, t testing.TB) {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	if !waitGroup(wg, ctx) {
+	f.halt(ctx, t, 300*time.Millisecond)
+	flushAll(ctx, f.senders, 60*time.Second, &f.errs)
+}
+
+// halt lets the producers run for d more, stops them (each finishes its
+// batch in flight) and waits for them.
+func (f *fleet) halt(ctx context.Context, t testing.TB, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	f.stop.Store(true)
+	if !waitGroup(&f.wg, ctx) {
 		t.Fatalf("producers did not stop: %v", ctx.Err())
 	}
-	flushAll(ctx, senders, 60*time.Second, errs)
+}
+
+// killRestart SIGKILLs and restarts procs in turn, kills times, each
+// after a pause of minMS plus up to spreadMS milliseconds drawn from rng.
+// It returns the longest restart to ready.
+func killRestart(ctx context.Context, t testing.TB, rng *rand.Rand, procs []*proc, kills, minMS, spreadMS int) time.Duration {
+	t.Helper()
+	var longest time.Duration
+	for k := range kills {
+		if err := ctxsleep.Sleep(ctx, time.Duration(minMS+rng.IntN(spreadMS))*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		p := procs[k%len(procs)]
+		p.Kill()
+		longest = max(longest, p.Restart())
+	}
+	return longest
 }
 
 // termAll stops every running node with SIGTERM; an exit code other than

@@ -83,10 +83,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	const stream = "full"
-	prod, err := newRawProducer(ctx, p.URL, "dfull")
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := mustRawProducer(ctx, t, p.URL, "dfull")
 	var mu sync.Mutex
 	statuses := map[string]int{}
 	prod.Observe = func(a answer) {

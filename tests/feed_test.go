@@ -66,6 +66,8 @@ type feedConsumer struct {
 	polls   int
 	failed  []string // failed steps (a node down), the first few
 	fails   int
+
+	stop func() // ends what start runs and waits for it; again is a no-op
 }
 
 func newFeedConsumer(hc *http.Client, urls ...string) *feedConsumer {
@@ -179,6 +181,25 @@ func (fc *feedConsumer) run(ctx context.Context) {
 			_ = ctxsleep.Sleep(ctx, 50*time.Millisecond)
 		}
 	}
+}
+
+// start runs the consumer (run) until ctx ends or stop is called.
+func (fc *feedConsumer) start(ctx context.Context) {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); fc.run(rctx) }()
+	fc.stop = func() { cancel(); <-done }
+}
+
+// finish stops the consumer started by start, reads what is left of the
+// feed (drain) and checks the replays of the marked cursors.
+func (fc *feedConsumer) finish(t *testing.T, ctx context.Context) {
+	t.Helper()
+	fc.stop()
+	if err := fc.drain(ctx); err != nil {
+		t.Fatalf("drain the commit feed: %v", err)
+	}
+	fc.checkReplays(t, ctx)
 }
 
 // drain reads until a page is empty and not more, through urls[0].

@@ -16,20 +16,14 @@ func TestFencingSurvivesCrash(t *testing.T) {
 	p := startEosink(t, "--node", "fence", "--checkpoint-interval", "0")
 	dest := filepath.Join(p.cfg.DataDir, "files") // the default destination
 	ctx := t.Context()
-	old, err := newRawProducer(ctx, p.URL, "zombie")
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := mustRawProducer(ctx, t, p.URL, "zombie")
 	rng, _ := testRand(t)
 	k0 := batchKey{P: "zombie", S: "events", Q: 0}
 	body0 := ndjson(makeRecords(rng, k0, 3, 8))
 	if a := old.post(ctx, "events", &rawBatch{seq: 0, body: body0}, old.epoch, false); a.Status != http.StatusAccepted {
 		t.Fatalf("old epoch seq 0: %d %s", a.Status, a.Code)
 	}
-	cur, err := newRawProducer(ctx, p.URL, "zombie")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cur := mustRawProducer(ctx, t, p.URL, "zombie")
 	if cur.epoch <= old.epoch {
 		t.Fatalf("second init: epoch %d, first %d", cur.epoch, old.epoch)
 	}

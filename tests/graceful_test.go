@@ -3,10 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,21 +54,14 @@ func TestGracefulStop(t *testing.T) {
 		}
 	}
 
-	led := newLedger()
-	var stop atomic.Bool
-	var errs errorLog
-	var wg sync.WaitGroup
+	fl := &fleet{led: newLedger()}
 	var load []*rawProducer
 	for i := range 3 {
 		id := fmt.Sprintf("load%d", i)
-		rp, err := newRawProducer(ctx, p.URL, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rp := mustRawProducer(ctx, t, p.URL, id)
 		rp.Observe = observe(id)
 		load = append(load, rp)
-		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() { producerLoop(ctx, rp, crashStreams, prng, led, &stop, &errs) })
+		fl.add(ctx, rp, crashStreams, rng)
 	}
 	// Waiters send one ?wait=commit batch per round and record every answer.
 	type waitAnswer struct {
@@ -82,10 +73,7 @@ func TestGracefulStop(t *testing.T) {
 	var waitAnswers []waitAnswer
 	for i := range 2 {
 		id := fmt.Sprintf("waiter%d", i)
-		rp, err := newRawProducer(ctx, p.URL, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rp := mustRawProducer(ctx, t, p.URL, id)
 		rp.Observe = func(a answer) {
 			observe(id)(a)
 			if a.Wait {
@@ -122,10 +110,10 @@ func TestGracefulStop(t *testing.T) {
 			k := batchKey{P: w.ID(), S: stream, Q: w.Next(stream)}
 			keys[i] = k
 			recs := makeRecords(rng, k, 1+rng.IntN(5), 16)
-			led.add(k, len(recs))
+			fl.led.add(k, len(recs))
 			wwg.Go(func() {
 				if _, err := w.SendBody(ctx, k.S, k.Q, ndjson(recs), true); err != nil {
-					errs.add(fmt.Errorf("waiter %s: %w", k, err))
+					fl.errs.add(fmt.Errorf("waiter %s: %w", k, err))
 				}
 			})
 		}
@@ -182,11 +170,7 @@ func TestGracefulStop(t *testing.T) {
 	}
 
 	maxStart = max(maxStart, p.Restart())
-	time.Sleep(200 * time.Millisecond)
-	stop.Store(true)
-	if !waitGroup(&wg, ctx) {
-		t.Fatalf("producers did not stop: %v", ctx.Err())
-	}
+	fl.halt(ctx, t, 200*time.Millisecond)
 	for _, rp := range append(load, waiters...) {
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
 		trigger := time.AfterFunc(100*time.Millisecond, func() { _, _ = p.Checkpoint(fctx) })
@@ -202,11 +186,9 @@ func TestGracefulStop(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Errorf("final SIGTERM: exit %d, want 0", code)
 	}
-	for _, err := range errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
-	want := led.snapshot()
-	batches, records := led.records()
+	fl.errs.check(t, "producer")
+	want := fl.led.snapshot()
+	batches, records := fl.led.records()
 	rep := requireDest(t, invariant.LocalDest(dest), want, true)
 	requireVerify(t, nil, "--dest", "file://"+dest)
 	report(t, "%d SIGTERM rounds, all exit 0; %d ?wait=commit requests in flight at a SIGTERM, all answered 200 committed; %d batches, %d records verified exactly once in %d files; longest stop %s, longest start to ready %s",

@@ -18,7 +18,6 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/minio/minio-go/v7"
 
-	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/testing/icebergread"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
@@ -195,12 +194,7 @@ func checkTable(t testing.TB, d tableDest, want map[batchKey]int) {
 
 // icebergE2E: a table stream written through the API; nothing of a
 // checkpoint is in the table before it commits, everything once after.
-func icebergE2E(t *testing.T, p *proc, d tableDest) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	if err := p.call(ctx, "PUT", "/v1/streams/"+tableStream, []byte(tableStreamConf), nil); err != nil {
-		t.Fatalf("PUT: %v", err)
-	}
+func icebergE2E(ctx context.Context, t *testing.T, p *proc, d tableDest) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[batchKey]int{}
 	next := map[string]int64{} // each producer's next sequence number
@@ -251,12 +245,7 @@ func icebergE2E(t *testing.T, p *proc, d tableDest) {
 // following the hint read every record once; the caller's verify (both
 // directions) is clean. Failed before 3ff2f22: the second checkpoint's
 // commit was stuck (ErrCorrupt, retried for ever).
-func icebergPlanted(t *testing.T, p *proc, d tableDest) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	if err := p.call(ctx, "PUT", "/v1/streams/"+tableStream, []byte(tableStreamConf), nil); err != nil {
-		t.Fatalf("PUT: %v", err)
-	}
+func icebergPlanted(ctx context.Context, t *testing.T, p *proc, d tableDest) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	want := map[batchKey]int{}
 	s := newSender(ctx, t, p.URL, "p0")
@@ -323,38 +312,40 @@ func icebergPlanted(t *testing.T, p *proc, d tableDest) {
 	checkTable(t, d, want)
 }
 
-func TestIcebergLocal(t *testing.T) {
-	dir := workDir(t)
-	dest := filepath.Join(dir, "dest")
-	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "n1", "--checkpoint-interval", "0"}})
-	p.StartReady()
-	icebergE2E(t, p, localTableDest(dest))
-	requireVerify(t, nil, "--dest", "file://"+dest)
-}
+func TestIcebergLocal(t *testing.T)        { icebergNode(t, "", icebergE2E) }
+func TestIcebergPlantedLocal(t *testing.T) { icebergNode(t, "", icebergPlanted) }
+func TestIcebergS3(t *testing.T)           { icebergNode(t, "e2e/iceberg", icebergE2E) }
+func TestIcebergPlantedS3(t *testing.T)    { icebergNode(t, "e2e/iceberg-planted", icebergPlanted) }
 
-func TestIcebergPlantedLocal(t *testing.T) {
-	dir := workDir(t)
-	dest := filepath.Join(dir, "dest")
-	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "n1", "--checkpoint-interval", "0"}})
+// icebergNode starts one node (--checkpoint-interval 0) on a local
+// destination, or on a MinIO bucket under s3Prefix when that is not empty,
+// configures the table stream, runs scenario within two minutes, and
+// verifies the destination afterwards.
+func icebergNode(t *testing.T, s3Prefix string, scenario func(context.Context, *testing.T, *proc, tableDest)) {
+	args := []string{"--node", "n1", "--checkpoint-interval", "0"}
+	var (
+		p          *proc
+		d          tableDest
+		env, flags []string
+	)
+	if s3Prefix == "" {
+		dir := workDir(t)
+		dest := filepath.Join(dir, "dest")
+		flags = []string{"--dest", "file://" + dest}
+		p, d = newProc(t, dir, procConfig{Args: append(flags, args...)}), localTableDest(dest)
+	} else {
+		b := newS3Bucket(t, sharedMinIO(t), s3Prefix)
+		env, flags = b.env(), b.destFlags()
+		p, d = newProc(t, workDir(t), procConfig{Args: append(flags, args...), Env: env}), b.tableDest()
+	}
 	p.StartReady()
-	icebergPlanted(t, p, localTableDest(dest))
-	requireVerify(t, nil, "--dest", "file://"+dest)
-}
-
-func TestIcebergPlantedS3(t *testing.T) {
-	b := newS3Bucket(t, sharedMinIO(t), "e2e/iceberg-planted")
-	p := newProc(t, workDir(t), procConfig{Args: append([]string{"--dest", b.url(), "--node", "n1", "--checkpoint-interval", "0"}, b.s3Flags()...), Env: b.env()})
-	p.StartReady()
-	icebergPlanted(t, p, b.tableDest())
-	requireVerify(t, b.env(), b.destFlags()...)
-}
-
-func TestIcebergS3(t *testing.T) {
-	b := newS3Bucket(t, sharedMinIO(t), "e2e/iceberg")
-	p := newProc(t, workDir(t), procConfig{Args: append([]string{"--dest", b.url(), "--node", "n1", "--checkpoint-interval", "0"}, b.s3Flags()...), Env: b.env()})
-	p.StartReady()
-	icebergE2E(t, p, b.tableDest())
-	requireVerify(t, b.env(), b.destFlags()...)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := p.call(ctx, "PUT", "/v1/streams/"+tableStream, []byte(tableStreamConf), nil); err != nil {
+		t.Fatalf("PUT: %v", err)
+	}
+	scenario(ctx, t, p, d)
+	requireVerify(t, env, flags...)
 }
 
 // TestCrashLoopIceberg is the crash loop (SIGKILLs at random moments,
@@ -426,19 +417,10 @@ func twoNodesTable(t *testing.T, dir string, args, env []string, d destReader, t
 	}
 	fl := startFleet(ctx, t, rng, procs, []string{tableStream})
 	kills := envInt(t, envKills, 4)
-	for k := range kills {
-		if err := ctxsleep.Sleep(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		p := procs[k%len(procs)]
-		p.Kill()
-		p.Restart()
-	}
+	killRestart(ctx, t, rng, procs, kills, 200, 800)
 	fl.windDown(ctx, t)
 	termAll(t, procs)
-	for _, err := range fl.errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
+	fl.errs.check(t, "producer")
 	want := fl.led.snapshot()
 	rep := requireDest(t, d, want, true)
 	for _, n := range nodes {

@@ -531,21 +531,12 @@ func TestLBCrashLoop(t *testing.T) {
 		urls = append(urls, n.URL)
 	}
 	feed := newFeedConsumer(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, urls...)
-	feedCtx, feedStop := context.WithCancel(ctx)
-	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); feed.run(feedCtx) }()
-	defer func() { feedStop(); <-feedDone }()
+	feed.start(ctx)
+	defer feed.stop()
 
-	led := newLedger()
-	var stop atomic.Bool
-	var errs errorLog
-	var wg sync.WaitGroup
-	ids := cl.spreadProducers(t, "lb-p", nprod)
-	senders := make([]sender, nprod)
-	for i := range senders {
-		senders[i] = newSender(ctx, t, cl.URL, ids[i])
-		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() { producerLoop(ctx, senders[i], crashStreams, prng, led, &stop, &errs) })
+	fl := &fleet{led: newLedger()}
+	for _, id := range cl.spreadProducers(t, "lb-p", nprod) {
+		fl.add(ctx, newSender(ctx, t, cl.URL, id), crashStreams, rng)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	shippers := make([]*shipper, 2)
@@ -554,7 +545,7 @@ func TestLBCrashLoop(t *testing.T) {
 		s := newShipper(i, rng, hc, cl.URL)
 		shippers[i] = s
 		prng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		wg.Go(func() { s.loop(ctx, []string{"logs", "events"}, 0, 30, prng, led, &stop, &errs, &shipped) })
+		fl.wg.Go(func() { s.loop(ctx, []string{"logs", "events"}, 0, 30, prng, fl.led, &fl.stop, &fl.errs, &shipped) })
 	}
 
 	killed := map[string]int{}
@@ -573,24 +564,13 @@ func TestLBCrashLoop(t *testing.T) {
 		cl.nodes[i].Restart()
 		down += time.Since(killedAt)
 	}
-	windDown(ctx, t, &stop, &wg, senders, &errs)
-	for i, err := range errs.all() {
-		if i == 10 {
-			t.Errorf("... %d errors in all", len(errs.all()))
-			break
-		}
-		t.Errorf("producer error: %v", err)
-	}
-	feedStop()
-	<-feedDone
-	if err := feed.drain(ctx); err != nil {
-		t.Fatalf("drain the commit feed: %v", err)
-	}
-	feed.checkReplays(t, ctx)
+	fl.windDown(ctx, t)
+	fl.errs.check(t, "producer")
+	feed.finish(t, ctx)
 	cl.term(t)
 
-	want := led.snapshot()
-	batches, records := led.records()
+	want := fl.led.snapshot()
+	batches, records := fl.led.records()
 	rep := requireDest(t, cl.dest, want, true)
 	if rep.Records != records {
 		t.Errorf("destination holds %d records, producers and shippers had %d acknowledged", rep.Records, records)
@@ -618,7 +598,7 @@ func TestLBCrashLoop(t *testing.T) {
 		t.Errorf("%d kills, yet nginx never answered 502: no request met a node that was down", kills)
 	}
 	resends := 0
-	for _, s := range senders {
+	for _, s := range fl.senders {
 		resends += s.Resends()
 	}
 	var retries int64

@@ -184,21 +184,30 @@ http {
 			t.Logf("nginx logs: %s, %s", n.ErrorLog, n.AccessLog)
 		}
 	})
+	waitAccepting(t, "nginx", addr, n.cmd, n.done, "error log", n.ErrorLog)
+	return n
+}
+
+// waitAccepting waits until the load balancer name, running as cmd until
+// done closes, accepts connections on addr; it ends the test, with the log
+// at logPath, if the process exits first, and after 10s.
+func waitAccepting(t testing.TB, name, addr string, cmd *exec.Cmd, done <-chan struct{}, logName, logPath string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return n
+			return
 		}
 		select {
-		case <-n.done:
-			b, _ := os.ReadFile(n.ErrorLog)
-			t.Fatalf("nginx exited at start (%s); error log:\n%s", n.cmd.ProcessState, b)
+		case <-done:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("%s exited at start (%s); %s:\n%s", name, cmd.ProcessState, logName, b)
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nginx does not accept connections on %s after 10s", addr)
+			t.Fatalf("%s does not accept connections on %s after 10s", name, addr)
 		}
 	}
 }
@@ -304,21 +313,5 @@ func startHAProxy(t testing.TB, dir, addr, cfg string) {
 			t.Logf("haproxy log: %s", logPath)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			return
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("haproxy exited at start (%s); log:\n%s", cmd.ProcessState, b)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("haproxy does not accept connections on %s after 10s", addr)
-		}
-	}
+	waitAccepting(t, "haproxy", addr, cmd, done, "log", logPath)
 }

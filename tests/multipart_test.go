@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // TestLargeTransactionMultipart commits one transaction of more than 64 MiB
@@ -20,25 +18,14 @@ func TestLargeTransactionMultipart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("70 MiB upload: not in -short mode")
 	}
-	srv := sharedMinIO(t)
 	ctx := t.Context()
-	bucket, err := srv.NewBucket(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const prefix = "big"
-	url := "s3://" + bucket + "/" + prefix
-	s3flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure"}
-	env := s3Env(srv.AccessKey, srv.SecretKey)
+	bucket := newS3Bucket(t, sharedMinIO(t), "big")
 	p := newProc(t, workDir(t), procConfig{
-		Args: append([]string{"--dest", url, "--s3-commit", "multipart", "--node", "e2e", "--checkpoint-interval", "0"}, s3flags...),
-		Env:  env,
+		Args: append(bucket.destFlags(), "--s3-commit", "multipart", "--node", "e2e", "--checkpoint-interval", "0"),
+		Env:  bucket.env(),
 	})
 	p.StartReady()
-	prod, err := newRawProducer(ctx, p.URL, "big")
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := mustRawProducer(ctx, t, p.URL, "big")
 
 	const (
 		stream      = "bulk"
@@ -75,11 +62,7 @@ func TestLargeTransactionMultipart(t *testing.T) {
 	if f.Bytes < wantAtLeast {
 		t.Fatalf("file %s: %d bytes, want at least %d", f.Path, f.Bytes, wantAtLeast)
 	}
-	c, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.StatObject(ctx, bucket, prefix+"/"+f.Path, minio.StatObjectOptions{})
+	info, err := bucket.c.StatObject(ctx, bucket.bucket, bucket.prefix+"/"+f.Path, minio.StatObjectOptions{})
 	if err != nil {
 		t.Fatalf("stat %s: %v", f.Path, err)
 	}
@@ -97,8 +80,8 @@ func TestLargeTransactionMultipart(t *testing.T) {
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM: exit %d", code)
 	}
-	rep := requireDest(t, invariant.S3Dest{Client: c, Bucket: bucket, Prefix: prefix}, want, true)
-	requireVerify(t, env, append([]string{"--dest", url}, s3flags...)...)
+	rep := requireDest(t, bucket.dest(), want, true)
+	requireVerify(t, bucket.env(), bucket.destFlags()...)
 	report(t, "one transaction of %d bytes (%d records) sent in %s, committed in checkpoint %d as %s: ETag %s, %d parts; %d records verified exactly once",
 		f.Bytes, f.Records, sent.Round(time.Millisecond), ck.ID, f.Path, info.ETag, parts, rep.Records)
 }

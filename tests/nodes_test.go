@@ -130,10 +130,7 @@ func TestNodeLease(t *testing.T) {
 			if !strings.Contains(string(logB), "node lease held by another process") || !strings.Contains(string(logB), a.Addr) {
 				t.Fatalf("b's refusal does not name the holder (%s); log:\n%s", a.Addr, b.logTail(10))
 			}
-			prod, err := newRawProducer(t.Context(), a.URL, "p")
-			if err != nil {
-				t.Fatal(err)
-			}
+			prod := mustRawProducer(t.Context(), t, a.URL, "p")
 			rng, _ := testRand(t)
 			want := map[batchKey]int{}
 			prod.sendNew(t, rng, "events", 0, 3, 16, want)
@@ -158,10 +155,7 @@ func TestNodeLease(t *testing.T) {
 			if logB, _ := os.ReadFile(b.LogPath); !strings.Contains(string(logB), "waiting for its expiry") {
 				t.Fatalf("b's log does not say it waits for the lease; log:\n%s", b.logTail(10))
 			}
-			prod2, err := newRawProducer(t.Context(), b.URL, "p2")
-			if err != nil {
-				t.Fatal(err)
-			}
+			prod2 := mustRawProducer(t.Context(), t, b.URL, "p2")
 			prod2.sendNew(t, rng, "events", 0, 3, 16, want)
 			mustCommit(t, b)
 			if code := b.Term(); code != 0 {
@@ -191,10 +185,7 @@ func TestRebuildFromDestination(t *testing.T) {
 			args := append([]string{"--node", "e2e", "--checkpoint-interval", "0", "--lease-timeout", "1s"}, nd.args...)
 			p := newProc(t, dir, procConfig{Args: args, Env: nd.env})
 			p.StartReady()
-			prod, err := newRawProducer(t.Context(), p.URL, "rp")
-			if err != nil {
-				t.Fatal(err)
-			}
+			prod := mustRawProducer(t.Context(), t, p.URL, "rp")
 			if err := prod.Init(t.Context()); err != nil { // epoch 1: 0 is fenced, also after the rebuild
 				t.Fatal(err)
 			}
@@ -211,12 +202,7 @@ func TestRebuildFromDestination(t *testing.T) {
 					t.Fatalf("send %s: %d %s %v", k, ans.Status, ans.Code, ans.Err)
 				}
 				if seq < committed {
-					ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-					ck, err := p.Checkpoint(ctx)
-					cancel()
-					if err != nil || ck.State != "committed" {
-						t.Fatalf("checkpoint: %+v %v", ck, err)
-					}
+					mustCommit(t, p)
 				}
 			}
 			p.Kill()
@@ -254,12 +240,7 @@ func TestRebuildFromDestination(t *testing.T) {
 					t.Fatalf("resend %d: %d %s duplicate=%v, want %d duplicate=%v", seq, ans.Status, ans.Code, ans.Write.Duplicate, wantStatus, dup)
 				}
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			ck, err := p.Checkpoint(ctx)
-			cancel()
-			if err != nil || ck.State != "committed" {
-				t.Fatalf("checkpoint after the rebuild: %+v %v", ck, err)
-			}
+			mustCommit(t, p) // after the rebuild
 			if code := p.Term(); code != 0 {
 				t.Fatalf("SIGTERM: exit %d", code)
 			}

@@ -49,10 +49,7 @@ func newOrphanRig(t *testing.T, shutdownTimeout time.Duration) *orphanRig {
 		ReadyTimeout:    60 * time.Second,
 	})
 	r.p.StartReady()
-	var err error
-	if r.prod, err = newRawProducer(t.Context(), r.p.URL, "orphans"); err != nil {
-		t.Fatal(err)
-	}
+	r.prod = mustRawProducer(t.Context(), t, r.p.URL, "orphans")
 	return r
 }
 
@@ -248,10 +245,7 @@ func TestStoreLoss(t *testing.T) {
 			run := func(producer string) (ids []uint64) {
 				t.Helper()
 				p.StartReady()
-				prod, err := newRawProducer(t.Context(), p.URL, producer)
-				if err != nil {
-					t.Fatal(err)
-				}
+				prod := mustRawProducer(t.Context(), t, p.URL, producer)
 				rng, _ := testRand(t)
 				for seq := range int64(3) {
 					prod.sendNew(t, rng, "events", seq, 2, 16, want)

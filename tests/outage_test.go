@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
@@ -19,8 +18,7 @@ import (
 type outageRig struct {
 	t      *testing.T
 	srv    *testsrv.MinIO
-	bucket string
-	prefix string
+	b      s3Bucket
 	proxy  *s3Proxy
 	p      *proc
 	prod   *rawProducer
@@ -35,12 +33,8 @@ func newOutageRig(t *testing.T, srv *testsrv.MinIO, mode string, viaProxy bool) 
 	if err := ensureMinIO(t, srv); err != nil {
 		t.Fatal(err)
 	}
-	bucket, err := srv.NewBucket(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
 	rng, _ := testRand(t)
-	r := &outageRig{t: t, srv: srv, bucket: bucket, prefix: "outage", stream: "outage", rng: rng,
+	r := &outageRig{t: t, srv: srv, b: newS3Bucket(t, srv, "outage"), stream: "outage", rng: rng,
 		want: map[batchKey]int{}, bodies: map[int64][]byte{}}
 	endpoint := srv.Endpoint
 	if viaProxy {
@@ -48,20 +42,18 @@ func newOutageRig(t *testing.T, srv *testsrv.MinIO, mode string, viaProxy bool) 
 		endpoint = r.proxy.Addr
 	}
 	r.p = newProc(t, workDir(t), procConfig{
-		Args: []string{"--dest", "s3://" + bucket + "/" + r.prefix, "--s3-endpoint", endpoint, "--s3-insecure",
+		Args: []string{"--dest", r.b.url(), "--s3-endpoint", endpoint, "--s3-insecure",
 			// --commit-linger 0: a waiting write must not start its own
 			// checkpoint; the test chooses when checkpoints run.
 			"--s3-commit", mode, "--node", "e2e", "--checkpoint-interval", "0", "--commit-linger", "0"},
-		Env:          s3Env(srv.AccessKey, srv.SecretKey),
+		Env:          r.b.env(),
 		ReadyTimeout: 90 * time.Second,
 	})
 	// MinIO is started again at the end, whatever happened: the next
 	// subtest and the cleanup of the data need it.
 	t.Cleanup(func() { _ = ensureMinIO(t, srv) })
 	r.p.StartReady()
-	if r.prod, err = newRawProducer(t.Context(), r.p.URL, "outage-producer"); err != nil {
-		t.Fatal(err)
-	}
+	r.prod = mustRawProducer(t.Context(), t, r.p.URL, "outage-producer")
 	return r
 }
 
@@ -134,17 +126,12 @@ func (r *outageRig) finish() {
 	if code := r.p.Term(); code != 0 {
 		r.t.Errorf("SIGTERM: exit %d, want 0", code)
 	}
-	c, err := r.srv.Client()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	rep := requireDest(r.t, invariant.S3Dest{Client: c, Bucket: r.bucket, Prefix: r.prefix}, r.want, true)
+	rep := requireDest(r.t, r.b.dest(), r.want, true)
 	if len(rep.Staging) > 0 {
 		r.t.Errorf("staging objects left: %s", firstN(rep.Staging, 10))
 	}
-	requireNoUploads(r.t, c, r.bucket, r.prefix, rep)
-	requireVerify(r.t, s3Env(r.srv.AccessKey, r.srv.SecretKey), "--dest", "s3://"+r.bucket+"/"+r.prefix,
-		"--s3-endpoint", r.srv.Endpoint, "--s3-insecure")
+	requireNoUploads(r.t, r.b.c, r.b.bucket, r.b.prefix, rep)
+	requireVerify(r.t, r.b.env(), r.b.destFlags()...)
 	r.t.Logf("%d batches, %d records exactly once in %d files", len(rep.Batches), rep.Records, rep.Files)
 }
 

@@ -277,6 +277,16 @@ func newRawProducer(ctx context.Context, base, id string) (*rawProducer, error) 
 	return p, nil
 }
 
+// mustRawProducer is newRawProducer, ending the test if it fails.
+func mustRawProducer(ctx context.Context, t testing.TB, base, id string) *rawProducer {
+	t.Helper()
+	p, err := newRawProducer(ctx, base, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func (p *rawProducer) ID() string { return p.id }
 
 func (p *rawProducer) Resends() int { return p.Rewinds() }

@@ -50,10 +50,7 @@ func TestS3CommitInterrupted(t *testing.T) {
 				Env: env,
 			})
 			p.StartReady()
-			prod, err := newRawProducer(ctx, p.URL, "interrupted")
-			if err != nil {
-				t.Fatal(err)
-			}
+			prod := mustRawProducer(ctx, t, p.URL, "interrupted")
 			const stream = "events"
 			want := map[batchKey]int{}
 			var seq int64

@@ -249,12 +249,7 @@ func TestShippers(t *testing.T) {
 	if !waitGroup(&wg, ctx) {
 		t.Fatalf("senders did not stop: %v", ctx.Err())
 	}
-	for i, err := range errs.all() {
-		if i == 10 {
-			break
-		}
-		t.Errorf("sender error: %v", err)
-	}
+	errs.check(t, "sender")
 	if code := p.Term(); code != 0 {
 		t.Errorf("SIGTERM: exit %d, want 0; log %s", code, p.LogPath)
 	}

@@ -19,10 +19,7 @@ func TestSmoke(t *testing.T) {
 	p := newProc(t, dir, procConfig{Args: []string{"--dest", "file://" + dest, "--node", "smoke", "--checkpoint-interval", "0"}})
 	d := p.StartReady()
 	ctx := t.Context()
-	prod, err := newRawProducer(ctx, p.URL, "smoke")
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := mustRawProducer(ctx, t, p.URL, "smoke")
 	rng, _ := testRand(t)
 	want := map[batchKey]int{}
 	var bodies [][]byte

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/eosink/eosink/internal/ctxsleep"
 )
 
 // TestTwoNodesOneBucket runs two eosink nodes, writing the same streams into
@@ -52,21 +50,11 @@ func TestTwoNodesOneBucket(t *testing.T) {
 	fl := startFleet(ctx, t, rng, procs, crashStreams)
 
 	kills := envInt(t, envKills, 6)
-	var maxRecovery time.Duration
-	for k := range kills {
-		if err := ctxsleep.Sleep(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		p := procs[k%len(procs)]
-		p.Kill()
-		maxRecovery = max(maxRecovery, p.Restart())
-	}
+	maxRecovery := killRestart(ctx, t, rng, procs, kills, 100, 700)
 	fl.windDown(ctx, t)
 	termAll(t, procs)
 
-	for _, err := range fl.errs.all() {
-		t.Errorf("producer error: %v", err)
-	}
+	fl.errs.check(t, "producer")
 	d := b.dest()
 	want := fl.led.snapshot()
 	batches, records := fl.led.records()
