@@ -273,3 +273,67 @@ func TestTableParkedInOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestTableParkedStoreLost: the state store is lost while A is parked,
+// and B committed after A's parked checkpoint. The rebuild finishes the
+// table commits of each table stream's newest manifests: A's parked one
+// fails for good again and is parked again (not a stuck start, not
+// lost), A's writes are refused, B goes on; once the planted version is
+// gone A's checkpoint lands once. Failed before: the rebuild finished
+// only the newest manifest's table commit (B's), so A's parked
+// checkpoint was in no table and A's writes were accepted.
+func TestTableParkedStoreLost(t *testing.T) {
+	r := newLeasedRig(t, nil)
+	leased := r.tweak
+	d := &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}
+	r.tweak = func(c *Config) {
+		d.Local = local.New(c.FS, rigDest, rigStaging)
+		c.Publisher, c.TableLocation = d, "file://"+rigDest
+		leased(c)
+	}
+	e := r.start(nil)
+	for _, s := range []string{tableStream, otherTable} {
+		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, tableStream, 0, 3)
+	r.commit()
+	planted := plantClaimingVersion(t, r, tableStream)
+	mustSend(t, e, p, tableStream, 1, 3)
+	mustSend(t, e, p, otherTable, 0, 3)
+	parkedCheckpoint(t, e)
+	wantParked(t, e, tableStream)
+	mustSend(t, e, p, otherTable, 1, 3)
+	parkedCheckpoint(t, e)
+	r.stop()
+	r.loseStore()
+
+	e = r.start(nil)
+	wantParked(t, e, tableStream)
+	wantTableOf(t, d, otherTable, "after the start", 2, "6")
+	ps := r.initState("p")
+	if a, b := ps.Streams[tableStream].NextSeq, ps.Streams[otherTable].NextSeq; a != 2 || b != 2 {
+		t.Fatalf("init after the loss: next_seq %d and %d, want 2 and 2 (every batch committed)", a, b)
+	}
+	p.Epoch = ps.Epoch
+	mustSend(t, e, p, otherTable, 2, 3)
+	parkedCheckpoint(t, e)
+	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
+		t.Fatal(err)
+	}
+	waitUnparked(t, e)
+	wantTableOf(t, d, tableStream, "after the planted version is gone", 2, "6")
+	wantTableOf(t, d, otherTable, "after the planted version is gone", 3, "9")
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for _, b := range []struct {
+		s string
+		n int64
+	}{{tableStream, 2}, {otherTable, 3}} {
+		for seq := int64(0); seq < b.n; seq++ {
+			exp.Must[invariant.BatchID{Producer: "p", Stream: b.s, Seq: seq}] = true
+		}
+	}
+	r.check(exp)
+}
