@@ -129,9 +129,9 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	}
 	// The table commit follows the manifest: a rebuild after a lost state
 	// store counts the checkpoint by its manifest, and the start finishes
-	// the table commit of the node's newest manifest if the table lacks it
-	// (docs/design.md "Tables"). A table holds no checkpoint that no
-	// manifest names.
+	// the table commits of each table stream's newest manifests if the
+	// table lacks them (docs/tables.md "Parked tables"). A table holds no
+	// checkpoint that no manifest names.
 	var parked []Parked
 	if f.Tables != nil {
 		if err := f.fence(); err != nil {
