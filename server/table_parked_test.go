@@ -16,6 +16,7 @@ import (
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // otherTable is a second table stream, beside tableStream.
@@ -175,6 +176,11 @@ func TestTableParked(t *testing.T) {
 	sendBoth(2)
 	parkedCheckpoint(t, e)
 	wantParked(t, e, tableStream)
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, e.Status)
+	if got := series(t, reg)["eosink_tables_parked"]; got != 1 {
+		t.Fatalf("eosink_tables_parked %v, want 1", got)
+	}
 	// B goes on: a write waiting for its commit gets it.
 	res, err := send(e, nil, otherTable, 3, 3)
 	if err != nil {
@@ -192,6 +198,9 @@ func TestTableParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUnparked(t, e)
+	if got := series(t, reg)["eosink_tables_parked"]; got != 0 {
+		t.Fatalf("eosink_tables_parked %v once unparked, want 0", got)
+	}
 	if cks := wantTableOf(t, d, tableStream, "after the planted version is gone", 2, "6"); cks[1] != 2 {
 		t.Fatalf("A's snapshots name checkpoints %v, want the parked 2 last", cks)
 	}
