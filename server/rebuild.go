@@ -127,8 +127,10 @@ func (lc *lifecycle) finishTables(ctx context.Context, rb *recovery.Rebuilt, com
 			}
 		}
 	}
-	lc.e.log.Info("the newest manifests' checkpoints are in their tables or parked (table commits a lost store left undone finished)",
-		"op", "rebuild", "table_streams", len(streams), "parked", len(parked))
+	if len(streams) > 0 {
+		lc.e.log.Info("each table stream's newest manifests' checkpoints are in its table or parked (table commits a lost store left undone finished)",
+			"op", "rebuild", "table_streams", len(streams), "parked", len(parked))
+	}
 	return parked, nil
 }
 

@@ -346,3 +346,91 @@ func TestTableParkedStoreLost(t *testing.T) {
 	}
 	r.check(exp)
 }
+
+// TestTableParkedLandsOnce: the state store fails the delete of a parked
+// row after its table commit landed (a failed write: the engine stops).
+// The next start finds the row, lands it again, which finds the
+// checkpoint's snapshot and appends nothing: the table holds it once.
+func TestTableParkedLandsOnce(t *testing.T) {
+	r, d := parkRig(t)
+	f := &storeFaults{}
+	hook := r.tweak
+	r.tweak = func(c *Config) { hook(c); c.StoreOptions.WriteFault = f.hook }
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
+		t.Fatal(err)
+	}
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for seq := int64(1); seq <= 2; seq++ {
+		if _, err := send(e, nil, tableStream, seq, 3); err != nil {
+			t.Fatal(err)
+		}
+		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
+		if seq == 1 {
+			r.commit()
+			continue
+		}
+		planted := plantClaimingVersion(t, r, tableStream)
+		parkedCheckpoint(t, e)
+		wantParked(t, e, tableStream)
+		f.set(failOp("unpark", recovery.BeforeCommit, errPageEIO, 1))
+		if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-e.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the engine did not stop on the failed delete of the landed row")
+	}
+	_ = e.Close() // its error is the injected one
+	r.e = nil
+	if f.fired == nil || f.fired[0] != "unpark" {
+		t.Fatalf("faults fired: %v, want the unpark", f.fired)
+	}
+	f.set(nil)
+	wantTableOf(t, d, tableStream, "after the landing whose row stayed", 2, "6")
+	e = r.start(nil)
+	waitUnparked(t, e)
+	wantTableOf(t, d, tableStream, "after the landing again", 2, "6")
+	r.check(exp)
+}
+
+// TestTableParkedByReplay: the engine stops at a checkpoint's table
+// commit; before the next start a version claiming the table is planted.
+// The replay's Finish parks the stream as the live commit would: the
+// start is ready, the other table stream's files of the same checkpoint
+// are in its table, and the parked one lands once the file is gone.
+func TestTableParkedByReplay(t *testing.T) {
+	r, d := parkRig(t)
+	e := r.start(nil)
+	for _, s := range []string{tableStream, otherTable} {
+		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for seq := int64(1); seq <= 2; seq++ {
+		for _, s := range []string{tableStream, otherTable} {
+			if _, err := send(e, nil, s, seq, 3); err != nil {
+				t.Fatal(err)
+			}
+			exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
+		}
+		if seq == 1 {
+			r.commit()
+		}
+	}
+	d.armedTable.Store(true)
+	r.crashCheckpoint(e)
+	planted := plantClaimingVersion(t, r, tableStream)
+	e = r.start(nil)
+	wantParked(t, e, tableStream)
+	wantTableOf(t, d, otherTable, "after the replay", 2, "6")
+	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
+		t.Fatal(err)
+	}
+	waitUnparked(t, e)
+	wantTableOf(t, d, tableStream, "after the planted version is gone", 2, "6")
+	r.check(exp)
+}
