@@ -20,10 +20,10 @@ import (
 type Rebuilt struct {
 	Manifests int    // manifests believed
 	Highest   uint64 // the highest checkpoint id among them
-	// Newest is the believed manifest with the highest id (nil: none):
-	// the only one whose table commit may be missing, since a checkpoint's
-	// table commit follows its manifest and precedes the next checkpoint's
-	// (FinishTables).
+	// Newest is the believed manifest with the highest id (nil: none).
+	// Its table commits may be missing, since a checkpoint's table commit
+	// follows its manifest; so may a parked stream's, which are among its
+	// newest manifests (Recent).
 	Newest *layout.Manifest
 	// Recent holds, per stream, its Parquet files (the ones a table
 	// takes) in the newest RecentPerStream believed manifests naming it,
@@ -328,9 +328,11 @@ func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, erro
 	return "", nil
 }
 
-// FinishTables finishes the table commit of m, the node's newest
-// manifest after a rebuild (Rebuilt.Newest), which a state store lost
-// between the manifest and the table commit left undone: its files of
+// FinishTables finishes the table commit of m, a manifest of the node
+// whose table commit a state store lost between the manifest and the
+// table commit left undone, all its streams in one call, parking none
+// (the server's rebuild goes stream by stream over Rebuilt.Recent and
+// parks what fails for good): its files of
 // table streams (isTable: the stream's configuration in force makes it
 // a table) are committed with tables as the manifest's checkpoint. The
 // table commit is idempotent: a table that holds the checkpoint already
