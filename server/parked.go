@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -29,6 +30,18 @@ func (e *Engine) parkTable(_ string, err error) bool { return classify(err) == v
 func (e *Engine) noteParked(p recovery.Parked) {
 	e.log.Error("table commit parked: the stream's writes are refused (429 backpressure) until its table takes the commit; the other streams go on. Remove or repair what the error names",
 		"op", "table", "stream", p.Stream, "checkpoint", p.Checkpoint, "err", p.Error)
+	// Refused from now on, whatever the store read below does: the bound
+	// on a parked stream's rows (two) rests on it.
+	e.ing.mu.Lock()
+	if !e.ing.parked[p.Stream] {
+		parked := maps.Clone(e.ing.parked)
+		if parked == nil {
+			parked = map[string]bool{}
+		}
+		parked[p.Stream] = true
+		e.ing.parked = parked
+	}
+	e.ing.mu.Unlock()
 	if err := e.life.syncParked(); err != nil {
 		e.health.failOn(err)
 	}
