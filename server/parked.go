@@ -204,10 +204,17 @@ func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
 			select {
 			case <-lc.parkKick:
 				cancel()
+			case <-lc.e.health.failed:
+				cancel()
 			case <-sctx.Done():
 			}
 		}()
 		_ = ctxsleep.Sleep(sctx, d)
+		select {
+		case <-lc.e.health.failed:
+			return false
+		default:
+		}
 		return ctx.Err() == nil
 	}
 	select {
