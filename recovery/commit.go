@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -48,6 +49,18 @@ type Finisher struct {
 	// checkpoint is recorded committed (docs/design.md "Tables"). Nil: no
 	// table step.
 	Tables Tables
+	// Park, when set, is asked about a table stream whose table commit
+	// failed: true parks it (the failure policy says no retry cures
+	// err). A parked stream's table commit is recorded with the
+	// checkpoint (Store.CommitParking) instead of holding back the
+	// checkpoint and so every other stream; so are its later
+	// checkpoints', behind it, until the engine lands them in order
+	// (docs/tables.md "Parked tables"). Nil: nothing is parked, a failure
+	// is Finish's.
+	Park func(stream string, err error) bool
+	// Parked, when set, is told of each table commit Finish parked, once
+	// the checkpoint's record holds it.
+	Parked func(p Parked)
 }
 
 // Tables commits checkpoints into table formats (internal/table).
@@ -116,27 +129,83 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	}
 	// The table commit follows the manifest: a rebuild after a lost state
 	// store counts the checkpoint by its manifest, and the start finishes
-	// the table commit of the node's newest manifest if the table lacks it
-	// (docs/design.md "Tables"). A table holds no checkpoint that no
-	// manifest names.
+	// the table commits of each table stream's newest manifests if the
+	// table lacks them (docs/tables.md "Parked tables"). A table holds no
+	// checkpoint that no manifest names.
+	var parked []Parked
 	if f.Tables != nil {
 		if err := f.fence(); err != nil {
 			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
 		}
-		if err := f.Tables.Commit(ctx, f.Node, c.ID, files); err != nil {
+		if parked, err = f.commitTables(ctx, c.ID, files); err != nil {
 			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
 		}
 	}
 	dur := time.Since(c.StartedAt).Milliseconds()
 	d := <-draft
 	draft = nil
-	if err := f.Store.CommitDrafted(c.ID, moved, time.Now(), dur, f.Retain, d); err != nil {
+	if err := f.Store.CommitParking(c.ID, moved, time.Now(), dur, f.Retain, d, parked); err != nil {
 		return fmt.Errorf("commit checkpoint %d: record: %w", c.ID, err)
+	}
+	if f.Parked != nil {
+		for _, p := range parked {
+			f.Parked(p)
+		}
 	}
 	if moved != nil {
 		c.Files = moved // the caller's answer names them where they are
 	}
 	return nil
+}
+
+// commitTables commits files of table streams into their tables as
+// checkpoint id, stream by stream, and returns the table commits to park
+// with the checkpoint's record: those of streams parked already (the
+// store's rows, which they must not overtake) and those whose commit
+// failed in a way Park parks. Any other failure is returned (all of
+// them, joined): Finish fails and is tried again, these commits too.
+func (f *Finisher) commitTables(ctx context.Context, id uint64, files []committer.File) ([]Parked, error) {
+	byStream := map[string][]committer.File{}
+	var streams []string
+	for _, file := range files {
+		if file.Table == "" {
+			continue
+		}
+		if byStream[file.Stream] == nil {
+			streams = append(streams, file.Stream)
+		}
+		byStream[file.Stream] = append(byStream[file.Stream], file)
+	}
+	if len(streams) == 0 {
+		return nil, nil
+	}
+	sort.Strings(streams)
+	var behind map[string]bool
+	if f.Park != nil {
+		var err error
+		if behind, err = f.Store.ParkedStreams(); err != nil {
+			return nil, err
+		}
+	}
+	var parked []Parked
+	var errs []error
+	now := time.Now()
+	for _, s := range streams {
+		if behind[s] {
+			parked = append(parked, Parked{Stream: s, Checkpoint: id, Files: byStream[s], At: now,
+				Error: "an earlier checkpoint's table commit of the stream is parked"})
+			continue
+		}
+		err := f.Tables.Commit(ctx, f.Node, id, byStream[s])
+		switch {
+		case err == nil:
+		case f.Park != nil && f.Park(s, err):
+			parked = append(parked, Parked{Stream: s, Checkpoint: id, Files: byStream[s], At: now, Error: err.Error()})
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return parked, errors.Join(errs...)
 }
 
 // earlyManifest is a manifest staged while the files commit

@@ -128,7 +128,9 @@
 // versions did not write, is the only difference allowed), else
 // committer.ErrConflict: its id was used before, by a state store since
 // lost. Then it commits the table streams' files into their tables
-// (Finisher.Tables), then records the checkpoint committed. After a lost
-// store, FinishTables finishes the table commit of the node's newest
-// manifest from it.
+// (Finisher.Tables), stream by stream: one failing for good is parked
+// (Finisher.Park, Store.CommitParking, parked.go), then records the
+// checkpoint committed. After a lost store the server finishes the
+// table commits of each table stream's newest manifests
+// (Rebuilt.Recent), parking again what fails for good.
 package recovery

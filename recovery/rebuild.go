@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,11 +20,19 @@ import (
 type Rebuilt struct {
 	Manifests int    // manifests believed
 	Highest   uint64 // the highest checkpoint id among them
-	// Newest is the believed manifest with the highest id (nil: none):
-	// the only one whose table commit may be missing, since a checkpoint's
-	// table commit follows its manifest and precedes the next checkpoint's
-	// (FinishTables).
+	// Newest is the believed manifest with the highest id (nil: none).
+	// Its table commits may be missing, since a checkpoint's table commit
+	// follows its manifest; so may a parked stream's, which are among its
+	// newest manifests (Recent).
 	Newest *layout.Manifest
+	// Recent holds, per stream, its Parquet files (the ones a table
+	// takes) in the newest RecentPerStream believed manifests naming it,
+	// oldest first: a parked table commit (Parked) is one of them, since
+	// a parked stream's writes are refused until its rows are gone.
+	Recent map[string][]RecentFiles
+	// Parked, set by the caller, are table commits to park: Restore
+	// records them with the producers.
+	Parked []Parked
 	// Skipped counts the manifests not believed: not parsed, beyond the
 	// ids this node reserved, or naming files the destination does not
 	// hold with their size. Each is logged.
@@ -64,6 +73,20 @@ type RebuiltProducer struct {
 	Streams map[string]StreamSeq
 }
 
+// RecentFiles is one checkpoint's Parquet files of one stream, from its
+// manifest (Rebuilt.Recent).
+type RecentFiles struct {
+	Checkpoint uint64
+	Manifest   string
+	Files      []layout.ManifestFile
+}
+
+// RecentPerStream is how many of a stream's newest manifests
+// Rebuilt.Recent keeps. A stream has at most two parked table commits
+// (the one that parked it and the checkpoint open then: its writes are
+// refused from then on), and they are its newest manifests.
+const RecentPerStream = 2
+
 // rebuildLogEvery is how often a long rebuild logs its progress.
 const rebuildLogEvery = 5 * time.Second
 
@@ -98,7 +121,7 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	if err != nil {
 		return nil, fmt.Errorf("rebuild from destination: list manifests: %w", err)
 	}
-	out := &Rebuilt{Producers: map[string]*RebuiltProducer{}}
+	out := &Rebuilt{Producers: map[string]*RebuiltProducer{}, Recent: map[string][]RecentFiles{}}
 	skip := func(name, why string, err error) {
 		out.Skipped++
 		if out.Skipped <= maxSkipLogged {
@@ -154,6 +177,7 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			out.Newest = m
 		}
 		out.Highest = max(out.Highest, m.Checkpoint)
+		out.noteRecent(m)
 		for _, f := range m.Files {
 			for p, ranges := range f.Producers {
 				ep := f.Epochs[p] // zero for manifests without epochs: incarnation 0
@@ -205,6 +229,25 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		return nil, fmt.Errorf("rebuild from destination: %w", err)
 	}
 	return out, nil
+}
+
+// noteRecent keeps m's Parquet files in Recent for each stream they are
+// of, dropping the stream's oldest beyond RecentPerStream.
+func (out *Rebuilt) noteRecent(m *layout.Manifest) {
+	by := map[string][]layout.ManifestFile{}
+	for _, f := range m.Files {
+		if f.Format == streamconf.FormatParquet {
+			by[f.Stream] = append(by[f.Stream], f)
+		}
+	}
+	for s, fs := range by {
+		r := append(out.Recent[s], RecentFiles{Checkpoint: m.Checkpoint, Manifest: m.Name(), Files: fs})
+		sort.Slice(r, func(i, j int) bool { return r[i].Checkpoint < r[j].Checkpoint })
+		if len(r) > RecentPerStream {
+			r = r[len(r)-RecentPerStream:]
+		}
+		out.Recent[s] = r
+	}
 }
 
 // unnamedParts lists the destination's part files of node whose checkpoint has
@@ -285,9 +328,11 @@ func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, erro
 	return "", nil
 }
 
-// FinishTables finishes the table commit of m, the node's newest
-// manifest after a rebuild (Rebuilt.Newest), which a state store lost
-// between the manifest and the table commit left undone: its files of
+// FinishTables finishes the table commit of m, a manifest of the node
+// whose table commit a state store lost between the manifest and the
+// table commit left undone, all its streams in one call, parking none
+// (the server's rebuild goes stream by stream over Rebuilt.Recent and
+// parks what fails for good): its files of
 // table streams (isTable: the stream's configuration in force makes it
 // a table) are committed with tables as the manifest's checkpoint. The
 // table commit is idempotent: a table that holds the checkpoint already

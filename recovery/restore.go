@@ -40,6 +40,9 @@ func (s *Store) Restore(rb *Rebuilt) error {
 	now := time.Now()
 	forgets := forgottenIndex(rb.Forgotten)
 	err := s.update("restore producers", func(tx *bolt.Tx) error {
+		if err := putParked(tx, rb.Parked); err != nil {
+			return err
+		}
 		for id, rp := range rb.Producers {
 			h, err := getHead(tx, id)
 			if err != nil {

@@ -654,7 +654,16 @@ func (s *Store) DraftCommit(id uint64) (*CommitDraft, error) {
 // checkpoint (nil: none). The draft is used only if the row still holds
 // the bytes it was read from; else the row is decoded as without one.
 func (s *Store) CommitDrafted(id uint64, files []committer.File, at time.Time, durationMS int64, retain int, draft *CommitDraft) error {
+	return s.CommitParking(id, files, at, durationMS, retain, draft, nil)
+}
+
+// CommitParking is CommitDrafted that also records parked, the table
+// commits of the checkpoint set aside (Parked), in the same transaction.
+func (s *Store) CommitParking(id uint64, files []committer.File, at time.Time, durationMS int64, retain int, draft *CommitDraft, parked []Parked) error {
 	return s.update("commit", func(tx *bolt.Tx) error {
+		if err := putParked(tx, parked); err != nil {
+			return err
+		}
 		if files == nil {
 			// The files stay as prepared: the row is rewritten without
 			// decoding them (a checkpoint may name many thousands).

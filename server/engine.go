@@ -133,6 +133,10 @@ type ingest struct {
 	// stream's PUT waits for it: streams.go).
 	lastPrepared uint64
 
+	// parked holds the table streams whose table commit is parked:
+	// their writes are refused (parked.go).
+	parked map[string]bool
+
 	keys    keyTable    // idempotency keys (idempotency.go)
 	streams streamTable // stream configurations (streams.go)
 }
@@ -166,6 +170,9 @@ type lifecycle struct {
 	ready   chan struct{}
 
 	sweepMu sync.Mutex // serialises orphan sweeps
+
+	parkKick chan struct{} // a table commit was parked (parked.go)
+	parking  parking
 
 	// tableBound is the table commit's Bound (table.Iceberg): during the
 	// replay, manifestLimit (the highest id this node may have used), since
@@ -259,6 +266,10 @@ func (in *ingest) write(w Write) (WriteResult, error) {
 		return res, nil
 	}
 	if err := in.switchLocked(w.Stream); err != nil { // streams.go: a PUT's barrier
+		in.reject("backpressure")
+		return res, err
+	}
+	if err := in.parkedLocked(w.Stream); err != nil { // parked.go
 		in.reject("backpressure")
 		return res, err
 	}

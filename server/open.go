@@ -47,6 +47,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.pipe.e = e
 	e.life.e, e.life.cancel, e.life.closing, e.life.done = e, cancel, ctx.Done(), make(chan struct{})
 	e.life.reqs, e.life.kick, e.life.soon, e.life.ready = make(chan chan ckptReply), make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	e.life.parkKick = make(chan struct{}, 1)
 	e.health.e, e.health.failed, e.health.recovering = e, make(chan struct{}), "starting"
 	if err := e.ing.loadStreams(); err != nil { // streams.go
 		cancel()
@@ -67,6 +68,7 @@ func Open(cfg Config) (*Engine, error) {
 				sc := e.ing.confFor(stream)
 				return sc.cfg, sc != defaultConf
 			}}
+		e.fin.Park, e.fin.Parked = e.parkTable, e.noteParked
 	}
 	e.health.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {
@@ -133,6 +135,9 @@ func (lc *lifecycle) Run(ctx context.Context) {
 	if lc.e.cfg.ForgottenCompactInterval > 0 {
 		g.Go(func() error { lc.compactLoop(ctx, lc.e.cfg.ForgottenCompactInterval); return nil })
 	}
+	if lc.e.fin.Tables != nil {
+		g.Go(func() error { lc.parkLoop(ctx); return nil })
+	}
 	lc.run(ctx)
 }
 
@@ -174,6 +179,11 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 		keys, err = lc.e.store.Keys(lc.e.cfg.Now().Add(-lc.e.cfg.IdempotencyWindow))
 		return err
 	}) {
+		return false
+	}
+	// Table streams whose table commit is parked (the replay may have
+	// parked more): their writes are refused from the first.
+	if !lc.retry(ctx, "read parked table commits", nil, lc.syncParked) {
 		return false
 	}
 	lc.tableBound.Store(0) // commits are serial from here on

@@ -136,17 +136,24 @@ func (p *policy) retry(ctx context.Context, fn func() error, onFail func(failure
 		if onFail != nil {
 			onFail(failure{err: err, attempt: attempt, verdict: v, planned: planned})
 		}
-		d := p.backoff(attempt)
-		switch {
-		case planned:
+		d := p.wait(v, attempt)
+		if planned {
 			d, attempt = w.retryIn(), -1 // a wait is no failure: the backoff starts over after it
-		case v == verdictAbort:
-			d = p.max
 		}
 		if ctxsleep.Sleep(ctx, d) != nil {
 			return ErrClosed
 		}
 	}
+}
+
+// wait is the wait after the attempt-th failure with verdict v (retry or
+// abort): the backoff, or the longest for an abort, since only an
+// operator can cure it.
+func (p *policy) wait(v verdict, attempt int) time.Duration {
+	if v == verdictAbort {
+		return p.max
+	}
+	return p.backoff(attempt)
 }
 
 // backoff is the wait after the attempt-th failure: exponential from min

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -39,12 +40,10 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 		return err
 	}
 	rb.Forgotten = forgotten
-	// Before the store counts the newest manifest's checkpoint committed:
-	// a failure here retries the whole step, rebuild included.
-	if rb.Newest != nil && rb.Newest.Checkpoint > committed {
-		if err := lc.finishTables(ctx, rb.Newest); err != nil {
-			return err
-		}
+	// Before the store counts the manifests' checkpoints committed: a
+	// failure here retries the whole step, rebuild included.
+	if rb.Parked, err = lc.finishTables(ctx, rb, committed); err != nil {
+		return err
 	}
 	if err := lc.e.store.Restore(rb); err != nil {
 		return err
@@ -61,33 +60,78 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 	return nil
 }
 
-// finishTables finishes the table commit of newest, the node's newest
-// manifest, newer than the store's newest committed checkpoint, which a
-// state store lost after the manifest and before the table commit left
-// undone (recovery.FinishTables). Only the newest can lack it: a
+// finishTables finishes the table commits a state store lost after the
+// manifest and before the table commit left undone, and returns those to
+// park. Which checkpoints may lack theirs: the newest manifest's (a
 // checkpoint's table commit follows its manifest and comes before the
-// next checkpoint's, and one the store records committed has its own. A table that holds the checkpoint already
-// is success (table.Iceberg.Commit, with the replay's Bound: a later
-// checkpoint of this node up to its reserved ids counts too). A failure
-// is the recovery step's, retried under the failure policy: a permanent
-// one (a table that can't take the files) is the stuck state the replay's
-// would be.
-func (lc *lifecycle) finishTables(ctx context.Context, newest *layout.Manifest) error {
-	isTable := func(stream string) bool { return lc.e.ing.confFor(stream).cfg.IsTable() }
-	if lc.e.fin.Tables == nil || newest == nil || len(recovery.ManifestTableFiles(newest, isTable)) == 0 {
-		return nil
+// next checkpoint's), and a parked stream's (docs/tables.md "Parked
+// tables"), which are its newest manifests, at most two (its writes are
+// refused while it is parked): so each table stream's newest
+// recovery.RecentPerStream manifests newer than the store's committed
+// checkpoint are committed into its table in checkpoint order. A table
+// that holds the checkpoint already is success (table.Iceberg.Commit,
+// with the replay's Bound: a later checkpoint of this node up to its
+// reserved ids counts too). One that fails in a way the policy parks
+// is parked, and the stream's later ones behind it; any other failure is
+// the recovery step's, retried under the failure policy.
+func (lc *lifecycle) finishTables(ctx context.Context, rb *recovery.Rebuilt, committed uint64) ([]recovery.Parked, error) {
+	if lc.e.fin.Tables == nil {
+		return nil, nil
 	}
-	if lc.e.fin.Fence != nil {
-		if err := lc.e.fin.Fence(); err != nil {
-			return fmt.Errorf("finish table commits: %w", err)
+	isTable := func(stream string) bool { return lc.e.ing.confFor(stream).cfg.IsTable() }
+	behind, err := lc.e.store.ParkedStreams()
+	if err != nil {
+		return nil, err
+	}
+	streams := make([]string, 0, len(rb.Recent))
+	for s := range rb.Recent {
+		if isTable(s) {
+			streams = append(streams, s)
 		}
 	}
-	if err := recovery.FinishTables(ctx, lc.e.fin.Tables, newest, isTable); err != nil {
-		return err
+	sort.Strings(streams)
+	var parked []recovery.Parked
+	now := time.Now()
+	for _, s := range streams {
+		for _, rf := range rb.Recent[s] {
+			if rf.Checkpoint <= committed {
+				continue
+			}
+			files := recovery.ManifestTableFiles(&layout.Manifest{Node: lc.e.cfg.Node, Checkpoint: rf.Checkpoint, Files: rf.Files}, isTable)
+			if len(files) == 0 {
+				continue
+			}
+			if behind[s] {
+				parked = append(parked, recovery.Parked{Stream: s, Checkpoint: rf.Checkpoint, Files: files, At: now,
+					Error: "an earlier checkpoint's table commit of the stream is parked"})
+				continue
+			}
+			if lc.e.fin.Fence != nil {
+				if err := lc.e.fin.Fence(); err != nil {
+					return nil, fmt.Errorf("finish table commits: %w", err)
+				}
+			}
+			err := lc.e.fin.Tables.Commit(ctx, lc.e.cfg.Node, rf.Checkpoint, files)
+			switch {
+			case err == nil:
+			case lc.e.parkTable(s, err):
+				if behind == nil {
+					behind = map[string]bool{}
+				}
+				behind[s] = true
+				parked = append(parked, recovery.Parked{Stream: s, Checkpoint: rf.Checkpoint, Files: files, At: now, Error: err.Error()})
+				lc.e.log.Error("table commit parked by the rebuild: the stream's writes are refused (429 backpressure) until its table takes the commit; the other streams go on. Remove or repair what the error names",
+					"op", "rebuild", "stream", s, "checkpoint", rf.Checkpoint, "manifest", rf.Manifest, "err", err)
+			default:
+				return nil, fmt.Errorf("finish the table commit of checkpoint %d (manifest %s): %w", rf.Checkpoint, rf.Manifest, err)
+			}
+		}
 	}
-	lc.e.log.Info("the newest manifest's checkpoint is in its tables (its table commit finished if the lost store left it undone)",
-		"op", "rebuild", "checkpoint", newest.Checkpoint)
-	return nil
+	if len(streams) > 0 {
+		lc.e.log.Info("each table stream's newest manifests' checkpoints are in its table or parked (table commits a lost store left undone finished)",
+			"op", "rebuild", "table_streams", len(streams), "parked", len(parked))
+	}
+	return parked, nil
 }
 
 // quarantine moves the part files of checkpoints whose record was

@@ -34,10 +34,16 @@ type Status struct {
 	// passed over since the start: documents at a table's newest versions
 	// that are no metadata of the table (planted; docs/tables.md).
 	TablePassedOver int64
-	Failed          string
-	Draining        bool   // shutting down: writes are refused
-	DiskFull        string // why writes are refused for space, while that lasts
-	Keys            int    // idempotency keys held (idempotency.go), as of the last change published
+	// TablesParked counts the table streams whose table commit is parked
+	// (docs/tables.md "Parked tables"): their writes are refused with
+	// backpressure until their tables take it; the other streams go on.
+	// TableParked says why, for one of them.
+	TablesParked int
+	TableParked  string
+	Failed       string
+	Draining     bool   // shutting down: writes are refused
+	DiskFull     string // why writes are refused for space, while that lasts
+	Keys         int    // idempotency keys held (idempotency.go), as of the last change published
 
 	diskFullAt time.Time
 }
@@ -60,6 +66,9 @@ type health struct {
 	status     atomic.Pointer[Status] // published under mu, read by Status without it
 	displaced  atomic.Int64           // part files committed displaced
 	passedOver atomic.Int64           // table metadata files passed over
+
+	tablesParked int    // parked table streams (parked.go)
+	tableParked  string // why, for one
 }
 
 // publishLocked publishes the status snapshot; called with e.mu held
@@ -67,7 +76,8 @@ type health struct {
 func (hs *health) publishLocked() {
 	s := &Status{Ready: hs.e.ing.isReady, Recovering: hs.recovering, OpenID: hs.e.ing.openID, FirstID: hs.e.ing.firstID, OpenBytes: hs.e.ing.openBytes,
 		OpenRecords: hs.e.ing.openRecords, OpenFiles: len(hs.e.ing.openTxns), Held: hs.e.ing.held, LastDone: hs.e.ing.lastDone,
-		Draining: hs.e.ing.draining || hs.e.ing.closed, Keys: len(hs.e.ing.keys.m)}
+		Draining: hs.e.ing.draining || hs.e.ing.closed, Keys: len(hs.e.ing.keys.m),
+		TablesParked: hs.tablesParked, TableParked: hs.tableParked}
 	if hs.stuck.err != nil {
 		s.Stuck, s.StuckCheckpoint, s.StuckSince = hs.stuck.err.Error(), hs.stuck.id, hs.stuck.since
 		s.StuckPermanent = hs.stuck.verdict == verdictAbort

@@ -15,8 +15,10 @@
 //
 // The commit (Iceberg.Commit), run by recovery.Finisher after every file
 // of a checkpoint is final and its eosink manifest is published, before
-// the checkpoint is recorded committed (and, after a lost state store, by
-// recovery.FinishTables for the node's newest manifest):
+// the checkpoint is recorded committed, one stream at a time (and by the
+// server's loop for a parked stream's commits, and after a lost state
+// store for each table stream's newest manifests; docs/tables.md
+// "Parked tables"):
 //
 //  1. Load the newest metadata: from the version hint, probe vN+1, vN+2, …
 //     Versions that do not parse and claim not to be the table's are
