@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package batch
+
+func quoteBlocks(b []byte, q []uint64) (flags uint64) { return quoteBlocksGo(b, q) }
