@@ -21,7 +21,7 @@ import (
 // fastMax is the longest record validFast takes; its quote masks live on
 // the stack. Longer records are mostly long strings, which scanRecord
 // crosses eight bytes at a time anyway.
-const fastMax = 4096
+const fastMax = 2048
 
 // Flags of quoteBlocks.
 const (
@@ -30,14 +30,13 @@ const (
 )
 
 // quoteBlocksGo sets q[k] to the mask of the '"' bytes in the k-th 64-byte
-// block of b (bit j for byte 64k+j) and returns the blockBad and blockHigh
-// flags of all of b. len(b) must be a multiple of 64, q must have a word
-// for each block.
-func quoteBlocksGo(b []byte, q []uint64) (flags uint64) {
+// block of b (bit j for byte 64k+j), then, if tail is not nil, the next
+// word to tail's, and returns the blockBad and blockHigh flags of all of
+// them. len(b) must be a multiple of 64, q must have a word for each block.
+func quoteBlocksGo(b []byte, tail *[64]byte, q []uint64) (flags uint64) {
 	const ones = 0x0101010101010101
 	var ctl, hi uint64
-	for k := 0; k+64 <= len(b); k += 64 {
-		blk := b[k : k+64]
+	block := func(blk []byte) uint64 {
 		var m uint64
 		for j := 0; j < 64; j += 8 {
 			x := binary.LittleEndian.Uint64(blk[j:])
@@ -46,7 +45,14 @@ func quoteBlocksGo(b []byte, q []uint64) (flags uint64) {
 			hi |= x
 			m |= (zeroBytes(x^(ones*'"')) >> 7 * 0x0102040810204080 >> 56) << j
 		}
-		q[k>>6] = m
+		return m
+	}
+	k := 0
+	for ; k+64 <= len(b); k += 64 {
+		q[k>>6] = block(b[k : k+64])
+	}
+	if tail != nil {
+		q[k>>6] = block(tail[:])
 	}
 	if ctl != 0 {
 		flags |= blockBad
@@ -71,15 +77,13 @@ func validFast(b []byte) (ok, sure, done bool) {
 	}
 	var q [fastMax / 64]uint64
 	whole := n &^ 63
-	var flags uint64
-	if whole > 0 {
-		flags = quoteBlocks(b[:whole], q[:])
-	}
+	var tail *[64]byte
 	if whole < n {
-		var tail [64]byte
-		copy(tail[copy(tail[:], b[whole:]):], blanks)
-		flags |= quoteBlocks(tail[:], q[whole>>6:])
+		var t [64]byte
+		copy(t[copy(t[:], b[whole:]):], blanks)
+		tail = &t
 	}
+	flags := quoteBlocks(b[:whole], tail, q[:])
 	if flags&blockBad != 0 {
 		return false, false, false
 	}

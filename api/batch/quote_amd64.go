@@ -4,4 +4,4 @@ package batch
 // contract, sixteen bytes an instruction.
 //
 //go:noescape
-func quoteBlocks(b []byte, q []uint64) (flags uint64)
+func quoteBlocks(b []byte, tail *[64]byte, q []uint64) (flags uint64)

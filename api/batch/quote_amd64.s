@@ -1,14 +1,16 @@
 #include "textflag.h"
 
-// func quoteBlocks(b []byte, q []uint64) (flags uint64)
+// func quoteBlocks(b []byte, tail *[64]byte, q []uint64) (flags uint64)
 //
 // Sixteen bytes at a time (SSE2, in every amd64): for each 64-byte block
-// of b, the bit mask of its '"' bytes into q; in flags, blockBad when a
-// byte is below 0x20 or a '\', blockHigh when one is 0x80 or above.
-TEXT ·quoteBlocks(SB), NOSPLIT, $0-56
+// of b, then tail if not nil, the bit mask of its '"' bytes into q; in
+// flags, blockBad when a byte is below 0x20 or a '\', blockHigh when one
+// is 0x80 or above.
+TEXT ·quoteBlocks(SB), NOSPLIT, $0-64
 	MOVQ b_base+0(FP), SI
 	MOVQ b_len+8(FP), CX
-	MOVQ q_base+24(FP), DI
+	MOVQ tail+24(FP), R8
+	MOVQ q_base+32(FP), DI
 	SHRQ $6, CX
 	MOVQ $0x2222222222222222, AX
 	MOVQ AX, X8
@@ -22,7 +24,7 @@ TEXT ·quoteBlocks(SB), NOSPLIT, $0-56
 	PXOR X11, X11
 	PXOR X12, X12
 	TESTQ CX, CX
-	JZ done
+	JZ last
 
 loop:
 	MOVOU 0(SI), X0
@@ -89,6 +91,14 @@ loop:
 	DECQ CX
 	JNZ loop
 
+last:
+	TESTQ R8, R8
+	JZ done
+	MOVQ R8, SI
+	XORQ R8, R8
+	MOVQ $1, CX
+	JMP loop
+
 done:
 	XORQ DX, DX
 	PMOVMSKB X11, AX
@@ -103,5 +113,5 @@ high:
 	ORQ $2, DX
 
 out:
-	MOVQ DX, flags+48(FP)
+	MOVQ DX, flags+56(FP)
 	RET

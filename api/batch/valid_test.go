@@ -119,8 +119,10 @@ func TestQuoteBlocks(t *testing.T) {
 
 func checkQuoteBlocks(t *testing.T, b []byte) {
 	t.Helper()
+	// The last block goes in as the tail.
 	q1, q2 := make([]uint64, len(b)/64), make([]uint64, len(b)/64)
-	f1, f2 := quoteBlocks(b, q1), quoteBlocksGo(b, q2)
+	tail := (*[64]byte)(b[len(b)-64:])
+	f1, f2 := quoteBlocks(b[:len(b)-64], tail, q1), quoteBlocksGo(b[:len(b)-64], tail, q2)
 	var want uint64
 	for i, c := range b {
 		if c == '"' && q1[i/64]>>(i%64)&1 == 0 {
@@ -135,6 +137,10 @@ func checkQuoteBlocks(t *testing.T, b []byte) {
 	}
 	if f1 != want || f2 != want || !slices.Equal(q1, q2) {
 		t.Fatalf("quoteBlocks(%q) = %#x %x, quoteBlocksGo %#x %x, want flags %#x", b, f1, q1, f2, q2, want)
+	}
+	q3 := make([]uint64, len(b)/64)
+	if f3 := quoteBlocks(b, nil, q3); f3 != want || !slices.Equal(q3, q1) {
+		t.Fatalf("quoteBlocks(%q) without a tail = %#x %x, with one %#x %x", b, f3, q3, f1, q1)
 	}
 	for i, m := range q1 {
 		if bits.OnesCount64(m) != bytes.Count(b[64*i:64*i+64], []byte{'"'}) {
