@@ -106,13 +106,17 @@ value:
 		key = false
 		goto str
 	case c >= '1' && c <= '9':
-		// An integer without sign or exponent, the commonest number,
-		// here; the others in scanNumber.
-		j := i + 1
-		for j < n && b[j] >= '0' && b[j] <= '9' {
-			j++
+		// A number without sign or exponent, the commonest, here; the
+		// others in scanNumber.
+		j := digitsFast(b, i+1)
+		if j < n && b[j] == '.' {
+			k := digitsFast(b, j+1)
+			if k == j+1 {
+				return false, true, true
+			}
+			j = k
 		}
-		if j >= n || b[j] != '.' && b[j] != 'e' && b[j] != 'E' {
+		if j >= n || b[j] != 'e' && b[j] != 'E' {
 			i = j
 			goto end
 		}
@@ -237,4 +241,21 @@ str:
 	}
 	i++
 	goto value
+}
+
+// digitsFast is digits, eight bytes at a time.
+func digitsFast(b []byte, i int) int {
+	const ones = 0x0101010101010101
+	for i+8 <= len(b) {
+		// 0x80 in each byte that is not a digit: below '0' (the
+		// subtraction), above '9' (the addition) or 0x80 and above. A
+		// borrow or a carry only leaves such a byte, so the lowest byte
+		// flagged is exact.
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := ((x - ones*'0') | (x + ones*0x46) | x) & high; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	return digits(b, i)
 }

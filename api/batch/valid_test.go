@@ -207,3 +207,26 @@ func TestSpecial(t *testing.T) {
 		}
 	}
 }
+
+// TestDigitsFast holds digitsFast to digits with every byte value at every
+// position of a run of digits, behind others that could lend or carry.
+func TestDigitsFast(t *testing.T) {
+	for _, fill := range []byte{'0', '9', '5'} {
+		for pos := range 12 {
+			for c := range 256 {
+				for _, before := range []byte{'1', 0x00, 0x2f, 0xff} {
+					b := bytes.Repeat([]byte{fill}, 12)
+					b[pos] = byte(c)
+					if pos > 0 {
+						b[pos-1] = before
+					}
+					for start := range 3 {
+						if got, want := digitsFast(b, start), digits(b, start); got != want {
+							t.Fatalf("digitsFast(%q, %d) = %d, digits %d", b, start, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
