@@ -138,7 +138,14 @@ func (t *Txn) AppendChecked(data []byte, records int, producer string, seq int64
 }
 
 func (t *Txn) append(data []byte, records int, producer string, seq int64) error {
-	if len(t.buf)+len(data) <= t.bufSize {
+	if len(t.buf) == 0 && len(data) >= t.bufSize/2 {
+		// A batch of half the buffer or more is written from the caller's
+		// bytes: through the buffer it would go out in a write of its own
+		// just the same, after a copy (issue 26: 200 KB batches).
+		if err := t.write(data); err != nil {
+			return err
+		}
+	} else if len(t.buf)+len(data) <= t.bufSize {
 		t.buf = append(t.buf, data...)
 	} else {
 		// Write what is buffered, then the batch, as one write where

@@ -16,9 +16,20 @@ const scanDepth = 256
 // utf8.Valid (a control-character scan, fastjson, the UTF-8 scan). With
 // records of a few hundred bytes those passes were most of the CPU an
 // NDJSON write costs. It allocates nothing. sure is false when b nests
-// deeper than scanDepth: the caller decides with validJSON then.
-// FuzzValidRecord holds it to encoding/json and utf8.Valid.
+// deeper than scanDepth: the caller decides with validJSON then. A record
+// without escapes and control characters goes through validFast
+// (fastscan.go), the others through scanRecord.
+// FuzzValidRecord holds both to encoding/json and utf8.Valid.
 func validRecord(b []byte) (ok, sure bool) {
+	if ok, sure, done := validFast(b); done {
+		return ok, sure
+	}
+	return scanRecord(b)
+}
+
+// scanRecord is validRecord for any record: strings are crossed eight
+// bytes at a time up to the first byte that needs a look.
+func scanRecord(b []byte) (ok, sure bool) {
 	var stack [scanDepth / 64]uint64 // bit set: an object, clear: an array
 	depth, i, n := 0, 0, len(b)
 	var inObject bool

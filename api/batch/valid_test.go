@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -47,13 +50,111 @@ func TestValidRecordAgrees(t *testing.T) {
 func checkValidRecord(t *testing.T, b []byte) {
 	t.Helper()
 	want := json.Valid(b) && utf8.Valid(b)
-	got, sure := validRecord(b)
-	if sure && got != want {
-		t.Errorf("validRecord(%.60q) = %v, encoding/json and utf8.Valid say %v", b, got, want)
+	for _, f := range []struct {
+		name string
+		f    func([]byte) (bool, bool)
+	}{{"validRecord", validRecord}, {"scanRecord", scanRecord}} {
+		got, sure := f.f(b)
+		if sure && got != want {
+			t.Errorf("%s(%.60q) = %v, encoding/json and utf8.Valid say %v", f.name, b, got, want)
+		}
+		if !sure && !bytes.Contains(b, []byte(strings.Repeat("[", scanDepth/2))) && !bytes.Contains(b, []byte(strings.Repeat(`{"a":`, scanDepth/2))) {
+			t.Errorf("%s(%.60q) is not sure of a shallow line", f.name, b)
+		}
 	}
-	if !sure && !bytes.Contains(b, []byte(strings.Repeat("[", scanDepth/2))) && !bytes.Contains(b, []byte(strings.Repeat(`{"a":`, scanDepth/2))) {
-		t.Errorf("validRecord(%.60q) is not sure of a shallow line", b)
+	if _, _, done := validFast(b); !done && len(b) <= fastMax && !bytes.ContainsAny(b, "\\\x00\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f") {
+		t.Errorf("validFast(%.60q) left a record without escapes and control characters to scanRecord", b)
 	}
+}
+
+// TestValidFastShapes runs the record shapes the fast check must get right
+// at every offset from a 64-byte block's start: strings across blocks, a
+// quote as the last byte, records of exactly 64 and 128 bytes, and the
+// longest record the fast check takes and one byte more.
+func TestValidFastShapes(t *testing.T) {
+	base := []string{`{"a":"b"}`, `{"a":"b"`, `{"a":"b}`, `"abc`, `"`, `""`, `["x","y",{"z":[1,2.5,-3e2,true,false,null]}]`, `{"k" : "v" , "l":[ ]}`,
+		`{"a":1}x`, `{"a" "b"}`, `{"a":}`, `{"é":"ü✓"}`, "{\"a\":\"\xff\"}", "\xc3\xa9", `{"a":01}`, `{"a":-}`, `[1,]`, `{"a":[}`, `{"a":"b",}`}
+	for _, s := range base {
+		for pad := 0; pad < 140; pad++ {
+			// Leading blanks move the record over block boundaries.
+			checkValidRecord(t, []byte(strings.Repeat(" ", pad)+s))
+			checkValidRecord(t, []byte(`{"p":"`+strings.Repeat("x", pad)+`","v":`+s+`}`))
+		}
+	}
+	for _, n := range []int{63, 64, 65, 127, 128, 129, fastMax - 1, fastMax, fastMax + 1} {
+		for _, tail := range []string{`"}`, `"`, `"}}`, `x}`} {
+			b := []byte(`{"a":"` + strings.Repeat("y", max(n-6-len(tail)+1, 0)) + tail)
+			checkValidRecord(t, b)
+		}
+	}
+}
+
+// TestQuoteBlocks holds quoteBlocks (assembly on amd64) to quoteBlocksGo.
+func TestQuoteBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(26, 1))
+	t.Logf("seed 26")
+	alphabet := []byte{0, 1, 0x1f, 0x20, 0x21, '"', 0x23, '\\', 0x5b, 0x5d, 'a', 0x7e, 0x7f, 0x80, 0x9f, 0xa0, 0xc3, 0xff}
+	for range 2000 {
+		b := make([]byte, 64*(1+rng.IntN(4)))
+		for i := range b {
+			if rng.IntN(4) == 0 {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			} else {
+				b[i] = 'a' + byte(rng.IntN(26))
+			}
+		}
+		checkQuoteBlocks(t, b)
+	}
+	for c := range 256 {
+		for pos := range 64 {
+			b := make([]byte, 128)
+			for i := range b {
+				b[i] = 'a'
+			}
+			b[pos+64] = byte(c)
+			checkQuoteBlocks(t, b)
+		}
+	}
+}
+
+func checkQuoteBlocks(t *testing.T, b []byte) {
+	t.Helper()
+	// The last block goes in as the tail.
+	q1, q2 := make([]uint64, len(b)/64), make([]uint64, len(b)/64)
+	tail := (*[64]byte)(b[len(b)-64:])
+	f1, f2 := quoteBlocks(b[:len(b)-64], tail, q1), quoteBlocksGo(b[:len(b)-64], tail, q2)
+	var want uint64
+	for i, c := range b {
+		if c == '"' && q1[i/64]>>(i%64)&1 == 0 {
+			t.Fatalf("quoteBlocks misses the quote at %d of %q", i, b)
+		}
+		if c < 0x20 || c == '\\' {
+			want |= blockBad
+		}
+		if c >= 0x80 {
+			want |= blockHigh
+		}
+	}
+	if f1 != want || f2 != want || !slices.Equal(q1, q2) {
+		t.Fatalf("quoteBlocks(%q) = %#x %x, quoteBlocksGo %#x %x, want flags %#x", b, f1, q1, f2, q2, want)
+	}
+	q3 := make([]uint64, len(b)/64)
+	if f3 := quoteBlocks(b, nil, q3); f3 != want || !slices.Equal(q3, q1) {
+		t.Fatalf("quoteBlocks(%q) without a tail = %#x %x, with one %#x %x", b, f3, q3, f1, q1)
+	}
+	for i, m := range q1 {
+		if bits.OnesCount64(m) != bytes.Count(b[64*i:64*i+64], []byte{'"'}) {
+			t.Fatalf("quoteBlocks(%q) block %d: %d quotes in the mask", b, i, bits.OnesCount64(m))
+		}
+	}
+}
+
+func FuzzQuoteBlocks(f *testing.F) {
+	f.Add([]byte(`{"a":"\\"b\u00e9","c":[1,2]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = append(b, bytes.Repeat([]byte{'"'}, 64-len(b)%64)...)
+		checkQuoteBlocks(t, b)
+	})
 }
 
 func FuzzValidRecord(f *testing.F) {
@@ -102,6 +203,29 @@ func TestSpecial(t *testing.T) {
 			}
 			if m != want {
 				t.Fatalf("special with %#x at %d = %#x, want %#x", c, pos, m, want)
+			}
+		}
+	}
+}
+
+// TestDigitsFast holds digitsFast to digits with every byte value at every
+// position of a run of digits, behind others that could lend or carry.
+func TestDigitsFast(t *testing.T) {
+	for _, fill := range []byte{'0', '9', '5'} {
+		for pos := range 12 {
+			for c := range 256 {
+				for _, before := range []byte{'1', 0x00, 0x2f, 0xff} {
+					b := bytes.Repeat([]byte{fill}, 12)
+					b[pos] = byte(c)
+					if pos > 0 {
+						b[pos-1] = before
+					}
+					for start := range 3 {
+						if got, want := digitsFast(b, start), digits(b, start); got != want {
+							t.Fatalf("digitsFast(%q, %d) = %d, digits %d", b, start, got, want)
+						}
+					}
+				}
 			}
 		}
 	}
