@@ -197,11 +197,21 @@ func TestAdvNesting(t *testing.T) {
 		advCheck(t, []byte(strings.Repeat(`{"a":[`, d)+"1"+strings.Repeat("}]", d)))
 		advCheck(t, []byte(strings.Repeat(`[{"a":`, d)+"1"+strings.Repeat("}]", d-1)+"]}"))
 		advCheck(t, []byte(strings.Repeat(`[{"a":"b"},`, d)+"1"+strings.Repeat("]", d)))
+		// Deep and not UTF-8, or with an escape: the unsure verdict goes
+		// to the slow paths, which must still refuse.
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\xed\xa0\x80\""+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\xc3\""+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+`"\u00e9\x"`+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\x01\""+strings.Repeat("]", d)))
 	}
 	for _, d := range []int{9999, 10000, 10001} {
 		b := []byte(strings.Repeat("[", d) + strings.Repeat("]", d))
 		if err := checkRecord(b, 1); (err == nil) != json.Valid(b) {
 			t.Fatalf("checkRecord of depth %d = %v, json.Valid %v", d, err, json.Valid(b))
+		}
+		b = []byte(strings.Repeat("[", d-1) + "\"\xff\"" + strings.Repeat("]", d-1))
+		if err := checkRecord(b, 1); err == nil {
+			t.Fatalf("checkRecord accepts invalid UTF-8 at depth %d", d)
 		}
 	}
 }
