@@ -345,3 +345,28 @@ func advEnvInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n
 }
+
+// TestAdvNumbers: integers and fractions of every length up to 17 digits
+// (the eight-byte digit scans cross a word), each followed by every byte
+// value, alone and as an array element.
+func TestAdvNumbers(t *testing.T) {
+	digits := "12345678901234567890"
+	for il := 1; il <= 17; il++ {
+		for _, fl := range []int{-1, 0, 1, 2, 7, 8, 9, 15, 16, 17} {
+			num := digits[:il]
+			if fl >= 0 {
+				num += "." + digits[20-max(fl, 0):]
+			}
+			for c := range 256 {
+				if !advFull && c > 0x7f && c != 0x80 && c != 0xb9 && c != 0xff {
+					continue
+				}
+				s := num + string([]byte{byte(c)})
+				advCheck(t, []byte(s))
+				advCheck(t, []byte("["+s+"]"))
+				advCheck(t, []byte("["+s+"1]"))
+				advCheck(t, []byte(`{"a":`+s+`5e1}`))
+			}
+		}
+	}
+}
