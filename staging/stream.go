@@ -88,7 +88,7 @@ func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Check
 }
 
 // DefaultKeptBytes bounds the checked values that all Txns of an Encoders
-// hold for batches not yet encoded: 58 B for a record of the load
+// hold for batches not yet encoded: 59 B for a record of the load
 // harness's 8 fields, so 1 MiB is ~18,000 records (18 steps' worth of
 // 1 KiB records). Steps that fall further behind parse the rest. Under
 // the harness's Parquet load the queue held 87 KB at the median, 1.1 MB

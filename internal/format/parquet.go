@@ -247,20 +247,23 @@ func (p *ParquetWriter) WriteRecord(line []byte) error {
 		if err != nil {
 			return fmt.Errorf("record %d: %w", p.records+1, err)
 		}
-		return p.write(line, vals)
+		return p.write(line, vals, false)
 	})
 }
 
 // WriteChecked adds one record as WriteRecord does, with vals what a strict
 // check of line against the writer's schema returned
 // (streamconf.Checker.Fields, or Checked.Value for the same bytes): it
-// does not parse line again. The caller vouches for vals; line is copied.
+// does not parse line again. The caller vouches for vals, and for line
+// having passed the write path's validation (valid JSON in valid UTF-8):
+// a string value marked Plain is taken as its bytes between the quotes,
+// without looking at them again. line is copied.
 func (p *ParquetWriter) WriteChecked(line []byte, vals []streamconf.Value) error {
 	return p.guard(func() error {
 		if len(vals) != len(p.fields) {
 			return fmt.Errorf("record %d: %d values for %d fields", p.records+1, len(vals), len(p.fields))
 		}
-		return p.write(line, vals)
+		return p.write(line, vals, true)
 	})
 }
 
@@ -268,10 +271,12 @@ func (p *ParquetWriter) WriteChecked(line []byte, vals []streamconf.Value) error
 func (p *ParquetWriter) Schema() *streamconf.Schema { return p.schema }
 
 // write adds a checked record's values to the batch, and writes the batch
-// and the row group when they are full.
-func (p *ParquetWriter) write(line []byte, vals []streamconf.Value) error {
-	for i, f := range p.fields {
-		v, err := p.parquetValue(f.Type, vals[i])
+// and the row group when they are full. plain says whether a string value
+// marked Plain may be taken as it stands (WriteChecked).
+func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) error {
+	for i := range p.fields {
+		f := &p.fields[i]
+		v, err := p.parquetValue(f.Type, &vals[i], plain)
 		if err != nil {
 			return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
 		}
@@ -348,13 +353,17 @@ var errWriterClosed = errors.New("parquet writer closed")
 
 // parquetValue converts one checked value (Raw nil when absent). A byte
 // array's bytes are copied into p.text, where they stay until the batch
-// is written.
-func (p *ParquetWriter) parquetValue(t streamconf.Type, v streamconf.Value) (parquet.Value, error) {
+// is written. With plain, a string value marked Plain is its bytes
+// between the quotes (see WriteChecked).
+func (p *ParquetWriter) parquetValue(t streamconf.Type, v *streamconf.Value, plain bool) (parquet.Value, error) {
 	if v.Raw == nil {
 		return parquet.NullValue(), nil
 	}
 	switch t {
 	case streamconf.TypeString:
+		if n := len(v.Raw); plain && v.Plain && n >= 2 {
+			return parquet.ByteArrayValue(p.keep(v.Raw[1 : n-1])), nil
+		}
 		b, err := stringBytes(v.Raw)
 		if err != nil {
 			return parquet.Value{}, err

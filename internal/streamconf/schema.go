@@ -161,6 +161,10 @@ type Value struct {
 	Int int64
 	// Float is a double field's value.
 	Float float64
+	// Plain is set, for a string field's value, when Raw holds no escape
+	// (no '\\'): its text is Raw between the quotes, as the record's
+	// validation found it (valid UTF-8). False says nothing.
+	Plain bool
 }
 
 // Fields checks rec like Check and returns each schema field's value, in
@@ -198,6 +202,9 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		if reason := checkValue(fields[i].Type, v, &c.vals[i]); reason != "" {
 			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
 		}
+		if fields[i].Type == TypeString {
+			c.vals[i].Plain = !sc.Escaped()
+		}
 		if c.strict && fields[i].Type == TypeJSON {
 			if esc := unpairedSurrogate(v); esc != "" {
 				return nil, &MismatchError{Field: fields[i].Name, Reason: "holds " + esc + ", half of a UTF-16 surrogate pair: a Parquet JSON value must be valid Unicode (readers such as DuckDB refuse the whole file)"}
@@ -227,7 +234,8 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 // same records read back from the staging file (Value), and falls back to
 // parsing a record whose length differs. Compact, as a lagging encoder
 // may hold many batches' worth: 2 bytes a record, 4 a field, 8 more a
-// number or time (58 bytes for the load harness's 8 fields).
+// number or time, 1 saying whether its strings are plain (59 bytes for the
+// load harness's 8 fields).
 type Checked struct {
 	// Schema is the schema the records were checked against: values are
 	// used only by an encoder of this same schema.
@@ -236,6 +244,7 @@ type Checked struct {
 	lens    []uint16 // each record's length
 	spans   []uint16 // for each record, each field's value: offset, length (0: absent or null; a JSON value is never empty)
 	nums    []uint64 // for each record, each numeric field's Int, or Float's bits
+	plain   []bool   // for each record: each of its string values is Plain
 }
 
 // MaxCheckedRecord is the longest record a Checked keeps.
@@ -249,12 +258,13 @@ func NewChecked(s *Schema, records int) *Checked {
 	c.lens = make([]uint16, 0, records)
 	c.spans = make([]uint16, 0, 2*records*len(s.Fields))
 	c.nums = make([]uint64, 0, records*c.numeric)
+	c.plain = make([]bool, 0, records)
 	return c
 }
 
 // Reset empties c for records of s, keeping its memory.
 func (c *Checked) Reset(s *Schema) {
-	c.Schema, c.lens, c.spans, c.nums, c.numeric = s, c.lens[:0], c.spans[:0], c.nums[:0], 0
+	c.Schema, c.lens, c.spans, c.nums, c.plain, c.numeric = s, c.lens[:0], c.spans[:0], c.nums[:0], c.plain[:0], 0
 	for _, f := range s.Fields {
 		if isNumeric(f.Type) {
 			c.numeric++
@@ -272,6 +282,7 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		return false
 	}
 	spans, nums := len(c.spans), len(c.nums)
+	plain := true
 	for i, v := range vals {
 		var off uintptr
 		if v.Raw != nil {
@@ -284,6 +295,8 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		}
 		c.spans = append(c.spans, uint16(off), uint16(len(v.Raw)))
 		switch c.Schema.Fields[i].Type {
+		case TypeString:
+			plain = plain && (v.Raw == nil || v.Plain)
 		case TypeInt64, TypeTimestamp:
 			c.nums = append(c.nums, uint64(v.Int))
 		case TypeDouble:
@@ -291,6 +304,7 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		}
 	}
 	c.lens = append(c.lens, uint16(len(rec)))
+	c.plain = append(c.plain, plain)
 	return true
 }
 
@@ -302,7 +316,7 @@ func (c *Checked) RecordLen(i int) int { return int(c.lens[i]) }
 
 // Bytes returns about how much memory c holds.
 func (c *Checked) Bytes() int64 {
-	return int64(cap(c.lens))*2 + int64(cap(c.spans))*2 + int64(cap(c.nums))*8
+	return int64(cap(c.lens))*2 + int64(cap(c.spans))*2 + int64(cap(c.nums))*8 + int64(cap(c.plain))
 }
 
 // Take appends to out (nil: a new Checked) the records of c at the given
@@ -315,6 +329,7 @@ func (c *Checked) Take(idx []int, out *Checked) *Checked {
 	f, m := 2*len(c.Schema.Fields), c.numeric
 	for _, i := range idx {
 		out.lens = append(out.lens, c.lens[i])
+		out.plain = append(out.plain, c.plain[i])
 		out.spans = append(out.spans, c.spans[i*f:(i+1)*f]...)
 		out.nums = append(out.nums, c.nums[i*m:(i+1)*m]...)
 	}
@@ -332,12 +347,15 @@ func (c *Checked) Value(i int, rec []byte, out []Value) bool {
 	}
 	spans := c.spans[2*i*len(fields) : 2*(i+1)*len(fields)]
 	nums := c.nums[i*c.numeric : (i+1)*c.numeric]
-	for j, f := range fields {
+	plain := c.plain[i]
+	for j := range fields {
 		v := Value{}
 		if off, n := int(spans[2*j]), int(spans[2*j+1]); n > 0 {
 			v.Raw = rec[off : off+n : off+n]
 		}
-		switch f.Type {
+		switch fields[j].Type {
+		case TypeString:
+			v.Plain = plain && v.Raw != nil
 		case TypeInt64, TypeTimestamp:
 			v.Int, nums = int64(nums[0]), nums[1:]
 		case TypeDouble:
