@@ -457,8 +457,9 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 	vals := s.vals[:len(en.e.Schema.Fields)]
 	defer clear(vals) // no references into s.line
 	for off := en.done; ; {
-		var err error
-		s.line, err = format.ReadLine(s.br, s.line[:0])
+		// line is a slice of s.br's buffer when it fits (no copy), valid
+		// until the next read: the writer copies what it keeps.
+		line, err := format.PeekLine(s.br, s.line[:0])
 		if err == io.EOF {
 			en.dropKept(len(kept))
 			return nil
@@ -466,15 +467,15 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 		if err != nil {
 			return err
 		}
-		if cur.values(off, s.line, vals) {
-			err = en.pq.WriteChecked(s.line, vals)
+		if cur.values(off, line, vals) {
+			err = en.pq.WriteChecked(line, vals)
 		} else {
-			err = en.pq.WriteRecord(s.line)
+			err = en.pq.WriteRecord(line)
 		}
 		if err != nil {
 			return err
 		}
-		off += int64(len(s.line)) + 1
+		off += int64(len(line)) + 1
 	}
 }
 

@@ -165,10 +165,11 @@ type ParquetWriter struct {
 	// Rows go to the column writers a batch at a time, each column's
 	// values in one call: parquet-go's cost per call (levels, a page size
 	// check) then falls on a batch, not on each row, and no []parquet.Row
-	// is built. pending holds each column's values of the batch, text the
+	// is built. pending holds each column's values of the batch (column
+	// i's from i*batchRows, no append, no slice header per column), text the
 	// bytes their strings point into (a record's line is reused after
 	// WriteRecord).
-	pending [][]parquet.Value
+	pending []parquet.Value
 	batched int
 	text    []byte
 }
@@ -198,10 +199,7 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 		groupBytes = DefaultRowGroupBytes
 	}
 	p := &ParquetWriter{check: e.Schema.NewChecker(true), schema: e.Schema, fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
-	p.pending = make([][]parquet.Value, len(p.fields))
-	for i := range p.pending {
-		p.pending[i] = make([]parquet.Value, 0, batchRows)
-	}
+	p.pending = make([]parquet.Value, len(p.fields)*batchRows)
 	err = p.guard(func() error {
 		p.pw = parquet.NewWriter(w, schema, parquet.Compression(codec))
 		p.columns = p.pw.ColumnWriters()
@@ -284,7 +282,7 @@ func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) 
 		if !f.Required && vals[i].Raw != nil {
 			def = 1
 		}
-		p.pending[i] = append(p.pending[i], v.Level(0, def, i))
+		p.pending[i*batchRows+p.batched] = v.Level(0, def, i)
 	}
 	p.batched++
 	p.records++
@@ -313,7 +311,8 @@ func (p *ParquetWriter) writeBatch() error {
 	if p.batched == 0 {
 		return nil
 	}
-	for i, vals := range p.pending {
+	for i := range p.columns {
+		vals := p.pending[i*batchRows : i*batchRows+p.batched]
 		n, err := p.columns[i].WriteRowValues(vals)
 		if err == nil && n != p.batched {
 			err = fmt.Errorf("column %d took %d of %d rows", i, n, p.batched)
@@ -322,7 +321,6 @@ func (p *ParquetWriter) writeBatch() error {
 			return fmt.Errorf("write Parquet rows: %w", err)
 		}
 		clear(vals) // no references into text
-		p.pending[i] = vals[:0]
 	}
 	p.batched = 0
 	if cap(p.text) > 4*batchBytes {
@@ -428,6 +426,26 @@ func readLine(br *bufio.Reader, buf []byte) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// PeekLine is ReadLine without a copy when it can: a line that fits in
+// br's buffer is returned as a slice of it, valid until the next read of
+// br; a longer one is appended to buf as ReadLine does.
+func PeekLine(br *bufio.Reader, buf []byte) ([]byte, error) {
+	frag, err := br.ReadSlice('\n')
+	if err == nil {
+		return frag[:len(frag)-1], nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if err == io.EOF && len(frag) > 0 {
+			return append(buf, frag...), io.ErrUnexpectedEOF
+		}
+		return buf, err
+	}
+	if len(buf)+len(frag) > MaxRecordBytes+1 {
+		return buf, errRecordTooLarge
+	}
+	return readLine(br, append(buf, frag...))
 }
 
 // ReadLine appends the next '\n'-terminated line of br to buf, without the
