@@ -439,6 +439,10 @@ func checkValue(t Type, v []byte, out *Value) string {
 		if k != jsontop.String && k != jsontop.Number {
 			return "is a " + k.String() + ", want an RFC 3339 string or epoch milliseconds"
 		}
+		if us, ok := utcMicros(v); ok {
+			out.Int = us // the common form, without time.Parse (ParseTimestamp's value)
+			break
+		}
 		tm, err := ParseTimestamp(v)
 		if err != nil {
 			return err.Error()
@@ -577,4 +581,82 @@ func ParseTimestamp(v []byte) (time.Time, error) {
 		return t, fmt.Errorf("time %s is outside years 0001-9999", v)
 	}
 	return t, nil
+}
+
+// utcMicros is ParseTimestamp(v).UnixMicro() for the common form of a
+// timestamp, a JSON string "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (1 to 9
+// digits of fraction, years 0001-9999), computed without time.Parse and
+// time.Date: ok is false for any other v, valid or not, which ParseTimestamp
+// then decides. FuzzUTCMicros holds the two to the same answer.
+func utcMicros(v []byte) (us int64, ok bool) {
+	const form = len(`"2006-01-02T15:04:05Z"`)
+	if len(v) < form || v[0] != '"' || v[len(v)-2] != 'Z' || v[len(v)-1] != '"' ||
+		v[5] != '-' || v[8] != '-' || v[11] != 'T' || v[14] != ':' || v[17] != ':' {
+		return 0, false
+	}
+	num := func(b []byte) int {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	year, month, day := num(v[1:5]), num(v[6:8]), num(v[9:11])
+	hour, minute, sec := num(v[12:14]), num(v[15:17]), num(v[18:20])
+	if year < 1 || month < 1 || month > 12 || day < 1 || day > daysIn(month, year) ||
+		hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 {
+		return 0, false
+	}
+	frac := v[20 : len(v)-2]
+	micros := 0
+	if len(frac) > 0 {
+		if len(frac) < 2 || len(frac) > 10 || frac[0] != '.' {
+			return 0, false
+		}
+		digits := frac[1:]
+		if num(digits) < 0 {
+			return 0, false
+		}
+		for i := range 6 { // finer digits are truncated, as UnixMicro does
+			micros *= 10
+			if i < len(digits) {
+				micros += int(digits[i] - '0')
+			}
+		}
+	}
+	days := daysFromCivil(year, month, day)
+	return ((days*24+int64(hour))*60+int64(minute))*60*1e6 + int64(sec)*1e6 + int64(micros), true
+}
+
+// daysIn returns the days in month of year (proleptic Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// daysFromCivil returns the days from 1970-01-01 to the date (proleptic
+// Gregorian, year >= 1): the count of days of whole 400-year eras, then of
+// the years and months (from March, so that February's leap day is the
+// year's last) within the era.
+func daysFromCivil(year, month, day int) int64 {
+	if month <= 2 {
+		year--
+	}
+	era := year / 400 // year >= 0 here
+	yoe := year - era*400
+	mp := (month + 9) % 12 // March = 0
+	doy := (153*mp+2)/5 + day - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
 }
