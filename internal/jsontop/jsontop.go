@@ -240,7 +240,7 @@ func skipString(b []byte, i int) (end int, esc, ok bool) {
 	// Most strings (keys, short values) end within a few bytes, where a
 	// loop costs less than two calls.
 	j := i + 1
-	for end := min(len(b), j+shortString); j < end; j++ {
+	for stop := min(len(b), j+shortString); j < stop; j++ {
 		switch b[j] {
 		case '"':
 			return j + 1, esc, true
