@@ -88,7 +88,7 @@ func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Check
 }
 
 // DefaultKeptBytes bounds the checked values that all Txns of an Encoders
-// hold for batches not yet encoded: 58 B for a record of the load
+// hold for batches not yet encoded: 59 B for a record of the load
 // harness's 8 fields, so 1 MiB is ~18,000 records (18 steps' worth of
 // 1 KiB records). Steps that fall further behind parse the rest. Under
 // the harness's Parquet load the queue held 87 KB at the median, 1.1 MB
@@ -457,8 +457,9 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 	vals := s.vals[:len(en.e.Schema.Fields)]
 	defer clear(vals) // no references into s.line
 	for off := en.done; ; {
-		var err error
-		s.line, err = format.ReadLine(s.br, s.line[:0])
+		// line is a slice of s.br's buffer when it fits (no copy), valid
+		// until the next read: the writer copies what it keeps.
+		line, err := format.PeekLine(s.br, s.line[:0])
 		if err == io.EOF {
 			en.dropKept(len(kept))
 			return nil
@@ -466,15 +467,15 @@ func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 		if err != nil {
 			return err
 		}
-		if cur.values(off, s.line, vals) {
-			err = en.pq.WriteChecked(s.line, vals)
+		if cur.values(off, line, vals) {
+			err = en.pq.WriteChecked(line, vals)
 		} else {
-			err = en.pq.WriteRecord(s.line)
+			err = en.pq.WriteRecord(line)
 		}
 		if err != nil {
 			return err
 		}
-		off += int64(len(s.line)) + 1
+		off += int64(len(line)) + 1
 	}
 }
 

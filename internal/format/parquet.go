@@ -165,10 +165,11 @@ type ParquetWriter struct {
 	// Rows go to the column writers a batch at a time, each column's
 	// values in one call: parquet-go's cost per call (levels, a page size
 	// check) then falls on a batch, not on each row, and no []parquet.Row
-	// is built. pending holds each column's values of the batch, text the
+	// is built. pending holds each column's values of the batch (column
+	// i's from i*batchRows, no append, no slice header per column), text the
 	// bytes their strings point into (a record's line is reused after
 	// WriteRecord).
-	pending [][]parquet.Value
+	pending []parquet.Value
 	batched int
 	text    []byte
 }
@@ -198,10 +199,7 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 		groupBytes = DefaultRowGroupBytes
 	}
 	p := &ParquetWriter{check: e.Schema.NewChecker(true), schema: e.Schema, fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
-	p.pending = make([][]parquet.Value, len(p.fields))
-	for i := range p.pending {
-		p.pending[i] = make([]parquet.Value, 0, batchRows)
-	}
+	p.pending = make([]parquet.Value, len(p.fields)*batchRows)
 	err = p.guard(func() error {
 		p.pw = parquet.NewWriter(w, schema, parquet.Compression(codec))
 		p.columns = p.pw.ColumnWriters()
@@ -247,20 +245,23 @@ func (p *ParquetWriter) WriteRecord(line []byte) error {
 		if err != nil {
 			return fmt.Errorf("record %d: %w", p.records+1, err)
 		}
-		return p.write(line, vals)
+		return p.write(line, vals, false)
 	})
 }
 
 // WriteChecked adds one record as WriteRecord does, with vals what a strict
 // check of line against the writer's schema returned
 // (streamconf.Checker.Fields, or Checked.Value for the same bytes): it
-// does not parse line again. The caller vouches for vals; line is copied.
+// does not parse line again. The caller vouches for vals, and for line
+// having passed the write path's validation (valid JSON in valid UTF-8):
+// a string value marked Plain is taken as its bytes between the quotes,
+// without looking at them again. line is copied.
 func (p *ParquetWriter) WriteChecked(line []byte, vals []streamconf.Value) error {
 	return p.guard(func() error {
 		if len(vals) != len(p.fields) {
 			return fmt.Errorf("record %d: %d values for %d fields", p.records+1, len(vals), len(p.fields))
 		}
-		return p.write(line, vals)
+		return p.write(line, vals, true)
 	})
 }
 
@@ -268,10 +269,12 @@ func (p *ParquetWriter) WriteChecked(line []byte, vals []streamconf.Value) error
 func (p *ParquetWriter) Schema() *streamconf.Schema { return p.schema }
 
 // write adds a checked record's values to the batch, and writes the batch
-// and the row group when they are full.
-func (p *ParquetWriter) write(line []byte, vals []streamconf.Value) error {
-	for i, f := range p.fields {
-		v, err := p.parquetValue(f.Type, vals[i])
+// and the row group when they are full. plain says whether a string value
+// marked Plain may be taken as it stands (WriteChecked).
+func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) error {
+	for i := range p.fields {
+		f := &p.fields[i]
+		v, err := p.parquetValue(f.Type, &vals[i], plain)
 		if err != nil {
 			return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
 		}
@@ -279,7 +282,7 @@ func (p *ParquetWriter) write(line []byte, vals []streamconf.Value) error {
 		if !f.Required && vals[i].Raw != nil {
 			def = 1
 		}
-		p.pending[i] = append(p.pending[i], v.Level(0, def, i))
+		p.pending[i*batchRows+p.batched] = v.Level(0, def, i)
 	}
 	p.batched++
 	p.records++
@@ -308,7 +311,8 @@ func (p *ParquetWriter) writeBatch() error {
 	if p.batched == 0 {
 		return nil
 	}
-	for i, vals := range p.pending {
+	for i := range p.columns {
+		vals := p.pending[i*batchRows : i*batchRows+p.batched]
 		n, err := p.columns[i].WriteRowValues(vals)
 		if err == nil && n != p.batched {
 			err = fmt.Errorf("column %d took %d of %d rows", i, n, p.batched)
@@ -317,7 +321,6 @@ func (p *ParquetWriter) writeBatch() error {
 			return fmt.Errorf("write Parquet rows: %w", err)
 		}
 		clear(vals) // no references into text
-		p.pending[i] = vals[:0]
 	}
 	p.batched = 0
 	if cap(p.text) > 4*batchBytes {
@@ -348,13 +351,17 @@ var errWriterClosed = errors.New("parquet writer closed")
 
 // parquetValue converts one checked value (Raw nil when absent). A byte
 // array's bytes are copied into p.text, where they stay until the batch
-// is written.
-func (p *ParquetWriter) parquetValue(t streamconf.Type, v streamconf.Value) (parquet.Value, error) {
+// is written. With plain, a string value marked Plain is its bytes
+// between the quotes (see WriteChecked).
+func (p *ParquetWriter) parquetValue(t streamconf.Type, v *streamconf.Value, plain bool) (parquet.Value, error) {
 	if v.Raw == nil {
 		return parquet.NullValue(), nil
 	}
 	switch t {
 	case streamconf.TypeString:
+		if n := len(v.Raw); plain && v.Plain && n >= 2 {
+			return parquet.ByteArrayValue(p.keep(v.Raw[1 : n-1])), nil
+		}
 		b, err := stringBytes(v.Raw)
 		if err != nil {
 			return parquet.Value{}, err
@@ -419,6 +426,26 @@ func readLine(br *bufio.Reader, buf []byte) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// PeekLine is ReadLine without a copy when it can: a line that fits in
+// br's buffer is returned as a slice of it, valid until the next read of
+// br; a longer one is appended to buf as ReadLine does.
+func PeekLine(br *bufio.Reader, buf []byte) ([]byte, error) {
+	frag, err := br.ReadSlice('\n')
+	if err == nil {
+		return frag[:len(frag)-1], nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if err == io.EOF && len(frag) > 0 {
+			return append(buf, frag...), io.ErrUnexpectedEOF
+		}
+		return buf, err
+	}
+	if len(buf)+len(frag) > MaxRecordBytes+1 {
+		return buf, errRecordTooLarge
+	}
+	return readLine(br, append(buf, frag...))
 }
 
 // ReadLine appends the next '\n'-terminated line of br to buf, without the

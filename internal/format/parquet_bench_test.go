@@ -38,7 +38,9 @@ func benchRecord(i int) []byte {
 // BenchmarkParquetWriter measures ParquetWriter on the load harness's
 // records (zstd pages): ns and bytes allocated per record, parsing each
 // record (WriteRecord) or given the write path's checked values
-// (WriteChecked, as a Parquet stream's encoder is since issue 26).
+// (WriteChecked, as a Parquet stream's encoder is since issue 26); also
+// CPU ns per record (user+system, which a loaded machine distorts less
+// than wall time).
 //
 //	go test -run XXX -bench BenchmarkParquetWriter -count 5 ./internal/format/
 func BenchmarkParquetWriter(b *testing.B) {
@@ -58,6 +60,7 @@ func BenchmarkParquetWriter(b *testing.B) {
 			vals := make([]streamconf.Value, len(benchSchema.Fields))
 			b.ReportAllocs()
 			n := 0
+			cpu0 := cpuTime()
 			for b.Loop() {
 				pw, err := NewParquetWriter(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages)
 				if err != nil {
@@ -82,6 +85,9 @@ func BenchmarkParquetWriter(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
+			if cpu := cpuTime() - cpu0; cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/record")
+			}
 		})
 	}
 }

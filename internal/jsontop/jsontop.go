@@ -92,6 +92,7 @@ type Scanner struct {
 	i     int
 	err   error
 	first bool
+	esc   bool // the last value is a string with an escape (Escaped)
 }
 
 // NewScanner starts reading the object rec. It fails with ErrNotObject when
@@ -130,7 +131,7 @@ func (s *Scanner) Next() (key, val []byte, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return s.fail(i, "want a key")
 	}
-	end, ok := skipString(b, i)
+	end, _, ok := skipString(b, i)
 	if !ok {
 		return s.fail(i, "unterminated key")
 	}
@@ -140,13 +141,23 @@ func (s *Scanner) Next() (key, val []byte, ok bool) {
 		return s.fail(i, "want ':'")
 	}
 	i = skipSpace(b, i+1)
-	vend, ok := skipValue(b, i)
+	var vend int
+	if s.esc = false; i < len(b) && b[i] == '"' {
+		vend, s.esc, ok = skipString(b, i)
+	} else {
+		vend, ok = skipValue(b, i)
+	}
 	if !ok {
 		return s.fail(i, "invalid value")
 	}
 	s.i = vend
 	return key, b[i:vend], true
 }
+
+// Escaped reports whether the value Next returned last is a string with a
+// '\\' in it, an escape: false for a string whose text is its bytes
+// between the quotes (on valid input), and for other kinds of value.
+func (s *Scanner) Escaped() bool { return s.esc }
 
 // Err returns the syntax error that stopped the scanner, if any.
 func (s *Scanner) Err() error { return s.err }
@@ -224,7 +235,8 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string starting at b[i] == '"'.
+// skipString returns the index just past the string starting at b[i] == '"',
+// and whether the string holds a '\\' (an escape).
 //
 // Past its first bytes it finds the closing quote and the escapes with
 // bytes.IndexByte, which runs many bytes at a time: a record's strings
@@ -234,15 +246,16 @@ func skipSpace(b []byte, i int) int {
 // (FuzzSkipString). Each byte is searched at most twice (once for '"',
 // once for '\\'), so the cost stays linear in the string's length
 // whatever its escapes.
-func skipString(b []byte, i int) (int, bool) {
+func skipString(b []byte, i int) (end int, esc, ok bool) {
 	// Most strings (keys, short values) end within a few bytes, where a
 	// loop costs less than two calls.
 	j := i + 1
-	for end := min(len(b), j+shortString); j < end; j++ {
+	for stop := min(len(b), j+shortString); j < stop; j++ {
 		switch b[j] {
 		case '"':
-			return j + 1, true
+			return j + 1, esc, true
 		case '\\':
+			esc = true
 			j++
 		}
 	}
@@ -251,21 +264,22 @@ func skipString(b []byte, i int) (int, bool) {
 	for j < len(b) {
 		q := bytes.IndexByte(b[j:], '"')
 		if q < 0 {
-			return 0, false
+			return 0, esc, false
 		}
 		q += j // the first quote from j: the end, unless escaped
 		for {
 			e := bytes.IndexByte(b[j:q], '\\')
 			if e < 0 {
-				return q + 1, true
+				return q + 1, esc, true
 			}
+			esc = true
 			j += e + 2 // the escape and the byte it escapes
 			if j > q {
 				break // the quote at q was escaped: find the next one
 			}
 		}
 	}
-	return 0, false
+	return 0, esc, false
 }
 
 // shortString is how many bytes of a string skipString looks at one by
@@ -279,13 +293,14 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 	switch c := b[i]; {
 	case c == '"':
-		return skipString(b, i)
+		end, _, ok := skipString(b, i)
+		return end, ok
 	case c == '{' || c == '[':
 		depth := 0
 		for j := i; j < len(b); j++ {
 			switch b[j] {
 			case '"':
-				end, ok := skipString(b, j)
+				end, _, ok := skipString(b, j)
 				if !ok {
 					return 0, false
 				}

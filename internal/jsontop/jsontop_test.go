@@ -189,10 +189,13 @@ func FuzzSkipString(f *testing.F) {
 		if len(b) == 0 || b[0] != '"' {
 			b = append([]byte{'"'}, b...)
 		}
-		gotEnd, gotOK := skipString(b, 0)
+		gotEnd, gotEsc, gotOK := skipString(b, 0)
 		wantEnd, wantOK := skipStringBytes(b, 0)
 		if gotEnd != wantEnd || gotOK != wantOK {
 			t.Fatalf("skipString(%q) = %d, %v; byte by byte: %d, %v", b, gotEnd, gotOK, wantEnd, wantOK)
+		}
+		if wantEsc := bytes.IndexByte(b[1:max(gotEnd-1, 1)], '\\') >= 0; gotOK && gotEsc != wantEsc {
+			t.Fatalf("skipString(%q): escape %v, want %v", b, gotEsc, wantEsc)
 		}
 	})
 }
@@ -204,7 +207,7 @@ func BenchmarkSkipString(b *testing.B) {
 		for _, bc := range []struct {
 			name string
 			f    func([]byte, int) (int, bool)
-		}{{"fast", skipString}, {"bytes", skipStringBytes}} {
+		}{{"fast", func(b []byte, i int) (int, bool) { end, _, ok := skipString(b, i); return end, ok }}, {"bytes", skipStringBytes}} {
 			b.Run(fmt.Sprintf("%s-%d", bc.name, len(s)), func(b *testing.B) {
 				in := []byte(s)
 				b.SetBytes(int64(len(in)))
@@ -215,5 +218,33 @@ func BenchmarkSkipString(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestScannerEscaped: Escaped is true exactly for a string value with a
+// '\' in it, short or past skipString's byte-by-byte prefix, and false for
+// other kinds even when their nested strings hold escapes.
+func TestScannerEscaped(t *testing.T) {
+	long := strings.Repeat("x", 40)
+	rec := `{"a":"plain","b":"a\"b","c":"` + long + `","d":"` + long + `\\n","e":["\n"],"f":{"g":"\u0041"},"h":1,` +
+		`"i":"` + long + `\"` + long + `","j":""}`
+	want := map[string]bool{"a": false, "b": true, "c": false, "d": true, "e": false, "f": false, "h": false, "i": true, "j": false}
+	sc, err := NewScanner([]byte(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		k, _, ok := sc.Next()
+		if !ok {
+			break
+		}
+		n++
+		if got := sc.Escaped(); got != want[string(k)] {
+			t.Errorf("member %q: Escaped() = %v, want %v", k, got, want[string(k)])
+		}
+	}
+	if sc.Err() != nil || n != len(want) {
+		t.Fatalf("scanned %d members, err %v; want %d", n, sc.Err(), len(want))
 	}
 }

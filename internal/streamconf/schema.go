@@ -161,6 +161,10 @@ type Value struct {
 	Int int64
 	// Float is a double field's value.
 	Float float64
+	// Plain is set, for a string field's value, when Raw holds no escape
+	// (no '\\'): its text is Raw between the quotes, as the record's
+	// validation found it (valid UTF-8). False says nothing.
+	Plain bool
 }
 
 // Fields checks rec like Check and returns each schema field's value, in
@@ -198,6 +202,9 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 		if reason := checkValue(fields[i].Type, v, &c.vals[i]); reason != "" {
 			return nil, &MismatchError{Field: fields[i].Name, Reason: reason}
 		}
+		if fields[i].Type == TypeString {
+			c.vals[i].Plain = !sc.Escaped()
+		}
 		if c.strict && fields[i].Type == TypeJSON {
 			if esc := unpairedSurrogate(v); esc != "" {
 				return nil, &MismatchError{Field: fields[i].Name, Reason: "holds " + esc + ", half of a UTF-16 surrogate pair: a Parquet JSON value must be valid Unicode (readers such as DuckDB refuse the whole file)"}
@@ -227,7 +234,8 @@ func (c *Checker) Fields(rec []byte) ([]Value, error) {
 // same records read back from the staging file (Value), and falls back to
 // parsing a record whose length differs. Compact, as a lagging encoder
 // may hold many batches' worth: 2 bytes a record, 4 a field, 8 more a
-// number or time (58 bytes for the load harness's 8 fields).
+// number or time, 1 saying whether its strings are plain (59 bytes for the
+// load harness's 8 fields).
 type Checked struct {
 	// Schema is the schema the records were checked against: values are
 	// used only by an encoder of this same schema.
@@ -236,6 +244,7 @@ type Checked struct {
 	lens    []uint16 // each record's length
 	spans   []uint16 // for each record, each field's value: offset, length (0: absent or null; a JSON value is never empty)
 	nums    []uint64 // for each record, each numeric field's Int, or Float's bits
+	plain   []bool   // for each record: each of its string values is Plain
 }
 
 // MaxCheckedRecord is the longest record a Checked keeps.
@@ -249,12 +258,13 @@ func NewChecked(s *Schema, records int) *Checked {
 	c.lens = make([]uint16, 0, records)
 	c.spans = make([]uint16, 0, 2*records*len(s.Fields))
 	c.nums = make([]uint64, 0, records*c.numeric)
+	c.plain = make([]bool, 0, records)
 	return c
 }
 
 // Reset empties c for records of s, keeping its memory.
 func (c *Checked) Reset(s *Schema) {
-	c.Schema, c.lens, c.spans, c.nums, c.numeric = s, c.lens[:0], c.spans[:0], c.nums[:0], 0
+	c.Schema, c.lens, c.spans, c.nums, c.plain, c.numeric = s, c.lens[:0], c.spans[:0], c.nums[:0], c.plain[:0], 0
 	for _, f := range s.Fields {
 		if isNumeric(f.Type) {
 			c.numeric++
@@ -272,6 +282,7 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		return false
 	}
 	spans, nums := len(c.spans), len(c.nums)
+	plain := true
 	for i, v := range vals {
 		var off uintptr
 		if v.Raw != nil {
@@ -284,6 +295,8 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		}
 		c.spans = append(c.spans, uint16(off), uint16(len(v.Raw)))
 		switch c.Schema.Fields[i].Type {
+		case TypeString:
+			plain = plain && (v.Raw == nil || v.Plain)
 		case TypeInt64, TypeTimestamp:
 			c.nums = append(c.nums, uint64(v.Int))
 		case TypeDouble:
@@ -291,6 +304,7 @@ func (c *Checked) Add(rec []byte, vals []Value) bool {
 		}
 	}
 	c.lens = append(c.lens, uint16(len(rec)))
+	c.plain = append(c.plain, plain)
 	return true
 }
 
@@ -302,7 +316,7 @@ func (c *Checked) RecordLen(i int) int { return int(c.lens[i]) }
 
 // Bytes returns about how much memory c holds.
 func (c *Checked) Bytes() int64 {
-	return int64(cap(c.lens))*2 + int64(cap(c.spans))*2 + int64(cap(c.nums))*8
+	return int64(cap(c.lens))*2 + int64(cap(c.spans))*2 + int64(cap(c.nums))*8 + int64(cap(c.plain))
 }
 
 // Take appends to out (nil: a new Checked) the records of c at the given
@@ -315,6 +329,7 @@ func (c *Checked) Take(idx []int, out *Checked) *Checked {
 	f, m := 2*len(c.Schema.Fields), c.numeric
 	for _, i := range idx {
 		out.lens = append(out.lens, c.lens[i])
+		out.plain = append(out.plain, c.plain[i])
 		out.spans = append(out.spans, c.spans[i*f:(i+1)*f]...)
 		out.nums = append(out.nums, c.nums[i*m:(i+1)*m]...)
 	}
@@ -332,12 +347,15 @@ func (c *Checked) Value(i int, rec []byte, out []Value) bool {
 	}
 	spans := c.spans[2*i*len(fields) : 2*(i+1)*len(fields)]
 	nums := c.nums[i*c.numeric : (i+1)*c.numeric]
-	for j, f := range fields {
+	plain := c.plain[i]
+	for j := range fields {
 		v := Value{}
 		if off, n := int(spans[2*j]), int(spans[2*j+1]); n > 0 {
 			v.Raw = rec[off : off+n : off+n]
 		}
-		switch f.Type {
+		switch fields[j].Type {
+		case TypeString:
+			v.Plain = plain && v.Raw != nil
 		case TypeInt64, TypeTimestamp:
 			v.Int, nums = int64(nums[0]), nums[1:]
 		case TypeDouble:
@@ -420,6 +438,10 @@ func checkValue(t Type, v []byte, out *Value) string {
 	case TypeTimestamp:
 		if k != jsontop.String && k != jsontop.Number {
 			return "is a " + k.String() + ", want an RFC 3339 string or epoch milliseconds"
+		}
+		if us, ok := utcMicros(v); ok {
+			out.Int = us // the common form, without time.Parse (ParseTimestamp's value)
+			break
 		}
 		tm, err := ParseTimestamp(v)
 		if err != nil {
@@ -559,4 +581,82 @@ func ParseTimestamp(v []byte) (time.Time, error) {
 		return t, fmt.Errorf("time %s is outside years 0001-9999", v)
 	}
 	return t, nil
+}
+
+// utcMicros is ParseTimestamp(v).UnixMicro() for the common form of a
+// timestamp, a JSON string "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (1 to 9
+// digits of fraction, years 0001-9999), computed without time.Parse and
+// time.Date: ok is false for any other v, valid or not, which ParseTimestamp
+// then decides. FuzzUTCMicros holds the two to the same answer.
+func utcMicros(v []byte) (us int64, ok bool) {
+	const form = len(`"2006-01-02T15:04:05Z"`)
+	if len(v) < form || v[0] != '"' || v[len(v)-2] != 'Z' || v[len(v)-1] != '"' ||
+		v[5] != '-' || v[8] != '-' || v[11] != 'T' || v[14] != ':' || v[17] != ':' {
+		return 0, false
+	}
+	num := func(b []byte) int {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	year, month, day := num(v[1:5]), num(v[6:8]), num(v[9:11])
+	hour, minute, sec := num(v[12:14]), num(v[15:17]), num(v[18:20])
+	if year < 1 || month < 1 || month > 12 || day < 1 || day > daysIn(month, year) ||
+		hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 {
+		return 0, false
+	}
+	frac := v[20 : len(v)-2]
+	micros := 0
+	if len(frac) > 0 {
+		if len(frac) < 2 || len(frac) > 10 || frac[0] != '.' {
+			return 0, false
+		}
+		digits := frac[1:]
+		if num(digits) < 0 {
+			return 0, false
+		}
+		for i := range 6 { // finer digits are truncated, as UnixMicro does
+			micros *= 10
+			if i < len(digits) {
+				micros += int(digits[i] - '0')
+			}
+		}
+	}
+	days := daysFromCivil(year, month, day)
+	return ((days*24+int64(hour))*60+int64(minute))*60*1e6 + int64(sec)*1e6 + int64(micros), true
+}
+
+// daysIn returns the days in month of year (proleptic Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// daysFromCivil returns the days from 1970-01-01 to the date (proleptic
+// Gregorian, year >= 1): the count of days of whole 400-year eras, then of
+// the years and months (from March, so that February's leap day is the
+// year's last) within the era.
+func daysFromCivil(year, month, day int) int64 {
+	if month <= 2 {
+		year--
+	}
+	era := year / 400 // year >= 0 here
+	yoe := year - era*400
+	mp := (month + 9) % 12 // March = 0
+	doy := (153*mp+2)/5 + day - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
 }

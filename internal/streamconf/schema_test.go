@@ -456,6 +456,15 @@ func TestChecked(t *testing.T) {
 		}
 		want = append(want, append([]Value(nil), v...))
 	}
+	// A string without an escape is Plain (its text is its bytes between
+	// the quotes), one with an escape is not, nor is any other value.
+	for i, plain := range []bool{true, false, false, true} {
+		for j, v := range want[i] {
+			if wantPlain := plain && testSchema.Fields[j].Name == "name"; v.Plain != wantPlain {
+				t.Fatalf("record %d field %q: Plain %v, want %v", i, testSchema.Fields[j].Name, v.Plain, wantPlain)
+			}
+		}
+	}
 	if k.Len() != len(recs) {
 		t.Fatalf("Len %d", k.Len())
 	}
@@ -468,7 +477,8 @@ func TestChecked(t *testing.T) {
 		}
 		for j := range want {
 			if !bytes.Equal(out[j].Raw, want[j].Raw) || (out[j].Raw == nil) != (want[j].Raw == nil) ||
-				out[j].Int != want[j].Int || math.Float64bits(out[j].Float) != math.Float64bits(want[j].Float) {
+				out[j].Int != want[j].Int || math.Float64bits(out[j].Float) != math.Float64bits(want[j].Float) ||
+				out[j].Plain != want[j].Plain {
 				t.Fatalf("record %d field %d: %+v, want %+v", i, j, out[j], want[j])
 			}
 		}
