@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/ctxsleep"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -226,7 +227,14 @@ func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
 // commit and the delete repeats the commit, which adds nothing). It stops
 // at the first failure: a later checkpoint never lands ahead of an
 // earlier one.
+//
+// A table that holds a later checkpoint of this node (below the open one)
+// holds p too: a parked stream's later table commits follow its rows, so
+// a later one landed only after p did. That is what a row a state store
+// restored from an older copy brings back finds, once the table's later
+// commits expired p's own snapshot (the node's newest stays).
 func (lc *lifecycle) landParked(ctx context.Context, rs []recovery.Parked) error {
+	ctx = table.WithBound(ctx, lc.e.ing.open()-1)
 	for _, p := range rs {
 		if f := lc.e.fin.Fence; f != nil {
 			if err := f(); err != nil {
