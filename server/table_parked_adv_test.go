@@ -4,10 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -284,4 +290,119 @@ func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 		}
 	})
 	return fired
+}
+
+// nthTableCrash is a parkRig destination whose n-th publish of table
+// metadata (counted from when armed, n >= 1) fails as a failed fsync
+// would: the engine stops.
+type nthTableCrash struct {
+	*openHookDest
+	left atomic.Int32 // publishes to let through before the crash; <0: none armed
+}
+
+func (d *nthTableCrash) Publish(ctx context.Context, name string, data []byte) error {
+	if strings.Contains(name, "/metadata/") && d.left.Add(-1) == -1 {
+		return fmt.Errorf("publish %s: %w: injected crash at a table commit", name, durable.ErrSync)
+	}
+	return d.openHookDest.Publish(ctx, name, data)
+}
+
+// TestTableParkedLandingCrashStoreLost: A parks with two rows (its
+// checkpoint and the one open then), B commits meanwhile; once the
+// planted version is gone the loop lands the rows, and the engine stops
+// at the k-th table publish from there (the metadata or the hint of A's
+// first landing, its second, or A's next live commit), with the state store
+// lost or kept. After the start, whatever the rebuild or the rows still
+// hold lands: every file of A and B is in its table once, by its
+// checkpoint's own snapshot (catalog.Verify), and A's records are each
+// in the table once.
+func TestTableParkedLandingCrashStoreLost(t *testing.T) {
+	for k := int32(1); ; k++ {
+		crashed := false
+		for _, lose := range []bool{false, true} {
+			t.Run(fmt.Sprintf("crash=%d/lose=%v", k, lose), func(t *testing.T) {
+				r := newLeasedRig(t, nil)
+				leased := r.tweak
+				d := &nthTableCrash{openHookDest: &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}}
+				d.left.Store(-1 << 30)
+				r.tweak = func(c *Config) {
+					d.Local = local.New(c.FS, rigDest, rigStaging)
+					c.Publisher, c.TableLocation = d, "file://"+rigDest
+					leased(c)
+				}
+				r.broken = "checked by catalog.Verify and the table's records"
+				e := r.start(nil)
+				for _, s := range []string{tableStream, otherTable} {
+					if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p := r.initProducer("p")
+				mustSend(t, e, p, tableStream, 0, 3)
+				mustSend(t, e, p, otherTable, 0, 3)
+				r.commit()
+				planted := plantClaimingVersion(t, r, tableStream)
+				mustSend(t, e, p, tableStream, 1, 3)
+				mustSend(t, e, p, otherTable, 1, 3)
+				hook := func() { mustSend(t, e, p, tableStream, 2, 3) }
+				d.hook.Store(&hook)
+				parkedCheckpoint(t, e)
+				mustSend(t, e, p, otherTable, 2, 3)
+				parkedCheckpoint(t, e)
+				if rows, err := e.store.Parked(); err != nil || len(rows) != 2 {
+					t.Fatalf("parked rows %+v, %v; want 2", rows, err)
+				}
+				d.left.Store(k - 1)
+				if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
+					time.Sleep(2 * time.Millisecond)
+				}
+				if e.Err() == nil {
+					// Landed: the crash is in A's next live commit, or
+					// beyond every publish of it (the sweep's end).
+					mustSend(t, e, p, tableStream, 3, 3)
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, _ = e.Checkpoint(ctx)
+					cancel()
+				}
+				if e.Err() == nil {
+					return
+				}
+				crashed = true
+				_ = e.Close()
+				r.e = nil
+				if lose {
+					r.loseStore()
+				}
+				e = r.start(nil)
+				waitUnparked(t, e)
+				ps := r.initState("p")
+				a := ps.Streams[tableStream].NextSeq
+				if a < 3 {
+					t.Fatalf("A's next_seq %d after the start, want 3 or 4 (its three parked-then-landed batches are committed)", a)
+				}
+				p.Epoch = ps.Epoch
+				mustSend(t, e, p, tableStream, a, 3)
+				parkedCheckpoint(t, e)
+				wantTableOf(t, d, tableStream, "at the end", int(a)+1-0, strconv.FormatInt((a+1)*3, 10))
+				cat, err := catalog.New(catalog.Config{Files: d})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep, err := cat.Verify(context.Background(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rep.Problems) != 0 || rep.Tables != 2 {
+					t.Fatalf("verify: %d tables, problems %+v", rep.Tables, rep.Problems)
+				}
+			})
+		}
+		if !crashed {
+			return
+		}
+	}
 }
