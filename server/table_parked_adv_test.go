@@ -2,19 +2,24 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 )
@@ -445,4 +450,158 @@ func TestTableParkedCommittedMeansInTable(t *testing.T) {
 	if st := r.initState("p"); st.Streams[tableStream].CommittedSeq >= 1 {
 		t.Fatalf("init: committed_seq %d while the table lacks seq 1", st.Streams[tableStream].CommittedSeq)
 	}
+}
+
+// plantNext plants, create-only, the next version of stream's table as
+// a copy of its current one claiming a format version eosink can't read
+// (it names the table's uuid: the commit can't pass over it). It returns
+// the name, or "" when the version was taken meanwhile.
+func plantNext(t *testing.T, r *rig, d committer.Reader, stream string) string {
+	t.Helper()
+	cur, err := table.Load(context.Background(), d, stream)
+	if err != nil || cur.Version == 0 {
+		return "" // planted already, or no table yet
+	}
+	b, err := readFile(r, layout.TableMetadataName(stream, cur.Version))
+	if err != nil {
+		return ""
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["format-version"] = json.RawMessage("3")
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	name := layout.TableMetadataName(stream, cur.Version+1)
+	f, err := r.fs.OpenFile(rigDest+"/"+name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return ""
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// TestTableParkedConcurrentProducers: producers write two table streams
+// without pause (a refused write is resent later with the same sequence
+// number) while checkpoints run back to back and a version claiming A's
+// table is planted and removed again and again, so A parks and unparks
+// under load, its rows landing while checkpoints with A's files commit.
+// A stream never has more than two rows (the rebuild's bound), and at
+// the end every accepted batch is in the files exactly once and every
+// file of A and B in its table once, by its checkpoint's own snapshot.
+func TestTableParkedConcurrentProducers(t *testing.T) {
+	r, d := parkRig(t)
+	e := r.start(nil)
+	for _, s := range []string{tableStream, otherTable} {
+		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := send(e, nil, s, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{
+		{Stream: tableStream, Seq: 0}: true, {Stream: otherTable, Seq: 0}: true}, Exact: true}
+	r.commit()
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		p := r.initProducer(fmt.Sprintf("p%d", i))
+		s := []string{tableStream, otherTable}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int64(0); ; {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := send(e, p, s, seq, 2); err != nil {
+					if !errors.Is(err, ErrBackpressure) {
+						t.Errorf("%s/%d: %v", s, seq, err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				exp.Must[invariant.BatchID{Producer: p.ID, Stream: s, Seq: seq}] = true
+				mu.Unlock()
+				seq++
+				time.Sleep(200 * time.Microsecond)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := e.Checkpoint(ctx)
+			cancel()
+			if err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+		}
+	}()
+	maxRows := 0
+	end := time.Now().Add(time.Second)
+	for time.Now().Before(end) {
+		if planted := plantNext(t, r, d, tableStream); planted != "" {
+			for j := 0; j < 10; j++ {
+				rows, err := e.store.Parked()
+				if err != nil {
+					t.Fatal(err)
+				}
+				maxRows = max(maxRows, len(rows))
+				time.Sleep(2 * time.Millisecond)
+			}
+			if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	parkedCheckpoint(t, e)
+	waitUnparked(t, e)
+	parkedCheckpoint(t, e)
+	if maxRows > 2 {
+		t.Fatalf("%d parked rows at once, want at most 2 (the rebuild's bound)", maxRows)
+	}
+	if maxRows == 0 {
+		t.Fatal("A never parked: the test tested nothing")
+	}
+	cat, err := catalog.New(catalog.Config{Files: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := cat.Verify(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 || rep.Tables != 2 {
+		t.Fatalf("verify: %d tables, problems %+v", rep.Tables, rep.Problems)
+	}
+	t.Logf("%d batches, at most %d parked rows", len(exp.Must), maxRows)
+	r.check(exp)
 }
