@@ -560,8 +560,8 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 		}
 	}()
 	maxRows := 0
-	end := time.Now().Add(time.Second)
-	for time.Now().Before(end) {
+	start := time.Now()
+	for el := time.Since(start); el < time.Second || maxRows == 0 && el < 10*time.Second; el = time.Since(start) {
 		if planted := plantNext(t, r, d, tableStream); planted != "" {
 			for j := 0; j < 10; j++ {
 				rows, err := e.store.Parked()
