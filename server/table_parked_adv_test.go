@@ -147,13 +147,13 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 // TestTableParkedSchemaEvolves: while A is parked, a PUT of a new
 // optional field is refused (its check can't read the table: the planted
 // version); once the planted version is gone and before the loop's next
-// retry (RetryMax 300 ms here), it is accepted. The parked checkpoint
+// retry (RetryMax a minute here; a restart lands), it is accepted. The parked checkpoint
 // (written under the old schema) lands under the new one, then A's
 // writes: every record once, and the destination verifies.
 func TestTableParkedSchemaEvolves(t *testing.T) {
 	r, d := parkRig(t)
 	tw := r.tweak
-	r.tweak = func(c *Config) { tw(c); c.RetryMax = 300 * time.Millisecond }
+	r.tweak = func(c *Config) { tw(c); c.RetryMax = time.Minute } // no retry within the test: a restart lands
 	e := r.start(nil)
 	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
 		t.Fatal(err)
@@ -189,6 +189,8 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 	if e.Status().TablesParked != 1 {
 		t.Fatal("landed before the PUT: the test did not test what it says")
 	}
+	r.stop()
+	e = r.start(nil) // the loop's first pass lands the row
 	waitUnparked(t, e)
 	must(3)
 	parkedCheckpoint(t, e)
@@ -361,7 +363,7 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 				if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
 					t.Fatal(err)
 				}
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(30 * time.Second)
 				for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
 					time.Sleep(2 * time.Millisecond)
 				}
@@ -550,7 +552,7 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_, err := e.Checkpoint(ctx)
 			cancel()
 			if err != nil {
