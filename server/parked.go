@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/ctxsleep"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -118,6 +119,9 @@ func (lc *lifecycle) parkLoop(ctx context.Context) {
 	}
 	tries := map[string]*retry{}
 	for {
+		if lc.stopped() {
+			return
+		}
 		rows, err := lc.e.store.Parked()
 		if lc.e.health.failOn(err) {
 			return
@@ -143,7 +147,7 @@ func (lc *lifecycle) parkLoop(ctx context.Context) {
 				}
 			}
 			err := lc.landParked(ctx, rs)
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || lc.stopped() {
 				return
 			}
 			if err == nil {
@@ -194,8 +198,20 @@ func soonest(wake, d time.Duration) time.Duration {
 	return wake
 }
 
-// waitParkKick waits for d (negative: until kicked), a kick, or the end;
-// false at the end.
+// stopped reports whether the engine stopped (health.fail): the loop
+// stops with it, as every loop does (I14); the next start's recovery
+// decides.
+func (lc *lifecycle) stopped() bool {
+	select {
+	case <-lc.e.health.failed:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitParkKick waits for d (negative: until kicked), a kick, or the end
+// (the engine closed or stopped); false at the end.
 func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
 	if d >= 0 {
 		sctx, cancel := context.WithCancel(ctx)
@@ -203,19 +219,13 @@ func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
 		go func() {
 			select {
 			case <-lc.parkKick:
-				cancel()
 			case <-lc.e.health.failed:
-				cancel()
 			case <-sctx.Done():
 			}
+			cancel()
 		}()
 		_ = ctxsleep.Sleep(sctx, d)
-		select {
-		case <-lc.e.health.failed:
-			return false
-		default:
-		}
-		return ctx.Err() == nil
+		return ctx.Err() == nil && !lc.stopped()
 	}
 	select {
 	case <-lc.parkKick:
@@ -233,8 +243,18 @@ func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
 // commit and the delete repeats the commit, which adds nothing). It stops
 // at the first failure: a later checkpoint never lands ahead of an
 // earlier one.
+//
+// A table that holds a later checkpoint of this node (below the open one)
+// holds p too: a parked stream's later table commits follow its rows, so
+// a later one landed only after p did. That is what a row a state store
+// restored from an older copy brings back finds, once the table's later
+// commits expired p's own snapshot (the node's newest stays).
 func (lc *lifecycle) landParked(ctx context.Context, rs []recovery.Parked) error {
+	ctx = table.WithBound(ctx, lc.e.ing.open()-1)
 	for _, p := range rs {
+		if lc.stopped() {
+			return fmt.Errorf("parked table commit of checkpoint %d: %w", p.Checkpoint, lc.e.Err())
+		}
 		if f := lc.e.fin.Fence; f != nil {
 			if err := f(); err != nil {
 				return fmt.Errorf("parked table commit of checkpoint %d: %w", p.Checkpoint, err)

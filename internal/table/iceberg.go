@@ -470,11 +470,27 @@ func snapshotTime(base *Metadata, now time.Time) int64 {
 	return ts
 }
 
-func (t *Iceberg) bound() uint64 {
-	if t.Bound == nil {
-		return 0
+// bound is the highest later checkpoint of the node Committed believes:
+// the larger of Bound and the one ctx carries (WithBound).
+func (t *Iceberg) bound(ctx context.Context) uint64 {
+	b, _ := ctx.Value(boundKey{}).(uint64)
+	if t.Bound != nil {
+		b = max(b, t.Bound())
 	}
-	return t.Bound()
+	return b
+}
+
+type boundKey struct{}
+
+// WithBound returns ctx carrying bound, the highest checkpoint of the
+// node a table may hold beyond the one being committed for commits made
+// with it (as Iceberg.Bound, for one caller): the server's landing of a
+// parked stream's table commits, whose table takes the stream's later
+// checkpoints only after them, so a later one of the node in the table
+// shows the parked one landed (its own snapshot may have expired behind
+// it: a state store restored from an older copy holds rows landed since).
+func WithBound(ctx context.Context, bound uint64) context.Context {
+	return context.WithValue(ctx, boundKey{}, bound)
 }
 
 func (t *Iceberg) log() *slog.Logger {
@@ -516,7 +532,7 @@ func (t *Iceberg) commitStream(ctx context.Context, stream, node string, checkpo
 				t.PassedOver(stream, s)
 			}
 		}
-		bound := t.bound()
+		bound := t.bound(ctx)
 		if cur.Version > 0 {
 			if b := beyond(cur.Metadata, node, checkpoint, bound); b != "" {
 				t.log().Warn("table metadata claims checkpoints of this node it never committed: not believed",
@@ -697,7 +713,7 @@ func (t *Iceberg) build(ctx context.Context, stream, node string, checkpoint uin
 	// this node could have committed (planted: Committed never believed
 	// it).
 	committed := PropCommittedPrefix + node
-	if have, err := strconv.ParseUint(base.Properties()[committed], 10, 64); err != nil || have < checkpoint || have > max(checkpoint, t.bound()) {
+	if have, err := strconv.ParseUint(base.Properties()[committed], 10, 64); err != nil || have < checkpoint || have > max(checkpoint, t.bound(ctx)) {
 		b.setProperties(map[string]string{committed: strconv.FormatUint(checkpoint, 10)})
 	}
 	keep := cfg.KeepSnapshots
