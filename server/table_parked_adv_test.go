@@ -414,46 +414,6 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 	}
 }
 
-// TestTableParkedCommittedMeansInTable: DESIGN.md "Tables" says each
-// checkpoint that commits files of a table stream commits one Iceberg
-// snapshot appending them, and I9 that 200 means committed. A batch of a
-// table stream whose checkpoint parks is answered committed (Wait, the
-// API's wait=commit 200) and counted in init's committed_seq while its
-// table lacks it, for as long as the stream stays parked (until an
-// operator acts). Skipped: the design choice of parking (docs/tables.md
-// "Parked tables": the checkpoint "is recorded committed"); DESIGN.md
-// must sanction it (what "committed" means for a table stream while
-// parked) or the answer must wait for the table, which no local change
-// does (one checkpoint's outcome is shared by every stream in it).
-func TestTableParkedCommittedMeansInTable(t *testing.T) {
-	t.Skip("bug (design): a parked table stream's batches are answered committed (wait=commit 200, init committed_seq) while its Iceberg table lacks them; DESIGN.md Tables/I9 do not say so")
-	r, d := parkRig(t)
-	tw := r.tweak
-	r.tweak = func(c *Config) { tw(c); c.RetryMax = time.Minute } // no landing while the table is read
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
-	p := r.initProducer("p")
-	mustSend(t, e, p, tableStream, 0, 3)
-	r.commit()
-	planted := plantClaimingVersion(t, r, tableStream)
-	res := mustSend(t, e, p, tableStream, 1, 3)
-	parkedCheckpoint(t, e)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := e.Wait(ctx, res.Checkpoint); err == nil {
-		if err := r.fs.Rename(rigDest+"/"+planted, rigDest+"/planted.json"); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = r.fs.Rename(rigDest+"/planted.json", rigDest+"/"+planted) }()
-		wantTableOf(t, d, tableStream, "when the batch was answered committed", 2, "6")
-	}
-	if st := r.initState("p"); st.Streams[tableStream].CommittedSeq >= 1 {
-		t.Fatalf("init: committed_seq %d while the table lacks seq 1", st.Streams[tableStream].CommittedSeq)
-	}
-}
-
 // plantNext plants, create-only, the next version of stream's table as
 // a copy of its current one claiming a format version eosink can't read
 // (it names the table's uuid: the commit can't pass over it). It returns
