@@ -571,6 +571,14 @@ func TestBufferBound(t *testing.T) {
 	if _, err := c.Send(short, "s", recs); !errors.Is(err, client.ErrBufferFull) || errors.Is(err, client.ErrKept) {
 		t.Fatalf("over the buffer: %v", err)
 	}
+	// A ctx that ends while Send reads the producer's state to make room
+	// (here: before it starts) is the same ErrBufferFull, not the read's
+	// error.
+	ended, cancelEnded := context.WithCancel(t.Context())
+	cancelEnded()
+	if _, err := c.Send(ended, "s", recs); !errors.Is(err, client.ErrBufferFull) || errors.Is(err, client.ErrKept) {
+		t.Fatalf("over the buffer, ctx ended: %v", err)
+	}
 	if st := c.Stats(); st.Batches != 3 || st.Bytes != 3*size {
 		t.Fatalf("stats: %+v", st)
 	}

@@ -198,6 +198,10 @@ func (c *Client) keep(ctx context.Context, st *stream, b *batch) error {
 		if !refreshed {
 			// Make room: drop what is committed, deliver what is not.
 			if err := c.refresh(ctx, st); err != nil {
+				if ctx.Err() != nil {
+					// The wait for room ended, whatever step it was in.
+					return fmt.Errorf("%w: %w", ErrBufferFull, err)
+				}
 				return err
 			}
 			refreshed = true
