@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/format"
+	"github.com/eosink/eosink/internal/testing/cputime"
 	"github.com/eosink/eosink/internal/testing/orders"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -59,7 +60,7 @@ func BenchmarkEncode(b *testing.B) {
 			b.SetBytes(src.Bytes)
 			b.ReportAllocs()
 			var out Summary
-			cpu0 := cpuTime()
+			cpu0 := cputime.Used()
 			for b.Loop() {
 				var err error
 				if out, err = Encode(fs, src, dst, bc.enc); err != nil {
@@ -69,7 +70,7 @@ func BenchmarkEncode(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportCPU(b, cpuTime()-cpu0, src)
+			reportCPU(b, cputime.Used()-cpu0, src)
 			b.ReportMetric(float64(out.Bytes)/float64(src.Bytes), "out/in")
 		})
 	}
@@ -110,7 +111,7 @@ func BenchmarkIngestFrames(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			var out bytes.Buffer
-			cpu0 := cpuTime()
+			cpu0 := cputime.Used()
 			for b.Loop() {
 				out.Reset()
 				for p := data; len(p) > 0; {
@@ -122,7 +123,7 @@ func BenchmarkIngestFrames(b *testing.B) {
 			if n, err := format.Count(bytes.NewReader(out.Bytes()), int64(out.Len()), "b.ndjson."+map[string]string{"zstd": "zst", "gzip": "gz"}[bc.name]); err != nil || n != src.Records {
 				b.Fatalf("frames decode to %d records, %v", n, err)
 			}
-			reportCPU(b, cpuTime()-cpu0, src)
+			reportCPU(b, cputime.Used()-cpu0, src)
 			b.ReportMetric(float64(out.Len())/float64(len(data)), "out/in")
 		})
 	}
@@ -168,7 +169,7 @@ func BenchmarkCreateEncoded(b *testing.B) {
 			es := NewEncoders(2, 0)
 			b.SetBytes(size)
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := cputime.Used()
 			for b.Loop() {
 				tx, err := CreateEncoded(fs, "/b.inprogress", 0, bc.enc, es)
 				if err != nil {
@@ -188,7 +189,7 @@ func BenchmarkCreateEncoded(b *testing.B) {
 				}
 				_ = sum
 			}
-			reportCPU(b, cpuTime()-cpu0, Summary{Bytes: size, Records: int64(len(recs))})
+			reportCPU(b, cputime.Used()-cpu0, Summary{Bytes: size, Records: int64(len(recs))})
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/cputime"
 )
 
 // benchSchema and benchRecord are the load harness's Parquet stream
@@ -60,7 +61,7 @@ func BenchmarkParquetWriter(b *testing.B) {
 			vals := make([]streamconf.Value, len(benchSchema.Fields))
 			b.ReportAllocs()
 			n := 0
-			cpu0 := cpuTime()
+			cpu0 := cputime.Used()
 			for b.Loop() {
 				pw, err := NewParquetWriter(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages)
 				if err != nil {
@@ -85,7 +86,7 @@ func BenchmarkParquetWriter(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
-			if cpu := cpuTime() - cpu0; cpu > 0 {
+			if cpu := cputime.Used() - cpu0; cpu > 0 {
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/record")
 			}
 		})
