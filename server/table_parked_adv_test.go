@@ -89,12 +89,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 // from a store the stopped engine no longer trusts.
 func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 	r, d := parkRig(t)
-	e := r.start(nil)
-	for _, s := range []string{tableStream, otherTable} {
-		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	must := func(s string, seq int64) {
 		t.Helper()
@@ -338,12 +333,7 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 					leased(c)
 				}
 				r.broken = "checked by catalog.Verify and the table's records"
-				e := r.start(nil)
-				for _, s := range []string{tableStream, otherTable} {
-					if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-						t.Fatal(err)
-					}
-				}
+				e := startParkTables(t, r)
 				p := r.initProducer("p")
 				mustSend(t, e, p, tableStream, 0, 3)
 				mustSend(t, e, p, otherTable, 0, 3)

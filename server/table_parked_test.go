@@ -50,6 +50,19 @@ func parkRig(t *testing.T) (*rig, *openHookDest) {
 	return r, d
 }
 
+// startParkTables starts r's engine with tableStream and otherTable
+// configured as the table streams the parked-table tests use.
+func startParkTables(t *testing.T, r *rig) *Engine {
+	t.Helper()
+	e := r.start(nil)
+	for _, s := range []string{tableStream, otherTable} {
+		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
 // plantClaimingVersion plants stream's v2 as a copy of its v1 that claims
 // a format version this node can't read: it names the table's uuid, so
 // the commit can't pass over it (table.ErrCorrupt, a permanent failure).
@@ -155,12 +168,7 @@ func wantParked(t *testing.T, e *Engine, stream string) {
 // commit), and B's commits with it.
 func TestTableParked(t *testing.T) {
 	r, d := parkRig(t)
-	e := r.start(nil)
-	for _, s := range []string{tableStream, otherTable} {
-		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	sendBoth := func(seq int64) {
 		for _, s := range []string{tableStream, otherTable} {
@@ -223,12 +231,7 @@ func TestTableParkedInOrder(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run("crash="+strconv.FormatBool(crash), func(t *testing.T) {
 			r, d := parkRig(t)
-			e := r.start(nil)
-			for _, s := range []string{tableStream, otherTable} {
-				if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e := startParkTables(t, r)
 			exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 			must := func(s string, seq int64) {
 				if _, err := send(e, nil, s, seq, 3); err != nil {
@@ -300,12 +303,7 @@ func TestTableParkedStoreLost(t *testing.T) {
 		c.Publisher, c.TableLocation = d, "file://"+rigDest
 		leased(c)
 	}
-	e := r.start(nil)
-	for _, s := range []string{tableStream, otherTable} {
-		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := startParkTables(t, r)
 	p := r.initProducer("p")
 	mustSend(t, e, p, tableStream, 0, 3)
 	r.commit()
@@ -403,12 +401,7 @@ func TestTableParkedLandsOnce(t *testing.T) {
 // are in its table, and the parked one lands once the file is gone.
 func TestTableParkedByReplay(t *testing.T) {
 	r, d := parkRig(t)
-	e := r.start(nil)
-	for _, s := range []string{tableStream, otherTable} {
-		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
 		for _, s := range []string{tableStream, otherTable} {

@@ -46,12 +46,7 @@ func parkedSweepRun(t *testing.T, mode string, n int) int {
 	f := &storeFaults{}
 	hook := r.tweak
 	r.tweak = func(c *Config) { hook(c); c.StoreOptions.WriteFault = f.hook }
-	e := r.start(nil)
-	for _, s := range []string{tableStream, otherTable} {
-		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := startParkTables(t, r)
 	seq := int64(0)
 	sendAll := func(streams ...string) {
 		for _, s := range streams {
