@@ -69,12 +69,13 @@ type modelStats struct {
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 	quiesceAborted, leasesDamaged                                                                                                  int
+	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
 	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged)
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -142,7 +143,8 @@ type modelRun struct {
 	inj   *faultfs.InjectFS
 	r     *rig
 	hour  time.Time
-	clock time.Time
+	clock time.Time    // the engine's wall clock (Config.Now reads now): setClock moves it
+	now   atomic.Int64 // clock, Unix ns, as the engine's goroutines read it
 	ckLog *checkpointLog
 	e     *Engine
 	km    *keyModel
@@ -171,6 +173,8 @@ type modelRun struct {
 	older       []byte
 	incarnation int
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
+
+	world modelWorld // table streams, clock steps, retention (model_world_test.go)
 }
 
 type dupClaim struct {
@@ -189,24 +193,39 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	mr.r = newRig(mr.t, mr.inj)
 	mr.hour = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	mr.clock = mr.hour
+	mr.now.Store(mr.clock.UnixNano())
+	mr.world = newModelWorld()
+	mr.world.stats = &mr.st.world
 	mr.ckLog = &checkpointLog{end: map[uint64]recovery.State{}}
 	mr.r.tweak = func(c *Config) {
 		c.Hooks.Checkpoint = mr.ckLog.hook
 		c.Parallel = 1 + mr.rng.IntN(3)
-		c.Now = func() time.Time { return mr.clock }
+		c.Now = func() time.Time { return time.Unix(0, mr.now.Load()).UTC() }
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
 		// Compressed and Parquet files encoded as batches arrive, a step
 		// per 256 bytes, inline: the seed alone decides the order of ops.
 		c.Encoders = staging.NewInlineEncoders(256)
-		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
-		c.MaxKeys = modelMaxKeys                  // the cap is reached: committed keys are dropped, never live ones (keyModel)
+		// Keys and producers expire as the clock passes them (clockStep
+		// steps it, by the window and more); the model knows which may go.
+		c.IdempotencyWindow, c.ProducerExpiry = modelKeyWindow, modelProducerExpiry
+		c.TableLocation = "file://" + rigDest // table streams (tableStep)
+		c.MaxKeys = modelMaxKeys              // the cap is reached: committed keys are dropped, never live ones (keyModel)
 		// A node lease that never expires on this clock: every start must
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
 		leaser := local.New(c.FS, rigDest, rigStaging)
 		leaser.StaleLock = time.Hour // a left lock is broken by its owner, not its age
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
+		// The table's version hint is written under a lock file too. One
+		// a killed incarnation left names an owner the next start may no
+		// longer know dead (its memo forgets incarnations once a lease
+		// write went through: see the report of h3-model), and waits
+		// StaleLock of real time (10 s): the publisher's is short here,
+		// its writes being serial within a process.
+		pub := local.New(c.FS, rigDest, rigStaging)
+		pub.StaleLock = 100 * time.Millisecond
+		c.Publisher = pub
 	}
 	mr.e = mr.r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
@@ -221,7 +240,7 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		}
 	}
 	mr.r.checkpoint()
-	mr.km = &keyModel{}
+	mr.km = &keyModel{window: modelKeyWindow, now: mr.clock}
 	mr.puts, mr.putBarriers = 0, 0
 	mr.m = newModel()
 	mr.m.fatal = mr.fail
@@ -258,6 +277,10 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		}
 		if mr.rng.IntN(60) == 0 { // s0's configuration changes mid-flight
 			mr.putStream()
+			continue
+		}
+		if mr.rng.IntN(50) == 0 { // a table stream, a clock step, a retention job
+			mr.worldStep()
 			continue
 		}
 		p := mr.producers[mr.rng.IntN(len(mr.producers))]
@@ -358,7 +381,7 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		case x < 96:
 			mr.storeEvent()
 		case x < 97: // the hour turns: new partitions
-			mr.clock = mr.clock.Add(time.Hour)
+			mr.setClock(mr.clock.Add(time.Hour))
 		default:
 			if mr.crash == nil {
 				mr.fullCheck()
@@ -420,6 +443,7 @@ func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
 		// barrier's end: only the store knows, after a restart.
 		mr.note("init %s: %v", p, err)
 		mr.st.initsFailed++
+		mr.world.touchUnsure(p, mr.clock)
 		if inited {
 			mr.epochUnsure[p] = true
 		}
@@ -434,6 +458,7 @@ func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
 		mr.fail("init %s: epoch %d after %d", p, ps.Epoch, mr.m.epoch[p])
 	}
 	mr.m.epoch[p] = ps.Epoch
+	mr.world.touched(p, mr.clock)
 	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
 		mr.st.barriers++
 		if state == recovery.Aborted {
@@ -628,6 +653,7 @@ func (mr *modelRun) storeEvent() {
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
+		mr.world.touchesLost(mr.m)
 		mr.note("state.db replaced by the copy")
 		mr.fullCheck()
 	case y < 8: // producers forgotten (DELETE, expiry), created again from seq 0
@@ -660,30 +686,36 @@ func (mr *modelRun) leaseAfterLoss() leaseAfterLoss {
 // putStream changes s0's configuration mid-flight: a barrier, like init.
 func (mr *modelRun) putStream() {
 	mr.puts++
-	conf := s0Confs[mr.rng.IntN(len(s0Confs))]
+	mr.put("s0", s0Confs[mr.rng.IntN(len(s0Confs))])
+}
+
+// put configures stream (a barrier, like init) and reports whether the
+// engine answered; on an error the store decides after a restart.
+func (mr *modelRun) put(stream string, conf streamconf.Config) bool {
 	open := mr.e.Status().OpenID
 	snap := mr.m.snapshot()
 	armed := mr.crash
 	ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
-	_, err := mr.e.PutStream(ctx, "s0", conf)
+	_, err := mr.e.PutStream(ctx, stream, conf)
 	cancel()
-	mr.note("put s0 %+v: %v", conf, err)
+	mr.note("put %s %+v: %v", stream, conf, err)
 	if err != nil {
 		// A fault stopped the engine or refused the record, or the
 		// crash point hid the barrier's end: the store decides.
 		mr.pendingID, mr.pendingSnap = open, snap
 		mr.restart(mr.rng.IntN(2) == 0)
 		mr.fullCheck()
-		return
+		return false
 	}
 	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
 		mr.putBarriers++
 		mr.m.checkpointed(snap, state == recovery.Committed)
 		mr.m.resolveAnon(mr.t, mr.e)
 	}
-	if got := mr.e.Stream("s0"); got.ActiveVersion != got.Config.Version {
-		mr.fail("put s0: answered with version %d in force, newest %d", got.ActiveVersion, got.Config.Version)
+	if got := mr.e.Stream(stream); got.ActiveVersion != got.Config.Version {
+		mr.fail("put %s: answered with version %d in force, newest %d", stream, got.ActiveVersion, got.Config.Version)
 	}
+	return true
 }
 
 func (mr *modelRun) note(format string, args ...any) {
@@ -835,6 +867,7 @@ func (mr *modelRun) fullCheck() {
 		}
 	}
 	mr.committedDups = mr.committedDups[:0]
+	mr.checkTable()
 	mr.st.checks++
 }
 
@@ -861,6 +894,7 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 		mr.st.lostMidCommit++
 	}
 	mr.km.storeLost()
+	mr.world.touchesLost(mr.m)
 	mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
 	// Ids answered but never committed left no trace in the
 	// destination, so a lost store can't keep them out of
@@ -909,6 +943,25 @@ func (mr *modelRun) forget(expire bool) {
 		}
 		gone = append(gone, i)
 	}
+	mr.reincarnate(gone, fmt.Sprintf("expiry %v", expire))
+	switch mr.rng.IntN(4) {
+	case 0, 1:
+		commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+	case 2:
+		// The store is lost before the new incarnations commit: the
+		// destination shows only the forgotten ones' ranges.
+		mr.st.lostAfterForget++
+		mr.loseStore(nil, true)
+	default:
+		// Their batches ride in a later checkpoint.
+	}
+}
+
+// reincarnate takes the producers at gone (indexes into producers) as
+// forgotten by the engine: each comes back at once as a new incarnation
+// of the same id (its records name it p~N, sent as p: wireID), inits
+// from seq 0 and sends a batch.
+func (mr *modelRun) reincarnate(gone []int, why string) {
 	for _, i := range gone {
 		p := mr.producers[i]
 		mr.st.forgotten++
@@ -940,18 +993,8 @@ func (mr *modelRun) forget(expire bool) {
 		if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, np, mr.streams[mr.rng.IntN(len(mr.streams))], 1); err != nil {
 			mr.fail("write %s after it was forgotten: %v", np, err)
 		}
-		mr.note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
-	}
-	switch mr.rng.IntN(4) {
-	case 0, 1:
-		commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
-	case 2:
-		// The store is lost before the new incarnations commit: the
-		// destination shows only the forgotten ones' ranges.
-		mr.st.lostAfterForget++
-		mr.loseStore(nil, true)
-	default:
-		// Their batches ride in a later checkpoint.
+		mr.world.touched(np, mr.clock)
+		mr.note("forgot %s (%s): now %s at epoch %d", p, why, np, ps.Epoch)
 	}
 }
 

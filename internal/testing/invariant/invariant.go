@@ -668,3 +668,24 @@ func decodeLines(name string, data []byte) (lines []byte, encoded bool, err erro
 		out = append(append(out, rec...), '\n')
 	}
 }
+
+// FileBatches returns the batches of test records in a data file's
+// content (name tells its encoding), in file order: what a test needs to
+// know of a file it is about to remove (Checker.Removed).
+func FileBatches(name string, data []byte) ([]BatchID, error) {
+	lines, _, err := decodeLines(name, data)
+	if err != nil {
+		return nil, err
+	}
+	var out []BatchID
+	for l := range bytes.Lines(lines) {
+		var rec line
+		if err := json.Unmarshal(l, &rec); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if rec.I == 0 {
+			out = append(out, BatchID{rec.P, rec.S, rec.Q})
+		}
+	}
+	return out, nil
+}
