@@ -174,7 +174,8 @@ type modelRun struct {
 	incarnation int
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
 
-	world modelWorld // table streams, clock steps, retention (model_world_test.go)
+	world         modelWorld // table streams, clock steps, retention (model_world_test.go)
+	storeReplaced bool       // the state store was lost or replaced by a copy once
 }
 
 type dupClaim struct {
@@ -214,18 +215,22 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		// A node lease that never expires on this clock: every start must
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
+		// One destination for the commits, the manifests, the table
+		// metadata and the lease, as eosink serve wires it: a lock a
+		// killed incarnation left (the lease's, a table's version hint's)
+		// is broken by a later start at once, as it knows the incarnation
+		// dead (TestOrphanedTableLockOfFormerIncarnation).
 		leaser := local.New(c.FS, rigDest, rigStaging)
 		leaser.StaleLock = time.Hour // a left lock is broken by its owner, not its age
+		if mr.storeReplaced {
+			// A store lost or restored is a new file, for which the memo
+			// of former incarnations does not count: their locks are
+			// broken by age, and replacing a store takes longer than
+			// StaleLock (10 s) does.
+			leaser.StaleLock = time.Millisecond
+		}
+		c.Committer, c.Publisher = leaser, leaser
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
-		// The table's version hint is written under a lock file too. One
-		// a killed incarnation left names an owner the next start may no
-		// longer know dead (its memo forgets incarnations once a lease
-		// write went through: see the report of h3-model), and waits
-		// StaleLock of real time (10 s): the publisher's is short here,
-		// its writes being serial within a process.
-		pub := local.New(c.FS, rigDest, rigStaging)
-		pub.StaleLock = 100 * time.Millisecond
-		c.Publisher = pub
 	}
 	mr.e = mr.r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
@@ -649,6 +654,7 @@ func (mr *modelRun) storeEvent() {
 			}
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
+		mr.storeReplaced = true
 		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
@@ -889,6 +895,7 @@ func (mr *modelRun) fullCheck() {
 func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	lease := mr.leaseAfterLoss()
 	cut = cut && copyOf == nil
+	mr.storeReplaced = true
 	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
