@@ -292,97 +292,30 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 		s := mr.streams[mr.rng.IntN(len(mr.streams))]
 		k := [2]string{p, s}
 		_, inited := mr.m.epoch[p]
+		var skip bool
 		switch x := mr.rng.IntN(100); {
 		case !inited || x < 3: // a (new incarnation of the) client inits and goes on from next_seq
-			if mr.initProducer(p, inited) {
-				continue
-			}
+			skip = mr.initProducer(p, inited)
 		case x < 60:
-			mr.st.writes++
-			err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
-			mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
-		case x < 66: // duplicate
-			if mr.duplicate(p, s, k) {
-				continue
-			}
-		case x < 70: // gap
-			mr.st.gaps++
-			seq := mr.m.next[k] + 1 + mr.rng.Int64N(3)
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
-			if exp, ok := isSeqErr(err); !ok || exp != mr.m.next[k] {
-				mr.fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, mr.m.next[k])
-			}
-		case x < 72: // stale epoch
-			if mr.m.epoch[p] == 0 {
-				continue
-			}
-			mr.st.fenced++
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] - 1}, s, mr.m.next[k], 1)
-			if !errors.Is(err, ErrFenced) {
-				mr.fail("stale epoch: %v", err)
-			}
+			mr.write(p, s, k)
+		case x < 66:
+			skip = mr.duplicate(p, s, k)
+		case x < 70:
+			mr.gap(p, s, k)
+		case x < 72:
+			skip = mr.staleEpoch(p, s, k)
 		case x < 73:
-			mr.st.future++
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] + 1}, s, mr.m.next[k], 1)
-			if !errors.Is(err, ErrInvalidEpoch) {
-				mr.fail("future epoch: %v", err)
-			}
+			mr.futureEpoch(p, s, k)
 		case x < 78:
-			mr.st.anon++
-			mr.m.anonSeq++
-			id := invariant.BatchID{Stream: s, Seq: mr.m.anonSeq}
-			if res, err := send(mr.e, nil, s, mr.m.anonSeq, 2); err == nil {
-				mr.m.anon[res.Checkpoint] = append(mr.m.anon[res.Checkpoint], id)
-				mr.ans.add(res.Checkpoint, id)
-			}
+			mr.anonymous(s)
 		case x >= 86 && x < 88 && mr.crash == nil:
 			mr.checkpointDuringPreCommit(step)
-		case x < 88: // checkpoint
-			mr.st.checkpoints++
-			id := mr.e.Status().OpenID
-			snap := mr.m.snapshot()
-			armed := mr.crash // the poller must not read the variable the loop reassigns
-			res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
-			mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
-			switch {
-			case err == nil && res.State == recovery.Committed:
-				mr.st.committed++
-				mr.m.checkpointed(snap, true)
-				mr.m.resolveAnon(mr.t, mr.e)
-			case err == nil:
-				mr.st.aborted++
-				mr.m.checkpointed(snap, false)
-				mr.m.resolveAnon(mr.t, mr.e)
-			default:
-				mr.pendingID, mr.pendingSnap = id, snap
-				mr.restart(mr.rng.IntN(2) == 0)
-			}
-		case x < 92: // inject one failure a few operations ahead
-			if mr.crash != nil {
-				continue
-			}
-			mr.st.injected++
-			errno := []error{syscall.EIO, syscall.ENOSPC}[mr.rng.IntN(2)]
-			kinds := sweepKinds
-			if mr.rng.IntN(2) == 0 {
-				kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[mr.rng.IntN(5)])
-			}
-			if mr.rng.IntN(4) == 0 {
-				n := mr.rng.Int64N(8)
-				mr.sw.Set(faultfs.ShortWriteNth(n, errno))
-				mr.note("short write %d", n)
-			} else {
-				n := mr.rng.Int64N(20)
-				mr.sw.Set(faultfs.FailNth(n, kinds, errno))
-				mr.note("fail %d of %s", n, kinds)
-			}
-		case x < 94: // a crash a few operations ahead
-			if mr.crash != nil {
-				continue
-			}
-			mr.crash = faultfs.CrashAfter(mr.rng.Int64N(40), sweepKinds)
-			mr.sw.Set(mr.crash)
-			mr.note("crash armed")
+		case x < 88:
+			mr.checkpoint()
+		case x < 92:
+			skip = mr.injectFault()
+		case x < 94:
+			skip = mr.armCrash()
 		case x < 96:
 			mr.storeEvent()
 		case x < 97: // the hour turns: new partitions
@@ -391,6 +324,9 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			if mr.crash == nil {
 				mr.fullCheck()
 			}
+		}
+		if skip {
+			continue
 		}
 		if step%500 == 499 && mr.crash == nil && mr.e.Err() == nil {
 			mr.quiesce()
@@ -406,6 +342,114 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	mr.m.checkpointed(mr.m.snapshot(), true)
 	mr.fullCheck()
 	return mr.st
+}
+
+// write sends p's next batch on stream s.
+func (mr *modelRun) write(p, s string, k [2]string) {
+	mr.st.writes++
+	err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
+	mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
+}
+
+// gap sends a batch beyond the next expected: refused, naming it.
+func (mr *modelRun) gap(p, s string, k [2]string) {
+	mr.st.gaps++
+	seq := mr.m.next[k] + 1 + mr.rng.Int64N(3)
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
+	if exp, ok := isSeqErr(err); !ok || exp != mr.m.next[k] {
+		mr.fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, mr.m.next[k])
+	}
+}
+
+// staleEpoch sends under an older epoch: fenced.
+func (mr *modelRun) staleEpoch(p, s string, k [2]string) (skip bool) {
+	if mr.m.epoch[p] == 0 {
+		return true
+	}
+	mr.st.fenced++
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] - 1}, s, mr.m.next[k], 1)
+	if !errors.Is(err, ErrFenced) {
+		mr.fail("stale epoch: %v", err)
+	}
+	return false
+}
+
+// futureEpoch sends under an epoch never handed out: refused.
+func (mr *modelRun) futureEpoch(p, s string, k [2]string) {
+	mr.st.future++
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] + 1}, s, mr.m.next[k], 1)
+	if !errors.Is(err, ErrInvalidEpoch) {
+		mr.fail("future epoch: %v", err)
+	}
+}
+
+// anonymous sends a batch without producer headers.
+func (mr *modelRun) anonymous(s string) {
+	mr.st.anon++
+	mr.m.anonSeq++
+	id := invariant.BatchID{Stream: s, Seq: mr.m.anonSeq}
+	if res, err := send(mr.e, nil, s, mr.m.anonSeq, 2); err == nil {
+		mr.m.anon[res.Checkpoint] = append(mr.m.anon[res.Checkpoint], id)
+		mr.ans.add(res.Checkpoint, id)
+	}
+}
+
+// checkpoint runs a checkpoint; one whose end a crash hid is decided by
+// the store after a restart.
+func (mr *modelRun) checkpoint() {
+	mr.st.checkpoints++
+	id := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	armed := mr.crash // the poller must not read the variable the loop reassigns
+	res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
+	switch {
+	case err == nil && res.State == recovery.Committed:
+		mr.st.committed++
+		mr.m.checkpointed(snap, true)
+		mr.m.resolveAnon(mr.t, mr.e)
+	case err == nil:
+		mr.st.aborted++
+		mr.m.checkpointed(snap, false)
+		mr.m.resolveAnon(mr.t, mr.e)
+	default:
+		mr.pendingID, mr.pendingSnap = id, snap
+		mr.restart(mr.rng.IntN(2) == 0)
+	}
+}
+
+// injectFault injects one failure a few operations ahead.
+func (mr *modelRun) injectFault() (skip bool) {
+	if mr.crash != nil {
+		return true
+	}
+	mr.st.injected++
+	errno := []error{syscall.EIO, syscall.ENOSPC}[mr.rng.IntN(2)]
+	kinds := sweepKinds
+	if mr.rng.IntN(2) == 0 {
+		kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[mr.rng.IntN(5)])
+	}
+	if mr.rng.IntN(4) == 0 {
+		n := mr.rng.Int64N(8)
+		mr.sw.Set(faultfs.ShortWriteNth(n, errno))
+		mr.note("short write %d", n)
+	} else {
+		n := mr.rng.Int64N(20)
+		mr.sw.Set(faultfs.FailNth(n, kinds, errno))
+		mr.note("fail %d of %s", n, kinds)
+	}
+	return false
+}
+
+// armCrash arms a crash a few operations ahead.
+func (mr *modelRun) armCrash() (skip bool) {
+	if mr.crash != nil {
+		return true
+	}
+	mr.crash = faultfs.CrashAfter(mr.rng.Int64N(40), sweepKinds)
+	mr.sw.Set(mr.crash)
+	mr.note("crash armed")
+	return false
 }
 
 // quiesce turns faults off and runs a checkpoint; once one commits,
