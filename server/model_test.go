@@ -36,8 +36,11 @@ import (
 // answered and committed holds what it was answered for), I9 (a duplicate
 // is reported committed only when it is, and names a committed
 // checkpoint), and I12 (init's next_seq is durable: the client is never
-// wedged). EOSINK_MODEL_STEPS sets the steps (default 10,000; 2,500
-// under -race), EOSINK_MODEL_SEED replays a seed.
+// wedged). Around the clients, the world steps (model_world_test.go): an
+// Iceberg table stream checked against the manifests, a wall clock that
+// steps forward and back (key and producer expiry), and a retention job
+// that removes committed partitions. EOSINK_MODEL_STEPS sets the steps
+// (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
 	if raceEnabled {
