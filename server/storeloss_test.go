@@ -277,7 +277,8 @@ func damageLease(fs afero.Fs, how leaseAfterLoss, fail func(string, ...any)) {
 		if err := json.Unmarshal(data, &l); err != nil {
 			fail("lease %s: decode: %v", how, err)
 		}
-		// Renewals run on the engine's clock, which never goes back.
+		// Expired as a release leaves it (expires_at at renewed_at):
+		// taken over at once whatever the clock did (the model steps it).
 		l.ExpiresAt = l.RenewedAt
 		data, err = json.Marshal(&l)
 	case leaseUnreadable:
