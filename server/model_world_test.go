@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -63,7 +64,7 @@ type worldStats struct {
 }
 
 func (s worldStats) String() string {
-	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d more not run: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after",
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after",
 		s.tablePuts, s.tablePutsFailed, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
 		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval)
 }
@@ -355,47 +356,14 @@ func (mr *modelRun) retentionStep() {
 	if len(files) == 0 {
 		return
 	}
-	// Half the time the newest file (most likely in the partition
-	// written now), else any.
-	victim := files[mr.rng.IntN(len(files))]
-	if mr.rng.IntN(2) == 0 {
-		victim = slices.MaxFunc(files, func(a, b string) int {
-			_, ca, _, _, _ := layout.ParsePartName(path.Base(a))
-			_, cb, _, _, _ := layout.ParsePartName(path.Base(b))
-			return int(ca) - int(cb)
-		})
+	victim, gone, content := "", []string(nil), map[string][]byte(nil)
+	for try := 0; victim == "" && try < 4; try++ {
+		victim, gone, content = mr.retentionVictim(files, try == 0 && mr.rng.IntN(2) == 0)
+	}
+	if victim == "" {
+		return
 	}
 	stream, _, _ := strings.Cut(victim, "/")
-	for up := mr.rng.IntN(3); up > 0 && strings.Contains(path.Dir(victim), "/"); up-- {
-		victim = path.Dir(victim) // its partition directory, or the one above
-	}
-	// An old partition, not one producers may still resend into: never a
-	// file holding a producer's newest committed batch on its stream (a
-	// store loss would rebuild next_seq below it: docs/nodes.md).
-	var gone []string
-	content := map[string][]byte{}
-	for _, f := range files {
-		if f != victim && !strings.HasPrefix(f, victim+"/") {
-			continue
-		}
-		data, err := afero.ReadFile(mr.base, rigDest+"/"+f)
-		if err != nil {
-			mr.fail("retention: read %s: %v", f, err)
-		}
-		bs, err := invariant.FileBatches(f, data)
-		if err != nil {
-			mr.fail("retention: read %s: %v", f, err)
-		}
-		for _, b := range bs {
-			if b.Producer != "" && b.Seq == mr.m.prepared[[2]string{b.Producer, b.Stream}]-1 {
-				st.retentionsRefused++
-				mr.note("retention: %s not removed, %s holds the newest committed batch %s", victim, f, b)
-				return
-			}
-		}
-		content[f] = data
-		gone = append(gone, f)
-	}
 	for _, f := range gone {
 		mr.r.checker.Removed(f, content[f])
 	}
@@ -428,4 +396,50 @@ func (mr *modelRun) retentionStep() {
 		mr.restart(true)
 	}
 	mr.fullCheck()
+}
+
+// retentionVictim picks what a retention job removes: a committed file
+// (the newest when newest, most likely in the partition written now, else
+// any), or its partition directory, or the one above; never the stream's
+// own directory. It returns "" for a pick that holds a producer's newest
+// committed batch on its stream: an old partition is removed, not one
+// producers may still resend into (a store loss would rebuild next_seq
+// below it: docs/nodes.md). gone lists the files it holds, content what
+// each holds.
+func (mr *modelRun) retentionVictim(files []string, newest bool) (victim string, gone []string, content map[string][]byte) {
+	victim = files[mr.rng.IntN(len(files))]
+	if newest {
+		victim = slices.MaxFunc(files, func(a, b string) int {
+			_, ca, _, _, _ := layout.ParsePartName(path.Base(a))
+			_, cb, _, _, _ := layout.ParsePartName(path.Base(b))
+			return cmp.Compare(ca, cb)
+		})
+	}
+	for up := mr.rng.IntN(3); up > 0 && strings.Contains(path.Dir(victim), "/"); up-- {
+		victim = path.Dir(victim)
+	}
+	content = map[string][]byte{}
+	for _, f := range files {
+		if f != victim && !strings.HasPrefix(f, victim+"/") {
+			continue
+		}
+		data, err := afero.ReadFile(mr.base, rigDest+"/"+f)
+		if err != nil {
+			mr.fail("retention: read %s: %v", f, err)
+		}
+		bs, err := invariant.FileBatches(f, data)
+		if err != nil {
+			mr.fail("retention: read %s: %v", f, err)
+		}
+		for _, b := range bs {
+			if b.Producer != "" && b.Seq == mr.m.prepared[[2]string{b.Producer, b.Stream}]-1 {
+				mr.world.st().retentionsRefused++
+				mr.note("retention: %s not removed, %s holds the newest committed batch %s", victim, f, b)
+				return "", nil, nil
+			}
+		}
+		content[f] = data
+		gone = append(gone, f)
+	}
+	return victim, gone, content
 }
