@@ -34,9 +34,13 @@ type Rebuilt struct {
 	// records them with the producers.
 	Parked []Parked
 	// Skipped counts the manifests not believed: not parsed, beyond the
-	// ids this node reserved, or naming files the destination does not
-	// hold with their size. Each is logged.
+	// ids this node reserved, or naming no file the destination holds
+	// with its size. Each is logged.
 	Skipped int
+	// FilesGone counts the files of believed manifests that the
+	// destination does not hold with their size (a retention job removed
+	// them): their ranges are not counted. Each is logged.
+	FilesGone int
 	// Producers holds, per producer, its newest incarnation's committed
 	// sequence numbers per stream and the highest epoch seen.
 	Producers map[string]*RebuiltProducer
@@ -102,10 +106,15 @@ const maxSkipLogged = 100
 // store is behind the destination.
 //
 // What the destination holds is checked before it is believed (DESIGN
-// "Several nodes"): a manifest that does not parse, whose id is beyond
-// limit (the highest id this node reserved, 0: unknown), or that names a
-// file the destination does not hold with the size it states is skipped
-// and logged, never a reason to call a batch committed.
+// "Several nodes"): a manifest that does not parse, or whose id is beyond
+// limit (the highest id this node reserved, 0: unknown), is skipped and
+// logged; so is each file it names that the destination does not hold
+// with the size it states, and the manifest when it names no file that
+// is — never a reason to call a batch committed. A file gone is passed
+// over on its own, not with its manifest: a retention job removes old
+// partitions (docs/production.md), and a checkpoint's other files are
+// still committed data, which its clients would otherwise resend and
+// the destination hold twice (TestRebuildAfterRetention).
 //
 // What it cannot recover: batches accepted but not committed (they were
 // never in a manifest), epochs handed out after a producer's last
@@ -166,12 +175,21 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		if err != nil {
 			return nil, fmt.Errorf("rebuild from destination: %s: %w", name, err)
 		}
-		if why, err := files.check(ctx, m); err != nil {
+		held, gone, err := files.check(ctx, m)
+		if err != nil {
 			return nil, fmt.Errorf("rebuild from destination: %s: %w", name, err)
-		} else if why != "" {
-			skip(name, why, nil)
+		}
+		if len(held) == 0 && len(gone) > 0 {
+			skip(name, gone[0], nil)
 			continue
 		}
+		for _, why := range gone {
+			out.FilesGone++
+			if out.FilesGone <= maxSkipLogged {
+				log.Warn("a file of a manifest is not in the destination as the manifest states (removed by a retention job?): its batches are not counted committed", "op", "rebuild", "path", name, "why", why)
+			}
+		}
+		m.Files = held
 		out.Manifests++
 		if out.Newest == nil || m.Checkpoint > out.Highest {
 			out.Newest = m
@@ -301,15 +319,16 @@ type fileSizes struct {
 	by map[string]map[string]int64 // stream -> path -> bytes
 }
 
-// check returns why m is not believed ("" if it is): a file it names is
-// missing or has another size.
-func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, error) {
+// check sorts m's files into those the destination holds with the size m
+// states, and why each other one is not believed: missing, or of another
+// size.
+func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (held []layout.ManifestFile, gone []string, err error) {
 	for _, f := range m.Files {
 		sizes, ok := s.by[f.Stream]
 		if !ok {
 			entries, err := s.r.List(ctx, f.Stream+"/")
 			if err != nil {
-				return "", fmt.Errorf("list stream %s: %w", f.Stream, err)
+				return nil, nil, fmt.Errorf("list stream %s: %w", f.Stream, err)
 			}
 			sizes = make(map[string]int64, len(entries))
 			for _, en := range entries {
@@ -317,15 +336,16 @@ func (s *fileSizes) check(ctx context.Context, m *layout.Manifest) (string, erro
 			}
 			s.by[f.Stream] = sizes
 		}
-		got, ok := sizes[f.Path]
-		if !ok {
-			return fmt.Sprintf("names %s, which the destination does not hold", f.Path), nil
-		}
-		if got != f.Bytes {
-			return fmt.Sprintf("names %s of %d bytes, which holds %d", f.Path, f.Bytes, got), nil
+		switch got, ok := sizes[f.Path]; {
+		case !ok:
+			gone = append(gone, fmt.Sprintf("names %s, which the destination does not hold", f.Path))
+		case got != f.Bytes:
+			gone = append(gone, fmt.Sprintf("names %s of %d bytes, which holds %d", f.Path, f.Bytes, got))
+		default:
+			held = append(held, f)
 		}
 	}
-	return "", nil
+	return held, gone, nil
 }
 
 // FinishTables finishes the table commit of m, a manifest of the node

@@ -89,6 +89,9 @@ type keyTable struct {
 	groups []keyGroup
 	iHead  int
 	gHead  int
+	// latest is the newest prepare time given to keys (Unix ns): prepare
+	// times never go back, whatever the wall clock does (keyBarrierLocked).
+	latest int64
 }
 
 // keyGroup is the keys one checkpoint prepared: ids up to end.
@@ -164,10 +167,23 @@ func (in *ingest) keyAcceptLocked(w *Write) {
 }
 
 // keyBarrierLocked takes the open checkpoint's keys for its prepare, at
-// time at.
+// time at, or at the latest prepare time given before if the wall clock
+// stepped back since: the store keeps key rows in time order and drops
+// the oldest first, and a restart loads them so (a newer row of a key
+// wins), which must be the checkpoints' order, as the engine's. Failed
+// before: after a step back, the cap dropped one key in the engine and
+// another in the store, and a key accepted again with another body came
+// back from the store with its old body (TestKeyCapAfterClockBack). A
+// key prepared after a step back is kept up to the step longer.
 func (in *ingest) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPolicy) {
 	keys := in.keys.open
 	in.keys.open = nil
+	if latest := time.Unix(0, in.keys.latest); at.Before(latest) {
+		at = latest
+	}
+	if len(keys) > 0 {
+		in.keys.latest = at.UnixNano()
+	}
 	for i := range keys {
 		keys[i].At = at
 	}
@@ -217,6 +233,7 @@ func (in *ingest) keyLoadLocked(keys []recovery.Key) {
 		}
 		t.ids = append(t.ids, k.ID)
 		t.groups[len(t.groups)-1].end = len(t.ids)
+		t.latest = max(t.latest, at)
 	}
 	in.keyExpireLocked(in.e.cfg.Now(), 0)
 }

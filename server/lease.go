@@ -212,9 +212,12 @@ const memoMax = 64
 // lease or a lease lock behind; they are dead, since the store's file lock
 // is ours, so their locks are broken at once (committer.LockOwner). This
 // incarnation is added before its first write, so a process killed at any
-// point is known to the next start. Once a compare-and-swap of ours has
-// gone through the lock, nothing of the former ones is left and the memo
-// names only this incarnation.
+// point is known to the next start. The former ones stay in the memo
+// (up to memoMax) after a compare-and-swap of ours went through the
+// lease's lock: the other documents written under a lock (a table's
+// version hint, a stream's configuration) may still hold a lock of
+// theirs, which a later start must know dead too, or it waits StaleLock
+// for it (TestOrphanedTableLockOfFormerIncarnation).
 func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -257,9 +260,6 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) error {
 		}
 		if err != nil {
 			return fmt.Errorf("take node lease: %w", err)
-		}
-		if version != "" {
-			_ = l.remember([]string{self})
 		}
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
@@ -34,6 +35,15 @@ import (
 // prepared, and refuses a new key with backpressure when it cannot drop
 // one. A committed key is retried only while the cap was not reached
 // since it was accepted, when it must still be known.
+//
+// Keys expire --idempotency-window (window) after their prepare, on the
+// engine's wall clock, which the model steps forward and back
+// (clockStep). A key's prepare time lies between the lowest and highest
+// clock since its acceptance (low, high); a committed key is retried only
+// while high-low is within the window, when no expiry can have dropped
+// it. A clock step forward past the window drops committed keys early (a
+// retry is stored again: the documented cost of the window); a key whose
+// batch is not committed is never dropped, whatever the clock does.
 type keyModel struct {
 	pool    []*keyedBatch // keys that may be retried, oldest first
 	n       int
@@ -45,7 +55,28 @@ type keyModel struct {
 	// any producer writes again (runModel).
 	kicked     bool
 	kickedOpen uint64 // the open checkpoint at the first kick
+
+	window time.Duration // Config.IdempotencyWindow
+	now    time.Time     // the engine's clock
 }
+
+// clockTo tells the model the engine's clock reads now from here on.
+func (km *keyModel) clockTo(now time.Time) {
+	km.now = now
+	for _, kb := range km.pool {
+		if now.Before(kb.low) {
+			kb.low = now
+		}
+		if now.After(kb.high) {
+			kb.high = now
+		}
+	}
+}
+
+// expirable reports whether the window may have dropped kb's key (once
+// committed): its prepare, at a clock in [low, high], lies more than the
+// window before some clock since.
+func (km *keyModel) expirable(kb *keyedBatch) bool { return kb.high.Sub(kb.low) > km.window }
 
 // modelMaxKeys is the model's key cap (Config.MaxKeys).
 const modelMaxKeys = 12
@@ -53,19 +84,21 @@ const modelMaxKeys = 12
 type keyStats struct {
 	writes, retries, dups, dupsCommitted, reaccepted, reused, reusedAccepted, errs int
 	capRefused, capDropped                                                         int // new keys refused at the cap; committed keys no longer retried
+	windowDropped                                                                  int // committed keys no longer retried: the clock passed the window
 }
 
 func (s keyStats) String() string {
-	return fmt.Sprintf("%d keyed writes, %d retries (%d duplicates, %d of them committed; %d accepted again after an abort or crash), %d keys reused with another body (%d accepted: forgotten), %d refused by faults or the cap (%d with backpressure at the cap of %d keys), %d committed keys no longer retried once the cap was reached",
-		s.writes, s.retries, s.dups, s.dupsCommitted, s.reaccepted, s.reused, s.reusedAccepted, s.errs, s.capRefused, modelMaxKeys, s.capDropped)
+	return fmt.Sprintf("%d keyed writes, %d retries (%d duplicates, %d of them committed; %d accepted again after an abort or crash), %d keys reused with another body (%d accepted: forgotten), %d refused by faults or the cap (%d with backpressure at the cap of %d keys), %d committed keys no longer retried once the cap was reached, %d once the clock passed the window",
+		s.writes, s.retries, s.dups, s.dupsCommitted, s.reaccepted, s.reused, s.reusedAccepted, s.errs, s.capRefused, modelMaxKeys, s.capDropped, s.windowDropped)
 }
 
 type keyedBatch struct {
 	key, stream string
 	b           invariant.BatchID // the body the key stands for now
 	size        int
-	last        uint64 // checkpoint of the last acceptance as new; 0: none
-	capHits     int    // keyModel.capHits at that acceptance
+	last        uint64    // checkpoint of the last acceptance as new; 0: none
+	capHits     int       // keyModel.capHits at that acceptance
+	low, high   time.Time // the lowest and highest clock since that acceptance
 }
 
 // maxKeyPool bounds the keys the model keeps retrying.
@@ -125,6 +158,7 @@ func (km *keyModel) accepted(t *testing.T, m *model, e *Engine, ans answers, kb 
 	m.resolveAnon(t, e)
 	delete(m.mustNot, b)
 	kb.b, kb.last, kb.capHits = b, id, km.capHits
+	kb.low, kb.high = km.now, km.now
 	m.anon[id] = append(m.anon[id], b)
 	ans.add(id, b)
 }
@@ -170,11 +204,16 @@ func (km *keyModel) step(t *testing.T, rng *rand.Rand, m *model, e *Engine, ans 
 	}
 	i := rng.IntN(len(km.pool))
 	kb := km.pool[i]
-	if km.capHits != kb.capHits && km.committed(t, e, kb) {
-		// The cap may have dropped it: a retry would be stored again.
+	if (km.capHits != kb.capHits || km.expirable(kb)) && km.committed(t, e, kb) {
+		// The cap or the window may have dropped it: a retry would be
+		// stored again.
 		km.pool = append(km.pool[:i], km.pool[i+1:]...)
-		km.st.capDropped++
-		return fmt.Sprintf("keyed %s: committed, may be dropped by the cap: not retried", kb.key)
+		if km.capHits != kb.capHits {
+			km.st.capDropped++
+		} else {
+			km.st.windowDropped++
+		}
+		return fmt.Sprintf("keyed %s: committed, may be dropped by the cap or the window: not retried", kb.key)
 	}
 	known := km.remembered(t, e, kb)
 	if x == 9 { // the key again, with another body

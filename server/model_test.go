@@ -36,8 +36,11 @@ import (
 // answered and committed holds what it was answered for), I9 (a duplicate
 // is reported committed only when it is, and names a committed
 // checkpoint), and I12 (init's next_seq is durable: the client is never
-// wedged). EOSINK_MODEL_STEPS sets the steps (default 10,000; 2,500
-// under -race), EOSINK_MODEL_SEED replays a seed.
+// wedged). Around the clients, the world steps (model_world_test.go): an
+// Iceberg table stream checked against the manifests, a wall clock that
+// steps forward and back (key and producer expiry), and a retention job
+// that removes committed partitions. EOSINK_MODEL_STEPS sets the steps
+// (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
 	if raceEnabled {
@@ -69,12 +72,13 @@ type modelStats struct {
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 	quiesceAborted, leasesDamaged                                                                                                  int
+	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
 	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged)
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -142,7 +146,8 @@ type modelRun struct {
 	inj   *faultfs.InjectFS
 	r     *rig
 	hour  time.Time
-	clock time.Time
+	clock time.Time    // the engine's wall clock (Config.Now reads now): setClock moves it
+	now   atomic.Int64 // clock, Unix ns, as the engine's goroutines read it
 	ckLog *checkpointLog
 	e     *Engine
 	km    *keyModel
@@ -171,6 +176,9 @@ type modelRun struct {
 	older       []byte
 	incarnation int
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
+
+	world         modelWorld // table streams, clock steps, retention (model_world_test.go)
+	storeReplaced bool       // the state store was lost or replaced by a copy once
 }
 
 type dupClaim struct {
@@ -189,23 +197,42 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	mr.r = newRig(mr.t, mr.inj)
 	mr.hour = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	mr.clock = mr.hour
+	mr.now.Store(mr.clock.UnixNano())
+	mr.world = newModelWorld()
+	mr.world.stats = &mr.st.world
 	mr.ckLog = &checkpointLog{end: map[uint64]recovery.State{}}
 	mr.r.tweak = func(c *Config) {
 		c.Hooks.Checkpoint = mr.ckLog.hook
 		c.Parallel = 1 + mr.rng.IntN(3)
-		c.Now = func() time.Time { return mr.clock }
+		c.Now = func() time.Time { return time.Unix(0, mr.now.Load()).UTC() }
 		c.RollBytes = 600 // small files: rolls happen
 		c.BufferSize = 128
 		// Compressed and Parquet files encoded as batches arrive, a step
 		// per 256 bytes, inline: the seed alone decides the order of ops.
 		c.Encoders = staging.NewInlineEncoders(256)
-		c.IdempotencyWindow = 1 << 20 * time.Hour // the clock runs fast here; expiry has its own test
-		c.MaxKeys = modelMaxKeys                  // the cap is reached: committed keys are dropped, never live ones (keyModel)
+		// Keys and producers expire as the clock passes them (clockStep
+		// steps it, by the window and more); the model knows which may go.
+		c.IdempotencyWindow, c.ProducerExpiry = modelKeyWindow, modelProducerExpiry
+		c.TableLocation = "file://" + rigDest // table streams (tableStep)
+		c.MaxKeys = modelMaxKeys              // the cap is reached: committed keys are dropped, never live ones (keyModel)
 		// A node lease that never expires on this clock: every start must
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
+		// One destination for the commits, the manifests, the table
+		// metadata and the lease, as eosink serve wires it: a lock a
+		// killed incarnation left (the lease's, a table's version hint's)
+		// is broken by a later start at once, as it knows the incarnation
+		// dead (TestOrphanedTableLockOfFormerIncarnation).
 		leaser := local.New(c.FS, rigDest, rigStaging)
 		leaser.StaleLock = time.Hour // a left lock is broken by its owner, not its age
+		if mr.storeReplaced {
+			// A store lost or restored is a new file, for which the memo
+			// of former incarnations does not count: their locks are
+			// broken by age, and replacing a store takes longer than
+			// StaleLock (10 s) does.
+			leaser.StaleLock = time.Millisecond
+		}
+		c.Committer, c.Publisher = leaser, leaser
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
 	}
 	mr.e = mr.r.start(nil)
@@ -221,7 +248,7 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		}
 	}
 	mr.r.checkpoint()
-	mr.km = &keyModel{}
+	mr.km = &keyModel{window: modelKeyWindow, now: mr.clock}
 	mr.puts, mr.putBarriers = 0, 0
 	mr.m = newModel()
 	mr.m.fatal = mr.fail
@@ -260,109 +287,49 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 			mr.putStream()
 			continue
 		}
+		if mr.rng.IntN(50) == 0 { // a table stream, a clock step, a retention job
+			mr.worldStep()
+			continue
+		}
 		p := mr.producers[mr.rng.IntN(len(mr.producers))]
 		s := mr.streams[mr.rng.IntN(len(mr.streams))]
 		k := [2]string{p, s}
 		_, inited := mr.m.epoch[p]
+		var skip bool
 		switch x := mr.rng.IntN(100); {
 		case !inited || x < 3: // a (new incarnation of the) client inits and goes on from next_seq
-			if mr.initProducer(p, inited) {
-				continue
-			}
+			skip = mr.initProducer(p, inited)
 		case x < 60:
-			mr.st.writes++
-			err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
-			mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
-		case x < 66: // duplicate
-			if mr.duplicate(p, s, k) {
-				continue
-			}
-		case x < 70: // gap
-			mr.st.gaps++
-			seq := mr.m.next[k] + 1 + mr.rng.Int64N(3)
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
-			if exp, ok := isSeqErr(err); !ok || exp != mr.m.next[k] {
-				mr.fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, mr.m.next[k])
-			}
-		case x < 72: // stale epoch
-			if mr.m.epoch[p] == 0 {
-				continue
-			}
-			mr.st.fenced++
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] - 1}, s, mr.m.next[k], 1)
-			if !errors.Is(err, ErrFenced) {
-				mr.fail("stale epoch: %v", err)
-			}
+			mr.write(p, s, k)
+		case x < 66:
+			skip = mr.duplicate(p, s, k)
+		case x < 70:
+			mr.gap(p, s, k)
+		case x < 72:
+			skip = mr.staleEpoch(p, s, k)
 		case x < 73:
-			mr.st.future++
-			_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] + 1}, s, mr.m.next[k], 1)
-			if !errors.Is(err, ErrInvalidEpoch) {
-				mr.fail("future epoch: %v", err)
-			}
+			mr.futureEpoch(p, s, k)
 		case x < 78:
-			mr.st.anon++
-			mr.m.anonSeq++
-			id := invariant.BatchID{Stream: s, Seq: mr.m.anonSeq}
-			if res, err := send(mr.e, nil, s, mr.m.anonSeq, 2); err == nil {
-				mr.m.anon[res.Checkpoint] = append(mr.m.anon[res.Checkpoint], id)
-				mr.ans.add(res.Checkpoint, id)
-			}
+			mr.anonymous(s)
 		case x >= 86 && x < 88 && mr.crash == nil:
 			mr.checkpointDuringPreCommit(step)
-		case x < 88: // checkpoint
-			mr.st.checkpoints++
-			id := mr.e.Status().OpenID
-			snap := mr.m.snapshot()
-			armed := mr.crash // the poller must not read the variable the loop reassigns
-			res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
-			mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
-			switch {
-			case err == nil && res.State == recovery.Committed:
-				mr.st.committed++
-				mr.m.checkpointed(snap, true)
-				mr.m.resolveAnon(mr.t, mr.e)
-			case err == nil:
-				mr.st.aborted++
-				mr.m.checkpointed(snap, false)
-				mr.m.resolveAnon(mr.t, mr.e)
-			default:
-				mr.pendingID, mr.pendingSnap = id, snap
-				mr.restart(mr.rng.IntN(2) == 0)
-			}
-		case x < 92: // inject one failure a few operations ahead
-			if mr.crash != nil {
-				continue
-			}
-			mr.st.injected++
-			errno := []error{syscall.EIO, syscall.ENOSPC}[mr.rng.IntN(2)]
-			kinds := sweepKinds
-			if mr.rng.IntN(2) == 0 {
-				kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[mr.rng.IntN(5)])
-			}
-			if mr.rng.IntN(4) == 0 {
-				n := mr.rng.Int64N(8)
-				mr.sw.Set(faultfs.ShortWriteNth(n, errno))
-				mr.note("short write %d", n)
-			} else {
-				n := mr.rng.Int64N(20)
-				mr.sw.Set(faultfs.FailNth(n, kinds, errno))
-				mr.note("fail %d of %s", n, kinds)
-			}
-		case x < 94: // a crash a few operations ahead
-			if mr.crash != nil {
-				continue
-			}
-			mr.crash = faultfs.CrashAfter(mr.rng.Int64N(40), sweepKinds)
-			mr.sw.Set(mr.crash)
-			mr.note("crash armed")
+		case x < 88:
+			mr.checkpoint()
+		case x < 92:
+			skip = mr.injectFault()
+		case x < 94:
+			skip = mr.armCrash()
 		case x < 96:
 			mr.storeEvent()
 		case x < 97: // the hour turns: new partitions
-			mr.clock = mr.clock.Add(time.Hour)
+			mr.setClock(mr.clock.Add(time.Hour))
 		default:
 			if mr.crash == nil {
 				mr.fullCheck()
 			}
+		}
+		if skip {
+			continue
 		}
 		if step%500 == 499 && mr.crash == nil && mr.e.Err() == nil {
 			mr.quiesce()
@@ -378,6 +345,114 @@ func runModel(t *testing.T, seed uint64, steps int) modelStats {
 	mr.m.checkpointed(mr.m.snapshot(), true)
 	mr.fullCheck()
 	return mr.st
+}
+
+// write sends p's next batch on stream s.
+func (mr *modelRun) write(p, s string, k [2]string) {
+	mr.st.writes++
+	err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
+	mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
+}
+
+// gap sends a batch beyond the next expected: refused, naming it.
+func (mr *modelRun) gap(p, s string, k [2]string) {
+	mr.st.gaps++
+	seq := mr.m.next[k] + 1 + mr.rng.Int64N(3)
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p]}, s, seq, 1)
+	if exp, ok := isSeqErr(err); !ok || exp != mr.m.next[k] {
+		mr.fail("gap %v/%d: %v, want expected_seq %d", k, seq, err, mr.m.next[k])
+	}
+}
+
+// staleEpoch sends under an older epoch: fenced.
+func (mr *modelRun) staleEpoch(p, s string, k [2]string) (skip bool) {
+	if mr.m.epoch[p] == 0 {
+		return true
+	}
+	mr.st.fenced++
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] - 1}, s, mr.m.next[k], 1)
+	if !errors.Is(err, ErrFenced) {
+		mr.fail("stale epoch: %v", err)
+	}
+	return false
+}
+
+// futureEpoch sends under an epoch never handed out: refused.
+func (mr *modelRun) futureEpoch(p, s string, k [2]string) {
+	mr.st.future++
+	_, err := send(mr.e, &Producer{ID: p, Epoch: mr.m.epoch[p] + 1}, s, mr.m.next[k], 1)
+	if !errors.Is(err, ErrInvalidEpoch) {
+		mr.fail("future epoch: %v", err)
+	}
+}
+
+// anonymous sends a batch without producer headers.
+func (mr *modelRun) anonymous(s string) {
+	mr.st.anon++
+	mr.m.anonSeq++
+	id := invariant.BatchID{Stream: s, Seq: mr.m.anonSeq}
+	if res, err := send(mr.e, nil, s, mr.m.anonSeq, 2); err == nil {
+		mr.m.anon[res.Checkpoint] = append(mr.m.anon[res.Checkpoint], id)
+		mr.ans.add(res.Checkpoint, id)
+	}
+}
+
+// checkpoint runs a checkpoint; one whose end a crash hid is decided by
+// the store after a restart.
+func (mr *modelRun) checkpoint() {
+	mr.st.checkpoints++
+	id := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	armed := mr.crash // the poller must not read the variable the loop reassigns
+	res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
+	switch {
+	case err == nil && res.State == recovery.Committed:
+		mr.st.committed++
+		mr.m.checkpointed(snap, true)
+		mr.m.resolveAnon(mr.t, mr.e)
+	case err == nil:
+		mr.st.aborted++
+		mr.m.checkpointed(snap, false)
+		mr.m.resolveAnon(mr.t, mr.e)
+	default:
+		mr.pendingID, mr.pendingSnap = id, snap
+		mr.restart(mr.rng.IntN(2) == 0)
+	}
+}
+
+// injectFault injects one failure a few operations ahead.
+func (mr *modelRun) injectFault() (skip bool) {
+	if mr.crash != nil {
+		return true
+	}
+	mr.st.injected++
+	errno := []error{syscall.EIO, syscall.ENOSPC}[mr.rng.IntN(2)]
+	kinds := sweepKinds
+	if mr.rng.IntN(2) == 0 {
+		kinds = faultfs.Kinds([]faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpOpen, faultfs.OpClose}[mr.rng.IntN(5)])
+	}
+	if mr.rng.IntN(4) == 0 {
+		n := mr.rng.Int64N(8)
+		mr.sw.Set(faultfs.ShortWriteNth(n, errno))
+		mr.note("short write %d", n)
+	} else {
+		n := mr.rng.Int64N(20)
+		mr.sw.Set(faultfs.FailNth(n, kinds, errno))
+		mr.note("fail %d of %s", n, kinds)
+	}
+	return false
+}
+
+// armCrash arms a crash a few operations ahead.
+func (mr *modelRun) armCrash() (skip bool) {
+	if mr.crash != nil {
+		return true
+	}
+	mr.crash = faultfs.CrashAfter(mr.rng.Int64N(40), sweepKinds)
+	mr.sw.Set(mr.crash)
+	mr.note("crash armed")
+	return false
 }
 
 // quiesce turns faults off and runs a checkpoint; once one commits,
@@ -420,6 +495,7 @@ func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
 		// barrier's end: only the store knows, after a restart.
 		mr.note("init %s: %v", p, err)
 		mr.st.initsFailed++
+		mr.world.touchUnsure(p, mr.clock)
 		if inited {
 			mr.epochUnsure[p] = true
 		}
@@ -434,6 +510,7 @@ func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
 		mr.fail("init %s: epoch %d after %d", p, ps.Epoch, mr.m.epoch[p])
 	}
 	mr.m.epoch[p] = ps.Epoch
+	mr.world.touched(p, mr.clock)
 	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
 		mr.st.barriers++
 		if state == recovery.Aborted {
@@ -624,10 +701,12 @@ func (mr *modelRun) storeEvent() {
 			}
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
+		mr.storeReplaced = true
 		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
+		mr.world.touchesLost(mr.m)
 		mr.note("state.db replaced by the copy")
 		mr.fullCheck()
 	case y < 8: // producers forgotten (DELETE, expiry), created again from seq 0
@@ -660,30 +739,36 @@ func (mr *modelRun) leaseAfterLoss() leaseAfterLoss {
 // putStream changes s0's configuration mid-flight: a barrier, like init.
 func (mr *modelRun) putStream() {
 	mr.puts++
-	conf := s0Confs[mr.rng.IntN(len(s0Confs))]
+	mr.put("s0", s0Confs[mr.rng.IntN(len(s0Confs))])
+}
+
+// put configures stream (a barrier, like init) and reports whether the
+// engine answered; on an error the store decides after a restart.
+func (mr *modelRun) put(stream string, conf streamconf.Config) bool {
 	open := mr.e.Status().OpenID
 	snap := mr.m.snapshot()
 	armed := mr.crash
 	ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
-	_, err := mr.e.PutStream(ctx, "s0", conf)
+	_, err := mr.e.PutStream(ctx, stream, conf)
 	cancel()
-	mr.note("put s0 %+v: %v", conf, err)
+	mr.note("put %s %+v: %v", stream, conf, err)
 	if err != nil {
 		// A fault stopped the engine or refused the record, or the
 		// crash point hid the barrier's end: the store decides.
 		mr.pendingID, mr.pendingSnap = open, snap
 		mr.restart(mr.rng.IntN(2) == 0)
 		mr.fullCheck()
-		return
+		return false
 	}
 	if state, ran := mr.ckLog.state(open); ran && mr.e.Status().OpenID > open {
 		mr.putBarriers++
 		mr.m.checkpointed(snap, state == recovery.Committed)
 		mr.m.resolveAnon(mr.t, mr.e)
 	}
-	if got := mr.e.Stream("s0"); got.ActiveVersion != got.Config.Version {
-		mr.fail("put s0: answered with version %d in force, newest %d", got.ActiveVersion, got.Config.Version)
+	if got := mr.e.Stream(stream); got.ActiveVersion != got.Config.Version {
+		mr.fail("put %s: answered with version %d in force, newest %d", stream, got.ActiveVersion, got.Config.Version)
 	}
+	return true
 }
 
 func (mr *modelRun) note(format string, args ...any) {
@@ -835,6 +920,7 @@ func (mr *modelRun) fullCheck() {
 		}
 	}
 	mr.committedDups = mr.committedDups[:0]
+	mr.checkTable()
 	mr.st.checks++
 }
 
@@ -856,11 +942,13 @@ func (mr *modelRun) fullCheck() {
 func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	lease := mr.leaseAfterLoss()
 	cut = cut && copyOf == nil
+	mr.storeReplaced = true
 	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
 	}
 	mr.km.storeLost()
+	mr.world.touchesLost(mr.m)
 	mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
 	// Ids answered but never committed left no trace in the
 	// destination, so a lost store can't keep them out of
@@ -909,6 +997,25 @@ func (mr *modelRun) forget(expire bool) {
 		}
 		gone = append(gone, i)
 	}
+	mr.reincarnate(gone, fmt.Sprintf("expiry %v", expire))
+	switch mr.rng.IntN(4) {
+	case 0, 1:
+		commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
+	case 2:
+		// The store is lost before the new incarnations commit: the
+		// destination shows only the forgotten ones' ranges.
+		mr.st.lostAfterForget++
+		mr.loseStore(nil, true)
+	default:
+		// Their batches ride in a later checkpoint.
+	}
+}
+
+// reincarnate takes the producers at gone (indexes into producers) as
+// forgotten by the engine: each comes back at once as a new incarnation
+// of the same id (its records name it p~N, sent as p: wireID), inits
+// from seq 0 and sends a batch.
+func (mr *modelRun) reincarnate(gone []int, why string) {
 	for _, i := range gone {
 		p := mr.producers[i]
 		mr.st.forgotten++
@@ -940,18 +1047,8 @@ func (mr *modelRun) forget(expire bool) {
 		if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, np, mr.streams[mr.rng.IntN(len(mr.streams))], 1); err != nil {
 			mr.fail("write %s after it was forgotten: %v", np, err)
 		}
-		mr.note("forgot %s (expiry %v): now %s at epoch %d", p, expire, np, ps.Epoch)
-	}
-	switch mr.rng.IntN(4) {
-	case 0, 1:
-		commitAll(mr.t, mr.e, mr.m, "forget producers", mr.fail)
-	case 2:
-		// The store is lost before the new incarnations commit: the
-		// destination shows only the forgotten ones' ranges.
-		mr.st.lostAfterForget++
-		mr.loseStore(nil, true)
-	default:
-		// Their batches ride in a later checkpoint.
+		mr.world.touched(np, mr.clock)
+		mr.note("forgot %s (%s): now %s at epoch %d", p, why, np, ps.Epoch)
 	}
 }
 

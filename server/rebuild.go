@@ -54,7 +54,7 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 	lc.e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
 		"idempotency keys of batches committed after the store's copy (a keyed resend of one is written again), "+
 		"batches accepted but not committed before the loss, and epochs handed out after a producer's last commit (a client with a newer epoch must init again)",
-		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
+		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "files_gone", rb.FilesGone, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
 		"quarantined", len(rb.Quarantine),
 		"duration_ms", time.Since(begin).Milliseconds())
 	return nil

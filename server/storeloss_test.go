@@ -7,12 +7,14 @@ import (
 	"maps"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
@@ -130,7 +132,12 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	// The model and the engine agree before the loss: what follows
 	// compares the rebuilt producers with the model.
 	checkI5(t, m, e, fail)
-	cut = cut && len(last.Files) > 0 && len(m.must) == mustBefore
+	// Not when it holds files of a table stream: a crash before its
+	// manifest leaves no table commit, and taking the manifest away after
+	// the commit would leave one (TestTableHalfCommittedAfterStoreLoss
+	// has that crash).
+	cut = cut && len(last.Files) > 0 && len(m.must) == mustBefore &&
+		!slices.ContainsFunc(last.Files, func(f committer.File) bool { return f.Stream == tableStream })
 	if cut {
 		m.prepared = before // its batches are not committed after all,
 		m.rollback()        // and their clients send them again
@@ -267,7 +274,8 @@ func damageLease(fs afero.Fs, how leaseAfterLoss, fail func(string, ...any)) {
 		if err := json.Unmarshal(data, &l); err != nil {
 			fail("lease %s: decode: %v", how, err)
 		}
-		// Renewals run on the engine's clock, which never goes back.
+		// Expired as a release leaves it (expires_at at renewed_at):
+		// taken over at once whatever the clock did (the model steps it).
 		l.ExpiresAt = l.RenewedAt
 		data, err = json.Marshal(&l)
 	case leaseUnreadable:

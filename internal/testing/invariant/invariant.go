@@ -122,6 +122,22 @@ type Checker struct {
 	NoEmpty bool
 
 	seen map[string]uint32 // committed file -> crc, from earlier checks
+	// removed holds the files someone else removed from the destination
+	// after a Check saw them committed (Removed), as that Check read them.
+	removed map[string][]byte
+}
+
+// Removed tells the checker that the committed file at name (relative to
+// the destination) was removed by someone else — a retention job deleting
+// old partitions — and that data is what it held. Later Checks take it as
+// still there with that content: its manifest entry is not missing, its
+// batches count (once), I7 holds for it; the file appearing again in the
+// destination is a problem.
+func (c *Checker) Removed(name string, data []byte) {
+	if c.removed == nil {
+		c.removed = map[string][]byte{}
+	}
+	c.removed[name] = data
 }
 
 // Expect says which batches must and must not be present.
@@ -236,6 +252,17 @@ func (run *checkRun) list() bool {
 		run.r.bad("list destination: %v", err)
 		return false
 	}
+	listed := map[string]bool{}
+	for _, o := range objs {
+		listed[o.Path] = true
+	}
+	for name, data := range run.c.removed {
+		if listed[name] {
+			run.r.bad("%s, removed by another process, is in the destination again", name)
+			continue
+		}
+		objs = append(objs, Object{Path: name, Size: int64(len(data))})
+	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Path < objs[j].Path })
 	for _, o := range objs {
 		switch {
@@ -278,6 +305,9 @@ func (run *checkRun) readDataFile(o Object) {
 	}
 	f.node, f.ckpt = node, ckpt
 	data, err := run.src.Read(run.ctx, o.Path)
+	if kept, ok := run.c.removed[o.Path]; ok {
+		data, err = kept, nil // removed by another process: as a Check read it
+	}
 	if err != nil {
 		r.bad("read %s: %v", o.Path, err)
 		return
@@ -569,6 +599,9 @@ func (c *Checker) Inherit(old *Checker) {
 	for k, v := range old.seen {
 		c.seen[k] = v
 	}
+	for k, v := range old.removed {
+		c.Removed(k, v)
+	}
 }
 
 type claim struct {
@@ -634,4 +667,25 @@ func decodeLines(name string, data []byte) (lines []byte, encoded bool, err erro
 		}
 		out = append(append(out, rec...), '\n')
 	}
+}
+
+// FileBatches returns the batches of test records in a data file's
+// content (name tells its encoding), in file order: what a test needs to
+// know of a file it is about to remove (Checker.Removed).
+func FileBatches(name string, data []byte) ([]BatchID, error) {
+	lines, _, err := decodeLines(name, data)
+	if err != nil {
+		return nil, err
+	}
+	var out []BatchID
+	for l := range bytes.Lines(lines) {
+		var rec line
+		if err := json.Unmarshal(l, &rec); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if rec.I == 0 {
+			out = append(out, BatchID{rec.P, rec.S, rec.Q})
+		}
+	}
+	return out, nil
 }

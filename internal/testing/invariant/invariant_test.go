@@ -238,3 +238,60 @@ func TestCheckEncoded(t *testing.T) {
 		t.Fatalf("cut gzip file not reported: %q", r.Problems)
 	}
 }
+
+// TestRemovedByOthers: a committed file removed by someone else (a
+// retention job), once the checker is told with its content, still
+// counts: no missing file, no I7, its batches once; without being told
+// it is reported, and so is a removed file that comes back, and a batch
+// of it written again elsewhere is a duplicate.
+func TestRemovedByOthers(t *testing.T) {
+	files, manifests, ranges, must := valid()
+	fs := write(t, files, manifests, ranges)
+	c := &Checker{FS: fs, Dest: "/dest"}
+	if err := c.Check(Expect{Must: must, Exact: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.RemoveAll("/dest/" + dir1); err != nil {
+		t.Fatal(err)
+	}
+	if c.Check(Expect{Must: must, Exact: true}).Err() == nil {
+		t.Fatal("files removed, the checker not told: no problem reported")
+	}
+	c.Removed(files[0].path, files[0].data)
+	c.Removed(files[1].path, files[1].data)
+	if err := c.Check(Expect{Must: must, Exact: true}).Err(); err != nil {
+		t.Fatalf("removed files, the checker told: %v", err)
+	}
+	// Inherited by a checker of another filesystem (a power cut's clone).
+	c2 := &Checker{FS: fs, Dest: "/dest"}
+	c2.Inherit(c)
+	if err := c2.Check(Expect{Must: must, Exact: true}).Err(); err != nil {
+		t.Fatalf("removed files, inherited: %v", err)
+	}
+	// Batch p/2 written again, in a file of checkpoint 3.
+	p3 := dir1 + "/" + layout.PartName("n", 3, 0, "ndjson")
+	again := write(t, []file{{p3, files[1].data}}, map[uint64][]int{3: {0}}, map[string]committer.SeqRanges{p3: {{2, 2}}})
+	for _, name := range []string{p3, layout.ManifestName("n", 3)} {
+		data, err := afero.ReadFile(again, "/dest/"+name)
+		if err == nil {
+			err = afero.WriteFile(fs, "/dest/"+name, data, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Check(Expect{Must: must, Exact: true}).Err(); err == nil || !strings.Contains(err.Error(), "p/clicks/2 appears 2 times") {
+		t.Fatalf("a removed file's batch written again: %v, want a duplicate", err)
+	}
+	for _, name := range []string{p3, layout.ManifestName("n", 3)} {
+		if err := fs.Remove("/dest/" + name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := afero.WriteFile(fs, "/dest/"+files[0].path, files[0].data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check(Expect{Must: must, Exact: true}).Err(); err == nil || !strings.Contains(err.Error(), "in the destination again") {
+		t.Fatalf("a removed file back: %v", err)
+	}
+}

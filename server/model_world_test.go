@@ -1,0 +1,445 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/table"
+	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/spf13/afero"
+)
+
+// The model test's world (TestModel, worldStep): what a deployment does
+// around the engine besides its clients' requests.
+//
+//   - tableStep: an operator makes stream tb an Iceberg table (PUT with a
+//     table config), later changes its keep_snapshots or adds an optional
+//     field; the clients then write tb as any stream. checkTable, at every
+//     full check: the table's current snapshot holds exactly the tb files
+//     the manifests name — each once, added by its own checkpoint's
+//     snapshot —, its record count is theirs, its snapshots' times never
+//     go back, and nothing in metadata/ was passed over.
+//   - clockStep: the wall clock (Config.Now) steps forward — minutes, or
+//     past --idempotency-window and often --producer-expiry — or back,
+//     hours or days. Keys (keyModel) and producers expire as the design
+//     says: never one whose batches are not committed; committed keys
+//     dropped early by a forward step are the documented cost. Half the
+//     forward steps run the producer expiry at the new time (expireAt).
+//     The table's snapshot times are checked by checkTable; the lease's
+//     times follow the clock, and every restart after a step must start.
+//   - retentionStep: a retention job deletes a committed data file, its
+//     partition directory or the one above (never of the table stream:
+//     a table's files go by table maintenance, not a plain delete), and
+//     makes that durable. The checker is told (invariant.Checker.Removed);
+//     then batches are written into the same stream — landing in the
+//     removed partition when it is the current one, or later after a
+//     clock step back —, committed (a commit must not wedge on the
+//     missing directory), and half the time the power is cut: what
+//     committed stays.
+
+const (
+	modelKeyWindow      = 30 * time.Hour // Config.IdempotencyWindow
+	modelProducerExpiry = 60 * time.Hour // Config.ProducerExpiry; its loop ticks hourly (real time): expireAt runs it
+)
+
+// worldStats counts the world's steps.
+type worldStats struct {
+	tablePuts, tablePutsFailed, tableChecks, tableFiles, snapshots                                 int
+	clockForward, clockPastWindow, clockBack, clockBackDays                                        int
+	expiryRuns, expiredByClock, expiryKept                                                         int
+	retentions, retentionsRefused, removedFiles, removedDirs, writesAfterRemoval, cutsAfterRemoval int
+}
+
+func (s worldStats) String() string {
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after",
+		s.tablePuts, s.tablePutsFailed, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
+		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval)
+}
+
+// modelWorld is the model's state of the world steps.
+type modelWorld struct {
+	table      bool                 // tb is a table stream the clients write
+	grown      bool                 // its schema has the optional field "extra"
+	touch      map[string]time.Time // per producer: a lower bound of its last activity (init, or the barrier of a prepare)
+	touchExact map[string]bool      // touch is the activity the store holds
+	prepSeen   map[[2]string]int64  // model.prepared when touch was last brought up to date
+	stats      *worldStats
+}
+
+func newModelWorld() modelWorld {
+	return modelWorld{touch: map[string]time.Time{}, touchExact: map[string]bool{}, prepSeen: map[[2]string]int64{}}
+}
+
+// touched records an activity of p the store holds exactly: an init, a
+// prepare, at clock now.
+func (w *modelWorld) touched(p string, now time.Time) {
+	w.touch[p], w.touchExact[p] = now, true
+}
+
+// touchUnsure records an init of p cut by a fault: its activity is the
+// one before, or now.
+func (w *modelWorld) touchUnsure(p string, now time.Time) {
+	if t, ok := w.touch[p]; !ok || now.Before(t) {
+		w.touch[p] = now
+	}
+	w.touchExact[p] = false
+}
+
+// notePrepares brings touch up to date with the prepares since the last
+// call: the model's clock has not moved since (call before it moves),
+// and a prepare records its checkpoint's barrier time.
+func (w *modelWorld) notePrepares(m *model, now time.Time) {
+	for k, v := range m.prepared {
+		if w.prepSeen[k] != v {
+			w.touched(k[0], now)
+		}
+	}
+	w.prepSeen = maps.Clone(m.prepared)
+}
+
+// touchesLost: the store was rebuilt (activity from the rebuild's real
+// time) or replaced by an older copy: no activity is known.
+func (w *modelWorld) touchesLost(m *model) {
+	clear(w.touch)
+	clear(w.touchExact)
+	w.prepSeen = maps.Clone(m.prepared)
+}
+
+// worldStep runs one of the world's steps.
+func (mr *modelRun) worldStep() {
+	if mr.cutFS != nil || mr.e.Err() != nil {
+		mr.restart(mr.rng.IntN(2) == 0)
+		return
+	}
+	switch x := mr.rng.IntN(10); {
+	case x < 3:
+		mr.tableStep()
+	case x < 7 || mr.crash != nil:
+		mr.clockStep()
+	default:
+		mr.retentionStep()
+	}
+}
+
+// setClock moves the engine's clock to now.
+func (mr *modelRun) setClock(now time.Time) {
+	mr.world.notePrepares(mr.m, mr.clock)
+	mr.clock = now
+	mr.now.Store(now.UnixNano())
+	mr.km.clockTo(now)
+}
+
+// tableStep makes tb a table stream, or changes its configuration as a
+// table can follow (keep_snapshots, an optional field).
+func (mr *modelRun) tableStep() {
+	conf := tableConf
+	conf.KeepSnapshots = 2 + mr.rng.IntN(4) // expiry runs
+	if mr.world.grown || mr.world.table && mr.rng.IntN(4) == 0 {
+		conf.Schema = &streamconf.Schema{Fields: append(slices.Clone(testSchema.Fields), streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
+	}
+	mr.world.st().tablePuts++
+	if !mr.put(tableStream, conf) {
+		mr.world.st().tablePutsFailed++
+		return // put again at a later step
+	}
+	mr.world.grown = conf.Schema != testSchema
+	if !mr.world.table {
+		mr.world.table = true
+		mr.streams = append(mr.streams, tableStream)
+	}
+}
+
+// st is where the world's stats go: set by runModel (a pointer into
+// modelStats).
+func (w *modelWorld) st() *worldStats { return w.stats }
+
+// checkTable checks tb's table against the manifests (see the top).
+func (mr *modelRun) checkTable() {
+	if !mr.world.table {
+		return
+	}
+	ctx := context.Background()
+	d := local.New(mr.base, rigDest, rigStaging)
+	cur, err := table.Load(ctx, d, tableStream)
+	if err != nil {
+		mr.fail("table %s: load: %v", tableStream, err)
+	}
+	if len(cur.Skipped) > 0 {
+		mr.fail("table %s: metadata passed over: %+v", tableStream, cur.Skipped)
+	}
+	want := map[string]uint64{} // file -> the checkpoint whose manifest names it
+	var records int64
+	names, err := afero.Glob(mr.base, rigDest+"/"+layout.ManifestDir+"/"+rigNode+"/*.json")
+	if err != nil {
+		mr.fail("list manifests: %v", err)
+	}
+	for _, name := range names {
+		rel := strings.TrimPrefix(name, rigDest+"/")
+		_, ck, ok := layout.ParseManifestName(rel)
+		if !ok {
+			continue
+		}
+		mf, err := layout.ReadManifest(ctx, d, rel)
+		if err != nil {
+			mr.fail("table %s: read manifest %s: %v", tableStream, rel, err)
+		}
+		for _, f := range mf.Files {
+			if f.Stream == tableStream {
+				want[f.Path] = ck
+				records += f.Records
+			}
+		}
+	}
+	if cur.Version == 0 {
+		if len(want) > 0 {
+			mr.fail("table %s: no table, %d files committed", tableStream, len(want))
+		}
+		return
+	}
+	files, err := table.DataFiles(ctx, d, tableStream, cur.Metadata)
+	if err != nil {
+		mr.fail("table %s v%d: data files: %v", tableStream, cur.Version, err)
+	}
+	in := map[string]bool{}
+	for _, f := range files {
+		ck, named := want[f.Path]
+		switch {
+		case in[f.Path]:
+			mr.fail("table %s v%d: %s is in the table twice (I2)", tableStream, cur.Version, f.Path)
+		case !named:
+			mr.fail("table %s v%d: %s is in the table, in no manifest", tableStream, cur.Version, f.Path)
+		case f.SnapshotID != table.SnapshotID(tableStream, rigNode, ck):
+			mr.fail("table %s v%d: %s added by snapshot %d, not by checkpoint %d's own %d", tableStream, cur.Version, f.Path, f.SnapshotID, ck, table.SnapshotID(tableStream, rigNode, ck))
+		}
+		in[f.Path] = true
+	}
+	for f, ck := range want {
+		if !in[f] {
+			mr.fail("table %s v%d: %s committed by checkpoint %d, in no snapshot", tableStream, cur.Version, f, ck)
+		}
+	}
+	if s := cur.Metadata.CurrentSnapshot(); s != nil {
+		if got := s.Summary.Properties["total-records"]; got != strconv.FormatInt(records, 10) {
+			mr.fail("table %s v%d: %s records, the manifests name %d", tableStream, cur.Version, got, records)
+		}
+	}
+	// Snapshot times never go back, whatever the clock did, and none is
+	// after the metadata's own.
+	snaps := slices.Clone(cur.Metadata.Snapshots())
+	slices.SortFunc(snaps, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
+	for i, s := range snaps {
+		if i > 0 && s.TimestampMs < snaps[i-1].TimestampMs {
+			mr.fail("table %s v%d: snapshot %d (sequence %d) dated %d, before snapshot %d's %d", tableStream, cur.Version, s.SnapshotID, s.SequenceNumber, s.TimestampMs, snaps[i-1].SnapshotID, snaps[i-1].TimestampMs)
+		}
+		if s.TimestampMs > cur.Metadata.LastUpdatedMillis() {
+			mr.fail("table %s v%d: snapshot %d dated %d, after the metadata's last-updated-ms %d", tableStream, cur.Version, s.SnapshotID, s.TimestampMs, cur.Metadata.LastUpdatedMillis())
+		}
+	}
+	st := mr.world.st()
+	st.tableChecks++
+	st.tableFiles, st.snapshots = len(in), len(snaps)
+}
+
+// clockStep steps the engine's wall clock (see the top).
+func (mr *modelRun) clockStep() {
+	st := mr.world.st()
+	var d time.Duration
+	switch x := mr.rng.IntN(10); {
+	case x < 4:
+		d = time.Duration(1+mr.rng.IntN(180)) * time.Minute
+		st.clockForward++
+	case x < 6:
+		d = modelKeyWindow + time.Duration(mr.rng.IntN(72))*time.Hour
+		st.clockForward++
+		st.clockPastWindow++
+	case x < 9:
+		d = -time.Duration(1+mr.rng.IntN(360)) * time.Minute
+		st.clockBack++
+	default:
+		d = -time.Duration(1+mr.rng.IntN(3)) * 24 * time.Hour
+		st.clockBack++
+		st.clockBackDays++
+	}
+	mr.setClock(mr.clock.Add(d))
+	mr.note("clock stepped %v: %s", d, mr.clock.Format(time.RFC3339))
+	if d > 0 && mr.crash == nil && mr.rng.IntN(2) == 0 {
+		mr.expireAt()
+	}
+}
+
+// expireAt runs the producer expiry at the engine's clock and checks whom
+// it forgot: never a producer with batches not committed, never one
+// active at or after the cutoff (clock minus the expiry); and, when the
+// model knows a producer's activity exactly, every idle one before it.
+// The forgotten come back as new incarnations (reincarnate).
+func (mr *modelRun) expireAt() {
+	st := mr.world.st()
+	mr.world.notePrepares(mr.m, mr.clock)
+	mr.sw.Set(nil)
+	cutoff := mr.clock.Add(-modelProducerExpiry)
+	n, err := mr.e.ExpireProducers(mr.clock)
+	if err != nil {
+		mr.fail("producer expiry at %s: %v", mr.clock, err)
+	}
+	st.expiryRuns++
+	var gone []int
+	for i, p := range mr.producers {
+		if _, inited := mr.m.epoch[p]; !inited {
+			continue
+		}
+		busy := false
+		for k, next := range mr.m.next {
+			busy = busy || k[0] == p && next != mr.m.prepared[k]
+		}
+		_, known := mr.e.Producer(wireID(p))
+		t, exact := mr.world.touch[p], mr.world.touchExact[p]
+		switch {
+		case !known && busy:
+			mr.fail("producer expiry at %s forgot %s, which has batches not committed", mr.clock, p)
+		case !known && !t.Before(cutoff):
+			mr.fail("producer expiry at %s (cutoff %s) forgot %s, active at %s or later", mr.clock, cutoff, p, t)
+		case known && exact && !busy && t.Before(cutoff):
+			mr.fail("producer expiry at %s (cutoff %s) kept %s, idle since %s with nothing uncommitted", mr.clock, cutoff, p, t)
+		case known:
+			st.expiryKept++
+		default:
+			gone = append(gone, i)
+		}
+	}
+	if n != len(gone) {
+		mr.fail("producer expiry at %s: forgot %d producers, the model sees %d gone", mr.clock, n, len(gone))
+	}
+	st.expiredByClock += n
+	mr.note("producer expiry at %s: %d forgotten", mr.clock.Format(time.RFC3339), n)
+	mr.reincarnate(gone, "expired at "+mr.clock.Format(time.RFC3339))
+}
+
+// retentionStep removes committed data as a retention job would (see the
+// top), then writes into the same stream and commits.
+func (mr *modelRun) retentionStep() {
+	st := mr.world.st()
+	mr.sw.Set(nil)
+	mr.fullCheck() // every data file in place is committed
+	var files []string
+	err := afero.Walk(mr.base, rigDest, func(name string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(name, rigDest+"/")
+		if fi.IsDir() {
+			if strings.HasPrefix(rel, "_") || rel == tableStream {
+				return filepath.SkipDir // not a plain stream's data
+			}
+			return nil
+		}
+		if _, _, _, _, ok := layout.ParsePartName(path.Base(rel)); ok {
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		mr.fail("retention: walk: %v", err)
+	}
+	if len(files) == 0 {
+		return
+	}
+	victim, gone, content := "", []string(nil), map[string][]byte(nil)
+	for try := 0; victim == "" && try < 4; try++ {
+		victim, gone, content = mr.retentionVictim(files, try == 0 && mr.rng.IntN(2) == 0)
+	}
+	if victim == "" {
+		return
+	}
+	stream, _, _ := strings.Cut(victim, "/")
+	for _, f := range gone {
+		mr.r.checker.Removed(f, content[f])
+	}
+	if err := mr.base.RemoveAll(rigDest + "/" + victim); err != nil {
+		mr.fail("retention: remove %s: %v", victim, err)
+	}
+	if err := durable.SyncDir(mr.base, path.Dir(rigDest+"/"+victim)); err != nil {
+		mr.fail("retention: sync: %v", err)
+	}
+	st.retentions++
+	st.removedFiles += len(gone)
+	if victim != gone[0] {
+		st.removedDirs++
+	}
+	mr.note("retention removed %s (%d files)", victim, len(gone))
+	// Late data: batches of the same stream, committed.
+	for range 1 + mr.rng.IntN(4) {
+		p := mr.producers[mr.rng.IntN(len(mr.producers))]
+		if _, inited := mr.m.epoch[p]; !inited {
+			continue
+		}
+		if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, stream, 1+mr.rng.IntN(3)); err != nil {
+			mr.fail("retention: write %s after %s was removed: %v", stream, victim, err)
+		}
+		st.writesAfterRemoval++
+	}
+	commitAll(mr.t, mr.e, mr.m, "after a retention job removed "+victim, mr.fail)
+	if mr.rng.IntN(2) == 0 {
+		st.cutsAfterRemoval++
+		mr.restart(true)
+	}
+	mr.fullCheck()
+}
+
+// retentionVictim picks what a retention job removes: a committed file
+// (the newest when newest, most likely in the partition written now, else
+// any), or its partition directory, or the one above; never the stream's
+// own directory. It returns "" for a pick that holds a producer's newest
+// committed batch on its stream: an old partition is removed, not one
+// producers may still resend into (a store loss would rebuild next_seq
+// below it: docs/nodes.md). gone lists the files it holds, content what
+// each holds.
+func (mr *modelRun) retentionVictim(files []string, newest bool) (victim string, gone []string, content map[string][]byte) {
+	victim = files[mr.rng.IntN(len(files))]
+	if newest {
+		victim = slices.MaxFunc(files, func(a, b string) int {
+			_, ca, _, _, _ := layout.ParsePartName(path.Base(a))
+			_, cb, _, _, _ := layout.ParsePartName(path.Base(b))
+			return cmp.Compare(ca, cb)
+		})
+	}
+	for up := mr.rng.IntN(3); up > 0 && strings.Contains(path.Dir(victim), "/"); up-- {
+		victim = path.Dir(victim)
+	}
+	content = map[string][]byte{}
+	for _, f := range files {
+		if f != victim && !strings.HasPrefix(f, victim+"/") {
+			continue
+		}
+		data, err := afero.ReadFile(mr.base, rigDest+"/"+f)
+		if err != nil {
+			mr.fail("retention: read %s: %v", f, err)
+		}
+		bs, err := invariant.FileBatches(f, data)
+		if err != nil {
+			mr.fail("retention: read %s: %v", f, err)
+		}
+		for _, b := range bs {
+			if b.Producer != "" && b.Seq == mr.m.prepared[[2]string{b.Producer, b.Stream}]-1 {
+				mr.world.st().retentionsRefused++
+				mr.note("retention: %s not removed, %s holds the newest committed batch %s", victim, f, b)
+				return "", nil, nil
+			}
+		}
+		content[f] = data
+		gone = append(gone, f)
+	}
+	return victim, gone, content
+}
