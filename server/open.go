@@ -68,7 +68,7 @@ func Open(cfg Config) (*Engine, error) {
 				sc := e.ing.confFor(stream)
 				return sc.cfg, sc != defaultConf
 			}}
-		e.fin.Park, e.fin.Parked = e.parkTable, e.noteParked
+		e.fin.Park, e.fin.Parked = parkTable, e.life.noteParked
 	}
 	e.health.publishLocked()
 	if e.lease = newLease(&cfg); e.lease != nil {

@@ -25,10 +25,11 @@ import (
 
 // parkTable is the Finisher's Park: a table commit whose error no retry
 // cures is parked.
-func (e *Engine) parkTable(_ string, err error) bool { return classify(err) == verdictAbort }
+func parkTable(_ string, err error) bool { return classify(err) == verdictAbort }
 
 // noteParked is the Finisher's Parked: p is in the store.
-func (e *Engine) noteParked(p recovery.Parked) {
+func (lc *lifecycle) noteParked(p recovery.Parked) {
+	e := lc.e
 	e.log.Error("table commit parked: the stream's writes are refused (429 backpressure) until its table takes the commit; the other streams go on. Remove or repair what the error names",
 		"op", "table", "stream", p.Stream, "checkpoint", p.Checkpoint, "err", p.Error)
 	// Refused from now on, whatever the store read below does: the bound

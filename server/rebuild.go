@@ -114,7 +114,7 @@ func (lc *lifecycle) finishTables(ctx context.Context, rb *recovery.Rebuilt, com
 			err := lc.e.fin.Tables.Commit(ctx, lc.e.cfg.Node, rf.Checkpoint, files)
 			switch {
 			case err == nil:
-			case lc.e.parkTable(s, err):
+			case parkTable(s, err):
 				if behind == nil {
 					behind = map[string]bool{}
 				}
