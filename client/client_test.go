@@ -563,7 +563,15 @@ func TestBufferBound(t *testing.T) {
 	r := newRig(t, 0).start()
 	recs, _ := records("b0", 1)
 	size := int64(len(recs[0]) + 1)
-	c := r.initClient("p", client.WithMaxBuffered(3*size))
+	var stall atomic.Bool // GET /v1/producers/p answers only when its request ends
+	hc := &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if stall.Load() && req.Method == http.MethodGet && req.URL.Path == "/v1/producers/p" {
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		}
+		return http.DefaultTransport.RoundTrip(req)
+	})}
+	c := r.initClient("p", client.WithMaxBuffered(3*size), client.WithHTTPClient(hc))
 	keys := sendBatches(t, c, "b", 3)
 	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
@@ -572,13 +580,15 @@ func TestBufferBound(t *testing.T) {
 		t.Fatalf("over the buffer: %v", err)
 	}
 	// A ctx that ends while Send reads the producer's state to make room
-	// (here: before it starts) is the same ErrBufferFull, not the read's
-	// error.
-	ended, cancelEnded := context.WithCancel(t.Context())
-	cancelEnded()
-	if _, err := c.Send(ended, "s", recs); !errors.Is(err, client.ErrBufferFull) || errors.Is(err, client.ErrKept) {
-		t.Fatalf("over the buffer, ctx ended: %v", err)
+	// (a service slow to answer) is the same ErrBufferFull, not the
+	// read's error.
+	stall.Store(true)
+	slow, cancelSlow := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancelSlow()
+	if _, err := c.Send(slow, "s", recs); !errors.Is(err, client.ErrBufferFull) || errors.Is(err, client.ErrKept) {
+		t.Fatalf("over the buffer, the state read stalled: %v", err)
 	}
+	stall.Store(false)
 	if st := c.Stats(); st.Batches != 3 || st.Bytes != 3*size {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -670,3 +680,8 @@ func TestConcurrentWithFaults(t *testing.T) {
 		r.expectOnce(s, keys)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
