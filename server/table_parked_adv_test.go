@@ -26,6 +26,29 @@ import (
 
 // Adversarial tests of parked tables (docs/tables.md "Parked tables").
 
+// sendExpected sends batch seq (3 records) of tableStream and expects it.
+func sendExpected(t *testing.T, r *rig, exp *invariant.Expect, seq int64) {
+	t.Helper()
+	if _, err := send(r.e, nil, tableStream, seq, 3); err != nil {
+		t.Fatal(err)
+	}
+	exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
+}
+
+// parkAfterOne commits batch 1 of tableStream into its table, plants a
+// version claiming it, sends batch 2 and has its checkpoint park the
+// stream; it returns the planted file.
+func parkAfterOne(t *testing.T, r *rig, e *Engine, must func(int64)) string {
+	t.Helper()
+	must(1)
+	r.commit()
+	planted := plantClaimingVersion(t, r, tableStream)
+	must(2)
+	parkedCheckpoint(t, e)
+	wantParked(t, e, tableStream)
+	return planted
+}
+
 // TestTableParkedOlderStoreCopyLandsOnce: a copy of the state store taken
 // while stream A is parked (its row A/N) comes back after the row landed
 // and A's table took later commits, which expired N's snapshot
@@ -42,19 +65,8 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	must := func(seq int64) {
-		t.Helper()
-		if _, err := send(r.e, nil, tableStream, seq, 3); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-	}
-	must(1)
-	r.commit()
-	planted := plantClaimingVersion(t, r, tableStream)
-	must(2)
-	parkedCheckpoint(t, e)
-	wantParked(t, e, tableStream)
+	must := func(seq int64) { t.Helper(); sendExpected(t, r, &exp, seq) }
+	planted := parkAfterOne(t, r, e, must)
 	// The copy: A's row is in it.
 	r.stop()
 	older, err := os.ReadFile(r.storePath)
@@ -154,19 +166,8 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	must := func(seq int64) {
-		t.Helper()
-		if _, err := send(r.e, nil, tableStream, seq, 3); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-	}
-	must(1)
-	r.commit()
-	planted := plantClaimingVersion(t, r, tableStream)
-	must(2)
-	parkedCheckpoint(t, e)
-	wantParked(t, e, tableStream)
+	must := func(seq int64) { t.Helper(); sendExpected(t, r, &exp, seq) }
+	planted := parkAfterOne(t, r, e, must)
 	evolved := tableConf
 	evolved.Schema = &streamconf.Schema{Fields: append(append([]streamconf.Field(nil), testSchema.Fields...),
 		streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
