@@ -22,6 +22,7 @@ import (
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // Adversarial tests of parked tables (docs/tables.md "Parked tables").
@@ -450,7 +451,10 @@ func plantNext(t *testing.T, r *rig, d committer.Reader, stream string) string {
 // the end every accepted batch is in the files exactly once and every
 // file of A and B in its table once, by its checkpoint's own snapshot.
 func TestTableParkedConcurrentProducers(t *testing.T) {
-	r, d := parkRig(t)
+	// A real directory: its create-only rename (RENAME_NOREPLACE) and the
+	// plant's O_EXCL create are atomic, as the race between a commit and
+	// a plant needs; the in-memory file system's are a check then an act.
+	r, d := parkRigOn(t, noReplaceFs(t.TempDir()))
 	e := r.start(nil)
 	for _, s := range []string{tableStream, otherTable} {
 		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
@@ -557,4 +561,24 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 	}
 	t.Logf("%d batches, at most %d parked rows", len(exp.Must), maxRows)
 	r.check(exp)
+}
+
+// noReplaceFs is the OS file system below dir, with the kernel's
+// create-only rename (durable.OsFs) under its path mapping.
+func noReplaceFs(dir string) afero.Fs {
+	return &baseNoReplace{BasePathFs: afero.NewBasePathFs(durable.NewOsFs(), dir).(*afero.BasePathFs)}
+}
+
+type baseNoReplace struct{ *afero.BasePathFs }
+
+func (b *baseNoReplace) RenameNoReplace(oldname, newname string) error {
+	o, err := b.RealPath(oldname)
+	if err != nil {
+		return err
+	}
+	n, err := b.RealPath(newname)
+	if err != nil {
+		return err
+	}
+	return durable.RenameNoReplace(durable.NewOsFs(), o, n)
 }

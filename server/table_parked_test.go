@@ -17,6 +17,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/afero"
 )
 
 // otherTable is a second table stream, beside tableStream.
@@ -40,8 +41,11 @@ func (d *openHookDest) Open(ctx context.Context, name string) (io.ReadSeekCloser
 	return d.crashingDest.Open(ctx, name)
 }
 
-func parkRig(t *testing.T) (*rig, *openHookDest) {
-	r := newRig(t, nil)
+func parkRig(t *testing.T) (*rig, *openHookDest) { return parkRigOn(t, nil) }
+
+// parkRigOn is parkRig on fs (nil: in memory).
+func parkRigOn(t *testing.T, fs afero.Fs) (*rig, *openHookDest) {
+	r := newRig(t, fs)
 	d := &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}
 	r.tweak = func(c *Config) {
 		d.Local = local.New(c.FS, rigDest, rigStaging)
