@@ -25,8 +25,12 @@ import (
 // /readyz answered 503 (a permanent stuck commit).
 func TestParkedTableAnswers(t *testing.T) {
 	r := newRig(t, rigOpts{
-		engine: func(c *server.Config) { c.TableLocation = "file://" + enginetest.Dest },
-		api:    func(c *Config) { c.WaitTimeout = 5 * time.Second },
+		// RetryMax: the parked loop's pace, and so the 429's Retry-After.
+		engine: func(c *server.Config) {
+			c.TableLocation = "file://" + enginetest.Dest
+			c.RetryMax = 2500 * time.Millisecond
+		},
+		api: func(c *Config) { c.WaitTimeout = 5 * time.Second },
 	})
 	conf := streamconf.Config{Format: streamconf.FormatParquet, Table: streamconf.TableIceberg,
 		Partition: "k={field:k}", Schema: &streamconf.Schema{Fields: []streamconf.Field{{Name: "k", Type: streamconf.TypeString, Required: true}}}}
@@ -77,8 +81,8 @@ func TestParkedTableAnswers(t *testing.T) {
 	}
 	rec := r.do("POST", "/v1/streams/ta/records", `{"k":"x"}`+"\n", "Content-Type", "application/x-ndjson")
 	expectError(t, rec, http.StatusTooManyRequests, CodeBackpressure)
-	if rec.Header().Get("Retry-After") == "" {
-		t.Fatal("429 without Retry-After")
+	if got := rec.Header().Get("Retry-After"); got != "3" {
+		t.Fatalf("429 with Retry-After %q, want 3 (the parked loop's 2.5 s, rounded up; not sooner)", got)
 	}
 	waitCommit(t, r, "tb", "while ta is parked")
 	expectStatus(t, r.do("GET", "/readyz", ""), http.StatusOK)

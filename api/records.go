@@ -520,6 +520,20 @@ func parseError(err error) *ErrorResponse {
 
 // engineError answers an error of the engine. write marks the write route,
 // whose answers carry the open checkpoint.
+// retryAfterOf is the Retry-After for err: the configured one, or the
+// error's own hint (server.RetryHint) when that is longer, in whole
+// seconds rounded up.
+func (s *Server) retryAfterOf(err error) string {
+	var h server.RetryHint
+	if errors.As(err, &h) {
+		secs := int64((h.RetryAfter() + time.Second - 1) / time.Second)
+		if own, _ := strconv.ParseInt(s.retryAfter, 10, 64); secs > own {
+			return strconv.FormatInt(secs, 10)
+		}
+	}
+	return s.retryAfter
+}
+
 func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, write bool) {
 	if r.Context().Err() != nil {
 		return // the client is gone; nobody reads an answer
@@ -552,7 +566,7 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, 
 		status, e.Error = http.StatusUnprocessableEntity, CodeIdempotencyKeyReused
 	case errors.Is(err, server.ErrBackpressure):
 		status, e.Error = http.StatusTooManyRequests, CodeBackpressure
-		w.Header().Set("Retry-After", s.retryAfter)
+		w.Header().Set("Retry-After", s.retryAfterOf(err))
 	case errors.Is(err, server.ErrNotReady):
 		status, e.Error = http.StatusServiceUnavailable, CodeNotReady
 		w.Header().Set("Retry-After", s.retryAfter)

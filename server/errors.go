@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/recovery"
@@ -47,3 +48,17 @@ func (e *SeqError) Error() string {
 
 // Unwrap returns ErrOutOfOrder.
 func (e *SeqError) Unwrap() error { return ErrOutOfOrder }
+
+// RetryHint is implemented by an error that knows how soon a retry may
+// pass: the API's Retry-After takes it when it is longer than its own.
+type RetryHint interface{ RetryAfter() time.Duration }
+
+// hinted is err with a RetryHint of after.
+type hinted struct {
+	err   error
+	after time.Duration
+}
+
+func (h *hinted) Error() string             { return h.err.Error() }
+func (h *hinted) Unwrap() error             { return h.err }
+func (h *hinted) RetryAfter() time.Duration { return h.after }

@@ -104,7 +104,10 @@ func (lc *lifecycle) syncParked() error {
 // parked: its backlog must not grow.
 func (in *ingest) parkedLocked(stream string) error {
 	if in.parked[stream] {
-		return fmt.Errorf("stream %s: its table commit is parked until its table can take it (docs/tables.md \"Parked tables\"): %w", stream, ErrBackpressure)
+		// Its loop tries again every RetryMax at most: no sooner retry
+		// can pass.
+		return &hinted{err: fmt.Errorf("stream %s: its table commit is parked until its table can take it (docs/tables.md \"Parked tables\"): %w", stream, ErrBackpressure),
+			after: in.e.cfg.RetryMax}
 	}
 	return nil
 }
