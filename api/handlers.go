@@ -185,9 +185,6 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(indexPage))
 }
 
-// readyOr503 answers 503 not_ready while recovery runs: it may still
-// restore producers (from the destination, when the store was lost), and a
-// 404 then would tell a client its producer is unknown.
 // waitedOut answers 503 not_ready, and true, when err is the end of a
 // request's bounded wait (s.wait) for the checkpoint holding the earlier
 // batches of what it changes, while its client still waits: op is the
@@ -203,6 +200,9 @@ func (s *Server) waitedOut(w http.ResponseWriter, r *http.Request, err error, op
 	return true
 }
 
+// readyOr503 answers 503 not_ready while recovery runs: it may still
+// restore producers (from the destination, when the store was lost), and a
+// 404 then would tell a client its producer is unknown.
 func (s *Server) readyOr503(w http.ResponseWriter) bool {
 	if s.eng.Status().Ready {
 		return true

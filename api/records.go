@@ -518,8 +518,6 @@ func parseError(err error) *ErrorResponse {
 	return e
 }
 
-// engineError answers an error of the engine. write marks the write route,
-// whose answers carry the open checkpoint.
 // retryAfterOf is the Retry-After for err: the configured one, or the
 // error's own hint (server.RetryHint) when that is longer, in whole
 // seconds rounded up.
@@ -534,6 +532,8 @@ func (s *Server) retryAfterOf(err error) string {
 	return s.retryAfter
 }
 
+// engineError answers an error of the engine. write marks the write route,
+// whose answers carry the open checkpoint.
 func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error, write bool) {
 	if r.Context().Err() != nil {
 		return // the client is gone; nobody reads an answer

@@ -50,7 +50,9 @@ func (e *SeqError) Error() string {
 func (e *SeqError) Unwrap() error { return ErrOutOfOrder }
 
 // RetryHint is implemented by an error that knows how soon a retry may
-// pass: the API's Retry-After takes it when it is longer than its own.
+// pass (a lease held until its expiry, a parked table's next try): the
+// failure policy waits that long instead of backing off, and the API's
+// Retry-After takes it when it is longer than its own.
 type RetryHint interface{ RetryAfter() time.Duration }
 
 // hinted is err with a RetryHint of after.

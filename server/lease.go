@@ -116,11 +116,12 @@ type leaseWait struct {
 	in     time.Duration
 }
 
-// retryIn is how long the failure policy waits before acquire is asked
-// again: until the expiry, or the next look for a renewal if sooner.
-func (w *leaseWait) retryIn() time.Duration { return w.in }
+// RetryAfter is how long the failure policy waits before acquire is
+// asked again (RetryHint): until the expiry, or the next look for a
+// renewal if sooner.
+func (w *leaseWait) RetryAfter() time.Duration { return w.in }
 
-// waitIn is a leaseWait's retryIn at time t for a lease expiring at until.
+// waitIn is a leaseWait's RetryAfter at time t for a lease expiring at until.
 func (l *lease) waitIn(until, t time.Time) time.Duration {
 	return min(max(until.Sub(t), time.Millisecond), l.poll())
 }

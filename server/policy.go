@@ -103,14 +103,10 @@ type failure struct {
 	err     error
 	attempt int
 	verdict verdict // verdictRetry or verdictAbort: a stop ends the loop
-	// planned: the error said when to try again (a waiter): a wait, not
-	// a failure to shout about.
+	// planned: the error said when to try again (a RetryHint): a wait,
+	// not a failure to shout about.
 	planned bool
 }
-
-// waiter is an error that knows when the step may pass (a lease held
-// until its expiry): the loop waits that long instead of backing off.
-type waiter interface{ retryIn() time.Duration }
 
 // retry runs fn until it succeeds and returns nil. It ends early with the
 // error after a stop verdict (having stopped the engine), and with
@@ -131,14 +127,14 @@ func (p *policy) retry(ctx context.Context, fn func() error, onFail func(failure
 			p.stop(err)
 			return err
 		}
-		var w waiter
+		var w RetryHint // the step may pass then (a lease held until its expiry): wait that long instead of backing off
 		planned := errors.As(err, &w)
 		if onFail != nil {
 			onFail(failure{err: err, attempt: attempt, verdict: v, planned: planned})
 		}
 		d := p.wait(v, attempt)
 		if planned {
-			d, attempt = w.retryIn(), -1 // a wait is no failure: the backoff starts over after it
+			d, attempt = w.RetryAfter(), -1 // a wait is no failure: the backoff starts over after it
 		}
 		if ctxsleep.Sleep(ctx, d) != nil {
 			return ErrClosed
