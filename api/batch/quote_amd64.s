@@ -1,5 +1,25 @@
 #include "textflag.h"
 
+// QUOTES loads the sixteen bytes at off(SI) into X0 and the bit mask of
+// their '"' bytes into reg.
+#define QUOTES(off, reg) \
+	MOVOU off(SI), X0; \
+	MOVO X0, X1; \
+	PCMPEQB X8, X1; \
+	PMOVMSKB X1, reg
+
+// CLASSIFY adds the bytes of X0 that are a '\' or below 0x20 to X11, and
+// all of X0 to X12 (whose high bits are the bytes 0x80 or above).
+#define CLASSIFY \
+	MOVO X0, X2; \
+	PCMPEQB X9, X2; \
+	POR X2, X11; \
+	MOVO X0, X3; \
+	PMINUB X10, X3; \
+	PCMPEQB X0, X3; \
+	POR X3, X11; \
+	POR X0, X12
+
 // func quoteBlocks(b []byte, tail *[64]byte, q []uint64) (flags uint64)
 //
 // Sixteen bytes at a time (SSE2, in every amd64): for each 64-byte block
@@ -27,63 +47,20 @@ TEXT ·quoteBlocks(SB), NOSPLIT, $0-64
 	JZ last
 
 loop:
-	MOVOU 0(SI), X0
-	MOVO X0, X1
-	PCMPEQB X8, X1
-	PMOVMSKB X1, AX
-	MOVO X0, X2
-	PCMPEQB X9, X2
-	POR X2, X11
-	MOVO X0, X3
-	PMINUB X10, X3
-	PCMPEQB X0, X3
-	POR X3, X11
-	POR X0, X12
-
-	MOVOU 16(SI), X0
-	MOVO X0, X1
-	PCMPEQB X8, X1
-	PMOVMSKB X1, BX
+	QUOTES(0, AX)
+	CLASSIFY
+	QUOTES(16, BX)
 	SHLQ $16, BX
 	ORQ BX, AX
-	MOVO X0, X2
-	PCMPEQB X9, X2
-	POR X2, X11
-	MOVO X0, X3
-	PMINUB X10, X3
-	PCMPEQB X0, X3
-	POR X3, X11
-	POR X0, X12
-
-	MOVOU 32(SI), X0
-	MOVO X0, X1
-	PCMPEQB X8, X1
-	PMOVMSKB X1, BX
+	CLASSIFY
+	QUOTES(32, BX)
 	SHLQ $32, BX
 	ORQ BX, AX
-	MOVO X0, X2
-	PCMPEQB X9, X2
-	POR X2, X11
-	MOVO X0, X3
-	PMINUB X10, X3
-	PCMPEQB X0, X3
-	POR X3, X11
-	POR X0, X12
-
-	MOVOU 48(SI), X0
-	MOVO X0, X1
-	PCMPEQB X8, X1
-	PMOVMSKB X1, BX
+	CLASSIFY
+	QUOTES(48, BX)
 	SHLQ $48, BX
 	ORQ BX, AX
-	MOVO X0, X2
-	PCMPEQB X9, X2
-	POR X2, X11
-	MOVO X0, X3
-	PMINUB X10, X3
-	PCMPEQB X0, X3
-	POR X3, X11
-	POR X0, X12
+	CLASSIFY
 
 	MOVQ AX, (DI)
 	ADDQ $64, SI
