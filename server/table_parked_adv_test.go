@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
@@ -326,14 +325,9 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 		for _, lose := range []bool{false, true} {
 			t.Run(fmt.Sprintf("crash=%d/lose=%v", k, lose), func(t *testing.T) {
 				r := newLeasedRig(t, nil)
-				leased := r.tweak
-				d := &nthTableCrash{openHookDest: &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}}
+				d := &nthTableCrash{openHookDest: newParkDest()}
 				d.left.Store(-1 << 30)
-				r.tweak = func(c *Config) {
-					d.Local = local.New(c.FS, rigDest, rigStaging)
-					c.Publisher, c.TableLocation = d, "file://"+rigDest
-					leased(c)
-				}
+				r.publishTo(d)
 				r.broken = "checked by catalog.Verify and the table's records"
 				e := startParkTables(t, r)
 				p := r.initProducer("p")

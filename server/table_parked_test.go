@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -46,12 +45,15 @@ func parkRig(t *testing.T) (*rig, *openHookDest) { return parkRigOn(t, nil) }
 // parkRigOn is parkRig on fs (nil: in memory).
 func parkRigOn(t *testing.T, fs afero.Fs) (*rig, *openHookDest) {
 	r := newRig(t, fs)
-	d := &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}
-	r.tweak = func(c *Config) {
-		d.Local = local.New(c.FS, rigDest, rigStaging)
-		c.Publisher, c.TableLocation = d, "file://"+rigDest
-	}
+	d := newParkDest()
+	r.publishTo(d)
 	return r, d
+}
+
+// newParkDest is the destination of the parked-table rigs: its hook runs
+// when a table commit of tableStream reads its version 2.
+func newParkDest() *openHookDest {
+	return &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}
 }
 
 // startParkTables starts r's engine with tableStream and otherTable
@@ -300,13 +302,8 @@ func TestTableParkedInOrder(t *testing.T) {
 // checkpoint was in no table and A's writes were accepted.
 func TestTableParkedStoreLost(t *testing.T) {
 	r := newLeasedRig(t, nil)
-	leased := r.tweak
-	d := &openHookDest{crashingDest: &crashingDest{}, hookAt: layout.TableMetadataName(tableStream, 2)}
-	r.tweak = func(c *Config) {
-		d.Local = local.New(c.FS, rigDest, rigStaging)
-		c.Publisher, c.TableLocation = d, "file://"+rigDest
-		leased(c)
-	}
+	d := newParkDest()
+	r.publishTo(d)
 	e := startParkTables(t, r)
 	p := r.initProducer("p")
 	mustSend(t, e, p, tableStream, 0, 3)

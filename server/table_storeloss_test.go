@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
-	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/spf13/afero"
 )
@@ -15,13 +14,8 @@ import (
 // with tables.
 func tableLeasedRig(t *testing.T) (*rig, *crashingDest) {
 	r := newLeasedRig(t, nil)
-	leased := r.tweak
 	d := &crashingDest{}
-	r.tweak = func(c *Config) {
-		d.Local = local.New(c.FS, rigDest, rigStaging)
-		c.Publisher, c.TableLocation = d, "file://"+rigDest
-		leased(c)
-	}
+	r.publishTo(d)
 	return r, d
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 const tableStream = "tb"
@@ -71,11 +72,33 @@ func (s crashingStaged) Publish(ctx context.Context) error {
 func tableRig(t *testing.T) (*rig, *crashingDest) {
 	r := newRig(t, nil)
 	d := &crashingDest{}
-	r.tweak = func(c *Config) {
-		d.Local = local.New(c.FS, rigDest, rigStaging)
-		c.Publisher, c.TableLocation = d, "file://"+rigDest
-	}
+	r.publishTo(d)
 	return r, d
+}
+
+// tableDest is a crashingDest, or a destination embedding one, that a
+// rig's engines publish through (rig.publishTo).
+type tableDest interface {
+	committer.Publisher
+	useLocal(fs afero.Fs)
+}
+
+// useLocal points d at the rig's local destination on fs.
+func (d *crashingDest) useLocal(fs afero.Fs) { d.Local = local.New(fs, rigDest, rigStaging) }
+
+// publishTo has r's engines publish through d, over the local
+// destination on each engine's file system, with Iceberg tables there.
+// The tweak r had runs after it (a leased rig's takes the publisher as
+// its leaser).
+func (r *rig) publishTo(d tableDest) {
+	before := r.tweak
+	r.tweak = func(c *Config) {
+		d.useLocal(c.FS)
+		c.Publisher, c.TableLocation = d, "file://"+rigDest
+		if before != nil {
+			before(c)
+		}
+	}
 }
 
 // startTable starts r's engine with the table stream tableStream put
