@@ -27,6 +27,20 @@ type storeFaults struct {
 	fired []string                                           // operations failed so far
 }
 
+// withStoreFaults has r's engines' state store writes go through the
+// returned storeFaults (failing none until set), after r's tweak.
+func (r *rig) withStoreFaults() *storeFaults {
+	f := &storeFaults{}
+	before := r.tweak
+	r.tweak = func(c *Config) {
+		if before != nil {
+			before(c)
+		}
+		c.StoreOptions.WriteFault = f.hook
+	}
+	return f
+}
+
 func (f *storeFaults) hook(op string, phase recovery.Phase) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -26,24 +26,15 @@ import (
 
 // Adversarial tests of parked tables (docs/tables.md "Parked tables").
 
-// sendExpected sends batch seq (3 records) of tableStream and expects it.
-func sendExpected(t *testing.T, r *rig, exp *invariant.Expect, seq int64) {
-	t.Helper()
-	if _, err := send(r.e, nil, tableStream, seq, 3); err != nil {
-		t.Fatal(err)
-	}
-	exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
-}
-
 // parkAfterOne commits batch 1 of tableStream into its table, plants a
 // version claiming it, sends batch 2 and has its checkpoint park the
-// stream; it returns the planted file.
-func parkAfterOne(t *testing.T, r *rig, e *Engine, must func(int64)) string {
+// stream; it returns the planted file. Both batches go into exp.
+func parkAfterOne(t *testing.T, r *rig, e *Engine, exp *invariant.Expect) string {
 	t.Helper()
-	must(1)
+	sendExpected(t, r, exp, tableStream, 1)
 	r.commit()
 	planted := plantClaimingVersion(t, r, tableStream)
-	must(2)
+	sendExpected(t, r, exp, tableStream, 2)
 	parkedCheckpoint(t, e)
 	wantParked(t, e, tableStream)
 	return planted
@@ -65,8 +56,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	must := func(seq int64) { t.Helper(); sendExpected(t, r, &exp, seq) }
-	planted := parkAfterOne(t, r, e, must)
+	planted := parkAfterOne(t, r, e, &exp)
 	// The copy: A's row is in it.
 	r.stop()
 	older, err := os.ReadFile(r.storePath)
@@ -74,12 +64,10 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e = r.start(nil)
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	waitUnparked(t, e)
 	for seq := int64(3); seq <= 5; seq++ {
-		must(seq)
+		sendExpected(t, r, &exp, tableStream, seq)
 		parkedCheckpoint(t, e)
 	}
 	wantTableOf(t, d, tableStream, "before the older copy comes back", 2, "15")
@@ -103,24 +91,9 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 	r, d := parkRig(t)
 	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	must := func(s string, seq int64) {
-		t.Helper()
-		if _, err := send(r.e, nil, s, seq, 3); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
-	}
-	must(tableStream, 1)
-	r.commit()
-	planted := plantClaimingVersion(t, r, tableStream)
-	must(tableStream, 2)
-	parkedCheckpoint(t, e)
-	wantParked(t, e, tableStream)
+	planted := parkAfterOne(t, r, e, &exp)
 	// B's next checkpoint stops the engine at its manifest.
-	if _, err := send(e, nil, otherTable, 2, 3); err != nil {
-		t.Fatal(err)
-	}
-	exp.Must[invariant.BatchID{Stream: otherTable, Seq: 2}] = true // prepared: the replay commits it
+	sendExpected(t, r, &exp, otherTable, 2) // prepared: the replay commits it
 	d.armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -134,9 +107,7 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 	}
 	// The operator removes the planted version; the stopped engine's
 	// loop must not act on it (its retry is due every RetryMax, 5 ms).
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	time.Sleep(200 * time.Millisecond)
 	wantTableOf(t, d, tableStream, "after the engine stopped", 1, "3")
 	rows, err := e.store.Parked()
@@ -166,8 +137,7 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-	must := func(seq int64) { t.Helper(); sendExpected(t, r, &exp, seq) }
-	planted := parkAfterOne(t, r, e, must)
+	planted := parkAfterOne(t, r, e, &exp)
 	evolved := tableConf
 	evolved.Schema = &streamconf.Schema{Fields: append(append([]streamconf.Field(nil), testSchema.Fields...),
 		streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
@@ -176,9 +146,7 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 	if _, err := e.PutStream(ctx, tableStream, evolved); err == nil {
 		t.Fatal("PUT accepted while the table can't be read")
 	}
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	if _, err := e.PutStream(ctx, tableStream, evolved); err != nil {
 		t.Fatalf("PUT a new optional field once the planted version is gone: %v", err)
 	}
@@ -188,7 +156,7 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 	r.stop()
 	e = r.start(nil) // the loop's first pass lands the row
 	waitUnparked(t, e)
-	must(3)
+	sendExpected(t, r, &exp, tableStream, 3)
 	parkedCheckpoint(t, e)
 	wantTableOf(t, d, tableStream, "after the landing and a write under the new schema", 3, "9")
 	cat, err := catalog.New(catalog.Config{Files: d})
@@ -229,9 +197,7 @@ func TestTableParkedStorePhaseSweep(t *testing.T) {
 func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 	t.Run(fmt.Sprintf("phase=%d/txn=%d", phase, i), func(t *testing.T) {
 		r, d := parkRig(t)
-		f := &storeFaults{}
-		tw := r.tweak
-		r.tweak = func(c *Config) { tw(c); c.StoreOptions.WriteFault = f.hook }
+		f := r.withStoreFaults()
 		r.broken = "checked by catalog.Verify" // batches cut by the fault are not tracked
 		e := r.start(nil)
 		for _, s := range []string{tableStream, otherTable} {
@@ -263,13 +229,8 @@ func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 		ckpt()
 		_, _ = send(e, nil, otherTable, 3, 3)
 		ckpt()
-		if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(2 * time.Second)
-		for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
-			time.Sleep(2 * time.Millisecond)
-		}
+		unplant(t, r, planted)
+		waitLandedOrStopped(e, 2*time.Second)
 		fired = len(f.fired) > 0
 		f.set(nil)
 		_ = e.Close()
@@ -280,17 +241,7 @@ func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 			t.Fatalf("a write to A once unparked: %v", err)
 		}
 		parkedCheckpoint(t, e)
-		cat, err := catalog.New(catalog.Config{Files: d})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := cat.Verify(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rep.Problems) != 0 || rep.Tables != 2 {
-			t.Fatalf("fault at store write %d (%v) from the plant, phase %d: verify: %d tables, problems %+v", i, f.fired, phase, rep.Tables, rep.Problems)
-		}
+		wantVerified(t, d, 2, fmt.Sprintf("fault at store write %d (%v) from the plant, phase %d", i, f.fired, phase))
 	})
 	return fired
 }
@@ -346,13 +297,8 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 					t.Fatalf("parked rows %+v, %v; want 2", rows, err)
 				}
 				d.left.Store(k - 1)
-				if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-					t.Fatal(err)
-				}
-				deadline := time.Now().Add(30 * time.Second)
-				for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
-					time.Sleep(2 * time.Millisecond)
-				}
+				unplant(t, r, planted)
+				waitLandedOrStopped(e, 30*time.Second)
 				if e.Err() == nil {
 					// Landed: the crash is in A's next live commit, or
 					// beyond every publish of it (the sweep's end).
@@ -381,17 +327,7 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 				mustSend(t, e, p, tableStream, a, 3)
 				parkedCheckpoint(t, e)
 				wantTableOf(t, d, tableStream, "at the end", int(a)+1-0, strconv.FormatInt((a+1)*3, 10))
-				cat, err := catalog.New(catalog.Config{Files: d})
-				if err != nil {
-					t.Fatal(err)
-				}
-				rep, err := cat.Verify(context.Background(), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(rep.Problems) != 0 || rep.Tables != 2 {
-					t.Fatalf("verify: %d tables, problems %+v", rep.Tables, rep.Problems)
-				}
+				wantVerified(t, d, 2, "at the end")
 			})
 		}
 		if !crashed {
@@ -522,9 +458,7 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 				maxRows = max(maxRows, len(rows))
 				time.Sleep(2 * time.Millisecond)
 			}
-			if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-				t.Fatal(err)
-			}
+			unplant(t, r, planted)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -542,17 +476,7 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 	if maxRows == 0 {
 		t.Fatal("A never parked: the test tested nothing")
 	}
-	cat, err := catalog.New(catalog.Config{Files: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := cat.Verify(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Problems) != 0 || rep.Tables != 2 {
-		t.Fatalf("verify: %d tables, problems %+v", rep.Tables, rep.Problems)
-	}
+	wantVerified(t, d, 2, "at the end")
 	t.Logf("%d batches, at most %d parked rows", len(exp.Must), maxRows)
 	r.check(exp)
 }

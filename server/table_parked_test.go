@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -90,6 +91,50 @@ func plantClaimingVersion(t *testing.T, r *rig, stream string) string {
 	name := layout.TableMetadataName(stream, 2)
 	plant(t, r.fs, name, b)
 	return name
+}
+
+// sendExpected sends batch seq (3 records) of stream to r's engine and
+// expects it in exp.
+func sendExpected(t *testing.T, r *rig, exp *invariant.Expect, stream string, seq int64) {
+	t.Helper()
+	if _, err := send(r.e, nil, stream, seq, 3); err != nil {
+		t.Fatal(err)
+	}
+	exp.Must[invariant.BatchID{Stream: stream, Seq: seq}] = true
+}
+
+// unplant removes the planted version name from r's destination.
+func unplant(t *testing.T, r *rig, name string) {
+	t.Helper()
+	if err := r.fs.Remove(rigDest + "/" + name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLandedOrStopped waits up to d for no table to be parked or for e
+// to stop, whichever comes first.
+func waitLandedOrStopped(e *Engine, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// wantVerified checks d as `eosink verify` does: no problem, and tables
+// tables.
+func wantVerified(t *testing.T, d catalog.Reader, tables int, when string) {
+	t.Helper()
+	cat, err := catalog.New(catalog.Config{Files: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := cat.Verify(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("%s: verify: %v", when, err)
+	}
+	if len(rep.Problems) != 0 || rep.Tables != tables {
+		t.Fatalf("%s: verify: %d tables, problems %+v", when, rep.Tables, rep.Problems)
+	}
 }
 
 func readFile(r *rig, name string) ([]byte, error) {
@@ -177,12 +222,8 @@ func TestTableParked(t *testing.T) {
 	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	sendBoth := func(seq int64) {
-		for _, s := range []string{tableStream, otherTable} {
-			if _, err := send(e, nil, s, seq, 3); err != nil {
-				t.Fatal(err)
-			}
-			exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
-		}
+		sendExpected(t, r, &exp, tableStream, seq)
+		sendExpected(t, r, &exp, otherTable, seq)
 	}
 	sendBoth(1)
 	r.commit()
@@ -208,9 +249,7 @@ func TestTableParked(t *testing.T) {
 		t.Fatalf("wait for the commit of stream %s's write while %s is parked: %v", otherTable, tableStream, err)
 	}
 	wantTableOf(t, d, otherTable, "while A is parked", 3, "9")
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	waitUnparked(t, e)
 	if got := series(t, reg)["eosink_tables_parked"]; got != 0 {
 		t.Fatalf("eosink_tables_parked %v once unparked, want 0", got)
@@ -239,12 +278,7 @@ func TestTableParkedInOrder(t *testing.T) {
 			r, d := parkRig(t)
 			e := startParkTables(t, r)
 			exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
-			must := func(s string, seq int64) {
-				if _, err := send(e, nil, s, seq, 3); err != nil {
-					t.Fatal(err)
-				}
-				exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
-			}
+			must := func(s string, seq int64) { sendExpected(t, r, &exp, s, seq) }
 			must(tableStream, 1)
 			r.commit()
 			planted := plantClaimingVersion(t, r, tableStream)
@@ -276,9 +310,7 @@ func TestTableParkedInOrder(t *testing.T) {
 				t.Fatalf("parked rows %+v, want A's checkpoint %d and the next", rows, first.ID)
 			}
 			wantTableOf(t, d, otherTable, "while A is parked", 2, "6")
-			if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-				t.Fatal(err)
-			}
+			unplant(t, r, planted)
 			waitUnparked(t, e)
 			cks := wantTableOf(t, d, tableStream, "after the planted version is gone", 3, "9")
 			if cks[1] != rows[0].Checkpoint || cks[2] != rows[1].Checkpoint {
@@ -328,9 +360,7 @@ func TestTableParkedStoreLost(t *testing.T) {
 	p.Epoch = ps.Epoch
 	mustSend(t, e, p, otherTable, 2, 3)
 	parkedCheckpoint(t, e)
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	waitUnparked(t, e)
 	wantTableOf(t, d, tableStream, "after the planted version is gone", 2, "6")
 	wantTableOf(t, d, otherTable, "after the planted version is gone", 3, "9")
@@ -352,19 +382,14 @@ func TestTableParkedStoreLost(t *testing.T) {
 // checkpoint's snapshot and appends nothing: the table holds it once.
 func TestTableParkedLandsOnce(t *testing.T) {
 	r, d := parkRig(t)
-	f := &storeFaults{}
-	hook := r.tweak
-	r.tweak = func(c *Config) { hook(c); c.StoreOptions.WriteFault = f.hook }
+	f := r.withStoreFaults()
 	e := r.start(nil)
 	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
 		t.Fatal(err)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
-		if _, err := send(e, nil, tableStream, seq, 3); err != nil {
-			t.Fatal(err)
-		}
-		exp.Must[invariant.BatchID{Stream: tableStream, Seq: seq}] = true
+		sendExpected(t, r, &exp, tableStream, seq)
 		if seq == 1 {
 			r.commit()
 			continue
@@ -373,9 +398,7 @@ func TestTableParkedLandsOnce(t *testing.T) {
 		parkedCheckpoint(t, e)
 		wantParked(t, e, tableStream)
 		f.set(failOp("unpark", recovery.BeforeCommit, errPageEIO, 1))
-		if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-			t.Fatal(err)
-		}
+		unplant(t, r, planted)
 	}
 	select {
 	case <-e.Failed():
@@ -405,12 +428,8 @@ func TestTableParkedByReplay(t *testing.T) {
 	e := startParkTables(t, r)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
-		for _, s := range []string{tableStream, otherTable} {
-			if _, err := send(e, nil, s, seq, 3); err != nil {
-				t.Fatal(err)
-			}
-			exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
-		}
+		sendExpected(t, r, &exp, tableStream, seq)
+		sendExpected(t, r, &exp, otherTable, seq)
 		if seq == 1 {
 			r.commit()
 		}
@@ -421,9 +440,7 @@ func TestTableParkedByReplay(t *testing.T) {
 	e = r.start(nil)
 	wantParked(t, e, tableStream)
 	wantTableOf(t, d, otherTable, "after the replay", 2, "6")
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
+	unplant(t, r, planted)
 	waitUnparked(t, e)
 	wantTableOf(t, d, tableStream, "after the planted version is gone", 2, "6")
 	r.check(exp)

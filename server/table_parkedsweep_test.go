@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/catalog"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -43,9 +42,7 @@ func TestTableParkedStoreFaultSweep(t *testing.T) {
 func parkedSweepRun(t *testing.T, mode string, n int) int {
 	t.Helper()
 	r, _ := parkRig(t)
-	f := &storeFaults{}
-	hook := r.tweak
-	r.tweak = func(c *Config) { hook(c); c.StoreOptions.WriteFault = f.hook }
+	f := r.withStoreFaults()
 	e := startParkTables(t, r)
 	seq := int64(0)
 	sendAll := func(streams ...string) {
@@ -86,13 +83,8 @@ func parkedSweepRun(t *testing.T, mode string, n int) int {
 	try()
 	sendAll(otherTable)
 	try()
-	if err := r.fs.Remove(rigDest + "/" + planted); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for e.Status().TablesParked != 0 && e.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
+	unplant(t, r, planted)
+	waitLandedOrStopped(e, 2*time.Second)
 	ran := f.count() - base
 	f.set(nil)
 	f.mu.Lock()
@@ -107,7 +99,7 @@ func parkedSweepRun(t *testing.T, mode string, n int) int {
 		e = r.start(nil)
 	}
 	try() // what an aborted or stopped checkpoint left open
-	deadline = time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for e.Status().TablesParked != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: still parked: %s", where, e.Status().TableParked)
@@ -118,16 +110,6 @@ func parkedSweepRun(t *testing.T, mode string, n int) int {
 		t.Fatalf("%s: stuck %q", where, st.Stuck)
 	}
 	r.stop()
-	cat, err := catalog.New(catalog.Config{Files: local.New(r.fs, rigDest, rigStaging)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := cat.Verify(context.Background(), nil)
-	if err != nil {
-		t.Fatalf("%s: verify: %v", where, err)
-	}
-	if len(rep.Problems) > 0 || rep.Tables != 2 {
-		t.Fatalf("%s: verify: %d tables, problems %+v", where, rep.Tables, rep.Problems)
-	}
+	wantVerified(t, local.New(r.fs, rigDest, rigStaging), 2, where)
 	return ran
 }

@@ -213,12 +213,8 @@ func TestTablePlantedMetadataHoldsNothingBack(t *testing.T) {
 	e := r.startTable(tableConf)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
-		for _, s := range []string{tableStream, "a"} {
-			if _, err := send(e, nil, s, seq, 3); err != nil {
-				t.Fatal(err)
-			}
-			exp.Must[invariant.BatchID{Stream: s, Seq: seq}] = true
-		}
+		sendExpected(t, r, &exp, tableStream, seq)
+		sendExpected(t, r, &exp, "a", seq)
 		if seq == 1 {
 			r.commit()
 			plant(t, r.fs, layout.TableMetadataName(tableStream, 2), []byte("<html>not metadata</html>"))
