@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/enginetest"
+	"github.com/eosink/eosink/internal/testing/tableplant"
 	"github.com/eosink/eosink/server"
 	"github.com/spf13/afero"
 )
@@ -54,16 +54,8 @@ func TestParkedTableAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["format-version"] = json.RawMessage("3")
-	if b, err = json.Marshal(m); err != nil {
-		t.Fatal(err)
-	}
 	planted := enginetest.Dest + "/" + layout.TableMetadataName("ta", 2)
-	if err := afero.WriteFile(r.base, planted, b, 0o644); err != nil {
+	if err := afero.WriteFile(r.base, planted, tableplant.Claiming(t, b), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"ta", "tb"} {

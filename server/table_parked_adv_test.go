@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/internal/testing/tableplant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
@@ -350,14 +350,7 @@ func plantNext(t *testing.T, r *rig, d committer.Reader, stream string) string {
 	if err != nil {
 		return ""
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["format-version"] = json.RawMessage("3")
-	if b, err = json.Marshal(m); err != nil {
-		t.Fatal(err)
-	}
+	b = tableplant.Claiming(t, b)
 	name := layout.TableMetadataName(stream, cur.Version+1)
 	f, err := r.fs.OpenFile(rigDest+"/"+name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {

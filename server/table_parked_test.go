@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/internal/testing/tableplant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/afero"
@@ -79,17 +79,8 @@ func plantClaimingVersion(t *testing.T, r *rig, stream string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["format-version"] = json.RawMessage("3")
-	b, err = json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := layout.TableMetadataName(stream, 2)
-	plant(t, r.fs, name, b)
+	plant(t, r.fs, name, tableplant.Claiming(t, b))
 	return name
 }
 
