@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
@@ -62,11 +63,7 @@ func (s *Sweep) Run(ctx context.Context, live uint64) (SweepResult, error) {
 			pendingFinal[f.Final] = true
 		}
 	}
-	keys := make([]string, 0, len(intents))
-	for k := range intents {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(intents))
 	for _, k := range keys {
 		id, ok := IntentCheckpoint(k)
 		if live != 0 && (!ok || id >= live) {

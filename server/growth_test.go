@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -226,11 +226,7 @@ func reportBookkeeping(t *testing.T, dest string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := make([]string, 0, len(by))
-	for k := range by {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(by))
 	for _, k := range kinds {
 		t.Logf("  %-16s %9d documents %10.1f MiB", k, by[k].n, mib(by[k].bytes))
 	}

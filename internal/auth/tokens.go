@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -69,11 +70,7 @@ type Tokens struct {
 // NewTokens returns Tokens holding the given token -> role pairs.
 func NewTokens(m map[string]Role) (*Tokens, error) {
 	t := &Tokens{}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	for _, k := range keys {
 		if err := t.add(k, m[k]); err != nil {
 			return nil, err

@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,11 +110,7 @@ func slowSenders(ctx context.Context, cfg *config, stdout io.Writer) (*slowResul
 	if m, err := readMem(t.PID); err == nil {
 		res.RSSEnd = m.RSS
 	}
-	keys := make([]string, 0, len(res.Answers))
-	for k := range res.Answers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(res.Answers))
 	var answers []string
 	for _, k := range keys {
 		answers = append(answers, fmt.Sprintf("%s × %d", k, res.Answers[k]))

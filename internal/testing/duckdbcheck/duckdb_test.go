@@ -5,10 +5,11 @@ package duckdbcheck
 import (
 	"database/sql"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,11 +113,7 @@ func TestDuckDBReadsHivePartitionedParquet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := make([]string, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Strings(parts)
+	parts := slices.Sorted(maps.Keys(byPart))
 	for i, p := range parts {
 		final := filepath.Join(d.files, "orders", p, fmt.Sprintf("part-n1-%020d-%04d.%s", 7, i, ext))
 		sum := d.writeFile(t, final, byPart[p], enc)
