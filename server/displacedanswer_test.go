@@ -10,7 +10,6 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
-	"github.com/spf13/afero"
 )
 
 // A displaced part file is named where it is in the checkpoint's answer
@@ -20,13 +19,7 @@ import (
 func TestDisplacedFileNamedWhereItIs(t *testing.T) {
 	r := newRig(t, faultfs.NewCrashFS())
 	e := r.start(nil)
-	blocker := path.Join(rigDest, "s", path.Dir(Partition(e.cfg.Now())))
-	if err := r.fs.MkdirAll(path.Dir(blocker), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := afero.WriteFile(r.fs, blocker, []byte("not eosink's"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	blocker := blockPartition(t, r, e, "s")
 	mustSend(t, e, nil, "s", 1, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -125,6 +125,22 @@ func TestReplayFailedDirSyncStops(t *testing.T) {
 	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}, Exact: true})
 }
 
+// blockPartition puts a file that is not eosink's where the folder of
+// stream's partition of now goes (its own parent made), so that a part
+// file's final name there is refused for good (ENOTDIR). It returns the
+// file's path: remove it before the end, or the checker calls it a stray.
+func blockPartition(t *testing.T, r *rig, e *Engine, stream string) string {
+	t.Helper()
+	blocker := path.Join(rigDest, stream, path.Dir(Partition(e.cfg.Now())))
+	if err := r.fs.MkdirAll(path.Dir(blocker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := afero.WriteFile(r.fs, blocker, []byte("not eosink's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return blocker
+}
+
 // TestUnplaceableFileDoesNotWedge: a prepared checkpoint whose part file
 // the destination refuses for good (here a file where the partition path
 // needs a folder) is committed under its displaced name, so it and every
@@ -134,14 +150,7 @@ func TestReplayFailedDirSyncStops(t *testing.T) {
 func TestUnplaceableFileDoesNotWedge(t *testing.T) {
 	r := newRig(t, faultfs.NewCrashFS())
 	e := r.start(nil)
-	day := Partition(e.cfg.Now())
-	blocker := path.Join(rigDest, "s", path.Dir(day))
-	if err := r.fs.MkdirAll(path.Dir(blocker), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := afero.WriteFile(r.fs, blocker, []byte("not eosink's"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	blocker := blockPartition(t, r, e, "s")
 	mustSend(t, e, nil, "s", 1, 3)
 	mustSend(t, e, nil, "t", 1, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
