@@ -229,10 +229,7 @@ func TestInitIsABarrier(t *testing.T) {
 			faults := &failSyncs{}
 			r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 			e := r.start(nil)
-			old, err := e.InitProducer(t.Context(), "p")
-			if err != nil {
-				t.Fatal(err)
-			}
+			old := r.initState("p")
 			for seq := range int64(3) { // the first incarnation: accepted, never prepared
 				mustSend(t, e, &Producer{ID: "p", Epoch: old.Epoch}, "s", seq, 2)
 			}

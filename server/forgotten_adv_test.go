@@ -177,10 +177,7 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 	}
 	r.stop()
 	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "z")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("z")
 	if ps.Epoch < 0 {
 		t.Fatalf("a new producer's init after a planted document: epoch %d (the API refuses a negative Producer-Epoch)", ps.Epoch)
 	}

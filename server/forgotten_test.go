@@ -73,10 +73,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 					}
 				}
 			}
-			ps, err = e.InitProducer(t.Context(), "p")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ps = r.initState("p")
 			if ps.Streams["s"].NextSeq != 0 {
 				t.Fatalf("a producer created again starts at %+v", ps.Streams["s"])
 			}
@@ -111,10 +108,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			case !errors.Is(err, ErrUnknownProducer) && !errors.Is(err, ErrInvalidEpoch):
 				t.Fatalf("the new incarnation's client after the loss: %+v, %v; want to be told to init", wr, err)
 			}
-			ps, err = e.InitProducer(t.Context(), "p")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ps = r.initState("p")
 			got, ok := ps.Streams["s"]
 			if !ok {
 				got = recovery.StreamSeq{NextSeq: 0, CommittedSeq: -1}

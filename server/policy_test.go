@@ -62,10 +62,7 @@ func TestReplayFailedDirSyncStops(t *testing.T) {
 	fs := faultfs.NewInjectFS(base, &sw)
 	r := newRig(t, fs)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	mustSend(t, e, &Producer{ID: "p", Epoch: ps.Epoch}, "s", 0, 2)
 	// The commit's rename fails (retried): the checkpoint stays prepared.
 	var renames atomic.Int64

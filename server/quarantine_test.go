@@ -54,10 +54,7 @@ func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 			}
 
 			e = r.start(nil)
-			ps, err := e.InitProducer(t.Context(), "p")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ps := r.initState("p")
 			p.Epoch = ps.Epoch
 			if got := ps.Streams["a"].NextSeq; got != lostA {
 				t.Fatalf("after the loss, init says next_seq %d on a; the lost checkpoint held %d", got, lostA)

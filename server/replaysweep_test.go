@@ -49,10 +49,7 @@ func replaySweepRun(t *testing.T, n int64) (faultfs.Op, bool) {
 	inj := faultfs.NewInjectFS(base, sw)
 	r := newRig(t, inj)
 	e := r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	must := map[invariant.BatchID]bool{}
 	for i, s := range []string{"a", "b", "a"} {
 		seq := int64(i)

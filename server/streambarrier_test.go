@@ -73,10 +73,7 @@ func TestStreamPutIsABarrier(t *testing.T) {
 	e = r.start(nil)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "ev", Seq: 0}: true}, Exact: true}
 	r.check(exp)
-	st, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := r.initState("p")
 	if got := st.Streams["ev"]; got.NextSeq != 1 || got.CommittedSeq != 0 {
 		t.Fatalf("init after the crash: %+v, want next_seq 1, committed_seq 0", got)
 	}

@@ -69,10 +69,7 @@ func TestTableHalfCommittedAfterStoreLoss(t *testing.T) {
 	r.broken = "the lost checkpoint's table files stay in place, named by no manifest"
 
 	e = r.start(nil)
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	p.Epoch = ps.Epoch
 	next := ps.Streams[tableStream].NextSeq
 	for seq := next; seq < 1; seq++ {
@@ -129,10 +126,7 @@ func TestTableCrashAfterManifestStoreLost(t *testing.T) {
 
 	e = r.start(nil)
 	wantTable(t, d, "after the start", 2, 2, "9")
-	ps, err := e.InitProducer(t.Context(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := r.initState("p")
 	if got := ps.Streams[tableStream].NextSeq; got != 3 {
 		t.Fatalf("init after the loss: next_seq %d, want 3 (every batch committed)", got)
 	}
