@@ -57,14 +57,24 @@ func (s *S3) uploadParts(ctx context.Context, key, id string, f committer.File) 
 	if n == 0 {
 		n = 1
 	}
-	parts := make([]committer.Part, n)
+	return eachPart(ctx, s.parallel, n, ps, f.Bytes, func(ctx context.Context, num int, off, size int64) (committer.Part, error) {
+		return s.uploadPart(ctx, key, id, num, f.Temp, off, size)
+	})
+}
+
+// eachPart runs do for the n parts of an object of total bytes cut at
+// every partSize bytes (numbered from 1; the last takes the rest), up to
+// parallel at once, and returns their results in part order. The first
+// error cancels the others' ctx and is returned.
+func eachPart[T any](ctx context.Context, parallel, n int, partSize, total int64, do func(ctx context.Context, num int, off, size int64) (T, error)) ([]T, error) {
+	parts := make([]T, n)
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.parallel)
+	g.SetLimit(parallel)
 	for i := range n {
-		off := int64(i) * ps
-		size := min(ps, f.Bytes-off)
+		off := int64(i) * partSize
+		size := min(partSize, total-off)
 		g.Go(func() error {
-			p, err := s.uploadPart(ctx, key, id, i+1, f.Temp, off, size)
+			p, err := do(ctx, i+1, off, size)
 			parts[i] = p
 			return err
 		})
@@ -137,22 +147,9 @@ func (s *S3) copyParts(ctx context.Context, key string, f committer.File) ([]min
 		}
 		return []minio.CompletePart{p}, nil
 	}
-	parts := make([]minio.CompletePart, n)
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.parallel)
-	for i := range n {
-		off := int64(i) * maxCopyPart
-		size := min(int64(maxCopyPart), f.Bytes-off)
-		g.Go(func() error {
-			p, err := s.core.CopyObjectPart(ctx, s.bucket, f.StagingKey, s.bucket, key, f.UploadID, i+1, off, size, s.copySourceIf(f))
-			parts[i] = p
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return parts, nil
+	return eachPart(ctx, s.parallel, n, maxCopyPart, f.Bytes, func(ctx context.Context, num int, off, size int64) (minio.CompletePart, error) {
+		return s.core.CopyObjectPart(ctx, s.bucket, f.StagingKey, s.bucket, key, f.UploadID, num, off, size, s.copySourceIf(f))
+	})
 }
 
 func (s *S3) copySourceIf(f committer.File) map[string]string {
