@@ -54,7 +54,10 @@ type keyModel struct {
 	// checkpoint early, in the background; the model settles it before
 	// any producer writes again (runModel).
 	kicked     bool
-	kickedOpen uint64 // the open checkpoint at the first kick
+	kickedOpen uint64 // the checkpoint open when the first refused write was sent
+	// afterRefusal, when set, runs after a write refused at the cap: a
+	// test widens the window in which the kick's checkpoint begins.
+	afterRefusal func()
 
 	window time.Duration // Config.IdempotencyWindow
 	now    time.Time     // the engine's clock
@@ -126,6 +129,12 @@ func (km *keyModel) remembered(t *testing.T, e *Engine, kb *keyedBatch) bool {
 
 func (km *keyModel) write(e *Engine, kb *keyedBatch, b invariant.BatchID) (WriteResult, error) {
 	data := invariant.Batch(b, kb.size)
+	// The open checkpoint is read before the write: a refusal at the cap
+	// starts the early checkpoint in the background, so reading it after
+	// could name the next one (a race seen under -race: the model then
+	// settled the wrong checkpoint and missed that the refused write's
+	// checkpoint was prepared).
+	open := e.Status().OpenID
 	res, err := e.Write(Write{Stream: kb.stream, Ext: "ndjson", Data: data, Records: kb.size, Key: NewIdempotencyKey(kb.key, data)})
 	if k := e.Status().Keys; k > modelMaxKeys {
 		km.failf("keyed: %d keys held, over the cap of %d", k, modelMaxKeys)
@@ -134,8 +143,11 @@ func (km *keyModel) write(e *Engine, kb *keyedBatch, b invariant.BatchID) (Write
 	}
 	if errors.Is(err, ErrBackpressure) {
 		km.st.capRefused++
+		if km.afterRefusal != nil {
+			km.afterRefusal()
+		}
 		if !km.kicked {
-			km.kicked, km.kickedOpen = true, e.Status().OpenID
+			km.kicked, km.kickedOpen = true, open
 		}
 	}
 	return res, err
@@ -305,3 +317,17 @@ func (km *keyModel) newKey(t *testing.T, rng *rand.Rand, m *model, e *Engine, an
 // retrying a committed batch now would store it again, which is the cost
 // of losing the store, not a bug.
 func (km *keyModel) storeLost() { km.pool = nil }
+
+// TestModelKeyKickSettlesItsCheckpoint replays, with the window widened,
+// a race the model's race pass hit (seed 1796326299035247880): a keyed
+// write refused at the cap starts the early checkpoint in the background,
+// and the model read the open checkpoint after that, so it settled the next
+// one and took the refused write's checkpoint, which the replay committed
+// after a failed directory fsync, for never prepared (I5: p1~5/tb next 11
+// committed 10, want next 10 committed 9). Failed before the model read
+// the open checkpoint ahead of the write.
+func TestModelKeyKickSettlesItsCheckpoint(t *testing.T) {
+	runModel(t, 1796326299035247880, 2_500, func(mr *modelRun) {
+		mr.km.afterRefusal = func() { time.Sleep(100 * time.Millisecond) }
+	})
+}

@@ -265,8 +265,11 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	return mr
 }
 
-func runModel(t *testing.T, seed uint64, steps int) modelStats {
+func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) modelStats {
 	mr := newModelRun(t, seed)
+	for _, o := range opts {
+		o(mr)
+	}
 	defer func() { mr.t.Logf("keyed: %s", mr.km.st) }()
 	defer func() {
 		mr.t.Logf("stream configuration changes: %d, %d of them with a barrier checkpoint", mr.puts, mr.putBarriers)
