@@ -266,7 +266,7 @@ func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState) erro
 	}
 	c.mu.Lock()
 	_, err := c.observeLocked(*ps)
-	if err == nil {
+	if err == nil && !c.staleLocked(*ps) {
 		ss, ok := ps.Streams[st.name]
 		if !ok {
 			ss = StreamState{NextSeq: 0, CommittedSeq: -1}
