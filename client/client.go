@@ -339,6 +339,9 @@ func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
 		c.fenceLocked(fmt.Sprintf("service has epoch %d, this client %d", ps.Epoch, c.epoch))
 		return nil, ErrFenced
 	}
+	if c.staleLocked(ps) {
+		return nil, nil
+	}
 	var need []*stream
 	for name, st := range c.streams {
 		ss, ok := ps.Streams[name]
@@ -354,6 +357,16 @@ func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
 		}
 	}
 	return need, nil
+}
+
+// staleLocked reports whether ps was read before this client's newest
+// Init answered (an older epoch): nothing in it is believed. Its
+// committed_seq may count another incarnation's batches (the producer
+// forgotten, by DELETE or expiry, and initialised again), whose numbers
+// the batches sent since reuse: trimmed by it, they would be dropped
+// uncommitted, and a crash would lose them with no resend.
+func (c *Client) staleLocked(ps ProducerState) bool {
+	return c.inited && ps.Epoch < c.epoch
 }
 
 // Stats counts the batches a Client keeps.

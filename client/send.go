@@ -245,7 +245,12 @@ func (c *Client) refresh(ctx context.Context, held *stream) error {
 			// A busy stream is left to its sender, which delivers it.
 			err := c.resync(ctx, st, nil)
 			st.unlock()
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
+				// Its failure is its own (its writes refused for a
+				// while: a parked table stream), not held's: held goes
+				// on waiting for room (a fenced client ends the wait).
+				c.log.Debug("deliver kept batches of another stream to make room", "stream", st.name, "err", err)
+			} else if err != nil {
 				return err
 			}
 		}
@@ -266,7 +271,7 @@ func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState) erro
 	}
 	c.mu.Lock()
 	_, err := c.observeLocked(*ps)
-	if err == nil {
+	if err == nil && !c.staleLocked(*ps) {
 		ss, ok := ps.Streams[st.name]
 		if !ok {
 			ss = StreamState{NextSeq: 0, CommittedSeq: -1}

@@ -470,6 +470,10 @@ func (lc *lifecycle) renewLoop(ctx context.Context) {
 				lc.e.health.fail(err)
 			}
 			return true
+		case lc.e.health.failOn(err):
+			// What stops the engine elsewhere (a failed fsync) stops it
+			// here too: one policy in every loop (I14).
+			return true
 		case err != nil:
 			lc.e.log.Warn("renew node lease failed; retrying", "err", err)
 			t.Reset(every / 4)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eosink/eosink/internal/ctxsleep"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/recovery"
 )
@@ -215,30 +214,26 @@ func (lc *lifecycle) stopped() bool {
 }
 
 // waitParkKick waits for d (negative: until kicked), a kick, or the end
-// (the engine closed or stopped); false at the end.
+// (the engine closed or stopped); false at the end. One select, no helper
+// goroutine: a kick is taken only by a wait that returns for it, never
+// swallowed after the wait ended on its timer (the loop read the store
+// before waiting, so a lost kick left a new row unretried).
 func (lc *lifecycle) waitParkKick(ctx context.Context, d time.Duration) bool {
+	var timer <-chan time.Time // nil: no timer
 	if d >= 0 {
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-lc.parkKick:
-			case <-lc.e.health.failed:
-			case <-sctx.Done():
-			}
-			cancel()
-		}()
-		_ = ctxsleep.Sleep(sctx, d)
-		return ctx.Err() == nil && !lc.stopped()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
 	}
 	select {
 	case <-lc.parkKick:
-		return true
+	case <-timer:
 	case <-ctx.Done():
 		return false
 	case <-lc.e.health.failed:
 		return false
 	}
+	return ctx.Err() == nil && !lc.stopped()
 }
 
 // landParked commits rs, one stream's parked table commits in

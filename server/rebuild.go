@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"fmt"
+	"path"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -98,6 +101,7 @@ func (lc *lifecycle) finishTables(ctx context.Context, rb *recovery.Rebuilt, com
 				continue
 			}
 			files := recovery.ManifestTableFiles(&layout.Manifest{Node: lc.e.cfg.Node, Checkpoint: rf.Checkpoint, Files: rf.Files}, isTable)
+			files = tableReadable(lc.e.ing.confFor(s).cfg, files)
 			if len(files) == 0 {
 				continue
 			}
@@ -132,6 +136,34 @@ func (lc *lifecycle) finishTables(ctx context.Context, rb *recovery.Rebuilt, com
 			"op", "rebuild", "table_streams", len(streams), "parked", len(parked))
 	}
 	return parked, nil
+}
+
+// tableReadable returns the files whose partition path the table
+// template of cfg (a table stream's configuration) can read. A table
+// stream's template never changes (streamconf.CheckChange), so a file
+// whose path it can't read was written before the stream became a table:
+// no table commit owes it, and committing it would fail for good and
+// park the stream for ever (manifests do not say whether a file was a
+// table's).
+func tableReadable(cfg streamconf.Config, files []committer.File) []committer.File {
+	tt, err := cfg.TableTemplate()
+	if err != nil {
+		return files // the commit says what is wrong
+	}
+	out := files[:0:0]
+	for _, f := range files {
+		from := f.Final // its partition path: a displaced file has none
+		if f.DisplacedFrom != "" {
+			from = f.DisplacedFrom
+		}
+		if dir, ok := strings.CutPrefix(path.Dir(from), f.Stream+"/"); ok {
+			if _, err := tt.Values(dir); err != nil {
+				continue
+			}
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // quarantine moves the part files of checkpoints whose record was

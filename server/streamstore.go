@@ -10,6 +10,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -172,8 +173,10 @@ func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) er
 		return fmt.Errorf("load stream configurations: %w", err)
 	}
 	inStore := make(map[string]int64, len(all)) // the store's version of each stream
+	stored := make(map[string]recovery.StreamConfig, len(all))
 	for _, rec := range all {
 		inStore[rec.Stream] = rec.Config.Version
+		stored[rec.Stream] = rec
 	}
 	inDest := map[string]bool{}
 	restored := 0
@@ -199,8 +202,19 @@ func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) er
 		if err != nil {
 			return err
 		}
-		if ours, stored := inStore[stream]; !ok || stored && rec.Config.Version <= ours {
+		if ours, have := inStore[stream]; !ok || have && rec.Config.Version <= ours {
 			continue // the store's is the record
+		}
+		if have, ok := stored[stream]; ok {
+			// A change PUT refuses (a table stream made a plain one, a
+			// column dropped) is no configuration this stream can take,
+			// whoever wrote it: believed, it would wedge the stream, since
+			// PUT could not change it back (I13).
+			if err := streamconf.CheckChange(have.Config, rec.Config); err != nil {
+				lc.e.log.Error("stream configuration in the destination is a change the stream can't take: skipped, the store's stays in force",
+					"stream", stream, "path", en.Path, "version", rec.Config.Version, "store_version", have.Config.Version, "err", err)
+				continue
+			}
 		}
 		wrote, err := lc.e.store.RestoreStream(rec)
 		if err != nil {

@@ -99,6 +99,7 @@ type Catalog struct {
 	answers   *memo.Cache[any]
 	watch     *feedWatch
 	feedPoll  time.Duration
+	reserved  reservedIDs // feedbound.go
 }
 
 // New checks cfg and returns a Catalog.

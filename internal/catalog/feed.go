@@ -243,6 +243,12 @@ func (c *Catalog) trustedIDs(ctx context.Context, node string, after uint64, lim
 	if err != nil || len(first) == 0 {
 		return nil, false, err
 	}
+	full := len(first) == limit
+	first, cut, err := c.withinReserved(ctx, node, first) // feedbound.go
+	if err != nil || len(first) == 0 {
+		return nil, false, err
+	}
+	full = full && !cut // beyond the bound: nothing more now
 	h := first[len(first)-1]
 	second, err := c.manifestIDs(ctx, node, after, limit)
 	if err != nil {
@@ -252,7 +258,7 @@ func (c *Catalog) trustedIDs(ctx context.Context, node string, after uint64, lim
 	for i > 0 && second[i-1] > h {
 		i--
 	}
-	return second[:i], len(first) == limit, nil
+	return second[:i], full, nil
 }
 
 // manifestIDs lists up to limit ids of node's manifests after after.

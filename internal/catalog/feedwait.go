@@ -136,11 +136,15 @@ func (c *Catalog) pollTips(ctx context.Context, cur Cursor) error {
 			if err != nil {
 				return fmt.Errorf("poll feed: %w", err)
 			}
+			ids, cut, err := c.withinReserved(ctx, n, ids) // feedbound.go
+			if err != nil {
+				return fmt.Errorf("poll feed: %w", err)
+			}
 			if len(ids) == 0 {
 				break
 			}
 			top, after = ids[len(ids)-1], ids[len(ids)-1]
-			if len(ids) < ListChunk {
+			if cut || len(ids) < ListChunk {
 				break
 			}
 		}
