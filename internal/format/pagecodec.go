@@ -62,12 +62,7 @@ type zstdPages struct {
 }
 
 func newZstdPages(concurrency int) (*zstdPages, error) {
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderConcurrency(concurrency),
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithWindowSize(pageWindow),
-		zstd.WithZeroFrames(true),
-		zstd.WithEncoderCRC(false))
+	enc, err := zstd.NewWriter(nil, pageOptions(concurrency, pageWindow)...)
 	if err != nil {
 		return nil, fmt.Errorf("start zstd page codec: %w", err)
 	}
@@ -87,6 +82,31 @@ var _ compress.Codec = (*zstdPages)(nil)
 
 // pageWindow is the zstd window of Parquet pages.
 const pageWindow = 512 << 10
+
+// pageLevel is the zstd level of Parquet pages: the library's default
+// (zstd's level 3). Level 1 (SpeedFastest) was measured and not taken
+// (BenchmarkPageLevel; BENCHMARKS.md, issue 26, h4-pq): it compresses
+// the harness's pages (mostly random text) in about half the CPU time for
+// a file 0.4% larger, but web-log-like records' files come out 9% larger,
+// for 20% less CPU on their pages.
+const pageLevel = zstd.SpeedDefault
+
+// pageOptions are the zstd encoder's options for Parquet pages with a
+// window of window bytes: the page level; frames as parquet-go's codec
+// writes them (no checksum, an empty page an empty frame); and lower
+// memory, which sizes the history for the window (640 KiB at 512 KiB
+// rather than 1 MiB) and grows the block buffers as needed, without
+// changing a byte of the frames (TestPageCodecLowMem).
+func pageOptions(concurrency, window int) []zstd.EOption {
+	return []zstd.EOption{
+		zstd.WithEncoderConcurrency(concurrency),
+		zstd.WithEncoderLevel(pageLevel),
+		zstd.WithWindowSize(window),
+		zstd.WithZeroFrames(true),
+		zstd.WithEncoderCRC(false),
+		zstd.WithLowerEncoderMem(true),
+	}
+}
 
 // isZstdPages reports whether name is zstd pages, a Parquet stream's default.
 func isZstdPages(name string) bool { return name == "" || name == streamconf.CompressionZstd }

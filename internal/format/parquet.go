@@ -274,15 +274,16 @@ func (p *ParquetWriter) Schema() *streamconf.Schema { return p.schema }
 func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) error {
 	for i := range p.fields {
 		f := &p.fields[i]
-		v, err := p.parquetValue(f.Type, &vals[i], plain)
-		if err != nil {
+		// The value is made in place and its levels set there (what
+		// v.Level(0, def, i) returns, without copying a Value twice).
+		v := &p.pending[i*batchRows+p.batched]
+		if err := p.parquetValue(v, f.Type, &vals[i], plain); err != nil {
 			return fmt.Errorf("record %d: field %q: %w", p.records+1, f.Name, err)
 		}
-		def := 0
 		if !f.Required && vals[i].Raw != nil {
-			def = 1
+			v.SetDefinitionLevel(1)
 		}
-		p.pending[i*batchRows+p.batched] = v.Level(0, def, i)
+		v.SetColumnIndex(i)
 	}
 	p.batched++
 	p.records++
@@ -349,34 +350,38 @@ func (p *ParquetWriter) Close() error {
 
 var errWriterClosed = errors.New("parquet writer closed")
 
-// parquetValue converts one checked value (Raw nil when absent). A byte
-// array's bytes are copied into p.text, where they stay until the batch
-// is written. With plain, a string value marked Plain is its bytes
-// between the quotes (see WriteChecked).
-func (p *ParquetWriter) parquetValue(t streamconf.Type, v *streamconf.Value, plain bool) (parquet.Value, error) {
+// parquetValue sets *out to one checked value (Raw nil when absent), its
+// levels zero. A byte array's bytes are copied into p.text, where they
+// stay until the batch is written. With plain, a string value marked Plain
+// is its bytes between the quotes (see WriteChecked).
+func (p *ParquetWriter) parquetValue(out *parquet.Value, t streamconf.Type, v *streamconf.Value, plain bool) error {
 	if v.Raw == nil {
-		return parquet.NullValue(), nil
+		*out = parquet.NullValue()
+		return nil
 	}
 	switch t {
 	case streamconf.TypeString:
 		if n := len(v.Raw); plain && v.Plain && n >= 2 {
-			return parquet.ByteArrayValue(p.keep(v.Raw[1 : n-1])), nil
+			*out = parquet.ByteArrayValue(p.keep(v.Raw[1 : n-1]))
+			return nil
 		}
 		b, err := stringBytes(v.Raw)
 		if err != nil {
-			return parquet.Value{}, err
+			return err
 		}
-		return parquet.ByteArrayValue(p.keep(b)), nil
+		*out = parquet.ByteArrayValue(p.keep(b))
 	case streamconf.TypeInt64, streamconf.TypeTimestamp:
-		return parquet.Int64Value(v.Int), nil // the check parsed it: the value, or the time in µs
+		*out = parquet.Int64Value(v.Int) // the check parsed it: the value, or the time in µs
 	case streamconf.TypeDouble:
-		return parquet.DoubleValue(v.Float), nil
+		*out = parquet.DoubleValue(v.Float)
 	case streamconf.TypeBool:
-		return parquet.BooleanValue(v.Raw[0] == 't'), nil
+		*out = parquet.BooleanValue(v.Raw[0] == 't')
 	case streamconf.TypeJSON:
-		return parquet.ByteArrayValue(p.keep(v.Raw)), nil
+		*out = parquet.ByteArrayValue(p.keep(v.Raw))
+	default:
+		return fmt.Errorf("%w: type %q", ErrUnsupported, t)
 	}
-	return parquet.Value{}, fmt.Errorf("%w: type %q", ErrUnsupported, t)
+	return nil
 }
 
 // keep copies b into p.text. When text grows, the values made so far keep

@@ -3,10 +3,12 @@ package format
 import (
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/cputime"
+	"github.com/klauspost/compress/zstd"
 )
 
 // benchSchema and benchRecord are the load harness's Parquet stream
@@ -92,3 +94,78 @@ func BenchmarkParquetWriter(b *testing.B) {
 		})
 	}
 }
+
+// webLogRecord is a record of the load harness's schema whose strings
+// repeat as web logs' do (paths, user agents, countries, status codes),
+// with a random session key: data that compresses well, where the
+// harness's random padding does not.
+func webLogRecord(r *rand.Rand, i int) []byte {
+	paths := []string{"/", "/cart", "/checkout/payment", "/api/v2/items?page=", "/search?q=shoes&sort=price", "/account/orders/", "/static/app.js"}
+	agents := []string{"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36",
+		"Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1",
+		"Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0", "curl/8.4.0"}
+	events := []string{"page_view", "click", "add_to_cart", "purchase", "login", "logout"}
+	countries := []string{"DE", "FR", "US", "GB", "NL", "PL", "ES", "IT"}
+	return fmt.Appendf(nil, `{"ts":"2026-11-29T09:%02d:%02d.%03dZ","producer":"svc-%d","i":%d,"event":%q,"user":{"id":%d,"country":%q,"premium":%t},"latency_ms":%d.%d,"tags":["web","%s"],"pad":"GET %s%d HTTP/1.1 ua=%s session=%016x ref=https://example.com%s status=%d bytes=%d"}`,
+		(i/60)%60, i%60, i%1000, i%8, i, events[r.IntN(len(events))], r.IntN(100000), countries[r.IntN(len(countries))], r.IntN(5) == 0,
+		r.IntN(900), r.IntN(10), countries[r.IntN(len(countries))], paths[r.IntN(len(paths))], r.IntN(50), agents[r.IntN(len(agents))], r.Uint64(),
+		paths[r.IntN(len(paths))], []int{200, 200, 200, 304, 404, 500}[r.IntN(6)], r.IntN(100000))
+}
+
+// BenchmarkPageLevel compares zstd levels for Parquet pages (pageLevel):
+// CPU per record of writing a whole file (parsing included, the same in
+// every row) and the file's size against its records', on the harness's
+// records and on web-log-like ones.
+//
+//	go test -run XXX -bench BenchmarkPageLevel -count 3 ./internal/format/
+func BenchmarkPageLevel(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	sets := map[string][][]byte{}
+	for i := range 8192 { // a row group of each: 8 MiB
+		sets["harness"] = append(sets["harness"], benchRecord(i))
+	}
+	for i := range 24 << 10 {
+		sets["weblog"] = append(sets["weblog"], webLogRecord(r, i))
+	}
+	for _, set := range []string{"harness", "weblog"} {
+		for _, level := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault} {
+			b.Run(fmt.Sprintf("%s/%v", set, level), func(b *testing.B) {
+				opts := append(pageOptions(1, pageWindow), zstd.WithEncoderLevel(level))
+				enc, err := zstd.NewWriter(nil, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pages := NewPageCodecs(1)
+				pages.codecs[""] = &zstdPages{enc: enc}
+				var n, in, out int64
+				cpu0 := cputime.Used()
+				for b.Loop() {
+					cw := &countingDiscard{}
+					pw, err := NewParquetWriter(cw, Encoding{Format: "parquet", Schema: benchSchema}, pages)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, rec := range sets[set] {
+						if err := pw.WriteRecord(rec); err != nil {
+							b.Fatal(err)
+						}
+						in += int64(len(rec)) + 1
+						n++
+					}
+					if err := pw.Close(); err != nil {
+						b.Fatal(err)
+					}
+					out += cw.n
+				}
+				if cpu := cputime.Used() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/record")
+				}
+				b.ReportMetric(float64(out)/float64(in), "out/in")
+			})
+		}
+	}
+}
+
+type countingDiscard struct{ n int64 }
+
+func (c *countingDiscard) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }

@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,6 +100,39 @@ func TestParquetWriterBatches(t *testing.T) {
 	}
 }
 
+// TestPageCodecLowMem: the page codec's lower-memory encoder
+// (zstd.WithLowerEncoderMem: a history sized for the window, block
+// buffers grown as needed) writes the frames the same encoder writes
+// without it, for pages within the window and past it.
+func TestPageCodecLowMem(t *testing.T) {
+	low, err := newZstdPages(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(pageOptions(1, pageWindow), zstd.WithLowerEncoderMem(false))
+	full, err := zstd.NewWriter(nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var recs []byte
+	for i := 0; len(recs) < 3*pageWindow; i++ {
+		recs = append(recs, benchRecord(i%300)...) // repeats within and across pages
+		if i%7 == 0 {
+			recs = append(recs, byte(r.IntN(256)))
+		}
+	}
+	for _, n := range []int{0, 10, 1000, 128 << 10, 200 << 10, 256 << 10, 300 << 10, pageWindow, pageWindow + 1, 2*pageWindow + 12345, 3 * pageWindow} {
+		got, err := low.Encode(nil, recs[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := full.EncodeAll(recs[:n], nil); !bytes.Equal(got, want) {
+			t.Errorf("page of %d bytes: %d bytes with lower memory, %d without", n, len(got), len(want))
+		}
+	}
+}
+
 // TestPageCodecWindow: the page codec's 512 KiB window writes the bytes a
 // 1 MiB window (zstdWindow, what it used before) writes for pages of up
 // to the window, which is every page the writer makes of 256 KiB page
@@ -108,7 +142,7 @@ func TestPageCodecWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	large, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault),
+	large, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(pageLevel),
 		zstd.WithWindowSize(zstdWindow), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false))
 	if err != nil {
 		t.Fatal(err)
