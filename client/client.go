@@ -206,6 +206,7 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 		return ProducerState{}, fmt.Errorf("init producer: %w", err)
 	}
 	c.initing++
+	gen := c.inits
 	c.mu.Unlock()
 
 	var ps ProducerState
@@ -220,10 +221,13 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	if c.fenced {
 		return ProducerState{}, fmt.Errorf("init producer: %w", ErrFenced)
 	}
-	if c.inited && ps.Epoch < c.epoch {
+	if c.inited && ps.Epoch < c.epoch && gen != c.inits {
 		// A newer Init answered first and took up the newer state.
 		return ps, nil
 	}
+	// An older epoch than the client's with no other Init answered
+	// meanwhile: the service lost the epochs since (its state store
+	// rebuilt from manifests): its answer is what it holds.
 	c.epoch = ps.Epoch
 	c.inited = true
 	c.inits++
