@@ -77,8 +77,9 @@ type Client struct {
 	mu       sync.Mutex // guards everything below and every stream's state
 	epoch    int64
 	inited   bool
-	initing  int  // Inits in flight: a newer epoch seen meanwhile may be ours
-	fenced   bool // terminal
+	initing  int    // Inits in flight: a newer epoch seen meanwhile may be ours
+	inits    uint64 // Init answers taken up: a state read across one is stale (staleLocked)
+	fenced   bool   // terminal
 	streams  map[string]*stream
 	buffered int64         // bytes of kept batches and reservations
 	space    chan struct{} // closed and replaced when buffered shrinks
@@ -205,6 +206,7 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 		return ProducerState{}, fmt.Errorf("init producer: %w", err)
 	}
 	c.initing++
+	gen := c.inits
 	c.mu.Unlock()
 
 	var ps ProducerState
@@ -219,12 +221,16 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	if c.fenced {
 		return ProducerState{}, fmt.Errorf("init producer: %w", ErrFenced)
 	}
-	if c.inited && ps.Epoch < c.epoch {
+	if c.inited && ps.Epoch < c.epoch && gen != c.inits {
 		// A newer Init answered first and took up the newer state.
 		return ps, nil
 	}
+	// An older epoch than the client's with no other Init answered
+	// meanwhile: the service lost the epochs since (its state store
+	// rebuilt from manifests): its answer is what it holds.
 	c.epoch = ps.Epoch
 	c.inited = true
+	c.inits++
 	for name, ss := range ps.Streams {
 		c.adoptLocked(c.streamLocked(name), ss)
 	}
@@ -277,18 +283,27 @@ func (c *Client) State(ctx context.Context) (ProducerState, error) {
 	if err != nil {
 		return ProducerState{}, fmt.Errorf("get producer: %w", err)
 	}
-	ps, err := c.fetchState(ctx)
+	ps, gen, err := c.fetchState(ctx)
 	if err != nil {
 		return ProducerState{}, err
 	}
 	c.mu.Lock()
-	_, err = c.observeLocked(ps)
+	_, err = c.observeLocked(ps, gen)
 	c.mu.Unlock()
 	return ps, err
 }
 
-// fetchState gets the producer's state, with retries.
-func (c *Client) fetchState(ctx context.Context) (ProducerState, error) {
+// fetchState gets the producer's state, with retries, and the count of
+// Init answers taken up before it was asked for (observeLocked).
+func (c *Client) fetchState(ctx context.Context) (ProducerState, uint64, error) {
+	c.mu.Lock()
+	gen := c.inits
+	c.mu.Unlock()
+	ps, err := c.fetchStateOnly(ctx)
+	return ps, gen, err
+}
+
+func (c *Client) fetchStateOnly(ctx context.Context) (ProducerState, error) {
 	s := streak{pol: c.retry}
 	for readySeen := false; ; {
 		var ps ProducerState
@@ -327,11 +342,12 @@ func (c *Client) fetchState(ctx context.Context) (ProducerState, error) {
 	}
 }
 
-// observeLocked applies a state of the producer read from the service:
-// kept batches it reports committed are dropped, a newer epoch fences the
-// client. It returns the streams that need a delivery: kept batches the
-// service does not confirm holding (lost in a crash or never confirmed).
-func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
+// observeLocked applies a state of the producer read from the service
+// (gen: c.inits before it was asked for): kept batches it reports
+// committed are dropped, a newer epoch fences the client. It returns the
+// streams that need a delivery: kept batches the service does not confirm
+// holding (lost in a crash or never confirmed).
+func (c *Client) observeLocked(ps ProducerState, gen uint64) ([]*stream, error) {
 	if c.fenced {
 		return nil, ErrFenced
 	}
@@ -339,8 +355,16 @@ func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
 		c.fenceLocked(fmt.Sprintf("service has epoch %d, this client %d", ps.Epoch, c.epoch))
 		return nil, ErrFenced
 	}
-	if c.staleLocked(ps) {
+	if c.staleLocked(ps, gen) {
 		return nil, nil
+	}
+	if c.inited && ps.Epoch < c.epoch {
+		// Read after this client's Init answered: the service lost the
+		// epoch (its state store, rebuilt from manifests, knows none
+		// handed out after the producer's last commit). Nothing in it is
+		// believed either (its committed_seq may count an incarnation
+		// forgotten before that Init), and waiting would not change it.
+		return nil, fmt.Errorf("%w: service has epoch %d, this client %d (the service lost it): call Init", ErrInvalidEpoch, ps.Epoch, c.epoch)
 	}
 	var need []*stream
 	for name, st := range c.streams {
@@ -360,13 +384,14 @@ func (c *Client) observeLocked(ps ProducerState) ([]*stream, error) {
 }
 
 // staleLocked reports whether ps was read before this client's newest
-// Init answered (an older epoch): nothing in it is believed. Its
+// Init answered (an older epoch, and an Init answer taken up since gen):
+// nothing in it is believed. Its
 // committed_seq may count another incarnation's batches (the producer
 // forgotten, by DELETE or expiry, and initialised again), whose numbers
 // the batches sent since reuse: trimmed by it, they would be dropped
 // uncommitted, and a crash would lose them with no resend.
-func (c *Client) staleLocked(ps ProducerState) bool {
-	return c.inited && ps.Epoch < c.epoch
+func (c *Client) staleLocked(ps ProducerState, gen uint64) bool {
+	return c.inited && ps.Epoch < c.epoch && gen != c.inits
 }
 
 // Stats counts the batches a Client keeps.

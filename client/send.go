@@ -225,12 +225,12 @@ func (c *Client) keep(ctx context.Context, st *stream, b *batch) error {
 // delivers the batches of streams the service does not hold: held (whose
 // send lock the caller holds) and any other stream nobody is sending on.
 func (c *Client) refresh(ctx context.Context, held *stream) error {
-	ps, err := c.fetchState(ctx)
+	ps, gen, err := c.fetchState(ctx)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	need, err := c.observeLocked(ps)
+	need, err := c.observeLocked(ps, gen)
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -238,12 +238,12 @@ func (c *Client) refresh(ctx context.Context, held *stream) error {
 	for _, st := range need {
 		switch {
 		case st == held:
-			if err := c.resync(ctx, st, &ps); err != nil {
+			if err := c.resync(ctx, st, &ps, gen); err != nil {
 				return err
 			}
 		case st.tryLock():
 			// A busy stream is left to its sender, which delivers it.
-			err := c.resync(ctx, st, nil)
+			err := c.resync(ctx, st, nil, 0)
 			st.unlock()
 			if err != nil && ctx.Err() == nil {
 				// Its failure is its own (its writes refused for a
@@ -260,18 +260,19 @@ func (c *Client) refresh(ctx context.Context, held *stream) error {
 
 // resync brings st in line with the service: kept batches it does not
 // hold are resent from its next_seq. ps is a state read while holding st's
-// send lock, or nil to read one. The caller holds st's send lock.
-func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState) error {
+// send lock (gen: c.inits before it was asked for), or nil to read one.
+// The caller holds st's send lock.
+func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState, gen uint64) error {
 	if ps == nil {
-		fresh, err := c.fetchState(ctx)
+		fresh, g, err := c.fetchState(ctx)
 		if err != nil {
 			return err
 		}
-		ps = &fresh
+		ps, gen = &fresh, g
 	}
 	c.mu.Lock()
-	_, err := c.observeLocked(*ps)
-	if err == nil && !c.staleLocked(*ps) {
+	_, err := c.observeLocked(*ps, gen)
+	if err == nil && !c.staleLocked(*ps, gen) {
 		ss, ok := ps.Streams[st.name]
 		if !ok {
 			ss = StreamState{NextSeq: 0, CommittedSeq: -1}
@@ -486,12 +487,12 @@ func (c *Client) Flush(ctx context.Context) error {
 func (c *Client) waitCommitted(ctx context.Context, targets map[*stream]int64) error {
 	delay := pollMin
 	for {
-		ps, err := c.fetchState(ctx)
+		ps, gen, err := c.fetchState(ctx)
 		if err != nil {
 			return err
 		}
 		c.mu.Lock()
-		need, err := c.observeLocked(ps)
+		need, err := c.observeLocked(ps, gen)
 		left := map[*stream]bool{}
 		for st, seq := range targets {
 			if st.broken != nil && err == nil {
@@ -516,7 +517,7 @@ func (c *Client) waitCommitted(ctx context.Context, targets map[*stream]int64) e
 			if err := st.lock(ctx); err != nil {
 				return err
 			}
-			err := c.resync(ctx, st, nil)
+			err := c.resync(ctx, st, nil, 0)
 			st.unlock()
 			if err != nil {
 				return err

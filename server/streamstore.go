@@ -134,6 +134,25 @@ func (e *Engine) writeStreamDoc(ctx context.Context, rec recovery.StreamConfig) 
 	return fmt.Errorf("write %s: %w: changed by another writer at every try", name, committer.ErrTransient)
 }
 
+// replaceStreamDoc writes rec as its stream's document over the one read
+// at version, whatever that one's version (a document the store's
+// configuration can't change to: see syncStreamsOnce). A document written
+// meanwhile is an error: the caller's retry reads and judges it.
+func (e *Engine) replaceStreamDoc(ctx context.Context, rec recovery.StreamConfig, version string) error {
+	data, err := encodeStreamDoc(rec)
+	if err != nil {
+		return err
+	}
+	if err := e.life.leaseCheck(); err != nil {
+		return err
+	}
+	name := layout.StreamConfName(rec.Stream)
+	if _, err := e.cfg.Leaser.WriteLease(ctx, name, data, version); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	return nil
+}
+
 // putStreamDoc writes rec, just recorded and put in force by PUT, to the
 // destination. An error leaves it recorded and in force; the next start
 // writes it (syncStreams).
@@ -198,7 +217,7 @@ func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) er
 		// an older copy has an older version than the destination, and
 		// must not revert the stream to it. (An older document is left to
 		// the next PUT: a start takes no lock over a present document.)
-		rec, _, ok, err := lc.e.readStreamDoc(ctx, stream)
+		rec, version, ok, err := lc.e.readStreamDoc(ctx, stream)
 		if err != nil {
 			return err
 		}
@@ -211,8 +230,15 @@ func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) er
 			// whoever wrote it: believed, it would wedge the stream, since
 			// PUT could not change it back (I13).
 			if err := streamconf.CheckChange(have.Config, rec.Config); err != nil {
-				lc.e.log.Error("stream configuration in the destination is a change the stream can't take: skipped, the store's stays in force",
+				lc.e.log.Error("stream configuration in the destination is a change the stream can't take: replaced by the store's, which stays in force",
 					"stream", stream, "path", en.Path, "version", rec.Config.Version, "store_version", have.Config.Version, "err", err)
+				// Left there, its version above the store's would keep
+				// every later PUT of this node out of the destination
+				// (writeStreamDoc writes over no newer document), and a
+				// lost store would then restore it after all.
+				if err := lc.e.replaceStreamDoc(ctx, have, version); err != nil {
+					return err
+				}
 				continue
 			}
 		}
