@@ -30,28 +30,8 @@ func TestStreamDocPlantedRefusedChange(t *testing.T) {
 	noTable.Table = streamconf.TableNone
 	for name, planted := range map[string]streamconf.Config{"drop column": dropColumn, "no table": noTable} {
 		t.Run(name, func(t *testing.T) {
-			r, _ := parkRig(t)
-			tw := r.tweak
-			r.tweak = func(c *Config) {
-				tw(c)
-				c.Leaser, c.LeaseTimeout, c.Listen = local.New(c.FS, rigDest, rigStaging), time.Hour, "127.0.0.1:1"
-			}
+			r := plantedStreamDocRig(t, time.Hour, planted)
 			e := r.start(nil)
-			if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-				t.Fatal(err)
-			}
-			mustSend(t, e, nil, tableStream, 1, 3)
-			r.commit()
-			r.stop()
-			planted.Version = 7
-			data, err := json.Marshal(recovery.StreamConfig{Stream: tableStream, Config: planted, UpdatedAt: time.Now()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := afero.WriteFile(r.fs, rigDest+"/"+layout.StreamConfName(tableStream), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			e = r.start(nil)
 			if st := e.Stream(tableStream); st.Config.Version != 1 || !st.Config.IsTable() || len(st.Config.Schema.Fields) != len(testSchema.Fields) {
 				t.Fatalf("after the start: version %d, table %v, %d fields in force; want the store's version 1", st.Config.Version, st.Config.IsTable(), len(st.Config.Schema.Fields))
 			}
@@ -63,4 +43,33 @@ func TestStreamDocPlantedRefusedChange(t *testing.T) {
 			r.broken = "a planted document under _streams/"
 		})
 	}
+}
+
+// plantedStreamDocRig starts a table stream (tableConf) on a rig with a
+// node lease of timeout, commits a batch, stops, and plants planted as the
+// stream's document at version 7, above the store's 1.
+func plantedStreamDocRig(t *testing.T, timeout time.Duration, planted streamconf.Config) *rig {
+	t.Helper()
+	r, _ := parkRig(t)
+	tw := r.tweak
+	r.tweak = func(c *Config) {
+		tw(c)
+		c.Leaser, c.LeaseTimeout, c.Listen = local.New(c.FS, rigDest, rigStaging), timeout, "127.0.0.1:1"
+	}
+	e := r.start(nil)
+	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, e, nil, tableStream, 1, 3)
+	r.commit()
+	r.stop()
+	planted.Version = 7
+	data, err := json.Marshal(recovery.StreamConfig{Stream: tableStream, Config: planted, UpdatedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.StreamConfName(tableStream), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

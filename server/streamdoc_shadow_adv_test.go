@@ -2,16 +2,11 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/eosink/eosink/committer/local"
-	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
-	"github.com/eosink/eosink/recovery"
-	"github.com/spf13/afero"
 )
 
 // TestStreamDocRefusedShadowsLaterPuts: a planted document under
@@ -28,28 +23,8 @@ import (
 func TestStreamDocRefusedShadowsLaterPuts(t *testing.T) {
 	dropColumn := tableConf
 	dropColumn.Schema = &streamconf.Schema{Fields: testSchema.Fields[:len(testSchema.Fields)-1]}
-	r, _ := parkRig(t)
-	tw := r.tweak
-	r.tweak = func(c *Config) {
-		tw(c)
-		c.Leaser, c.LeaseTimeout, c.Listen = local.New(c.FS, rigDest, rigStaging), time.Second, "127.0.0.1:1"
-	}
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
-	mustSend(t, e, nil, tableStream, 1, 3)
-	r.commit()
-	r.stop()
-	dropColumn.Version = 7
-	data, err := json.Marshal(recovery.StreamConfig{Stream: tableStream, Config: dropColumn, UpdatedAt: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.StreamConfName(tableStream), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e = r.start(nil) // refuses the planted document
+	r := plantedStreamDocRig(t, time.Second, dropColumn)
+	e := r.start(nil) // refuses the planted document
 	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
 		t.Fatalf("PUT: %v", err)
 	}
@@ -57,7 +32,7 @@ func TestStreamDocRefusedShadowsLaterPuts(t *testing.T) {
 	r.commit()
 	r.stop()
 	r.storePath = filepath.Join(filepath.Dir(r.storePath), "lost.db") // the store is lost
-	e, err = r.open(nil, 8*time.Second)
+	e, err := r.open(nil, 8*time.Second)
 	if err != nil {
 		t.Fatalf("start after the store loss: %v; status %+v", err, e.Status())
 	}
