@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
@@ -18,6 +21,7 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/table"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/spf13/afero"
 )
@@ -49,6 +53,10 @@ import (
 //     clock step back —, committed (a commit must not wedge on the
 //     missing directory), and half the time the power is cut: what
 //     committed stays.
+//   - leaseRenewStep: the node lease's renewal loop runs (kicked: the
+//     model's lease never expires, so its timer never fires), half the
+//     time with a write, fsync or rename of the lease document failing.
+//     A failed fsync must stop the engine (I14), as on the live path.
 
 const (
 	modelKeyWindow      = 30 * time.Hour // Config.IdempotencyWindow
@@ -61,12 +69,14 @@ type worldStats struct {
 	clockForward, clockPastWindow, clockBack, clockBackDays                                        int
 	expiryRuns, expiredByClock, expiryKept                                                         int
 	retentions, retentionsRefused, removedFiles, removedDirs, writesAfterRemoval, cutsAfterRemoval int
+	leaseRenewals, leaseSyncsFailed, leaseFaults                                                   int
 }
 
 func (s worldStats) String() string {
-	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after",
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults)",
 		s.tablePuts, s.tablePutsFailed, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
-		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval)
+		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval,
+		s.leaseRenewals, s.leaseSyncsFailed, s.leaseFaults)
 }
 
 // modelWorld is the model's state of the world steps.
@@ -124,7 +134,9 @@ func (mr *modelRun) worldStep() {
 		mr.restart(mr.rng.IntN(2) == 0)
 		return
 	}
-	switch x := mr.rng.IntN(10); {
+	switch x := mr.rng.IntN(12); {
+	case x >= 10:
+		mr.leaseRenewStep()
 	case x < 3:
 		mr.tableStep()
 	case x < 7 || mr.crash != nil:
@@ -442,4 +454,65 @@ func (mr *modelRun) retentionVictim(files []string, newest bool) (victim string,
 		gone = append(gone, f)
 	}
 	return victim, gone, content
+}
+
+// leaseRenewStep renews the node lease in the background, as its loop
+// does every --lease-timeout/3 (the model's lease never expires, so the
+// loop's timer never fires: the step kicks it), half the time with a
+// fault injected into the lease document's write: a write, a sync or
+// the rename of its temp file fails. A failed fsync stops the engine,
+// as it does on the live path and in the replay (I14); the runs' next
+// step restarts it.
+func (mr *modelRun) leaseRenewStep() {
+	st := mr.world.st()
+	l := mr.e.lease
+	if l == nil || mr.crash != nil {
+		return
+	}
+	tmp := strings.ReplaceAll(layout.LeaseName(rigNode), "/", "_") // its temp file's name (committer/local)
+	kind, faulty := faultfs.OpKind(0), mr.rng.IntN(2) == 0
+	if faulty {
+		kind = []faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename}[mr.rng.IntN(3)]
+	}
+	var fired, renamed atomic.Bool // the fault was hit; the temp file renamed in place
+	mr.sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if !strings.Contains(op.Path, tmp) {
+			return nil
+		}
+		if faulty && op.Kind == kind && fired.CompareAndSwap(false, true) {
+			return syscall.EIO
+		}
+		if op.Kind == faultfs.OpRename {
+			renamed.Store(true)
+		}
+		return nil
+	}))
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !renamed.Load() && !fired.Load() && mr.e.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	l.mu.Lock() // the renewal holds it until it returns
+	l.mu.Unlock()
+	renewed := renamed.Load()
+	st.leaseRenewals++
+	switch {
+	case !fired.Load() && !renewed && mr.e.Err() == nil:
+		mr.fail("lease renewal kicked: not renewed in 10 s")
+	case fired.Load() && kind == faultfs.OpSync:
+		st.leaseSyncsFailed++
+		for mr.e.Err() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(mr.e.Err(), durable.ErrSync) {
+			mr.fail("lease renewal: a failed fsync of the lease document did not stop the engine (I14): engine error %v", mr.e.Err())
+		}
+	case fired.Load():
+		st.leaseFaults++
+	}
+	mr.sw.Set(nil)
+	mr.note("lease renewal (fault on %v %v: %v): engine error %v", faulty, kind, fired.Load(), mr.e.Err())
 }
