@@ -31,7 +31,10 @@ import (
 //
 //   - tableStep: an operator makes stream tb an Iceberg table (PUT with a
 //     table config), later changes its keep_snapshots or adds an optional
-//     field; the clients then write tb as any stream. checkTable, at every
+//     field; the clients then write tb as any stream. Mostly tb is first
+//     a plain Parquet stream partitioned by ingest time, with committed
+//     files (plainFirst), and then the state store is often lost at once
+//     (tableLost): the stream must not park, its writes must be taken. checkTable, at every
 //     full check: the table's current snapshot holds exactly the tb files
 //     the manifests name — each once, added by its own checkpoint's
 //     snapshot —, its record count is theirs, its snapshots' times never
@@ -70,11 +73,12 @@ type worldStats struct {
 	expiryRuns, expiredByClock, expiryKept                                                         int
 	retentions, retentionsRefused, removedFiles, removedDirs, writesAfterRemoval, cutsAfterRemoval int
 	leaseRenewals, leaseSyncsFailed, leaseFaults                                                   int
+	plainFirst, tableLost                                                                          int
 }
 
 func (s worldStats) String() string {
-	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults)",
-		s.tablePuts, s.tablePutsFailed, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault; %d times a plain stream first, %d store losses at once after it became a table), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults)",
+		s.tablePuts, s.tablePutsFailed, s.plainFirst, s.tableLost, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
 		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval,
 		s.leaseRenewals, s.leaseSyncsFailed, s.leaseFaults)
 }
@@ -83,6 +87,8 @@ func (s worldStats) String() string {
 type modelWorld struct {
 	table      bool                 // tb is a table stream the clients write
 	grown      bool                 // its schema has the optional field "extra"
+	wasPlain   bool                 // tb was a plain Parquet stream first (plainFirst)
+	tableFrom  uint64               // the first checkpoint tb was a table in: files of those before may be no table's
 	touch      map[string]time.Time // per producer: a lower bound of its last activity (init, or the barrier of a prepare)
 	touchExact map[string]bool      // touch is the activity the store holds
 	prepSeen   map[[2]string]int64  // model.prepared when touch was last brought up to date
@@ -162,6 +168,9 @@ func (mr *modelRun) tableStep() {
 	if mr.world.grown || mr.world.table && mr.rng.IntN(4) == 0 {
 		conf.Schema = &streamconf.Schema{Fields: append(slices.Clone(testSchema.Fields), streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
 	}
+	if !mr.world.table && !mr.world.wasPlain && mr.rng.IntN(4) != 0 && !mr.plainFirst() {
+		return // put again at a later step
+	}
 	mr.world.st().tablePuts++
 	if !mr.put(tableStream, conf) {
 		mr.world.st().tablePutsFailed++
@@ -170,8 +179,74 @@ func (mr *modelRun) tableStep() {
 	mr.world.grown = conf.Schema != testSchema
 	if !mr.world.table {
 		mr.world.table = true
+		mr.world.tableFrom = mr.e.Status().OpenID
 		mr.streams = append(mr.streams, tableStream)
+		if mr.world.wasPlain && mr.crash == nil && mr.rng.IntN(3) != 0 {
+			mr.tableLost()
+		}
 	}
+}
+
+// plainFirst makes tb a plain Parquet stream partitioned by ingest time
+// and commits batches to it, before tableStep makes it a table
+// partitioned by a column (a change PUT accepts: it was no table); its
+// files so far are in partitions the table's template can't read, and
+// are no table's. False if the PUT was cut by a fault.
+func (mr *modelRun) plainFirst() bool {
+	plain := streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema, Partition: "dt={ingest:%Y-%m-%d}/hour={ingest:%H}"}
+	mr.world.st().tablePuts++
+	if !mr.put(tableStream, plain) {
+		mr.world.st().tablePutsFailed++
+		return false
+	}
+	mr.world.wasPlain = true
+	mr.sw.Set(nil)
+	mr.crash = nil
+	for _, p := range mr.producers {
+		if _, inited := mr.m.epoch[p]; inited {
+			if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, tableStream, 1+mr.rng.IntN(3)); err != nil {
+				mr.fail("write %s, a plain stream: %v", tableStream, err)
+			}
+		}
+	}
+	commitAll(mr.t, mr.e, mr.m, "plain "+tableStream, mr.fail)
+	mr.world.st().plainFirst++
+	mr.note("%s a plain Parquet stream partitioned by ingest time, committed", tableStream)
+	return true
+}
+
+// tableLost: the state store is lost right after tb became a table,
+// before its next checkpoint. The rebuild finishes the table commits of
+// the newest manifests, which hold tb's plain files only: they are no
+// table's. The stream must go on: not parked, its writes taken and
+// committed into the table.
+func (mr *modelRun) tableLost() {
+	mr.world.st().tableLost++
+	mr.sw.Set(nil)
+	mr.loseStore(nil, false)
+	var p string
+	for _, q := range mr.producers {
+		if _, inited := mr.m.epoch[q]; inited {
+			p = q
+		}
+	}
+	if p == "" {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second) // a parked commit the park loop lands soon
+	for {
+		err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, tableStream, 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			st := mr.e.Status()
+			mr.fail("%s made a table from a plain stream, store lost: writes refused for 5 s (%v); %d tables parked (%s)", tableStream, err, st.TablesParked, st.TableParked)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	commitAll(mr.t, mr.e, mr.m, tableStream+" a table after the store loss", mr.fail)
+	mr.fullCheck()
 }
 
 // st is where the world's stats go: set by runModel (a pointer into
@@ -193,6 +268,10 @@ func (mr *modelRun) checkTable() {
 		mr.fail("table %s: metadata passed over: %+v", tableStream, cur.Skipped)
 	}
 	want := map[string]uint64{} // file -> the checkpoint whose manifest names it
+	// Files committed before tb was a table (plainFirst) may be in it or
+	// not: those of the barrier that made it one are, its plain ones not.
+	maybe := map[string]uint64{}
+	maybeRecords := map[string]int64{}
 	var records int64
 	names, err := afero.Glob(mr.base, rigDest+"/"+layout.ManifestDir+"/"+rigNode+"/*.json")
 	if err != nil {
@@ -209,7 +288,11 @@ func (mr *modelRun) checkTable() {
 			mr.fail("table %s: read manifest %s: %v", tableStream, rel, err)
 		}
 		for _, f := range mf.Files {
-			if f.Stream == tableStream {
+			switch {
+			case f.Stream != tableStream:
+			case ck < mr.world.tableFrom:
+				maybe[f.Path], maybeRecords[f.Path] = ck, f.Records
+			default:
 				want[f.Path] = ck
 				records += f.Records
 			}
@@ -228,6 +311,10 @@ func (mr *modelRun) checkTable() {
 	in := map[string]bool{}
 	for _, f := range files {
 		ck, named := want[f.Path]
+		if !named {
+			ck, named = maybe[f.Path]
+			records += maybeRecords[f.Path]
+		}
 		switch {
 		case in[f.Path]:
 			mr.fail("table %s v%d: %s is in the table twice (I2)", tableStream, cur.Version, f.Path)
