@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -23,6 +24,7 @@ import (
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -60,6 +62,9 @@ import (
 //     model's lease never expires, so its timer never fires), half the
 //     time with a write, fsync or rename of the lease document failing.
 //     A failed fsync must stop the engine (I14), as on the live path.
+//   - plantStreamDoc: a document under _streams/ for tb, newer than the
+//     store's and a change PUT refuses (a column dropped, no table), then
+//     a restart: the store's configuration must stay in force.
 
 const (
 	modelKeyWindow      = 30 * time.Hour // Config.IdempotencyWindow
@@ -73,14 +78,14 @@ type worldStats struct {
 	expiryRuns, expiredByClock, expiryKept                                                         int
 	retentions, retentionsRefused, removedFiles, removedDirs, writesAfterRemoval, cutsAfterRemoval int
 	leaseRenewals, leaseSyncsFailed, leaseFaults                                                   int
-	plainFirst, tableLost                                                                          int
+	plainFirst, tableLost, streamDocsPlanted                                                       int
 }
 
 func (s worldStats) String() string {
-	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault; %d times a plain stream first, %d store losses at once after it became a table), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults)",
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault; %d times a plain stream first, %d store losses at once after it became a table), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults); %d refused changes of tb planted under _streams/",
 		s.tablePuts, s.tablePutsFailed, s.plainFirst, s.tableLost, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
 		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval,
-		s.leaseRenewals, s.leaseSyncsFailed, s.leaseFaults)
+		s.leaseRenewals, s.leaseSyncsFailed, s.leaseFaults, s.streamDocsPlanted)
 }
 
 // modelWorld is the model's state of the world steps.
@@ -141,6 +146,8 @@ func (mr *modelRun) worldStep() {
 		return
 	}
 	switch x := mr.rng.IntN(12); {
+	case x == 11 && mr.world.table && mr.crash == nil:
+		mr.plantStreamDoc()
 	case x >= 10:
 		mr.leaseRenewStep()
 	case x < 3:
@@ -602,4 +609,54 @@ func (mr *modelRun) leaseRenewStep() {
 	}
 	mr.sw.Set(nil)
 	mr.note("lease renewal (fault on %v %v: %v): engine error %v", faulty, kind, fired.Load(), mr.e.Err())
+}
+
+// plantStreamDoc plants, under _streams/, a document for the table
+// stream tb newer than the store's configuration and a change PUT
+// refuses (a required column dropped, or no longer a table), as another
+// writer of the bucket or a diverged node could; then the node restarts.
+// The start must keep the store's configuration in force: believed, the
+// planted one wedges the stream (PUT can't undo it) or leaves its next
+// files out of its table. Then the stream's own document is put back.
+func (mr *modelRun) plantStreamDoc() {
+	mr.sw.Set(nil)
+	have := mr.e.Stream(tableStream).Config
+	name := rigDest + "/" + layout.StreamConfName(tableStream)
+	orig, err := afero.ReadFile(mr.base, name)
+	if err != nil && !os.IsNotExist(err) {
+		mr.fail("read %s: %v", name, err)
+	}
+	planted := have
+	how := "no table"
+	if mr.rng.IntN(2) == 0 {
+		how = "a column dropped"
+		planted.Schema = &streamconf.Schema{Fields: slices.Clone(have.Schema.Fields[:len(have.Schema.Fields)-1])}
+	} else {
+		planted.Table, planted.KeepSnapshots = streamconf.TableNone, 0 // keep_snapshots is a table's only
+	}
+	planted.Version = have.Version + 1 + int64(mr.rng.IntN(5))
+	data, err := json.Marshal(recovery.StreamConfig{Stream: tableStream, Config: planted, UpdatedAt: mr.clock})
+	if err != nil {
+		mr.fail("plant stream document: %v", err)
+	}
+	if err := durable.ReplaceFile(mr.base, name+".plant", name, data); err != nil {
+		mr.fail("plant stream document: %v", err)
+	}
+	mr.world.st().streamDocsPlanted++
+	mr.note("planted %s: %s, version %d (the store's %d)", name, how, planted.Version, have.Version)
+	mr.restart(false)
+	if got := mr.e.Stream(tableStream).Config; got.Version != have.Version || !got.IsTable() || len(got.Schema.Fields) != len(have.Schema.Fields) {
+		mr.fail("a planted %s document (%s, version %d) put in force: version %d, table %v, %d fields; want the store's version %d", tableStream, how, planted.Version, got.Version, got.IsTable(), len(got.Schema.Fields), have.Version)
+	}
+	if orig == nil {
+		err = mr.base.Remove(name)
+		if err == nil {
+			err = durable.SyncDir(mr.base, path.Dir(name))
+		}
+	} else {
+		err = durable.ReplaceFile(mr.base, name+".plant", name, orig)
+	}
+	if err != nil {
+		mr.fail("put back %s: %v", name, err)
+	}
 }
