@@ -1099,7 +1099,11 @@ func (mr *modelRun) plantManifest() {
 	name := rigDest + "/" + layout.ManifestName(rigNode, id)
 	// Durably, as a writer of the bucket does, and removed durably: the
 	// node's own publishes sync the directory while it is there.
-	if err := durable.ReplaceFile(mr.base, name+".plant", name, body); err != nil {
+	err := mr.base.MkdirAll(filepath.Dir(name), 0o755) // none yet before the first commit
+	if err == nil {
+		err = durable.ReplaceFile(mr.base, name+".plant", name, body)
+	}
+	if err != nil {
 		mr.fail("plant manifest: %v", err)
 	}
 	mr.st.planted++
