@@ -1038,6 +1038,15 @@ func (mr *modelRun) reincarnate(gone []int, why string) {
 			delete(mr.m.prepared, k)
 			delete(mr.m.next, k)
 		}
+		// Its streams with nothing prepared (a batch sent, then lost by a
+		// crash: next rolled back to 0) are in next only: gone too, or a
+		// later checkpoint's snapshot would bring them back as prepared
+		// at 0 for the id the new incarnation now holds.
+		for k := range mr.m.next {
+			if k[0] == p {
+				delete(mr.m.next, k)
+			}
+		}
 		mr.zombies[p] = mr.m.epoch[p]
 		delete(mr.m.epoch, p)
 		mr.incarnation++
