@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +21,8 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/catalog"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
@@ -71,14 +77,14 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted, leasesDamaged                                                                                                  int
+	quiesceAborted, leasesDamaged, feedsFollowed                                                                                   int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer, %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.quiesceAborted, s.leasesDamaged) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -1066,7 +1072,10 @@ func (mr *modelRun) reincarnate(gone []int, why string) {
 // plantManifest plants a manifest under this node's prefix as another
 // writer of the bucket could: ranges for a live producer naming files
 // that are not there (beyond the ids the node reserved, or within
-// them), a document that is not JSON, or a name with an id near 2^64.
+// them), a document that is not JSON (within them or beyond), or a name
+// with an id near 2^64. Beyond the reserved ids, the commit feed must
+// give the node's next commit to a follower (feedPastPlanted; before the
+// restart, which starts beyond every manifest it sees).
 // After a crash the node must start, and believe none of it (I5,
 // checked by restart); then the planted document is removed.
 func (mr *modelRun) plantManifest() {
@@ -1074,7 +1083,7 @@ func (mr *modelRun) plantManifest() {
 	victim := mr.producers[mr.rng.IntN(len(mr.producers))]
 	var id uint64
 	var body []byte
-	kind := mr.rng.IntN(4)
+	kind := mr.rng.IntN(5)
 	switch kind {
 	case 0, 1:
 		id = open + 1 // reserved, never committed: the store looks behind
@@ -1090,20 +1099,119 @@ func (mr *modelRun) plantManifest() {
 		}
 	case 2:
 		id, body = open+1, []byte("<html>not a manifest</html>")
+	case 3:
+		id, body = open+1<<20, []byte("<html>not a manifest</html>") // beyond every id reserved
 	default:
 		id, body = 1<<64-10, []byte("{}")
 	}
 	name := rigDest + "/" + layout.ManifestName(rigNode, id)
-	if err := afero.WriteFile(mr.base, name, body, 0o644); err != nil {
+	// Durably, as a writer of the bucket does, and removed durably: the
+	// node's own publishes sync the directory while it is there.
+	err := mr.base.MkdirAll(filepath.Dir(name), 0o755) // none yet before the first commit
+	if err == nil {
+		err = durable.ReplaceFile(mr.base, name+".plant", name, body)
+	}
+	if err != nil {
 		mr.fail("plant manifest: %v", err)
 	}
 	mr.st.planted++
 	mr.note("planted %s (kind %d, ranges of %s)", name, kind, victim)
+	if kind != 1 && kind != 2 { // beyond the ids the node reserved
+		mr.feedPastPlanted(name)
+	}
 	mr.restart(false)
 	if err := mr.base.Remove(name); err != nil {
 		mr.fail("remove planted manifest: %v", err)
 	}
+	if err := durable.SyncDir(mr.base, filepath.Dir(name)); err != nil {
+		mr.fail("remove planted manifest: %v", err)
+	}
 }
+
+// feedPastPlanted follows the commit feed (what GET /v1/commits serves)
+// to its end while a document planted at a manifest name beyond every id
+// the node reserved is there, then commits a batch: the feed must give
+// that commit to a follower of the cursor. The planted id is no commit
+// of the node's; a cursor moved past it would skip every later one (the
+// downstream half of exactly-once; I13).
+func (mr *modelRun) feedPastPlanted(planted string) {
+	var p string
+	for _, q := range mr.producers {
+		if _, inited := mr.m.epoch[q]; inited {
+			p = q
+		}
+	}
+	if p == "" {
+		return
+	}
+	c, err := catalog.New(catalog.Config{Files: feedLeaseView{local.New(mr.base, rigDest, rigStaging), mr.clock}, Now: func() time.Time { return mr.clock }})
+	if err != nil {
+		mr.fail("feed: %v", err)
+	}
+	follow := func(cur catalog.Cursor) ([]uint64, catalog.Cursor) {
+		var ids []uint64
+		for range 10000 {
+			page, err := c.Commits(mr.t.Context(), catalog.FeedQuery{After: cur, Limit: 100})
+			if err != nil {
+				mr.fail("feed after %v: %v", cur.Nodes(), err)
+			}
+			for _, fc := range page.Commits {
+				if fc.Node == rigNode {
+					ids = append(ids, fc.Checkpoint)
+				}
+			}
+			cur = page.Next
+			if !page.More && len(page.Commits) == 0 {
+				return ids, cur
+			}
+		}
+		mr.fail("feed: does not end")
+		return nil, cur
+	}
+	_, cur := follow(catalog.Cursor{})
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, mr.streams[mr.rng.IntN(len(mr.streams))], 1); err != nil {
+		mr.fail("write after a planted manifest: %v", err)
+	}
+	res := commitAll(mr.t, mr.e, mr.m, "after a planted manifest", mr.fail)
+	got, next := follow(cur)
+	mr.st.feedsFollowed++
+	if !slices.Contains(got, res.ID) {
+		mr.fail("feed: with %s planted, checkpoint %d committed after a follower's cursor %v is not given after it (given %v, cursor now %v)", planted, res.ID, cur.Nodes(), got, next.Nodes())
+	}
+}
+
+// feedLeaseView is the destination as the feed reads it, with the node
+// lease's times those of a lease that checks (layout.CheckLease): renewed
+// at the model's clock, expiring --lease-timeout's most later. The
+// model's lease never expires (a timeout of 2^20 hours, beyond the most
+// a reader believes), so the feed would take no bound from it (the ids it
+// reserved, I8), which is what keeps a planted id from moving a cursor.
+type feedLeaseView struct {
+	*local.Local
+	now time.Time
+}
+
+func (v feedLeaseView) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	rc, en, err := v.Local.Open(ctx, name)
+	if err != nil || name != layout.LeaseName(rigNode) {
+		return rc, en, err
+	}
+	defer rc.Close()
+	l, err := layout.ReadLease(rc)
+	if err != nil {
+		return nil, en, err
+	}
+	l.RenewedAt, l.ExpiresAt = v.now, v.now.Add(layout.MaxLeaseTimeout)
+	data, err := json.Marshal(l)
+	if err != nil {
+		return nil, en, err
+	}
+	return nopCloser{bytes.NewReader(data)}, en, nil
+}
+
+type nopCloser struct{ *bytes.Reader }
+
+func (nopCloser) Close() error { return nil }
 
 func checkI5(t *testing.T, m *model, e *Engine, fail func(string, ...any)) {
 	t.Helper()

@@ -3,6 +3,8 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
@@ -18,7 +22,9 @@ import (
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/table"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -27,7 +33,10 @@ import (
 //
 //   - tableStep: an operator makes stream tb an Iceberg table (PUT with a
 //     table config), later changes its keep_snapshots or adds an optional
-//     field; the clients then write tb as any stream. checkTable, at every
+//     field; the clients then write tb as any stream. Mostly tb is first
+//     a plain Parquet stream partitioned by ingest time, with committed
+//     files (plainFirst), and then the state store is often lost at once
+//     (tableLost): the stream must not park, its writes must be taken. checkTable, at every
 //     full check: the table's current snapshot holds exactly the tb files
 //     the manifests name — each once, added by its own checkpoint's
 //     snapshot —, its record count is theirs, its snapshots' times never
@@ -49,6 +58,13 @@ import (
 //     clock step back —, committed (a commit must not wedge on the
 //     missing directory), and half the time the power is cut: what
 //     committed stays.
+//   - leaseRenewStep: the node lease's renewal loop runs (kicked: the
+//     model's lease never expires, so its timer never fires), half the
+//     time with a write, fsync or rename of the lease document failing.
+//     A failed fsync must stop the engine (I14), as on the live path.
+//   - plantStreamDoc: a document under _streams/ for tb, newer than the
+//     store's and a change PUT refuses (a column dropped, no table), then
+//     a restart: the store's configuration must stay in force.
 
 const (
 	modelKeyWindow      = 30 * time.Hour // Config.IdempotencyWindow
@@ -61,18 +77,23 @@ type worldStats struct {
 	clockForward, clockPastWindow, clockBack, clockBackDays                                        int
 	expiryRuns, expiredByClock, expiryKept                                                         int
 	retentions, retentionsRefused, removedFiles, removedDirs, writesAfterRemoval, cutsAfterRemoval int
+	leaseRenewals, leaseSyncsFailed, leaseFaults                                                   int
+	plainFirst, tableLost, streamDocsPlanted                                                       int
 }
 
 func (s worldStats) String() string {
-	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after",
-		s.tablePuts, s.tablePutsFailed, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
-		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval)
+	return fmt.Sprintf("table stream: %d PUTs (%d cut by a fault; %d times a plain stream first, %d store losses at once after it became a table), %d table checks (at the end %d files, %d snapshots kept); clock: %d steps forward (%d past the key window), %d back (%d by days); producer expiry at the clock %d times (%d producers expired, %d idle ones kept as recently active or busy); retention: %d jobs (%d picks passed over: a producer's newest batch; %d files removed; %d jobs removed a directory), %d batches written after, %d power cuts after; lease: %d renewals kicked (%d failed fsyncs stopped the engine, %d other faults); %d refused changes of tb planted under _streams/",
+		s.tablePuts, s.tablePutsFailed, s.plainFirst, s.tableLost, s.tableChecks, s.tableFiles, s.snapshots, s.clockForward, s.clockPastWindow, s.clockBack, s.clockBackDays,
+		s.expiryRuns, s.expiredByClock, s.expiryKept, s.retentions, s.retentionsRefused, s.removedFiles, s.removedDirs, s.writesAfterRemoval, s.cutsAfterRemoval,
+		s.leaseRenewals, s.leaseSyncsFailed, s.leaseFaults, s.streamDocsPlanted)
 }
 
 // modelWorld is the model's state of the world steps.
 type modelWorld struct {
 	table      bool                 // tb is a table stream the clients write
 	grown      bool                 // its schema has the optional field "extra"
+	wasPlain   bool                 // tb was a plain Parquet stream first (plainFirst)
+	tableFrom  uint64               // the first checkpoint tb was a table in: files of those before may be no table's
 	touch      map[string]time.Time // per producer: a lower bound of its last activity (init, or the barrier of a prepare)
 	touchExact map[string]bool      // touch is the activity the store holds
 	prepSeen   map[[2]string]int64  // model.prepared when touch was last brought up to date
@@ -124,7 +145,11 @@ func (mr *modelRun) worldStep() {
 		mr.restart(mr.rng.IntN(2) == 0)
 		return
 	}
-	switch x := mr.rng.IntN(10); {
+	switch x := mr.rng.IntN(12); {
+	case x == 11 && mr.world.table && mr.crash == nil:
+		mr.plantStreamDoc()
+	case x >= 10:
+		mr.leaseRenewStep()
 	case x < 3:
 		mr.tableStep()
 	case x < 7 || mr.crash != nil:
@@ -150,6 +175,9 @@ func (mr *modelRun) tableStep() {
 	if mr.world.grown || mr.world.table && mr.rng.IntN(4) == 0 {
 		conf.Schema = &streamconf.Schema{Fields: append(slices.Clone(testSchema.Fields), streamconf.Field{Name: "extra", Type: streamconf.TypeString})}
 	}
+	if !mr.world.table && !mr.world.wasPlain && mr.rng.IntN(4) != 0 && !mr.plainFirst() {
+		return // put again at a later step
+	}
 	mr.world.st().tablePuts++
 	if !mr.put(tableStream, conf) {
 		mr.world.st().tablePutsFailed++
@@ -158,8 +186,74 @@ func (mr *modelRun) tableStep() {
 	mr.world.grown = conf.Schema != testSchema
 	if !mr.world.table {
 		mr.world.table = true
+		mr.world.tableFrom = mr.e.Status().OpenID
 		mr.streams = append(mr.streams, tableStream)
+		if mr.world.wasPlain && mr.crash == nil && mr.rng.IntN(3) != 0 {
+			mr.tableLost()
+		}
 	}
+}
+
+// plainFirst makes tb a plain Parquet stream partitioned by ingest time
+// and commits batches to it, before tableStep makes it a table
+// partitioned by a column (a change PUT accepts: it was no table); its
+// files so far are in partitions the table's template can't read, and
+// are no table's. False if the PUT was cut by a fault.
+func (mr *modelRun) plainFirst() bool {
+	plain := streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema, Partition: "dt={ingest:%Y-%m-%d}/hour={ingest:%H}"}
+	mr.world.st().tablePuts++
+	if !mr.put(tableStream, plain) {
+		mr.world.st().tablePutsFailed++
+		return false
+	}
+	mr.world.wasPlain = true
+	mr.sw.Set(nil)
+	mr.crash = nil
+	for _, p := range mr.producers {
+		if _, inited := mr.m.epoch[p]; inited {
+			if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, tableStream, 1+mr.rng.IntN(3)); err != nil {
+				mr.fail("write %s, a plain stream: %v", tableStream, err)
+			}
+		}
+	}
+	commitAll(mr.t, mr.e, mr.m, "plain "+tableStream, mr.fail)
+	mr.world.st().plainFirst++
+	mr.note("%s a plain Parquet stream partitioned by ingest time, committed", tableStream)
+	return true
+}
+
+// tableLost: the state store is lost right after tb became a table,
+// before its next checkpoint. The rebuild finishes the table commits of
+// the newest manifests, which hold tb's plain files only: they are no
+// table's. The stream must go on: not parked, its writes taken and
+// committed into the table.
+func (mr *modelRun) tableLost() {
+	mr.world.st().tableLost++
+	mr.sw.Set(nil)
+	mr.loseStore(nil, false)
+	var p string
+	for _, q := range mr.producers {
+		if _, inited := mr.m.epoch[q]; inited {
+			p = q
+		}
+	}
+	if p == "" {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second) // a parked commit the park loop lands soon
+	for {
+		err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, tableStream, 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			st := mr.e.Status()
+			mr.fail("%s made a table from a plain stream, store lost: writes refused for 5 s (%v); %d tables parked (%s)", tableStream, err, st.TablesParked, st.TableParked)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	commitAll(mr.t, mr.e, mr.m, tableStream+" a table after the store loss", mr.fail)
+	mr.fullCheck()
 }
 
 // st is where the world's stats go: set by runModel (a pointer into
@@ -181,6 +275,10 @@ func (mr *modelRun) checkTable() {
 		mr.fail("table %s: metadata passed over: %+v", tableStream, cur.Skipped)
 	}
 	want := map[string]uint64{} // file -> the checkpoint whose manifest names it
+	// Files committed before tb was a table (plainFirst) may be in it or
+	// not: those of the barrier that made it one are, its plain ones not.
+	maybe := map[string]uint64{}
+	maybeRecords := map[string]int64{}
 	var records int64
 	names, err := afero.Glob(mr.base, rigDest+"/"+layout.ManifestDir+"/"+rigNode+"/*.json")
 	if err != nil {
@@ -197,7 +295,11 @@ func (mr *modelRun) checkTable() {
 			mr.fail("table %s: read manifest %s: %v", tableStream, rel, err)
 		}
 		for _, f := range mf.Files {
-			if f.Stream == tableStream {
+			switch {
+			case f.Stream != tableStream:
+			case ck < mr.world.tableFrom:
+				maybe[f.Path], maybeRecords[f.Path] = ck, f.Records
+			default:
 				want[f.Path] = ck
 				records += f.Records
 			}
@@ -216,6 +318,10 @@ func (mr *modelRun) checkTable() {
 	in := map[string]bool{}
 	for _, f := range files {
 		ck, named := want[f.Path]
+		if !named {
+			ck, named = maybe[f.Path]
+			records += maybeRecords[f.Path]
+		}
 		switch {
 		case in[f.Path]:
 			mr.fail("table %s v%d: %s is in the table twice (I2)", tableStream, cur.Version, f.Path)
@@ -442,4 +548,115 @@ func (mr *modelRun) retentionVictim(files []string, newest bool) (victim string,
 		gone = append(gone, f)
 	}
 	return victim, gone, content
+}
+
+// leaseRenewStep renews the node lease in the background, as its loop
+// does every --lease-timeout/3 (the model's lease never expires, so the
+// loop's timer never fires: the step kicks it), half the time with a
+// fault injected into the lease document's write: a write, a sync or
+// the rename of its temp file fails. A failed fsync stops the engine,
+// as it does on the live path and in the replay (I14); the runs' next
+// step restarts it.
+func (mr *modelRun) leaseRenewStep() {
+	st := mr.world.st()
+	l := mr.e.lease
+	if l == nil || mr.crash != nil {
+		return
+	}
+	tmp := strings.ReplaceAll(layout.LeaseName(rigNode), "/", "_") // its temp file's name (committer/local)
+	kind, faulty := faultfs.OpKind(0), mr.rng.IntN(2) == 0
+	if faulty {
+		kind = []faultfs.OpKind{faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename}[mr.rng.IntN(3)]
+	}
+	var fired, renamed atomic.Bool // the fault was hit; the temp file renamed in place
+	mr.sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if !strings.Contains(op.Path, tmp) {
+			return nil
+		}
+		if faulty && op.Kind == kind && fired.CompareAndSwap(false, true) {
+			return syscall.EIO
+		}
+		if op.Kind == faultfs.OpRename {
+			renamed.Store(true)
+		}
+		return nil
+	}))
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !renamed.Load() && !fired.Load() && mr.e.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	l.mu.Lock() // the renewal holds it until it returns
+	l.mu.Unlock()
+	renewed := renamed.Load()
+	st.leaseRenewals++
+	switch {
+	case !fired.Load() && !renewed && mr.e.Err() == nil:
+		mr.fail("lease renewal kicked: not renewed in 10 s")
+	case fired.Load() && kind == faultfs.OpSync:
+		st.leaseSyncsFailed++
+		for mr.e.Err() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(mr.e.Err(), durable.ErrSync) {
+			mr.fail("lease renewal: a failed fsync of the lease document did not stop the engine (I14): engine error %v", mr.e.Err())
+		}
+	case fired.Load():
+		st.leaseFaults++
+	}
+	mr.sw.Set(nil)
+	mr.note("lease renewal (fault on %v %v: %v): engine error %v", faulty, kind, fired.Load(), mr.e.Err())
+}
+
+// plantStreamDoc plants, under _streams/, a document for the table
+// stream tb newer than the store's configuration and a change PUT
+// refuses (a required column dropped, or no longer a table), as another
+// writer of the bucket or a diverged node could; then the node restarts.
+// The start must keep the store's configuration in force: believed, the
+// planted one wedges the stream (PUT can't undo it) or leaves its next
+// files out of its table. Then the stream's own document is put back.
+func (mr *modelRun) plantStreamDoc() {
+	mr.sw.Set(nil)
+	have := mr.e.Stream(tableStream).Config
+	name := rigDest + "/" + layout.StreamConfName(tableStream)
+	orig, err := afero.ReadFile(mr.base, name)
+	if err != nil && !os.IsNotExist(err) {
+		mr.fail("read %s: %v", name, err)
+	}
+	planted := have
+	how := "no table"
+	if mr.rng.IntN(2) == 0 {
+		how = "a column dropped"
+		planted.Schema = &streamconf.Schema{Fields: slices.Clone(have.Schema.Fields[:len(have.Schema.Fields)-1])}
+	} else {
+		planted.Table, planted.KeepSnapshots = streamconf.TableNone, 0 // keep_snapshots is a table's only
+	}
+	planted.Version = have.Version + 1 + int64(mr.rng.IntN(5))
+	data, err := json.Marshal(recovery.StreamConfig{Stream: tableStream, Config: planted, UpdatedAt: mr.clock})
+	if err != nil {
+		mr.fail("plant stream document: %v", err)
+	}
+	if err := durable.ReplaceFile(mr.base, name+".plant", name, data); err != nil {
+		mr.fail("plant stream document: %v", err)
+	}
+	mr.world.st().streamDocsPlanted++
+	mr.note("planted %s: %s, version %d (the store's %d)", name, how, planted.Version, have.Version)
+	mr.restart(false)
+	if got := mr.e.Stream(tableStream).Config; got.Version != have.Version || !got.IsTable() || len(got.Schema.Fields) != len(have.Schema.Fields) {
+		mr.fail("a planted %s document (%s, version %d) put in force: version %d, table %v, %d fields; want the store's version %d", tableStream, how, planted.Version, got.Version, got.IsTable(), len(got.Schema.Fields), have.Version)
+	}
+	if orig == nil {
+		err = mr.base.Remove(name)
+		if err == nil {
+			err = durable.SyncDir(mr.base, path.Dir(name))
+		}
+	} else {
+		err = durable.ReplaceFile(mr.base, name+".plant", name, orig)
+	}
+	if err != nil {
+		mr.fail("put back %s: %v", name, err)
+	}
 }
