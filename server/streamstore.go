@@ -138,16 +138,16 @@ func (e *Engine) writeStreamDoc(ctx context.Context, rec recovery.StreamConfig) 
 // at version, whatever that one's version (a document the store's
 // configuration can't change to: see syncStreamsOnce). A document written
 // meanwhile is an error: the caller's retry reads and judges it.
-func (e *Engine) replaceStreamDoc(ctx context.Context, rec recovery.StreamConfig, version string) error {
+func (lc *lifecycle) replaceStreamDoc(ctx context.Context, rec recovery.StreamConfig, version string) error {
 	data, err := encodeStreamDoc(rec)
 	if err != nil {
 		return err
 	}
-	if err := e.life.leaseCheck(); err != nil {
+	if err := lc.leaseCheck(); err != nil {
 		return err
 	}
 	name := layout.StreamConfName(rec.Stream)
-	if _, err := e.cfg.Leaser.WriteLease(ctx, name, data, version); err != nil {
+	if _, err := lc.e.cfg.Leaser.WriteLease(ctx, name, data, version); err != nil {
 		return fmt.Errorf("replace %s: %w", name, err)
 	}
 	return nil
@@ -236,7 +236,7 @@ func (lc *lifecycle) syncStreamsOnce(ctx context.Context, r committer.Reader) er
 				// every later PUT of this node out of the destination
 				// (writeStreamDoc writes over no newer document), and a
 				// lost store would then restore it after all.
-				if err := lc.e.replaceStreamDoc(ctx, have, version); err != nil {
+				if err := lc.replaceStreamDoc(ctx, have, version); err != nil {
 					return err
 				}
 				continue
