@@ -20,7 +20,9 @@ import (
 //
 // ordered by the time they were prepared, so expiry and the cap drop the
 // oldest first without scanning every key, and a start reads the window
-// with one seek. meta "idem_count" counts the rows. A key's window runs
+// with one seek. The engine gives each prepare a time after the last one
+// (server keyBarrierLocked), so this is the checkpoints' order, and one
+// checkpoint's rows are in id order: the order the engine drops keys in. meta "idem_count" counts the rows. A key's window runs
 // from its prepare; the engine passes the bounds (KeyPolicy) with each
 // prepare. A key of a checkpoint not yet committed is never dropped.
 var (

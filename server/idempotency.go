@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/eosink/eosink/recovery"
@@ -167,22 +169,34 @@ func (in *ingest) keyAcceptLocked(w *Write) {
 }
 
 // keyBarrierLocked takes the open checkpoint's keys for its prepare, at
-// time at, or at the latest prepare time given before if the wall clock
-// stepped back since: the store keeps key rows in time order and drops
-// the oldest first, and a restart loads them so (a newer row of a key
-// wins), which must be the checkpoints' order, as the engine's. Failed
-// before: after a step back, the cap dropped one key in the engine and
-// another in the store, and a key accepted again with another body came
-// back from the store with its old body (TestKeyCapAfterClockBack). A
-// key prepared after a step back is kept up to the step longer.
+// time at, or just after the latest prepare time given before if the
+// wall clock did not move or stepped back since, sorted by id: the store
+// keeps key rows in (time, id) order and drops the oldest first, and a
+// restart loads them so (a newer row of a key wins), which must be the
+// engine's order: by checkpoint, and in one checkpoint as filed by
+// keyPreparedLocked. Failed before: after a step back, the cap dropped
+// one key in the engine and another in the store, and a key accepted
+// again with another body came back from the store with its old body
+// (TestKeyCapAfterClockBack); and with tied times (the clock clamped to
+// the latest, or not moving) the store dropped the smallest id, a newer
+// checkpoint's key the engine held, whose retry after a restart was
+// written again (TestKeyCapTiedTimes), or, in one checkpoint, another
+// key than the engine, which dropped in acceptance order
+// (TestKeyCapOneCheckpoint). A key prepared after a step back is kept up
+// to the step longer. State stores written before keep their tied rows:
+// a start loads them in the store's order, which the engine then follows,
+// and every later prepare is after them.
 func (in *ingest) keyBarrierLocked(at time.Time) ([]recovery.Key, recovery.KeyPolicy) {
 	keys := in.keys.open
 	in.keys.open = nil
-	if latest := time.Unix(0, in.keys.latest); at.Before(latest) {
-		at = latest
-	}
 	if len(keys) > 0 {
+		if next := time.Unix(0, in.keys.latest+1); in.keys.latest != 0 && at.Before(next) {
+			at = next
+		}
 		in.keys.latest = at.UnixNano()
+		slices.SortFunc(keys, func(a, b recovery.Key) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	} else if latest := time.Unix(0, in.keys.latest); at.Before(latest) {
+		at = latest
 	}
 	for i := range keys {
 		keys[i].At = at
