@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/eosink/eosink/recovery"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 )
 
 // TestKeyCapAfterClockBack: the wall clock steps back between two
@@ -22,17 +22,9 @@ import (
 // .go), which step the clock back beside a key cap of 12.
 func TestKeyCapAfterClockBack(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := newRig(t, nil)
-	r.broken = "keys dropped by the cap: their batches may be written again, by design"
-	r.tweak = func(c *Config) {
-		c.Now = func() time.Time { return now }
-		c.IdempotencyWindow, c.MaxKeys = 24*time.Hour, 2
-	}
+	r := keyCapRig(t, &now)
 	e := r.start(nil)
-	body := func(seq int64) []byte { return invariant.Batch(invariant.BatchID{Stream: "s", Seq: seq}, 1) }
-	write := func(key string, seq int64) (WriteResult, error) {
-		return e.Write(Write{Stream: "s", Ext: "ndjson", Data: body(seq), Records: 1, Key: NewIdempotencyKey(key, body(seq))})
-	}
+	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
 	res, err := write("a", 1)
 	wantNew(t, res, err)
 	r.commit()
@@ -84,17 +76,9 @@ func keyNamesByID(t *testing.T, s string) (hi, lo string) {
 // retry of key-393 (batch /s0/672 in ..., remembered) written again").
 func TestKeyCapTiedTimes(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := newRig(t, nil)
-	r.broken = "keys dropped by the cap: their batches may be written again, by design"
-	r.tweak = func(c *Config) {
-		c.Now = func() time.Time { return now }
-		c.IdempotencyWindow, c.MaxKeys = 24*time.Hour, 2
-	}
+	r := keyCapRig(t, &now)
 	e := r.start(nil)
-	body := func(seq int64) []byte { return invariant.Batch(invariant.BatchID{Stream: "s", Seq: seq}, 1) }
-	write := func(key string, seq int64) (WriteResult, error) {
-		return e.Write(Write{Stream: "s", Ext: "ndjson", Data: body(seq), Records: 1, Key: NewIdempotencyKey(key, body(seq))})
-	}
+	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
 	older, newer := keyNamesByID(t, "s") // newer's id is the smaller
 	res, err := write(older, 1)
 	wantNew(t, res, err)
@@ -122,17 +106,9 @@ func TestKeyCapTiedTimes(t *testing.T) {
 // key the engine held is forgotten and its retry written again.
 func TestKeyCapOneCheckpoint(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := newRig(t, nil)
-	r.broken = "keys dropped by the cap: their batches may be written again, by design"
-	r.tweak = func(c *Config) {
-		c.Now = func() time.Time { return now }
-		c.IdempotencyWindow, c.MaxKeys = 24*time.Hour, 2
-	}
+	r := keyCapRig(t, &now)
 	e := r.start(nil)
-	body := func(seq int64) []byte { return invariant.Batch(invariant.BatchID{Stream: "s", Seq: seq}, 1) }
-	write := func(key string, seq int64) (WriteResult, error) {
-		return e.Write(Write{Stream: "s", Ext: "ndjson", Data: body(seq), Records: 1, Key: NewIdempotencyKey(key, body(seq))})
-	}
+	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
 	first, second := keyNamesByID(t, "s") // second's id is the smaller
 	a, err := write(first, 1)
 	wantNew(t, a, err)
@@ -159,4 +135,22 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 		t.Fatalf("after a restart, the retry of key %s's committed batch (checkpoint %d), held by the engine before, was written again in %d", heldKey, held.Checkpoint, again.Checkpoint)
 	}
 	wantDup(t, again, err, held.Checkpoint, true)
+}
+
+// keyCapRig is a rig whose engine keeps at most 2 idempotency keys for a
+// day, on the clock *now.
+func keyCapRig(t *testing.T, now *time.Time) *rig {
+	r := newRig(t, nil)
+	r.broken = "keys dropped by the cap: their batches may be written again, by design"
+	r.tweak = func(c *Config) {
+		c.Now = func() time.Time { return *now }
+		c.IdempotencyWindow, c.MaxKeys = 24*time.Hour, 2
+	}
+	return r
+}
+
+// keyWrite writes batch seq of stream s (one record) under key.
+func keyWrite(e *Engine, key string, seq int64) (WriteResult, error) {
+	body := invariant.Batch(invariant.BatchID{Stream: "s", Seq: seq}, 1)
+	return e.Write(Write{Stream: "s", Ext: "ndjson", Data: body, Records: 1, Key: NewIdempotencyKey(key, body)})
 }
