@@ -18,26 +18,7 @@ import (
 // a stale read: Flush must end (ErrInvalidEpoch: call Init), not poll
 // until its ctx ends; after the Init the kept batch lands once.
 func TestFlushAfterServiceLostInit(t *testing.T) {
-	r := newRig(t, 0).start()
-	c := r.initClient("p")
-	recs, want := records("a", 1)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
-		t.Fatal(err)
-	}
-	r.checkpoint()
-	flush(t, c)
-	if _, err := c.Init(ctx(t)); err != nil { // an epoch no manifest records
-		t.Fatal(err)
-	}
-	recs, keys := records("b", 1)
-	want = append(want, keys...)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
-		t.Fatal(err)
-	}
-	// The state store is lost; the node rebuilds from the destination.
-	r.er.StorePath = filepath.Join(t.TempDir(), "state.db")
-	r.crash()
-	r.er.WaitReady()
+	r, c, want := afterLostInits(t, 1)
 	fctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	err := c.Flush(fctx)
@@ -50,11 +31,7 @@ func TestFlushAfterServiceLostInit(t *testing.T) {
 	if _, err := c.Init(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	recs, keys = records("c", 1) // delivered after the kept b
-	want = append(want, keys...)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
-		t.Fatal(err)
-	}
+	want = append(want, sendBatches(t, c, "c", 1)...) // delivered after the kept b
 	r.checkpoint()
 	flush(t, c)
 	r.expectOnce("s", want)
@@ -68,36 +45,35 @@ func TestFlushAfterServiceLostInit(t *testing.T) {
 // before: the answer was passed over as a late one, the client went on
 // with its lost epoch and the Send after it failed (invalid_epoch).
 func TestInitAfterServiceLostSeveralInits(t *testing.T) {
-	r := newRig(t, 0).start()
-	c := r.initClient("p")
-	recs, want := records("a", 1)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
+	r, c, want := afterLostInits(t, 2)
+	if _, err := c.Init(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
+	want = append(want, sendBatches(t, c, "c", 1)...) // fails the test if the Send does (invalid_epoch)
 	r.checkpoint()
 	flush(t, c)
-	for range 2 { // epochs no manifest records
+	r.expectOnce("s", want)
+}
+
+// afterLostInits: a producer's batch committed, then inits more Inits of
+// its client that no manifest records, a batch sent and kept, and the
+// service's state store lost (the node rebuilds from the destination).
+// It returns the rig, the client and the keys of the records sent.
+func afterLostInits(t *testing.T, inits int) (*rig, *client.Client, []string) {
+	t.Helper()
+	r := newRig(t, 0).start()
+	c := r.initClient("p")
+	want := sendBatches(t, c, "a", 1)
+	r.checkpoint()
+	flush(t, c)
+	for range inits {
 		if _, err := c.Init(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	recs, keys := records("b", 1)
-	want = append(want, keys...)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
-		t.Fatal(err)
-	}
+	want = append(want, sendBatches(t, c, "b", 1)...)
 	r.er.StorePath = filepath.Join(t.TempDir(), "state.db")
 	r.crash()
 	r.er.WaitReady()
-	if _, err := c.Init(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	recs, keys = records("c", 1)
-	want = append(want, keys...)
-	if _, err := c.Send(ctx(t), "s", recs); err != nil {
-		t.Fatalf("send after the Init: %v", err)
-	}
-	r.checkpoint()
-	flush(t, c)
-	r.expectOnce("s", want)
+	return r, c, want
 }
