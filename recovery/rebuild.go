@@ -268,6 +268,26 @@ func (out *Rebuilt) noteRecent(m *layout.Manifest) {
 	}
 }
 
+// UnnamedParts returns the destination's part files of node with
+// checkpoint ids after after and within limit (0: no limit), sorted by
+// path, and the highest of their ids: what a commit a crash cut short
+// placed before its manifest when the caller knows every manifest id is
+// at most after. A start whose new state store and node lease tell
+// nothing of this node's ids asks it (the rebuild, which reads the
+// manifests, finds them itself when there are some: Rebuilt.Quarantine).
+// It lists the whole destination once.
+func UnnamedParts(ctx context.Context, r committer.Reader, node string, after, limit uint64) ([]string, uint64, error) {
+	parts, err := unnamedParts(ctx, r, node, after, limit, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var highest uint64
+	for _, p := range parts {
+		highest = max(highest, layout.ParsePath(p).Checkpoint)
+	}
+	return parts, highest, nil
+}
+
 // unnamedParts lists the destination's part files of node whose checkpoint has
 // no manifest name in published, after the newest one and within limit
 // (ids beyond it were not written by node). Files under eosink's own

@@ -293,6 +293,10 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
 			err = lc.rebuildProducers(ctx, limit, newest, docs)
+		case res.LastID == 0 && lc.leaseReserved(0) == 0:
+			var seen uint64
+			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
+			top = max(top, seen)
 		}
 		if err != nil {
 			return err

@@ -58,7 +58,7 @@ func TestQuarantineOfLongestPath(t *testing.T) {
 	if got := len(dir) + len(rigDest) + 1 + len(res.Files[0].Final); got != 4090 {
 		t.Fatalf("the file's real path is %d bytes, want 4090", got)
 	}
-	r.loseCommit(res.ID, nil)
+	r.loseCommit(res.ID, nil, leaseExpired)
 
 	e, err := r.open(nil, 5*time.Second)
 	if err != nil {
@@ -97,7 +97,7 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	mustSend(t, e, p, "a", 1, 3)
 	// The crash cut the commit before the manifest; the store is replaced
 	// by the backup.
-	r.loseCommit(r.commit().ID, backup)
+	r.loseCommit(r.commit().ID, backup, leaseExpired)
 
 	e = r.start(nil)
 	ps := r.initState("p")
@@ -141,7 +141,7 @@ func TestQuarantineSparesCheckpointsBeforeNewestManifest(t *testing.T) {
 		}
 	}
 	// The manifest lost is the first checkpoint's, not the last's.
-	r.loseCommit(first.ID, nil)
+	r.loseCommit(first.ID, nil, leaseExpired)
 	r.broken = "a committed checkpoint's manifest was deleted"
 	r.start(nil)
 	if got := r.initState("p").Streams["a"].NextSeq; got != 2 {

@@ -21,58 +21,70 @@ import (
 // leave them beside the resent copies. "first": the lost checkpoint was the
 // node's first, so no manifest shows the store is behind; only the lease
 // does.
+//
+// The lease may be gone too (deleted, or unreadable): then a first
+// checkpoint's files are all that shows a former incarnation of the node
+// wrote (no manifest, no reserved ids), and the start still finds them,
+// and opens beyond their id (I8).
 func TestHalfCommittedCheckpointQuarantined(t *testing.T) {
 	for _, first := range []bool{false, true} {
-		name := map[bool]string{false: "after-manifests", true: "first"}[first]
-		t.Run(name, func(t *testing.T) {
-			r := newLeasedRig(t, nil)
-			e := r.start(nil)
-			p := r.initProducer("p")
-			must := map[invariant.BatchID]bool{}
-			seq := int64(0)
-			if !first {
-				mustSend(t, e, p, "a", seq, 2)
-				must[invariant.BatchID{Producer: "p", Stream: "a", Seq: seq}] = true
-				seq++
-				r.commit()
-			}
-			// The checkpoint the disk loss cuts: two files, in two streams.
-			lostA, lostB := seq, int64(0)
-			for _, w := range []struct {
-				stream string
-				seq    int64
-			}{{"a", lostA}, {"b", lostB}} {
-				mustSend(t, e, p, w.stream, w.seq, 3)
-				must[invariant.BatchID{Producer: "p", Stream: w.stream, Seq: w.seq}] = true
-			}
-			if res := r.commit(); len(res.Files) != 2 {
-				t.Fatalf("checkpoint: %+v", res)
-			} else {
-				// Its files are in place; its manifest never was; the disk
-				// with the store is gone (a new, empty one takes its place).
-				r.loseCommit(res.ID, nil)
-			}
-
-			e = r.start(nil)
-			ps := r.initState("p")
-			p.Epoch = ps.Epoch
-			if got := ps.Streams["a"].NextSeq; got != lostA {
-				t.Fatalf("after the loss, init says next_seq %d on a; the lost checkpoint held %d", got, lostA)
-			}
-			// The client resends what it was never told is committed.
-			for _, w := range []struct {
-				stream string
-				seq    int64
-			}{{"a", lostA}, {"b", lostB}} {
-				wr, err := send(e, p, w.stream, w.seq, 3)
-				if err != nil || wr.Duplicate {
-					t.Fatalf("resend %s/%d: %+v, %v; want accepted anew", w.stream, w.seq, wr, err)
-				}
-			}
-			r.commit()
-			r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 2)
-		})
+		for _, lease := range []leaseAfterLoss{leaseExpired, leaseUnreadable, leaseDeleted} {
+			name := map[bool]string{false: "after-manifests", true: "first"}[first] + "/lease-" + lease.String()
+			t.Run(name, func(t *testing.T) { halfCommittedQuarantined(t, first, lease) })
+		}
 	}
+}
+
+func halfCommittedQuarantined(t *testing.T, first bool, lease leaseAfterLoss) {
+	r := newLeasedRig(t, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	must := map[invariant.BatchID]bool{}
+	seq := int64(0)
+	if !first {
+		mustSend(t, e, p, "a", seq, 2)
+		must[invariant.BatchID{Producer: "p", Stream: "a", Seq: seq}] = true
+		seq++
+		r.commit()
+	}
+	// The checkpoint the disk loss cuts: two files, in two streams.
+	lostA, lostB := seq, int64(0)
+	for _, w := range []struct {
+		stream string
+		seq    int64
+	}{{"a", lostA}, {"b", lostB}} {
+		mustSend(t, e, p, w.stream, w.seq, 3)
+		must[invariant.BatchID{Producer: "p", Stream: w.stream, Seq: w.seq}] = true
+	}
+	res := r.commit()
+	if len(res.Files) != 2 {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	// Its files are in place; its manifest never was; the disk with the
+	// store is gone (a new, empty one takes its place).
+	r.loseCommit(res.ID, nil, lease)
+
+	e = r.start(nil)
+	if open := e.Status().OpenID; open <= res.ID {
+		t.Fatalf("after the loss the open checkpoint is %d; the lost one's files named %d (I8)", open, res.ID)
+	}
+	ps := r.initState("p")
+	p.Epoch = ps.Epoch
+	if got := ps.Streams["a"].NextSeq; got != lostA {
+		t.Fatalf("after the loss, init says next_seq %d on a; the lost checkpoint held %d", got, lostA)
+	}
+	// The client resends what it was never told is committed.
+	for _, w := range []struct {
+		stream string
+		seq    int64
+	}{{"a", lostA}, {"b", lostB}} {
+		wr, err := send(e, p, w.stream, w.seq, 3)
+		if err != nil || wr.Duplicate {
+			t.Fatalf("resend %s/%d: %+v, %v; want accepted anew", w.stream, w.seq, wr, err)
+		}
+	}
+	r.commit()
+	r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 2)
 }
 
 // checkQuarantined checks the destination (rig.check) and that the lost
@@ -109,9 +121,9 @@ func newLeasedRig(t *testing.T, fs afero.Fs) *rig {
 // after its renames and before its manifest (the manifest is removed), and
 // the state store is lost with it: replaced by backup, or by a new, empty
 // store when backup is nil. The node's lease, where there is one
-// (newLeasedRig), is expired too: a new store's start cannot prove the
-// dead process gone otherwise.
-func (r *rig) loseCommit(id uint64, backup []byte) {
+// (newLeasedRig), is damaged as lease says: expired (a new store's start
+// cannot prove the dead process gone otherwise), unreadable or deleted.
+func (r *rig) loseCommit(id uint64, backup []byte, lease leaseAfterLoss) {
 	r.t.Helper()
 	r.stop()
 	if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, id)); err != nil {
@@ -126,11 +138,7 @@ func (r *rig) loseCommit(id uint64, backup []byte) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if ok, err := afero.Exists(r.fs, rigDest+"/"+layout.LeaseName(rigNode)); err != nil {
-		r.t.Fatal(err)
-	} else if ok {
-		expireLease(r.t, r.fs)
-	}
+	damageLease(r.fs, lease, r.t.Fatalf)
 }
 
 // expireLease marks the node's lease in the rig's destination expired,

@@ -166,6 +166,43 @@ func tableReadable(cfg streamconf.Config, files []committer.File) []committer.Fi
 	return out
 }
 
+// setAsideFirstCommit is the start's look for a former incarnation's
+// files when nothing else can show one: the state store is new and the
+// node lease names no reserved ids (none, unreadable, deleted), and no
+// manifest of this node shows the store behind. That is every new node's
+// first start; it is also a store lost, with the lease, while its first
+// checkpoint with data committed — its files placed, its manifest not
+// yet. Those are set aside as the rebuild sets aside what it finds
+// (quarantine), and the highest checkpoint id they name is returned:
+// ids continue beyond it (I8). It lists the whole destination once,
+// which a new store's first start can afford; after it the store and
+// the lease know the ids.
+func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint64) (uint64, error) {
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
+			return 0, nil
+		}
+	}
+	begin := time.Now()
+	parts, highest, err := recovery.UnnamedParts(ctx, r, lc.e.cfg.Node, after, limit)
+	if err != nil {
+		return 0, err
+	}
+	if len(parts) == 0 {
+		lc.e.log.Info("a new state store and no checkpoint ids in the node lease: no files of a former incarnation without a manifest found",
+			"op", "recovery", "duration_ms", time.Since(begin).Milliseconds())
+		return 0, nil
+	}
+	lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds part files of this node that no manifest names: "+
+		"a commit cut short before its manifest, whose store and lease were lost. Setting them aside; their clients resend the batches",
+		"op", "recovery", "files", len(parts), "highest_checkpoint", highest)
+	if err := lc.quarantine(ctx, parts); err != nil {
+		return 0, err
+	}
+	return highest, nil
+}
+
 // quarantine moves the part files of checkpoints whose record was
 // lost with the state store (recovery.Rebuilt.Orphans) to
 // _quarantine/<node>/<stream>/<part name>: no manifest names them, no client was told
