@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eosink/eosink/committer"
@@ -122,6 +123,23 @@ const maxSkipLogged = 100
 // producer forgotten and created again before manifests kept epochs (both
 // count as one), and idempotency keys.
 func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64, log *slog.Logger) (*Rebuilt, error) {
+	return rebuild(ctx, r, node, limit, log, rebuildReaders)
+}
+
+// rebuildReaders is how many manifests the rebuild reads at once. A
+// read is one GET on S3 (milliseconds each, on a cloud tens): a year of
+// ten-second checkpoints is 3 M manifests, hours read one at a time
+// (BENCHMARKS.md "Growth").
+const rebuildReaders = 16
+
+// rebuildWindow is how many manifests the rebuild holds read ahead of
+// the one it takes in: they are taken in in name order whatever order
+// their reads end in, so that what it logs and keeps does not depend on
+// the reads' timing; its memory is bounded by the window (a manifest is
+// ~10 KB).
+const rebuildWindow = 8 * rebuildReaders
+
+func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64, log *slog.Logger, readers int) (*Rebuilt, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -166,8 +184,10 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	seen := map[string]*prod{}
 	files := fileSizes{r: r, by: map[string]map[string]int64{}}
 	begin, logged := time.Now(), time.Now()
+	reads := readAhead(ctx, r, todo, readers)
+	defer reads.stop()
 	for i, name := range todo {
-		m, err := layout.ReadManifest(ctx, r, name)
+		m, err := reads.next()
 		if errors.Is(err, layout.ErrBadManifest) {
 			skip(name, "does not parse", err)
 			continue
@@ -247,6 +267,75 @@ func Rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		return nil, fmt.Errorf("rebuild from destination: %w", err)
 	}
 	return out, nil
+}
+
+// manifestReads reads names' manifests, readers at a time and at most
+// rebuildWindow ahead of the one taken, and hands them out in order
+// (next). Its memory is the window's, whatever the number of names.
+type manifestReads struct {
+	window chan struct{}
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	out    []chan manifestRead
+	took   int
+}
+
+type manifestRead struct {
+	m   *layout.Manifest
+	err error
+}
+
+func readAhead(ctx context.Context, r committer.Reader, names []string, readers int) *manifestReads {
+	ctx, cancel := context.WithCancel(ctx)
+	// A slot per read not yet taken: read i goes to out[i%len(out)], free
+	// once read i-len(out) was taken, which the window ensures.
+	window := make(chan struct{}, max(rebuildWindow, readers))
+	mr := &manifestReads{window: window, cancel: cancel, out: make([]chan manifestRead, cap(window))}
+	for i := range mr.out {
+		mr.out[i] = make(chan manifestRead, 1)
+	}
+	work := make(chan int)
+	mr.done.Add(readers + 1)
+	go func() {
+		defer mr.done.Done()
+		defer close(work)
+		for i := range names {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range readers {
+		go func() {
+			defer mr.done.Done()
+			for i := range work {
+				m, err := layout.ReadManifest(ctx, r, names[i])
+				mr.out[i%len(mr.out)] <- manifestRead{m, err}
+			}
+		}()
+	}
+	return mr
+}
+
+// next returns the next manifest in order, or the error its read ended in.
+func (mr *manifestReads) next() (*layout.Manifest, error) {
+	res := <-mr.out[mr.took%len(mr.out)]
+	mr.took++
+	<-mr.window
+	return res.m, res.err
+}
+
+// stop ends the reads still running and waits for them.
+func (mr *manifestReads) stop() {
+	mr.cancel()
+	mr.done.Wait()
 }
 
 // noteRecent keeps m's Parquet files in Recent for each stream they are

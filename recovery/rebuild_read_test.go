@@ -1,0 +1,169 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/committer/s3"
+	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/testsrv"
+	"github.com/spf13/afero"
+	"golang.org/x/sync/errgroup"
+)
+
+// publishManifests writes n checkpoints of node n1 into dest: each a data
+// file of 2 bytes in one of three streams and its manifest, naming
+// producer p<i%7> with the next sequence number on the stream, at epoch 1.
+// Every 50th manifest is garbage (a rebuild skips it).
+func publishManifests(t testing.TB, put func(name string, body []byte) error, n int) {
+	t.Helper()
+	seqs := map[string]int64{}
+	for i := 1; i <= n; i++ {
+		stream := fmt.Sprintf("s%d", i%3)
+		p := fmt.Sprintf("p%d", i%7)
+		final := fmt.Sprintf("%s/part-n1-%020d-0000.ndjson", stream, i)
+		if err := put(final, []byte("x\n")); err != nil {
+			t.Fatal(err)
+		}
+		seq := seqs[stream+"/"+p]
+		seqs[stream+"/"+p]++
+		f := committer.File{Stream: stream, Final: final, Bytes: 2, Records: 1,
+			Producers: map[string]committer.SeqRanges{p: {{seq, seq}}},
+			Epochs:    map[string]committer.ProducerEpoch{p: {Epoch: 1}}}
+		body, err := layout.EncodeManifest(layout.NewManifest("n1", uint64(i), time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), []committer.File{f}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			body = []byte("{not a manifest")
+		}
+		if err := put(layout.ManifestName("n1", uint64(i)), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var errInjectedRead = errors.New("injected read failure")
+
+// slowReader delays each Open as a GET to an object store would, and
+// fails the open of one name (fail).
+type slowReader struct {
+	committer.Reader
+	delay  time.Duration
+	fail   string
+	opened atomic.Int64
+}
+
+func (s *slowReader) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	s.opened.Add(1)
+	if name == s.fail {
+		return nil, committer.Entry{}, errInjectedRead
+	}
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, committer.Entry{}, ctx.Err()
+	}
+	return s.Reader.Open(ctx, name)
+}
+
+// TestRebuildReadsConcurrently: a rebuild reading manifests 16 at a time
+// gives what one reading them one by one gives (producers, counts, the
+// newest manifest, the skipped ones), and a failed read ends it with that
+// error, its other reads stopped.
+func TestRebuildReadsConcurrently(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	publishManifests(t, func(name string, body []byte) error { return afero.WriteFile(fs, "/dest/"+name, body, 0o644) }, 400)
+	dest := local.New(fs, "/dest", "/staging")
+	ctx := t.Context()
+	one, err := rebuild(ctx, dest, "n1", 0, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Manifests != 392 || one.Skipped != 8 || one.Highest != 399 || len(one.Producers) != 7 {
+		t.Fatalf("one by one: %d manifests, %d skipped, highest %d, %d producers; want 392, 8, 399, 7",
+			one.Manifests, one.Skipped, one.Highest, len(one.Producers))
+	}
+	for _, readers := range []int{2, 16, 64} {
+		many, err := rebuild(ctx, &slowReader{Reader: dest, delay: time.Millisecond}, "n1", 0, nil, readers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(one, many) {
+			t.Fatalf("%d readers: %+v, one by one: %+v", readers, many, one)
+		}
+	}
+	sr := &slowReader{Reader: dest, delay: time.Millisecond, fail: layout.ManifestName("n1", 123)}
+	if _, err := rebuild(ctx, sr, "n1", 0, nil, 16); !errors.Is(err, errInjectedRead) {
+		t.Fatalf("a failed read: %v, want the rebuild to fail with it", err)
+	}
+	if got := sr.opened.Load(); got > 123+rebuildWindow+16 {
+		t.Fatalf("%d manifests opened after a failed read at the 123rd: reads went on beyond the window", got)
+	}
+}
+
+// TestRebuildReadsS3Speed times the rebuild of EOSINK_REBUILD_S3
+// manifests on a MinIO, one reader against rebuildReaders, alternating
+// three rounds; it checks both give the same answer.
+func TestRebuildReadsS3Speed(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EOSINK_REBUILD_S3"))
+	if n <= 0 {
+		t.Skip("EOSINK_REBUILD_S3=<manifests> runs it")
+	}
+	srv := testsrv.StartMinIO(t)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest, err := s3.New(s3.Config{Client: client, Bucket: srv.Bucket, Prefix: "rebuild", Node: "n1", Staging: afero.NewMemMapFs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	begin := time.Now()
+	var g errgroup.Group
+	g.SetLimit(16)
+	put := func(name string, body []byte) error {
+		g.Go(func() error { return dest.Publish(ctx, name, body) })
+		return nil
+	}
+	publishManifests(t, put, n)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d manifests and data files published in %s", n, time.Since(begin).Round(time.Millisecond))
+	var want *Rebuilt
+	took := map[int][]time.Duration{}
+	for range 3 {
+		for _, readers := range []int{1, rebuildReaders} {
+			begin := time.Now()
+			got, err := rebuild(ctx, dest, "n1", 0, nil, readers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			took[readers] = append(took[readers], time.Since(begin))
+			if want == nil {
+				want = got
+			} else if !reflect.DeepEqual(want, got) {
+				t.Fatalf("%d readers: another rebuild", readers)
+			}
+		}
+	}
+	for _, readers := range []int{1, rebuildReaders} {
+		d := took[readers]
+		slices.Sort(d)
+		t.Logf("%d readers: rebuild of %d manifests in %v (median %v; %.2f ms a manifest)", readers, n, d, d[1],
+			float64(d[1].Microseconds())/1000/float64(n))
+	}
+}
