@@ -329,6 +329,14 @@ func (lc *lifecycle) manifestLimit(lastID uint64) uint64 {
 // inDest is the highest manifest id under this node's prefix that is
 // within bounds, written by this node or not: none is ever reused.
 func (lc *lifecycle) firstOpenID(lastID, inDest uint64) uint64 {
+	if inDest > highestPlausibleID {
+		// Planted (a name this node never wrote, within the bound that
+		// makes it look like one): followed, the skips below would carry
+		// the node's ids past what a later start believes its own.
+		lc.e.log.Error("the destination shows a checkpoint id of this node too close to the bound of ids a start believes: not continuing beyond it (check who can write the bucket, docs/production.md)",
+			"checkpoint", inDest, "bound", uint64(layout.MaxCheckpoint/2))
+		inDest = highestPlausibleID
+	}
 	open := max(lastID, lc.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {
 		// Recovery step 5: the store is behind the destination (lost, or
@@ -344,6 +352,14 @@ func (lc *lifecycle) firstOpenID(lastID, inDest uint64) uint64 {
 	}
 	return open
 }
+
+// highestPlausibleID is the highest checkpoint id of the destination's
+// that a start continues its ids beyond: from it, a block and the skip of
+// an unknown lease (lostIDSkip) still keep them under MaxCheckpoint/2,
+// beyond which a later start believes none of the node's manifests
+// (manifestLimit). A node counting from 1, even skipping 2^40 ids at each
+// of a thousand store losses, stays far below it.
+const highestPlausibleID = layout.MaxCheckpoint/2 - 2*lostIDSkip
 
 // manifestIDs is what a listing of this node's manifest prefix shows.
 type manifestIDs struct {

@@ -289,3 +289,39 @@ func (r *rig) firstIncarnation() (*Engine, *Producer) {
 	r.commit()
 	return e, p
 }
+
+// A name planted under this node's manifest prefix, or a part file with
+// this node's name, just below the id bound a start believes
+// (MaxCheckpoint/2) must not carry the node's ids past it: a later start
+// (after a store loss) would believe none of the node's own manifests
+// beyond the bound, and rebuild its producers without them — their
+// committed batches written again. Failed before for the manifest (open
+// 2^61+2^40+...) and, after a11f556, for the part file of a new node.
+func TestPlantedNearBoundKeepsIDsBelieved(t *testing.T) {
+	near := uint64(layout.MaxCheckpoint/2 - 10)
+	for name, planted := range map[string]string{
+		"manifest":  layout.ManifestName(rigNode, near),
+		"part file": "a/" + layout.PartName(rigNode, near, 0, "ndjson"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, nil)
+			plant(t, r.fs, planted, []byte("{}"))
+			r.broken = "a planted " + name
+			e := r.start(nil)
+			if open := e.Status().OpenID; open+1024 > layout.MaxCheckpoint/2 {
+				t.Fatalf("open checkpoint %d after a planted %s at %d: beyond the bound %d a later start believes", open, name, near, uint64(layout.MaxCheckpoint/2))
+			}
+			p := r.initProducer("p")
+			mustSend(t, e, p, "a", 0, 1)
+			r.commit()
+			r.stop()
+			if err := os.Remove(r.storePath); err != nil {
+				t.Fatal(err)
+			}
+			r.start(nil)
+			if got := r.initState("p").Streams["a"].NextSeq; got != 1 {
+				t.Fatalf("after a store loss p's next_seq on a is %d, want 1: its committed batch was not rebuilt", got)
+			}
+		})
+	}
+}
