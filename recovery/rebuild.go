@@ -263,7 +263,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			newest = max(newest, id)
 		}
 	}
-	if out.Quarantine, err = unnamedParts(ctx, r, node, newest, limit, published); err != nil {
+	if out.Quarantine, _, err = unnamedParts(ctx, r, node, newest, limit, published); err != nil {
 		return nil, fmt.Errorf("rebuild from destination: %w", err)
 	}
 	return out, nil
@@ -359,22 +359,20 @@ func (out *Rebuilt) noteRecent(m *layout.Manifest) {
 
 // UnnamedParts returns the destination's part files of node with
 // checkpoint ids after after and within limit (0: no limit), sorted by
-// path, and the highest of their ids: what a commit a crash cut short
-// placed before its manifest when the caller knows every manifest id is
-// at most after. A start whose new state store and node lease tell
-// nothing of this node's ids asks it (the rebuild, which reads the
-// manifests, finds them itself when there are some: Rebuilt.Quarantine).
-// It lists the whole destination once.
+// path: what a commit a crash cut short placed before its manifest when
+// the caller knows every manifest id is at most after. A start whose new
+// state store and node lease tell nothing of this node's ids asks it (the
+// rebuild, which reads the manifests, finds them itself when there are
+// some: Rebuilt.Quarantine). It also returns the highest id, after after
+// and within limit, that any name of a part file of node shows, wherever
+// it is: besides those returned, files of table streams and displaced
+// files (left where they are), files set aside already (a start that
+// moved them and stopped, or whose move was made but reported failed,
+// before the store and the lease reserved ids) and staging objects. Each
+// id was handed out by a former incarnation: none is reused (I8). It
+// lists the whole destination once.
 func UnnamedParts(ctx context.Context, r committer.Reader, node string, after, limit uint64) ([]string, uint64, error) {
-	parts, err := unnamedParts(ctx, r, node, after, limit, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	var highest uint64
-	for _, p := range parts {
-		highest = max(highest, layout.ParsePath(p).Checkpoint)
-	}
-	return parts, highest, nil
+	return unnamedParts(ctx, r, node, after, limit, nil)
 }
 
 // unnamedParts lists the destination's part files of node whose checkpoint has
@@ -382,11 +380,17 @@ func UnnamedParts(ctx context.Context, r committer.Reader, node string, after, l
 // (ids beyond it were not written by node). Files under eosink's own
 // folders, displaced files and temp names are not looked at. It lists the
 // whole destination once: the rebuild runs only when the store was lost or
-// is behind.
-func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, limit uint64, published map[uint64]bool) ([]string, error) {
+// is behind. highest is the highest id after newest and within limit that
+// a name of a part file of node shows anywhere (UnnamedParts).
+func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, limit uint64, published map[uint64]bool) (out []string, highest uint64, err error) {
 	all, err := r.List(ctx, "")
 	if err != nil {
-		return nil, fmt.Errorf("list destination: %w", err)
+		return nil, 0, fmt.Errorf("list destination: %w", err)
+	}
+	for _, en := range all {
+		if n, id, _, _, ok := layout.ParsePartName(path.Base(en.Path)); ok && n == node && id > newest && (limit == 0 || id <= limit) {
+			highest = max(highest, id)
+		}
 	}
 	// A table commit follows its checkpoint's manifest, so no snapshot
 	// names the files of a checkpoint without one; but versions before
@@ -401,7 +405,6 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 			tables[stream] = true
 		}
 	}
-	var out []string
 	for _, en := range all {
 		if strings.HasPrefix(en.Path, "_") || layout.IsTempName(en.Path) {
 			continue
@@ -418,7 +421,7 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 		}
 		out = append(out, en.Path)
 	}
-	return out, nil
+	return out, highest, nil
 }
 
 // fileSizes answers whether the destination holds a file with a size,

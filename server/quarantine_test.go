@@ -1,12 +1,18 @@
 package server
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/spf13/afero"
@@ -147,4 +153,95 @@ func (r *rig) loseCommit(id uint64, backup []byte, lease leaseAfterLoss) {
 func expireLease(t testing.TB, fs afero.Fs) {
 	t.Helper()
 	damageLease(fs, leaseExpired, t.Fatalf)
+}
+
+// movesThenFails is a destination whose Move number at (from 1) moves the
+// file and then reports err, as a rename whose directory sync failed, or
+// an S3 copy whose answer was lost, would.
+type movesThenFails struct {
+	*local.Local
+	at    int32
+	err   error
+	moved atomic.Int32
+}
+
+func (m *movesThenFails) Move(ctx context.Context, from, to string) error {
+	if err := m.Local.Move(ctx, from, to); err != nil {
+		return err
+	}
+	if m.moved.Add(1) == m.at {
+		return m.err
+	}
+	return nil
+}
+
+// TestFirstCommitSetAsideIDsKept: a node's first checkpoint with data was
+// cut short before its manifest and its store and lease were lost. The
+// start that finds its files must open beyond their id (I8) also when it
+// cannot move them all at its first try:
+//   - "move-retried": the last move is made but reported failed; the
+//     recovery step is retried and its listing no longer shows the files.
+//   - "stopped-before-reserving": the start stops (a failed sync) after
+//     setting the files aside and before reserving ids in the store and
+//     the lease; the next start finds a new store and a lease, readable, that
+//     names no ids, and the files under _quarantine/.
+//   - "table-streams": the streams have table metadata (another node's
+//     table, a shared destination): their files are left where they are.
+func TestFirstCommitSetAsideIDsKept(t *testing.T) {
+	for _, tc := range []string{"move-retried", "stopped-before-reserving", "table-streams"} {
+		t.Run(tc, func(t *testing.T) {
+			r := newLeasedRig(t, nil)
+			leased := r.tweak
+			e := r.start(nil)
+			p := r.initProducer("p")
+			must := map[invariant.BatchID]bool{}
+			for _, s := range []string{"a", "b"} {
+				mustSend(t, e, p, s, 0, 3)
+				must[invariant.BatchID{Producer: "p", Stream: s, Seq: 0}] = true
+			}
+			res := r.commit()
+			r.loseCommit(res.ID, nil, leaseDeleted)
+			switch tc {
+			case "move-retried":
+				r.tweak = func(c *Config) {
+					leased(c)
+					c.Committer = &movesThenFails{Local: c.Committer.(*local.Local), at: 2, err: errors.New("injected: moved, reported failed")}
+				}
+			case "stopped-before-reserving":
+				r.tweak = func(c *Config) {
+					leased(c)
+					c.Committer = &movesThenFails{Local: c.Committer.(*local.Local), at: 2, err: fmt.Errorf("injected: %w", durable.ErrSync)}
+				}
+				if _, err := r.open(nil, 30*time.Second); !errors.Is(err, durable.ErrSync) {
+					t.Fatalf("start with a failing sync: %v, want it stopped with ErrSync", err)
+				}
+				_ = r.e.Close() // the failed sync, said
+				r.e = nil
+				r.tweak = leased
+			case "table-streams":
+				for _, s := range []string{"a", "b"} {
+					if err := afero.WriteFile(r.fs, rigDest+"/"+s+"/metadata/version-hint.text", []byte("1"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r.broken = "the lost checkpoint's files of table streams stay in place, in no manifest"
+			}
+			e = r.start(nil)
+			if open := e.Status().OpenID; open <= res.ID {
+				t.Fatalf("after the loss the open checkpoint is %d; the lost one's files named %d (I8)", open, res.ID)
+			}
+			if tc == "table-streams" {
+				return
+			}
+			ps := r.initState("p")
+			p.Epoch = ps.Epoch
+			for _, s := range []string{"a", "b"} {
+				if wr, err := send(e, p, s, 0, 3); err != nil || wr.Duplicate {
+					t.Fatalf("resend %s/0: %+v, %v; want accepted anew", s, wr, err)
+				}
+			}
+			r.commit()
+			r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 2)
+		})
+	}
 }

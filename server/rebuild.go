@@ -173,8 +173,9 @@ func tableReadable(cfg streamconf.Config, files []committer.File) []committer.Fi
 // first start; it is also a store lost, with the lease, while its first
 // checkpoint with data committed — its files placed, its manifest not
 // yet. Those are set aside as the rebuild sets aside what it finds
-// (quarantine), and the highest checkpoint id they name is returned:
-// ids continue beyond it (I8). It lists the whole destination once,
+// (quarantine), and the highest checkpoint id any file of this node
+// names is returned, set aside already or left in place
+// (recovery.UnnamedParts): ids continue beyond it (I8). It lists the whole destination once,
 // which a new store's first start can afford; after it the store and
 // the lease know the ids.
 func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint64) (uint64, error) {
@@ -189,10 +190,18 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 	if err != nil {
 		return 0, err
 	}
-	if len(parts) == 0 {
+	switch {
+	case len(parts) == 0 && highest == 0:
 		lc.e.log.Info("a new state store and no checkpoint ids in the node lease: no files of a former incarnation without a manifest found",
 			"op", "recovery", "duration_ms", time.Since(begin).Milliseconds())
 		return 0, nil
+	case len(parts) == 0:
+		// Set aside already (a start that stopped before reserving ids, a
+		// move made but reported failed), or left where they are (table
+		// streams, displaced files): their ids were handed out all the same.
+		lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds files of this node that no manifest names (set aside, in a table stream's folder, displaced or staged): continuing beyond their ids",
+			"op", "recovery", "highest_checkpoint", highest, "duration_ms", time.Since(begin).Milliseconds())
+		return highest, nil
 	}
 	lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds part files of this node that no manifest names: "+
 		"a commit cut short before its manifest, whose store and lease were lost. Setting them aside; their clients resend the batches",
