@@ -273,6 +273,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 // rebuildWindow ahead of the one taken, and hands them out in order
 // (next). Its memory is the window's, whatever the number of names.
 type manifestReads struct {
+	ctx    context.Context
 	window chan struct{}
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -290,7 +291,7 @@ func readAhead(ctx context.Context, r committer.Reader, names []string, readers 
 	// A slot per read not yet taken: read i goes to out[i%len(out)], free
 	// once read i-len(out) was taken, which the window ensures.
 	window := make(chan struct{}, max(rebuildWindow, readers))
-	mr := &manifestReads{window: window, cancel: cancel, out: make([]chan manifestRead, cap(window))}
+	mr := &manifestReads{ctx: ctx, window: window, cancel: cancel, out: make([]chan manifestRead, cap(window))}
 	for i := range mr.out {
 		mr.out[i] = make(chan manifestRead, 1)
 	}
@@ -324,9 +325,17 @@ func readAhead(ctx context.Context, r committer.Reader, names []string, readers 
 	return mr
 }
 
-// next returns the next manifest in order, or the error its read ended in.
+// next returns the next manifest in order, or the error its read ended
+// in, or the context's error once it ends: then the read it waits for
+// may never be started (readAhead hands out no more work), and a Reader
+// that does not watch the context ends the reads started well.
 func (mr *manifestReads) next() (*layout.Manifest, error) {
-	res := <-mr.out[mr.took%len(mr.out)]
+	var res manifestRead
+	select {
+	case res = <-mr.out[mr.took%len(mr.out)]:
+	case <-mr.ctx.Done():
+		return nil, mr.ctx.Err()
+	}
 	mr.took++
 	<-mr.window
 	return res.m, res.err

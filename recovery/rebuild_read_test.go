@@ -167,3 +167,48 @@ func TestRebuildReadsS3Speed(t *testing.T) {
 			float64(d[1].Microseconds())/1000/float64(n))
 	}
 }
+
+// cancelAt cancels the rebuild's context at its Open number at and reads
+// on regardless, as a Reader that does not watch the context (the local
+// destination's Open) does.
+type cancelAt struct {
+	committer.Reader
+	at     int64
+	cancel context.CancelFunc
+	opened atomic.Int64
+}
+
+func (c *cancelAt) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	if c.opened.Add(1) == c.at {
+		c.cancel()
+	}
+	return c.Reader.Open(ctx, name)
+}
+
+// TestRebuildCancelledReturns: a rebuild whose context ends (the engine
+// closing during a start) returns, with the context's error, also when
+// the reads it started end well: it waits for no read that was never
+// started.
+func TestRebuildCancelledReturns(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	publishManifests(t, func(name string, body []byte) error { return afero.WriteFile(fs, "/dest/"+name, body, 0o644) }, 400)
+	dest := local.New(fs, "/dest", "/staging")
+	// At the 200th open at least 72 manifests were taken (the window is
+	// 128): each stream's folder is listed already, so only the reads
+	// can see the context end.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := rebuild(ctx, &cancelAt{Reader: dest, at: 200, cancel: cancel}, "n1", 0, nil, rebuildReaders)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("rebuild with its context cancelled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rebuild did not return 10 s after its context was cancelled")
+	}
+}
