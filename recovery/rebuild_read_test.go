@@ -212,3 +212,51 @@ func TestRebuildCancelledReturns(t *testing.T) {
 		t.Fatal("rebuild did not return 10 s after its context was cancelled")
 	}
 }
+
+// cutBody serves the manifest cut of half its bytes, then fails the read
+// as a connection reset in the middle of a GET's body does.
+type cutBody struct {
+	committer.Reader
+	cut string
+}
+
+var errInjectedReset = errors.New("injected: connection reset by peer")
+
+func (c *cutBody) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	rc, en, err := c.Reader.Open(ctx, name)
+	if err != nil || name != c.cut {
+		return rc, en, err
+	}
+	return &resetHalfway{ReadSeekCloser: rc, left: en.Bytes / 2}, en, nil
+}
+
+type resetHalfway struct {
+	io.ReadSeekCloser
+	left int64
+}
+
+func (r *resetHalfway) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, errInjectedReset
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.ReadSeekCloser.Read(p)
+	r.left -= int64(n)
+	return n, err
+}
+
+// TestRebuildReadCutShortIsNoGarbage: a manifest whose read fails halfway
+// is an error of the rebuild (retried), not a manifest that does not
+// parse: skipped, its producers' committed batches would be taken for
+// lost and written again when their clients resend (I2).
+func TestRebuildReadCutShortIsNoGarbage(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	publishManifests(t, func(name string, body []byte) error { return afero.WriteFile(fs, "/dest/"+name, body, 0o644) }, 40)
+	dest := local.New(fs, "/dest", "/staging")
+	rb, err := rebuild(t.Context(), &cutBody{Reader: dest, cut: layout.ManifestName("n1", 17)}, "n1", 0, nil, rebuildReaders)
+	if !errors.Is(err, errInjectedReset) {
+		t.Fatalf("a manifest's read cut short: %v (rebuilt %+v), want the rebuild to fail with the read's error", err, rb)
+	}
+}

@@ -100,11 +100,17 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 
 // DecodeManifest reads the manifest published at name (a destination
 // path) from r, at most MaxManifest bytes, and checks it (CheckManifest):
-// its node and checkpoint give name back. Every failure wraps
-// ErrBadManifest.
+// its node and checkpoint give name back. Every failure of the document
+// wraps ErrBadManifest; a read of r that fails (a GET's body cut short)
+// is returned as it is: it tells nothing of the document, and a caller
+// that passed over it as garbage would take committed batches for lost.
 func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
 	var m Manifest
-	if err := json.NewDecoder(io.LimitReader(r, MaxManifest)).Decode(&m); err != nil {
+	rd := &readFailure{r: io.LimitReader(r, MaxManifest)}
+	if err := json.NewDecoder(rd).Decode(&m); err != nil {
+		if rd.err != nil {
+			return nil, fmt.Errorf("read manifest %s: %w", name, rd.err)
+		}
 		return nil, fmt.Errorf("%w: %s is not valid JSON: %w", ErrBadManifest, name, err)
 	}
 	if err := CheckManifest(name, &m); err != nil {
@@ -185,4 +191,19 @@ func ReadManifest(ctx context.Context, r committer.Reader, name string) (*Manife
 	}
 	defer rc.Close()
 	return DecodeManifest(name, rc)
+}
+
+// readFailure remembers the error, other than the end, that a read of r
+// failed with.
+type readFailure struct {
+	r   io.Reader
+	err error
+}
+
+func (f *readFailure) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.err = err
+	}
+	return n, err
 }
