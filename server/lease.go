@@ -566,6 +566,12 @@ func (lc *lifecycle) lostIDsFloor(inDest uint64) uint64 {
 	if floor < inDest {
 		return 0 // a manifest name near 2^64: not one a node wrote
 	}
+	if inDest > highestPlausibleID && inDest < layout.MaxCheckpoint/2 {
+		// The node's own ids beyond a planted name passed over
+		// (firstOpenID): half the room left to the bound a start
+		// believes, not the whole skip beyond it.
+		floor = inDest + (layout.MaxCheckpoint/2-inDest)/2
+	}
 	lc.e.log.Error("neither the state store nor the node lease knows this node's checkpoint ids: skipping beyond every id a checkpoint without a manifest may have named",
 		"lease", lc.e.lease.name, "manifest_checkpoint", inDest, "checkpoint", floor)
 	return floor

@@ -145,11 +145,11 @@ func (lc *lifecycle) Run(ctx context.Context) {
 // opens the first checkpoint and reports ready (DESIGN "Recovery").
 func (lc *lifecycle) recover(ctx context.Context) bool {
 	begin := time.Now()
-	res, inDest, ok := lc.replay(ctx)
+	res, inDest, believed, ok := lc.replay(ctx)
 	if !ok {
 		return false
 	}
-	open := lc.firstOpenID(res.LastID, inDest)
+	open := lc.firstOpenID(res.LastID, inDest, believed)
 	lc.dropImplausibleMark(max(res.LastID, inDest)) // lease.go
 	reserved := open + lc.e.cfg.idBlock - 1
 	shown := func(err error) string { return "reserve checkpoint ids: " + err.Error() }
@@ -231,8 +231,9 @@ func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) s
 
 // replay runs the recovery replay (recovery.Replay) and, when the store is
 // behind the destination, rebuilds the producers from it (step 5). It
-// returns the replay's result and the highest manifest id found that
-// recovery must continue after.
+// returns the replay's result, the highest manifest id found that
+// recovery must continue after, and the highest id of a manifest of this
+// node the rebuild believed (0: none, or no rebuild).
 //
 // The store is behind when the destination holds a manifest of this node
 // newer than the store's newest committed checkpoint: every manifest is
@@ -240,11 +241,12 @@ func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) s
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
 // older copy of it alike, however many checkpoints ago it was taken.
-func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool) {
+func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint64, bool) {
 	rp := recovery.Replay{Finisher: lc.e.fin, FS: lc.e.cfg.FS, StagingDir: lc.e.cfg.StagingDir, Logger: lc.e.log}
 	var res *recovery.Result
-	var top uint64
+	var top, believed uint64
 	ok := lc.retry(ctx, "recovery failed", error.Error, func() error {
+		believed = 0
 		last, err := lc.e.store.LastID()
 		if err != nil {
 			return err
@@ -282,7 +284,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 		case ours.behind(newest):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			err = lc.rebuildProducers(ctx, limit, newest, docs)
+			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
 		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
 			// the store's (ids are reserved in the store first, then in
@@ -292,7 +294,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
-			err = lc.rebuildProducers(ctx, limit, newest, docs)
+			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
 		case res.LastID == 0 && lc.leaseReserved(0) == 0:
 			var seen uint64
 			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
@@ -303,7 +305,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, bool
 		}
 		return lc.applyForgotten(docs)
 	})
-	return res, top, ok
+	return res, top, believed, ok
 }
 
 // manifestLimit returns the highest checkpoint id this node may have
@@ -328,14 +330,24 @@ func (lc *lifecycle) manifestLimit(lastID uint64) uint64 {
 // incarnation reserved in the lease (also when the store was lost, I8).
 // inDest is the highest manifest id under this node's prefix that is
 // within bounds, written by this node or not: none is ever reused.
-func (lc *lifecycle) firstOpenID(lastID, inDest uint64) uint64 {
+// believed is the highest id of a manifest of this node a rebuild
+// believed (0: none).
+func (lc *lifecycle) firstOpenID(lastID, inDest, believed uint64) uint64 {
 	if inDest > highestPlausibleID {
 		// Planted (a name this node never wrote, within the bound that
 		// makes it look like one): followed, the skips below would carry
-		// the node's ids past what a later start believes its own.
-		lc.e.log.Error("the destination shows a checkpoint id of this node too close to the bound of ids a start believes: not continuing beyond it (check who can write the bucket, docs/production.md)",
-			"checkpoint", inDest, "bound", uint64(layout.MaxCheckpoint/2))
-		inDest = highestPlausibleID
+		// the node's ids past what a later start believes its own. But a
+		// start that passed over one opened just beyond
+		// highestPlausibleID, and the node went on there: the manifests
+		// of its own a rebuild believes are never passed over (I8), and
+		// the skips beyond them are cut to stay within the bound
+		// (lostIDsFloor).
+		at := max(highestPlausibleID, min(believed, inDest))
+		if at < inDest {
+			lc.e.log.Error("the destination shows a checkpoint id of this node too close to the bound of ids a start believes: not continuing beyond it (check who can write the bucket, docs/production.md)",
+				"checkpoint", inDest, "bound", uint64(layout.MaxCheckpoint/2), "continuing_after", at)
+		}
+		inDest = at
 	}
 	open := max(lastID, lc.leaseReserved(max(lastID, inDest))) + 1
 	if inDest > 0 && inDest+2 > lastID {

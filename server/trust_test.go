@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -323,5 +324,47 @@ func TestPlantedNearBoundKeepsIDsBelieved(t *testing.T) {
 				t.Fatalf("after a store loss p's next_seq on a is %d, want 1: its committed batch was not rebuilt", got)
 			}
 		})
+	}
+}
+
+// After a planted name near the bound moved the node's ids up to where a
+// start continues (TestPlantedNearBoundKeepsIDsBelieved), a later loss of
+// the state store (and of the lease, where there is one) must not open an
+// id the node committed there (I8): the planted name still there is cut to
+// the same place again, below the node's own manifests.
+func TestPlantedNearBoundNoReuse(t *testing.T) {
+	near := uint64(layout.MaxCheckpoint/2 - 10)
+	for _, leased := range []bool{false, true} {
+		for name, planted := range map[string]string{
+			"manifest":  layout.ManifestName(rigNode, near),
+			"part file": "a/" + layout.PartName(rigNode, near, 0, "ndjson"),
+		} {
+			t.Run(fmt.Sprintf("%s/leased=%v", name, leased), func(t *testing.T) {
+				r := newRig(t, nil)
+				if leased {
+					r = newLeasedRig(t, nil)
+				}
+				plant(t, r.fs, planted, []byte("{}"))
+				r.broken = "a planted " + name
+				e := r.start(nil)
+				p := r.initProducer("p")
+				mustSend(t, e, p, "a", 0, 1)
+				res := r.commit()
+				r.stop()
+				if err := os.Remove(r.storePath); err != nil {
+					t.Fatal(err)
+				}
+				if leased {
+					damageLease(r.fs, leaseDeleted, t.Fatalf)
+				}
+				e = r.start(nil)
+				if open := e.Status().OpenID; open <= res.ID || open+1024 > layout.MaxCheckpoint/2 {
+					t.Fatalf("after the loss the open checkpoint is %d; the node committed %d before it (I8), the bound is %d", open, res.ID, uint64(layout.MaxCheckpoint/2))
+				}
+				if got := r.initState("p").Streams["a"].NextSeq; got != 1 {
+					t.Fatalf("after a store loss p's next_seq on a is %d, want 1: its committed batch was not rebuilt", got)
+				}
+			})
+		}
 	}
 }
