@@ -245,3 +245,31 @@ func TestFirstCommitSetAsideIDsKept(t *testing.T) {
 		})
 	}
 }
+
+// TestQuarantineRefusedStarts: what lies where a start sets files aside
+// (planted: other content at a file's quarantine name; on a local
+// destination also a file named _quarantine/<node>, which MemMapFs does
+// not refuse) can make a move fail for good. The start must still become
+// ready, leaving the file where it is (eosink verify lists it), and open
+// beyond its id (I13, I8).
+func TestQuarantineRefusedStarts(t *testing.T) {
+	for _, tc := range []string{"other-content-at-name"} {
+		t.Run(tc, func(t *testing.T) {
+			r := newLeasedRig(t, nil)
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "a", 0, 3)
+			res := r.commit()
+			r.loseCommit(res.ID, nil, leaseDeleted)
+			r.broken = "the lost checkpoint's file stays in place, in no manifest"
+			plant(t, r.fs, layout.QuarantineName(rigNode, res.Files[0].Final), []byte("planted\n"))
+			e, err := r.open(nil, 5*time.Second)
+			if err != nil {
+				t.Fatalf("start with the set-aside refused: %v (status %+v)", err, e.Status())
+			}
+			if open := e.Status().OpenID; open <= res.ID {
+				t.Fatalf("open checkpoint %d; the lost one's file named %d (I8)", open, res.ID)
+			}
+		})
+	}
+}

@@ -220,7 +220,11 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 // their batches, so left in place they would be read twice by readers that
 // list the destination. Moved, not deleted (I7): an operator can look.
 // Each move is idempotent; a failure is returned and the recovery step
-// retried under the failure policy.
+// retried under the failure policy, except one a retry does not cure
+// (verdictAbort: other content at the quarantine name, a file where it
+// needs a folder — planted, since a part name is set aside once): that
+// file is left where it is, logged, so that nothing found in the
+// destination keeps the node from starting (I13).
 func (lc *lifecycle) quarantine(ctx context.Context, orphans []string) error {
 	if len(orphans) == 0 {
 		return nil
@@ -233,7 +237,11 @@ func (lc *lifecycle) quarantine(ctx context.Context, orphans []string) error {
 	}
 	for i, p := range orphans {
 		to := layout.QuarantineName(lc.e.cfg.Node, p)
-		if err := mv.Move(ctx, p, to); err != nil {
+		if err := mv.Move(ctx, p, to); classify(err) == verdictAbort {
+			lc.e.log.Error("a file of a checkpoint whose record was lost cannot be set aside: left where it is, in no manifest (eosink verify lists it; check who can write the bucket, docs/production.md)",
+				"op", "rebuild", "path", p, "to", to, "err", err)
+			continue
+		} else if err != nil {
 			return fmt.Errorf("set aside %s: %w", p, err)
 		}
 		if i < maxQuarantineLogged {
