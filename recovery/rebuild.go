@@ -375,11 +375,12 @@ func (out *Rebuilt) noteRecent(m *layout.Manifest) {
 // some: Rebuilt.Quarantine). It also returns the highest id, after after
 // and within limit, that any name of a part file of node shows, wherever
 // it is: besides those returned, files of table streams and displaced
-// files (left where they are), files set aside already (a start that
+// files (left where they are) and files set aside already (a start that
 // moved them and stopped, or whose move was made but reported failed,
-// before the store and the lease reserved ids) and staging objects. Each
-// id was handed out by a former incarnation: none is reused (I8). It
-// lists the whole destination once.
+// before the store and the lease reserved ids). Each id was handed out
+// by a former incarnation: none is reused (I8). It lists the whole
+// destination once, a page at a time where the destination can
+// (committer.Pager), keeping only node's names.
 func UnnamedParts(ctx context.Context, r committer.Reader, node string, after, limit uint64) ([]string, uint64, error) {
 	return unnamedParts(ctx, r, node, after, limit, nil)
 }
@@ -392,15 +393,6 @@ func UnnamedParts(ctx context.Context, r committer.Reader, node string, after, l
 // is behind. highest is the highest id after newest and within limit that
 // a name of a part file of node shows anywhere (UnnamedParts).
 func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, limit uint64, published map[uint64]bool) (out []string, highest uint64, err error) {
-	all, err := r.List(ctx, "")
-	if err != nil {
-		return nil, 0, fmt.Errorf("list destination: %w", err)
-	}
-	for _, en := range all {
-		if n, id, _, _, ok := layout.ParsePartName(path.Base(en.Path)); ok && n == node && id > newest && (limit == 0 || id <= limit) {
-			highest = max(highest, id)
-		}
-	}
 	// A table commit follows its checkpoint's manifest, so no snapshot
 	// names the files of a checkpoint without one; but versions before
 	// that order committed the table first, and a snapshot of theirs may
@@ -408,30 +400,73 @@ func unnamedParts(ctx context.Context, r committer.Reader, node string, newest, 
 	// files. Table streams' files stay where they are (eosink verify
 	// reports them).
 	tables := map[string]bool{}
-	for _, en := range all {
+	var found []string
+	err = eachEntry(ctx, r, func(en committer.Entry) {
 		if layout.IsTableMetadata(en.Path) {
 			stream, _, _ := strings.Cut(en.Path, "/")
 			tables[stream] = true
+			return
 		}
-	}
-	for _, en := range all {
-		if strings.HasPrefix(en.Path, "_") || layout.IsTempName(en.Path) {
-			continue
+		n, id, _, _, ok := layout.ParsePartName(path.Base(en.Path))
+		if !ok || n != node || id <= newest || (limit > 0 && id > limit) {
+			return
+		}
+		highest = max(highest, id)
+		if strings.HasPrefix(en.Path, "_") || layout.IsTempName(en.Path) || published[id] {
+			return
 		}
 		if _, _, ok := layout.ParseDisplacedName(en.Path); ok {
-			continue
+			return
 		}
-		pn := layout.ParsePath(en.Path)
-		if pn.Kind != layout.PartPath || pn.Node != node || published[pn.Checkpoint] || pn.Checkpoint <= newest || (limit > 0 && pn.Checkpoint > limit) {
-			continue
+		if pn := layout.ParsePath(en.Path); pn.Kind == layout.PartPath {
+			found = append(found, en.Path)
 		}
-		if stream, _, _ := strings.Cut(en.Path, "/"); tables[stream] {
-			continue
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list destination: %w", err)
+	}
+	for _, p := range found {
+		if stream, _, _ := strings.Cut(p, "/"); !tables[stream] {
+			out = append(out, p)
 		}
-		out = append(out, en.Path)
 	}
 	return out, highest, nil
 }
+
+// eachEntry calls fn with each file of the destination in path order, a
+// page at a time when r lists by pages, so that what a listing of a bucket
+// of millions of objects holds at once is a page, not the bucket.
+func eachEntry(ctx context.Context, r committer.Reader, fn func(committer.Entry)) error {
+	pg, ok := r.(committer.Pager)
+	if !ok {
+		all, err := r.List(ctx, "")
+		if err != nil {
+			return err
+		}
+		for _, en := range all {
+			fn(en)
+		}
+		return nil
+	}
+	after := ""
+	for {
+		page, err := pg.ListPage(ctx, "", after, listPage)
+		if err != nil {
+			return err
+		}
+		for _, en := range page {
+			fn(en)
+		}
+		if len(page) < listPage {
+			return nil
+		}
+		after = page[len(page)-1].Path
+	}
+}
+
+// listPage is how many files a page of eachEntry holds: an S3 listing's
+// most keys a request.
+const listPage = 1000
 
 // fileSizes answers whether the destination holds a file with a size,
 // listing each stream's folder once.

@@ -260,3 +260,56 @@ func TestRebuildReadCutShortIsNoGarbage(t *testing.T) {
 		t.Fatalf("a manifest's read cut short: %v (rebuilt %+v), want the rebuild to fail with the read's error", err, rb)
 	}
 }
+
+// pagesOnly is a destination that lists a page at a time and refuses to
+// list the whole of it at once (which would hold every name of a bucket
+// of millions in memory).
+type pagesOnly struct {
+	*local.Local
+	pages atomic.Int64
+}
+
+func (p *pagesOnly) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
+	if prefix == "" {
+		return nil, errors.New("the whole destination listed at once")
+	}
+	return p.Local.List(ctx, prefix)
+}
+
+func (p *pagesOnly) ListPage(ctx context.Context, prefix, after string, limit int) ([]committer.Entry, error) {
+	p.pages.Add(1)
+	return p.Local.ListPage(ctx, prefix, after, limit)
+}
+
+// TestUnnamedPartsPages: the look for part files without a manifest (every
+// new node's first start, a rebuild) lists the destination a page at a
+// time where it can, keeping only this node's names: its memory does not
+// grow with the other nodes' files. It finds what a whole listing finds.
+func TestUnnamedPartsPages(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	put := func(name string) {
+		if err := afero.WriteFile(fs, "/dest/"+name, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 2500; i++ {
+		put(fmt.Sprintf("s%d/part-other-%020d-0000.ndjson", i%3, i))
+	}
+	put("s1/part-n1-00000000000000000007-0000.ndjson")
+	put("s2/part-n1-00000000000000000007-0001.ndjson")
+	put("tb/metadata/version-hint.text")
+	put("tb/part-n1-00000000000000000009-0000.parquet")
+	put(layout.QuarantineName("n1", "s0/part-n1-00000000000000000011-0000.ndjson"))
+	dest := &pagesOnly{Local: local.New(fs, "/dest", "/staging")}
+	parts, highest, err := UnnamedParts(t.Context(), dest, "n1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"s1/part-n1-00000000000000000007-0000.ndjson", "s2/part-n1-00000000000000000007-0001.ndjson"}
+	if !reflect.DeepEqual(parts, want) || highest != 11 {
+		t.Fatalf("parts %v, highest %d; want %v, 11", parts, highest, want)
+	}
+	if dest.pages.Load() < 3 {
+		t.Fatalf("%d pages for 2,505 files", dest.pages.Load())
+	}
+}
