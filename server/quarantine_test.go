@@ -273,3 +273,33 @@ func TestQuarantineRefusedStarts(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstStartLeavesCommittedData: a node with a new store and no lease
+// finds part files of its name from several checkpoints and no manifest
+// of it: not one first checkpoint whose commit was cut short (only one
+// checkpoint can have placed files before any manifest), but committed
+// data whose manifests are gone — copied without eosink's own folders, a
+// node id (the host name by default) used again over a former
+// deployment's files. They stay where they are (I7); ids go on beyond
+// theirs (I8).
+func TestFirstStartLeavesCommittedData(t *testing.T) {
+	r := newLeasedRig(t, nil)
+	files := []string{
+		"a/dt=2026-11-28/hour=10/" + layout.PartName(rigNode, 3, 0, "ndjson"),
+		"a/dt=2026-11-28/hour=11/" + layout.PartName(rigNode, 5, 0, "ndjson"),
+		"b/dt=2026-11-28/hour=11/" + layout.PartName(rigNode, 5, 1, "ndjson"),
+	}
+	for _, f := range files {
+		plant(t, r.fs, f, []byte("{\"x\":1}\n"))
+	}
+	r.broken = "a former deployment's files without their manifests"
+	e := r.start(nil)
+	if open := e.Status().OpenID; open <= 5 {
+		t.Fatalf("open checkpoint %d; the destination shows this node's checkpoint 5 (I8)", open)
+	}
+	for _, f := range files {
+		if _, err := r.fs.Stat(rigDest + "/" + f); err != nil {
+			t.Fatalf("%s: %v: committed data moved (I7)", f, err)
+		}
+	}
+}

@@ -174,9 +174,11 @@ func tableReadable(cfg streamconf.Config, files []committer.File) []committer.Fi
 // first start; it is also a store lost, with the lease, while its first
 // checkpoint with data committed — its files placed, its manifest not
 // yet. Those are set aside as the rebuild sets aside what it finds
-// (quarantine), and the highest checkpoint id any file of this node
-// names is returned, set aside already or left in place
-// (recovery.UnnamedParts): ids continue beyond it (I8). It lists the whole destination once,
+// (quarantine) — when they are one checkpoint's: files of several are
+// committed data whose manifests are gone, left in place (I7). The
+// highest checkpoint id any file of this node names is returned, set
+// aside already or left in place (recovery.UnnamedParts): ids continue
+// beyond it (I8). It lists the whole destination once, a page at a time,
 // which a new store's first start can afford; after it the store and
 // the lease know the ids.
 func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint64) (uint64, error) {
@@ -204,6 +206,17 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 			"op", "recovery", "highest_checkpoint", highest, "duration_ms", time.Since(begin).Milliseconds())
 		return highest, nil
 	}
+	if ids := checkpointsOf(parts); ids > 1 {
+		// Checkpoints commit one at a time, each publishing its manifest
+		// before the next places a file: before any manifest only one
+		// can have placed files. These are committed data whose
+		// manifests are gone (copied without eosink's folders, a node id
+		// used again over a former deployment's files): never moved (I7).
+		lc.e.log.Error("a new state store and no checkpoint ids in the node lease, and the destination holds part files of this node from several checkpoints that no manifest names: "+
+			"not a commit cut short (committed data whose manifests are gone?). Left where they are (eosink verify lists them); continuing beyond their ids",
+			"op", "recovery", "files", len(parts), "checkpoints", ids, "highest_checkpoint", highest, "path", parts[0])
+		return highest, nil
+	}
 	lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds part files of this node that no manifest names: "+
 		"a commit cut short before its manifest, whose store and lease were lost. Setting them aside; their clients resend the batches",
 		"op", "recovery", "files", len(parts), "highest_checkpoint", highest)
@@ -211,6 +224,15 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 		return 0, err
 	}
 	return highest, nil
+}
+
+// checkpointsOf returns how many checkpoint ids the part files parts name.
+func checkpointsOf(parts []string) int {
+	ids := map[uint64]bool{}
+	for _, p := range parts {
+		ids[layout.ParsePath(p).Checkpoint] = true
+	}
+	return len(ids)
 }
 
 // quarantine moves the part files of checkpoints whose record was
