@@ -303,3 +303,36 @@ func TestFirstStartLeavesCommittedData(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuildLeavesCommittedData: the rebuild after a store loss finds
+// part files of several checkpoints beyond the newest manifest — their
+// manifests removed by hand, not one commit cut short (only the checkpoint
+// after the newest manifest can have placed files without one). They are
+// committed data: left where they are (I7), not set aside.
+func TestRebuildLeavesCommittedData(t *testing.T) {
+	r := newLeasedRig(t, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	var res []CheckpointResult
+	for seq := range int64(3) {
+		mustSend(t, e, p, "a", seq, 1)
+		res = append(res, r.commit())
+	}
+	r.stopLosingStore()
+	expireLease(t, r.fs)
+	for _, c := range res[1:] {
+		if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, c.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.broken = "committed files whose manifests were removed"
+	e = r.start(nil)
+	for _, c := range res[1:] {
+		if _, err := r.fs.Stat(rigDest + "/" + c.Files[0].Final); err != nil {
+			t.Fatalf("%s: %v: committed data moved (I7)", c.Files[0].Final, err)
+		}
+	}
+	if open := e.Status().OpenID; open <= res[2].ID {
+		t.Fatalf("open checkpoint %d; the destination shows %d (I8)", open, res[2].ID)
+	}
+}

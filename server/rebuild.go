@@ -52,6 +52,15 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 	if err := lc.e.store.Restore(rb); err != nil {
 		return 0, err
 	}
+	if n := checkpointsOf(rb.Quarantine); n > 1 {
+		// Only the checkpoint after the newest manifest can have placed
+		// files without one (checkpoints commit one at a time): files of
+		// several are committed data whose manifests are gone (removed by
+		// hand), never moved (I7).
+		lc.e.log.Error("part files of this node from several checkpoints after its newest manifest that no manifest names: not a commit cut short (committed data whose manifests are gone?). Left where they are (eosink verify lists them)",
+			"op", "rebuild", "files", len(rb.Quarantine), "checkpoints", n, "path", rb.Quarantine[0])
+		rb.Quarantine = nil
+	}
 	if err := lc.quarantine(ctx, rb.Quarantine); err != nil {
 		return 0, err
 	}
