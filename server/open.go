@@ -359,7 +359,7 @@ func (lc *lifecycle) firstOpenID(lastID, inDest, believed uint64) uint64 {
 		// which covers every id a run hands out between two reservations
 		// unless more than a block of them passed without data.
 		open = max(open, inDest+lc.e.cfg.idBlock+2, lc.lostIDsFloor(inDest)) // lease.go
-		lc.e.log.Error("the destination holds manifests beyond the state store's checkpoint ids: continuing beyond the highest found",
+		lc.e.log.Error("the destination shows checkpoint ids of this node beyond the state store's (manifests; on a first start also part files without one): continuing beyond the highest found",
 			"store", lc.e.cfg.StorePath, "store_last_checkpoint", lastID, "manifest_checkpoint", inDest, "checkpoint", open)
 	}
 	return open
