@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -311,5 +313,77 @@ func TestUnnamedPartsPages(t *testing.T) {
 	}
 	if dest.pages.Load() < 3 {
 		t.Fatalf("%d pages for 2,505 files", dest.pages.Load())
+	}
+}
+
+// listWhole hides a destination's pages: UnnamedParts lists it whole, as
+// before a30e297.
+type listWhole struct{ committer.Reader }
+
+// TestUnnamedPartsCost times the first start's look for part files over
+// EOSINK_UNNAMED_FILES files of other nodes on the local file system
+// (100 folders), listed whole against a page at a time, alternating three
+// rounds, with the bytes each allocates and the heap it leaves in use
+// at its peak (sampled every millisecond).
+func TestUnnamedPartsCost(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EOSINK_UNNAMED_FILES"))
+	if n <= 0 {
+		t.Skip("EOSINK_UNNAMED_FILES=<files> runs it")
+	}
+	dir := t.TempDir()
+	fs := afero.NewOsFs()
+	for i := range n {
+		name := fmt.Sprintf("%s/dest/s/d=%03d/part-other-%020d-0000.ndjson", dir, i%100, i+1)
+		if i < 100 {
+			if err := fs.MkdirAll(path.Dir(name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := afero.WriteFile(fs, name, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dest := local.New(fs, dir+"/dest", dir+"/staging")
+	for round := range 3 {
+		for _, how := range []string{"whole", "pages"} {
+			var r committer.Reader = dest
+			if how == "whole" {
+				r = listWhole{dest}
+			}
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			peak := atomic.Uint64{}
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				var ms runtime.MemStats
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+						runtime.ReadMemStats(&ms)
+						if ms.HeapInuse > peak.Load() {
+							peak.Store(ms.HeapInuse)
+						}
+					}
+				}
+			}()
+			begin := time.Now()
+			parts, _, err := UnnamedParts(t.Context(), r, "n1", 0, 0)
+			took := time.Since(begin)
+			close(stop)
+			<-sampled
+			if err != nil || len(parts) != 0 {
+				t.Fatal(parts, err)
+			}
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			t.Logf("round %d %s: %d files in %v, %.1f MB allocated, heap in use at peak %.1f MB above the start",
+				round, how, n, took.Round(time.Millisecond), float64(after.TotalAlloc-before.TotalAlloc)/1e6,
+				float64(int64(peak.Load())-int64(before.HeapInuse))/1e6)
+		}
 	}
 }
