@@ -14,6 +14,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
+	"golang.org/x/sync/semaphore"
 )
 
 // Rebuilt is what the destination says about a node whose state store was
@@ -139,6 +140,13 @@ const rebuildReaders = 16
 // ~10 KB).
 const rebuildWindow = 8 * rebuildReaders
 
+// rebuildBytes bounds the bytes of the manifests the rebuild reads or
+// holds at once, as the listing states them: a manifest may be up to
+// layout.MaxManifest (1 GiB, planted ones too), and 16 read at once and
+// 128 held would be that many times it. One larger than the budget is
+// read alone.
+const rebuildBytes = 64 << 20
+
 func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64, log *slog.Logger, readers int) (*Rebuilt, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -156,6 +164,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 		}
 	}
 	var todo []string
+	var sizes []int64
 	published := map[uint64]bool{} // ids with a manifest name, believed or not
 	for _, en := range entries {
 		n, id, ok := layout.ParseManifestName(en.Path)
@@ -174,6 +183,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			skip(en.Path, fmt.Sprintf("beyond the highest checkpoint id this node reserved (%d): not written by it", limit), nil)
 		default:
 			todo = append(todo, en.Path)
+			sizes = append(sizes, en.Bytes)
 		}
 	}
 	// Per producer and incarnation, each stream's highest committed seq.
@@ -184,7 +194,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	seen := map[string]*prod{}
 	files := fileSizes{r: r, by: map[string]map[string]int64{}}
 	begin, logged := time.Now(), time.Now()
-	reads := readAhead(ctx, r, todo, readers)
+	reads := readAhead(ctx, r, todo, sizes, readers)
 	defer reads.stop()
 	for i, name := range todo {
 		m, err := reads.next()
@@ -269,16 +279,19 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 	return out, nil
 }
 
-// manifestReads reads names' manifests, readers at a time and at most
-// rebuildWindow ahead of the one taken, and hands them out in order
-// (next). Its memory is the window's, whatever the number of names.
+// manifestReads reads names' manifests, readers at a time, at most
+// rebuildWindow ahead of the one taken and rebuildBytes of them at once,
+// and hands them out in order (next). Its memory is the window's and the
+// budget's, whatever the number of names.
 type manifestReads struct {
-	ctx    context.Context
-	window chan struct{}
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-	out    []chan manifestRead
-	took   int
+	ctx     context.Context
+	window  chan struct{}
+	bytes   *semaphore.Weighted
+	weights []int64
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+	out     []chan manifestRead
+	took    int
 }
 
 type manifestRead struct {
@@ -286,12 +299,20 @@ type manifestRead struct {
 	err error
 }
 
-func readAhead(ctx context.Context, r committer.Reader, names []string, readers int) *manifestReads {
+func readAhead(ctx context.Context, r committer.Reader, names []string, sizes []int64, readers int) *manifestReads {
 	ctx, cancel := context.WithCancel(ctx)
 	// A slot per read not yet taken: read i goes to out[i%len(out)], free
 	// once read i-len(out) was taken, which the window ensures.
 	window := make(chan struct{}, max(rebuildWindow, readers))
-	mr := &manifestReads{ctx: ctx, window: window, cancel: cancel, out: make([]chan manifestRead, cap(window))}
+	// Each read weighs its listed bytes, at most the whole budget: the
+	// reads before it are taken in order and give theirs back, so it
+	// always gets its turn.
+	weights := make([]int64, len(names))
+	for i := range weights {
+		weights[i] = max(1, min(sizes[i], rebuildBytes))
+	}
+	mr := &manifestReads{ctx: ctx, window: window, bytes: semaphore.NewWeighted(rebuildBytes), weights: weights,
+		cancel: cancel, out: make([]chan manifestRead, cap(window))}
 	for i := range mr.out {
 		mr.out[i] = make(chan manifestRead, 1)
 	}
@@ -304,6 +325,9 @@ func readAhead(ctx context.Context, r committer.Reader, names []string, readers 
 			select {
 			case window <- struct{}{}:
 			case <-ctx.Done():
+				return
+			}
+			if mr.bytes.Acquire(ctx, weights[i]) != nil {
 				return
 			}
 			select {
@@ -336,6 +360,7 @@ func (mr *manifestReads) next() (*layout.Manifest, error) {
 	case <-mr.ctx.Done():
 		return nil, mr.ctx.Err()
 	}
+	mr.bytes.Release(mr.weights[mr.took])
 	mr.took++
 	<-mr.window
 	return res.m, res.err

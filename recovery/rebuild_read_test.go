@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -385,5 +386,48 @@ func TestUnnamedPartsCost(t *testing.T) {
 				round, how, n, took.Round(time.Millisecond), float64(after.TotalAlloc-before.TotalAlloc)/1e6,
 				float64(int64(peak.Load())-int64(before.HeapInuse))/1e6)
 		}
+	}
+}
+
+// hugeManifests lists every manifest as MaxManifest bytes long (planted
+// ones can be) and counts the reads in flight at once.
+type hugeManifests struct {
+	committer.Reader
+	now, most atomic.Int64
+}
+
+func (h *hugeManifests) List(ctx context.Context, prefix string) ([]committer.Entry, error) {
+	entries, err := h.Reader.List(ctx, prefix)
+	for i := range entries {
+		if strings.HasPrefix(entries[i].Path, layout.ManifestDir+"/") {
+			entries[i].Bytes = layout.MaxManifest
+		}
+	}
+	return entries, err
+}
+
+func (h *hugeManifests) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	n := h.now.Add(1)
+	defer h.now.Add(-1)
+	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+	}
+	time.Sleep(time.Millisecond)
+	return h.Reader.Open(ctx, name)
+}
+
+// TestRebuildReadsBoundBytes: manifests are read 16 at a time and up to
+// 128 held, but not their bytes: a destination's manifests (planted ones
+// up to MaxManifest, 1 GiB, each) are read only as many at once as a
+// budget of bytes takes, one at a time when each is as large as it. Read
+// 16 at once, 16 planted 1 GiB manifests took 16 GiB.
+func TestRebuildReadsBoundBytes(t *testing.T) {
+	fs := afero.NewMemMapFs()
+	publishManifests(t, func(name string, body []byte) error { return afero.WriteFile(fs, "/dest/"+name, body, 0o644) }, 60)
+	dest := &hugeManifests{Reader: local.New(fs, "/dest", "/staging")}
+	if _, err := rebuild(t.Context(), dest, "n1", 0, nil, rebuildReaders); err != nil {
+		t.Fatal(err)
+	}
+	if most := dest.most.Load(); most != 1 {
+		t.Fatalf("%d manifests of %d bytes read at once, want 1", most, layout.MaxManifest)
 	}
 }
