@@ -130,6 +130,7 @@ func TestParquetMemoryCandidates(t *testing.T) {
 		{name: "pagebuf128k", opts: []parquet.WriterOption{parquet.PageBufferSize(128 << 10)}},
 		{name: "pagebuf128k+file", opts: []parquet.WriterOption{parquet.PageBufferSize(128 << 10)}, file: true},
 		{name: "writebuf4k", opts: []parquet.WriterOption{parquet.WriteBufferSize(4 << 10)}},
+		{name: "filebufferpool", opts: []parquet.WriterOption{parquet.ColumnPageBuffers(parquet.NewFileBufferPool(t.TempDir(), "pages-*"))}},
 	}
 	only := os.Getenv("EOSINK_PQMEM_ONLY")
 	rounds := 3
