@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -122,6 +123,7 @@ func TestParquetMemoryCandidates(t *testing.T) {
 		name string
 		opts []parquet.WriterOption
 		file bool
+		own  bool // a heapPagePool per writer
 	}
 	cands := []candidate{
 		{name: "default"},
@@ -130,6 +132,7 @@ func TestParquetMemoryCandidates(t *testing.T) {
 		{name: "pagebuf128k", opts: []parquet.WriterOption{parquet.PageBufferSize(128 << 10)}},
 		{name: "pagebuf128k+file", opts: []parquet.WriterOption{parquet.PageBufferSize(128 << 10)}, file: true},
 		{name: "writebuf4k", opts: []parquet.WriterOption{parquet.WriteBufferSize(4 << 10)}},
+		{name: "heapownpool", opts: nil, own: true},
 		{name: "filebufferpool", opts: []parquet.WriterOption{parquet.ColumnPageBuffers(parquet.NewFileBufferPool(t.TempDir(), "pages-*"))}},
 	}
 	only := os.Getenv("EOSINK_PQMEM_ONLY")
@@ -162,6 +165,9 @@ func TestParquetMemoryCandidates(t *testing.T) {
 					}
 					defer f.Close()
 					pf = f
+				}
+				if c.own {
+					testWriterOptions = []parquet.WriterOption{parquet.ColumnPageBuffers(&heapPagePool{})}
 				}
 				w, err := NewParquetWriterPages(&outs[i], e, pages, pf)
 				if err != nil {
@@ -200,4 +206,69 @@ func TestParquetMemoryCandidates(t *testing.T) {
 				round, c.name, mib(one), mib(two), (ms1.TotalAlloc-ms0.TotalAlloc)/n, cpu.Nanoseconds()/n, outs[0].n)
 		}
 	}
+}
+
+// heapPagePool is a candidate measured by TestParquetMemoryCandidates: a
+// parquet.BufferPool on the heap whose buffers are 64 KiB chunks from a
+// free list of its own (no sync.Pool), kept for the writer's life.
+type heapPagePool struct{ free [][]byte }
+
+func (p *heapPagePool) GetBuffer() io.ReadWriteSeeker { return &heapPageBuffer{p: p} }
+func (p *heapPagePool) PutBuffer(b io.ReadWriteSeeker) {
+	hb := b.(*heapPageBuffer)
+	p.free = append(p.free, hb.chunks...)
+	hb.chunks = nil
+}
+
+type heapPageBuffer struct {
+	p          *heapPagePool
+	chunks     [][]byte
+	size, seek int64
+}
+
+const heapChunk = 64 << 10
+
+func (b *heapPageBuffer) Write(data []byte) (int, error) {
+	n := len(data)
+	for len(data) > 0 {
+		i, off := int(b.size/heapChunk), int(b.size%heapChunk)
+		if i == len(b.chunks) {
+			var c []byte
+			if k := len(b.p.free); k > 0 {
+				c, b.p.free = b.p.free[k-1], b.p.free[:k-1]
+			} else {
+				c = make([]byte, heapChunk)
+			}
+			b.chunks = append(b.chunks, c)
+		}
+		m := copy(b.chunks[i][off:], data)
+		data = data[m:]
+		b.size += int64(m)
+	}
+	b.seek = b.size
+	return n, nil
+}
+
+func (b *heapPageBuffer) Read(dst []byte) (int, error) {
+	if b.seek >= b.size {
+		return 0, io.EOF
+	}
+	i, off := int(b.seek/heapChunk), int(b.seek%heapChunk)
+	end := min(int64(heapChunk), b.size-int64(i)*heapChunk)
+	m := copy(dst, b.chunks[i][off:end])
+	b.seek += int64(m)
+	return m, nil
+}
+
+func (b *heapPageBuffer) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+		b.seek = offset
+	case io.SeekCurrent:
+		b.seek += offset
+	case io.SeekEnd:
+		b.seek = b.size + offset
+	}
+	b.seek = max(0, min(b.seek, b.size))
+	return b.seek, nil
 }
