@@ -23,23 +23,20 @@ type PageFile interface {
 // group starts: once none is out, the file is reused from offset 0, so it
 // is as large as the largest row group's compressed pages.
 //
-// Small writes (page headers) are gathered in pend and written with the
-// next large one. Used by one ParquetWriter, which is not used
-// concurrently: no lock.
+// Writes are gathered in pend and go to the file pageFileIO bytes at a
+// time, and the row group's write reads it back in reads of as much
+// through the same memory (no page is written while a row group is being
+// written): system calls, not bytes, are most of the file's cost. Used by
+// one ParquetWriter, which is not used concurrently: no lock.
 type pageFilePool struct {
-	f       PageFile
-	end     int64  // the file's bytes in use, pend's included
-	pend    []byte // the bytes at [end-len(pend), end), not yet written
-	scratch []byte // WriteTo's reads
-	out     int    // buffers taken and not put back
-	err     error  // sticky: a failed write or read of f
+	f    PageFile
+	end  int64  // the file's bytes in use, pend's included
+	pend []byte // the bytes at [end-len(pend), end), not yet written; WriteTo's reads
+	out  int    // buffers taken and not put back
+	err  error  // sticky: a failed write or read of f
 }
 
-const (
-	pageFileSmall   = 16 << 10 // writes below this are gathered in pend
-	pageFilePend    = 64 << 10 // pend's capacity
-	pageFileScratch = 64 << 10
-)
+const pageFileIO = 256 << 10 // pend's capacity
 
 func newPageFilePool(f PageFile) *pageFilePool {
 	return &pageFilePool{f: f}
@@ -85,23 +82,26 @@ func (p *pageFilePool) add(b []byte) (int64, error) {
 		return 0, p.err
 	}
 	off := p.end
-	if len(b) < pageFileSmall {
-		if len(p.pend)+len(b) > pageFilePend {
-			if err := p.flush(); err != nil {
-				return 0, err
-			}
+	if p.pend == nil {
+		p.pend = make([]byte, 0, pageFileIO)
+	}
+	if len(p.pend)+len(b) > pageFileIO {
+		// pend is filled up first: the file is written in whole
+		// pageFileIO pieces.
+		k := pageFileIO - len(p.pend)
+		p.pend = append(p.pend, b[:k]...)
+		p.end += int64(k)
+		b = b[k:]
+		if err := p.flush(); err != nil {
+			return 0, err
 		}
-		if p.pend == nil {
-			p.pend = make([]byte, 0, pageFilePend)
-		}
+	}
+	if len(b) < pageFileIO {
 		p.pend = append(p.pend, b...)
 		p.end += int64(len(b))
 		return off, nil
 	}
-	if err := p.flush(); err != nil {
-		return 0, err
-	}
-	if _, err := p.f.WriteAt(b, off); err != nil {
+	if _, err := p.f.WriteAt(b, p.end); err != nil {
 		p.err = fmt.Errorf("write Parquet page file: %w", err)
 		return 0, p.err
 	}
@@ -184,21 +184,25 @@ func (b *pageFileBuffer) Read(dst []byte) (int, error) {
 }
 
 // WriteTo copies the rest of the buffer to w (the row group's write: io.Copy
-// uses it) through the pool's scratch buffer.
+// uses it) through the pool's pend, empty once flushed.
 func (b *pageFileBuffer) WriteTo(w io.Writer) (int64, error) {
 	if b.p == nil {
 		return 0, errPageFileBuffer
 	}
-	if b.p.scratch == nil {
-		b.p.scratch = make([]byte, pageFileScratch)
+	if err := b.p.flush(); err != nil {
+		return 0, err
 	}
+	if b.p.pend == nil {
+		b.p.pend = make([]byte, 0, pageFileIO)
+	}
+	scratch := b.p.pend[:cap(b.p.pend)]
 	var total int64
 	for b.seek < b.size {
-		n, err := b.Read(b.p.scratch)
+		n, err := b.Read(scratch)
 		if err != nil {
 			return total, err
 		}
-		m, err := w.Write(b.p.scratch[:n])
+		m, err := w.Write(scratch[:n])
 		total += int64(m)
 		if err == nil && m != n {
 			err = io.ErrShortWrite
