@@ -16,7 +16,9 @@
 // transaction (CreateEncoded) also encodes its batches as they arrive, in
 // background steps, into a second temp file named EncodedName(temp), and
 // its PreCommit only finishes, fsyncs and closes that one (see stream.go
-// for the steps and why). Encode (encode.go) makes the same file from a
+// for the steps and why). A Parquet transaction's encoder keeps the row
+// group it is building in a third, scratch temp file, PagesName(temp),
+// deleted at PreCommit and by Abort. Encode (encode.go) makes the same file from a
 // whole plain one, for tools and tests. The codecs themselves (gzip, zstd, Parquet, and the readers previews and
 // `eosink verify` use) are internal/format's. The format of a file is
 // named by its extension (streamconf.Ext, streamconf.ParseExt).

@@ -94,6 +94,16 @@ func EncodedName(temp string) string {
 	return strings.TrimSuffix(temp, Suffix) + ".enc" + Suffix
 }
 
+// PagesName returns the name of the scratch file in which a Parquet
+// file's encoder keeps the compressed pages of the row group it is
+// building, for the plain temp file temp: "<final>.pages.inprogress". Like
+// EncodedName's, it ends in Suffix and starts with the final base name:
+// recovery deletes it with the other temp files, and no checkpoint ever
+// names it.
+func PagesName(temp string) string {
+	return strings.TrimSuffix(temp, Suffix) + ".pages" + Suffix
+}
+
 // Encode writes the plain temp file src.Temp to dst in encoding e and
 // returns dst's Summary: its size, the CRC-32C of its bytes, the record
 // count, and src's producers. dst must not exist. On error dst is removed

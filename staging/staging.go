@@ -273,7 +273,7 @@ func (t *Txn) Abort() error {
 	t.buf = nil
 	if t.enc != nil {
 		t.enc.halt()
-		return errors.Join(Remove(t.fs, t.name), Remove(t.fs, t.enc.dst))
+		return errors.Join(Remove(t.fs, t.name), Remove(t.fs, t.enc.dst), t.enc.dropPages())
 	}
 	return Remove(t.fs, t.name)
 }

@@ -37,8 +37,16 @@ import (
 // batch, and no encoding CPU runs on the write path under the engine's
 // ingest lock. Steps run on an Encoders: at most n at once, each with its
 // slot's buffers and codec state, so the memory of encoding is n slots plus,
-// per open Parquet file, its row group being built (compressed pages and a
-// page buffer per column), not a file's size.
+// per open Parquet file, its row group being built (a page buffer per
+// column on the heap; the compressed pages in the page file below), not a
+// file's size.
+//
+// A Parquet file's row group waits as compressed pages, one run per
+// column, until it is complete and written in column order. They wait in
+// a scratch file, PagesName(temp), beside the plain one (page cache, not
+// process memory; format.NewParquetWriterPages), written from offset 0
+// again for each row group and never synced: the encoded file's bytes are
+// the same as with the pages on the heap.
 //
 // A Parquet file's records are parsed once: the write path's schema check
 // keeps what it found (streamconf.Checked) and AppendChecked queues it with
@@ -49,7 +57,10 @@ import (
 //
 // Crash safety is the plain staging's: until the prepared record names the
 // encoded file, both are temp files no prepared checkpoint names, deleted by
-// the abort or by recovery. A failed step (a read or write error, a record
+// the abort or by recovery. The page file is one too, and is deleted before
+// the encoded file is synced: pre-commit writes durably what it did
+// without it (the encoded file, then the prepared record), and a crash
+// anywhere leaves it to recovery, which deletes every temp file. A failed step (a read or write error, a record
 // the codec refuses) is sticky: PreCommit returns it and the checkpoint
 // aborts; no step ever fsyncs, and the final fsync is not retried.
 
@@ -157,6 +168,9 @@ func CreateEncoded(fs afero.Fs, name string, bufSize int, e Encoding, es *Encode
 		}
 	}
 	t.enc = &encoder{fs: fs, e: e, es: es, src: name, dst: EncodedName(name)}
+	if e.Format == streamconf.FormatParquet {
+		t.enc.pagesName = PagesName(name)
+	}
 	t.enc.idle.L = &t.enc.mu
 	return t, nil
 }
@@ -189,10 +203,12 @@ type encoder struct {
 	keptBytes int64
 
 	// Owned by the running step, or by the Txn once no step runs.
-	in, out afero.File
-	cw      countingWriter // out, counted and checksummed, through a slot's buffer
-	srcSeen countingWriter // the plain bytes read, counted, checksummed, lines counted
-	pq      *format.ParquetWriter
+	in, out   afero.File
+	pages     afero.File     // a Parquet row group's compressed pages (PagesName)
+	pagesName string         // "" unless Parquet
+	cw        countingWriter // out, counted and checksummed, through a slot's buffer
+	srcSeen   countingWriter // the plain bytes read, counted, checksummed, lines counted
+	pq        *format.ParquetWriter
 }
 
 // keptBatch is one batch's checked values and where the batch starts in
@@ -433,7 +449,18 @@ func (en *encoder) encodeFrame(s *slot, r io.Reader) error {
 
 func (en *encoder) encodeParquet(s *slot, r io.Reader, upto int64) error {
 	if en.pq == nil {
-		pq, err := format.NewParquetWriter(&en.cw, en.e, en.es.pages)
+		// The row group's compressed pages wait in a scratch file beside
+		// the staged data, not on the heap (~6 MiB per open Parquet file
+		// at 8 MiB row groups of the load harness's records): the page
+		// cache holds them, and no process memory does.
+		if en.pages == nil {
+			pages, err := en.fs.OpenFile(en.pagesName, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+			if err != nil {
+				return durable.Classify(fmt.Errorf("create Parquet page file %s: %w", en.pagesName, err))
+			}
+			en.pages = pages
+		}
+		pq, err := format.NewParquetWriterPages(&en.cw, en.e, en.es.pages, en.pages)
 		if err != nil {
 			return err
 		}
@@ -515,6 +542,12 @@ func (en *encoder) finish(written, records int64, crc uint32) (Summary, error) {
 			return Summary{}, durable.Classify(fmt.Errorf("encode %s: %w", en.src, err))
 		}
 	}
+	// The page file is scratch: gone before the encoded file is synced
+	// and the prepared record names it. A failed removal fails the
+	// pre-commit, whose abort tries again (recovery at the latest).
+	if err := en.dropPages(); err != nil {
+		return Summary{}, err
+	}
 	got := records
 	if en.pq != nil {
 		got = en.pq.Records()
@@ -545,10 +578,27 @@ func (en *encoder) halt() {
 	en.mu.Unlock()
 	en.dropKept(-1)
 	en.closeIn()
+	en.closePages()
 	if en.out != nil {
 		_ = en.out.Close() // abandoned or deleted next: its close error says nothing
 		en.out = nil
 	}
+}
+
+// closePages closes the page file if open; dropPages also deletes it.
+func (en *encoder) closePages() {
+	if en.pages != nil {
+		_ = en.pages.Close() // scratch, deleted next or by recovery: its close error says nothing
+		en.pages = nil
+	}
+}
+
+func (en *encoder) dropPages() error {
+	en.closePages()
+	if en.pagesName == "" {
+		return nil
+	}
+	return Remove(en.fs, en.pagesName)
 }
 
 func (en *encoder) closeIn() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -154,6 +155,11 @@ func TestCreateEncodedRoundTrip(t *testing.T) {
 				if sum.Temp != EncodedName(TempName("/s", tt.name)) || sum.Plain != TempName("/s", tt.name) {
 					t.Fatalf("summary names %q from %q", sum.Temp, sum.Plain)
 				}
+				// The Parquet page file is gone once pre-commit returns:
+				// only the plain and the encoded file are left.
+				if names, _ := List(fs, "/s"); len(names) != 2 {
+					t.Fatalf("after pre-commit: %v", names)
+				}
 				if r := sum.Producers["p"]; len(r) != 1 || r[0] != [2]int64{0, 299} {
 					t.Fatalf("producers %v", sum.Producers)
 				}
@@ -213,7 +219,7 @@ func TestCreateEncodedSize(t *testing.T) {
 // then leaves no file.
 func TestCreateEncodedFaults(t *testing.T) {
 	recs := orders.Records(t, 12, 400)
-	kinds := faultfs.Kinds(faultfs.OpOpen, faultfs.OpWrite, faultfs.OpSync, faultfs.OpClose, faultfs.OpRead, faultfs.OpTruncate)
+	kinds := faultfs.Kinds(faultfs.OpOpen, faultfs.OpWrite, faultfs.OpSync, faultfs.OpClose, faultfs.OpRead, faultfs.OpTruncate, faultfs.OpRemove)
 	for _, tt := range streamEncodings {
 		t.Run(tt.name, func(t *testing.T) {
 			swept := 0
@@ -294,8 +300,8 @@ func TestCreateEncodedAbortWhileEncoding(t *testing.T) {
 }
 
 // The memory an open Parquet transaction holds between steps is its row
-// group being built (compressed pages and a page buffer per column), not
-// its file's size: measured as live heap after full GCs, with 16 files
+// group being built (a page buffer per column; its compressed pages wait
+// in the page file, PagesName), not its file's size: measured as live heap after full GCs, with 16 files
 // open at once, each 6 MiB into an 8 MiB row group (the worst point: the
 // most compressed pages held, none written yet).
 func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
@@ -474,3 +480,35 @@ func TestCreateEncodedChecked(t *testing.T) {
 		}
 	})
 }
+
+// A Parquet transaction keeps its row group's compressed pages in a temp
+// file of its own (PagesName) while it encodes: a temp file of the
+// staging directory, which List (and so recovery) sees, and which the
+// abort deletes.
+func TestCreateEncodedPageFile(t *testing.T) {
+	recs := orders.Records(t, 15, 3000)
+	fs := afero.NewMemMapFs()
+	name := TempName("/s", "p.parquet")
+	tx, err := CreateEncoded(fs, name, 1<<10, Encoding{Format: "parquet", Schema: orders.Schema, RowGroupBytes: 64 << 10}, NewInlineEncoders(8<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendAll(tx, recs); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := List(fs, "/s")
+	if want := []string{name, EncodedName(name), PagesName(name)}; !slices.Equal(names, sorted(want)) {
+		t.Fatalf("while encoding: %v, want %v", names, sorted(want))
+	}
+	if fi, err := fs.Stat(PagesName(name)); err != nil || fi.Size() == 0 {
+		t.Fatalf("page file: %v, %v", fi, err)
+	}
+	if err := tx.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := List(fs, "/s"); len(names) != 0 {
+		t.Fatalf("after abort: %v", names)
+	}
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }

@@ -186,6 +186,14 @@ const (
 // compressed by pages' codec (nil: a codec of its own). Nothing is written
 // before the first row group is complete.
 func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWriter, error) {
+	return NewParquetWriterPages(w, e, pages, nil)
+}
+
+// NewParquetWriterPages is NewParquetWriter keeping the compressed pages
+// of the row group being built in pf instead of the heap (nil: the heap).
+// The file's bytes are the same either way. pf is the caller's: written
+// from offset 0 again for each row group, never synced or closed here.
+func NewParquetWriterPages(w io.Writer, e Encoding, pages *PageCodecs, pf PageFile) (*ParquetWriter, error) {
 	schema, err := ParquetSchema(e.Schema)
 	if err != nil {
 		return nil, err
@@ -201,7 +209,11 @@ func NewParquetWriter(w io.Writer, e Encoding, pages *PageCodecs) (*ParquetWrite
 	p := &ParquetWriter{check: e.Schema.NewChecker(true), schema: e.Schema, fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
 	p.pending = make([]parquet.Value, len(p.fields)*batchRows)
 	err = p.guard(func() error {
-		p.pw = parquet.NewWriter(w, schema, parquet.Compression(codec))
+		opts := []parquet.WriterOption{schema, parquet.Compression(codec)}
+		if pf != nil {
+			opts = append(opts, parquet.ColumnPageBuffers(newPageFilePool(pf)))
+		}
+		p.pw = parquet.NewWriter(w, append(opts, testWriterOptions...)...)
 		p.columns = p.pw.ColumnWriters()
 		if len(p.columns) != len(p.fields) {
 			return fmt.Errorf("parquet writer has %d columns, the schema %d fields", len(p.columns), len(p.fields))
@@ -347,6 +359,10 @@ func (p *ParquetWriter) Close() error {
 		return nil
 	})
 }
+
+// testWriterOptions are added to every writer's options: for tests and
+// benchmarks that try parquet-go's settings.
+var testWriterOptions []parquet.WriterOption
 
 var errWriterClosed = errors.New("parquet writer closed")
 

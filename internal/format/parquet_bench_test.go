@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/eosink/eosink/internal/streamconf"
@@ -57,15 +59,24 @@ func BenchmarkParquetWriter(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, mode := range []string{"parse", "checked"} {
+	for _, mode := range []string{"parse", "checked", "checked-pagefile"} {
 		b.Run(mode, func(b *testing.B) {
+			var pf PageFile // checked-pagefile: the pages wait in a file (NewParquetWriterPages)
+			if mode == "checked-pagefile" {
+				f, err := os.Create(filepath.Join(b.TempDir(), "pages"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				pf = f
+			}
 			pages := NewPageCodecs(1)
 			vals := make([]streamconf.Value, len(benchSchema.Fields))
 			b.ReportAllocs()
 			n := 0
 			cpu0 := cputime.Used()
 			for b.Loop() {
-				pw, err := NewParquetWriter(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages)
+				pw, err := NewParquetWriterPages(io.Discard, Encoding{Format: "parquet", Schema: benchSchema}, pages, pf)
 				if err != nil {
 					b.Fatal(err)
 				}
