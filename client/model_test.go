@@ -392,7 +392,7 @@ func (m *cmodel) confirm(es []*centry, why string) {
 			got[e.stream] = m.r.committed(e.stream)
 		}
 		for _, k := range e.keys {
-			if n := got[e.stream][k]; n != 1 && n-1 > e.extra {
+			if n := got[e.stream][k]; n < 1 || n-1 > e.extra {
 				m.fatalf("%s reported %s (%s seq %d) committed: record %s is in the destination %d times, want once", why, e.tag, e.stream, e.seq, k, n)
 			}
 		}
