@@ -111,12 +111,12 @@ type held struct {
 }
 
 type cstats struct {
-	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, storeLosses, restarts, reinits, deletes, holds, initsAsked, resent, errs int
+	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, storeLosses, restarts, reinits, deletes, holds, initsAsked, resent, errs int
 }
 
 func (s cstats) String() string {
-	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes, %d store losses, %d process restarts, %d re-inits, %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
-		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.storeLosses, s.restarts, s.reinits, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
+	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush), %d store losses, %d process restarts, %d re-inits, %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
+		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.storeLosses, s.restarts, s.reinits, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
 }
 
 type cmodel struct {
@@ -202,7 +202,8 @@ func (m *cmodel) run(steps int) {
 		{10, m.flush},
 		{12, m.checkpoint},
 		{3, m.abort},
-		{6, m.crash},
+		{4, m.crash},
+		{4, m.crashMidFlight},
 		{3, m.loseStore},
 		{4, m.restart},
 		{6, m.reinit},
@@ -354,6 +355,12 @@ func (m *cmodel) sendOne(wait bool) {
 		res, err = p.c.Send(ctx, e.stream, e.recs)
 		cancel()
 	}
+	m.sendResult(p, e, wait, res, err)
+}
+
+// sendResult takes in the answer of a Send (SendWait) of e.
+func (m *cmodel) sendResult(p *cprod, e *centry, wait bool, res client.Result, err error) {
+	m.t.Helper()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			m.fatalf("send %s %s: %v: the client did not end", e.tag, p.id, err)
@@ -455,18 +462,31 @@ func (m *cmodel) flushProducer(p *cprod) bool {
 		m.stats.initsAsked++
 		m.initProducer(p)
 	}
-	var before []*centry
-	for _, e := range m.entries {
-		if e.state == entSent && e.cl == p.c {
-			before = append(before, e)
-		}
-	}
+	before := m.sentBy(p)
 	var err error
 	m.ticking(func() {
 		ctx, cancel := m.stepCtx(15 * time.Second)
 		defer cancel()
 		err = p.c.Flush(ctx)
 	})
+	return m.flushResult(p, before, err)
+}
+
+// sentBy returns the batches p's Client has sent, not known committed.
+func (m *cmodel) sentBy(p *cprod) []*centry {
+	var out []*centry
+	for _, e := range m.entries {
+		if e.state == entSent && e.cl == p.c {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// flushResult takes in the answer of a Flush of p, begun when before
+// were sent.
+func (m *cmodel) flushResult(p *cprod, before []*centry, err error) bool {
+	m.t.Helper()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			m.fatalf("flush %s: %v: polled until its ctx ended", p.id, err)
@@ -485,6 +505,11 @@ func (m *cmodel) flushProducer(p *cprod) bool {
 func (m *cmodel) ticking(f func()) {
 	done := make(chan struct{})
 	go func() { defer close(done); f() }()
+	m.tickUntil(done)
+}
+
+// tickUntil checkpoints every few milliseconds until done is closed.
+func (m *cmodel) tickUntil(done chan struct{}) {
 	tick := time.NewTicker(15 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -526,6 +551,52 @@ func (m *cmodel) crash() {
 	m.stats.crashes++
 	m.r.crash()
 	m.r.er.WaitReady()
+}
+
+// crashMidFlight: the service crashes while a producer sends or flushes
+// (its request answered, cut or not yet made), and restarts.
+func (m *cmodel) crashMidFlight() {
+	m.stats.midFlight++
+	p := m.live()
+	if p.needInit {
+		m.stats.initsAsked++
+		m.initProducer(p)
+	}
+	var (
+		e      *centry
+		before []*centry
+		res    client.Result
+		err    error
+	)
+	flush := m.rng.IntN(3) == 0
+	if flush {
+		m.stats.flushes++
+		before = m.sentBy(p)
+	} else {
+		m.stats.sends++
+		e = m.next(p)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := m.stepCtx(15 * time.Second)
+		defer cancel()
+		if flush {
+			err = p.c.Flush(ctx)
+		} else {
+			res, err = p.c.Send(ctx, e.stream, e.recs)
+		}
+	}()
+	time.Sleep(time.Duration(m.rng.IntN(3000)) * time.Microsecond)
+	m.stats.crashes++
+	m.r.crash()
+	m.r.er.WaitReady()
+	m.tickUntil(done)
+	if flush {
+		m.flushResult(p, before, err)
+	} else {
+		m.sendResult(p, e, false, res, err)
+	}
 }
 
 // loseStore: the service restarts with an empty state store (a replaced
