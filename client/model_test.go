@@ -299,13 +299,17 @@ func (m *cmodel) writeErr(p *cprod, op string, err error) (kept bool) {
 	switch {
 	case errors.Is(err, client.ErrKept):
 		// Delivered by the client later; the cause must be documented too.
-		if errors.Is(err, client.ErrInvalidEpoch) || errors.Is(err, client.ErrUnknownProducer) || errors.Is(err, client.ErrSequenceLost) {
+		if errors.Is(err, client.ErrInvalidEpoch) || errors.Is(err, client.ErrUnknownProducer) {
 			m.markInit(p, op, err)
 		} else if errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrBufferFull) {
 			m.fatalf("%s %s: %v: kept, for a cause the model does not expect", op, p.id, err)
 		}
 		return true
-	case errors.Is(err, client.ErrInvalidEpoch), errors.Is(err, client.ErrUnknownProducer), errors.Is(err, client.ErrSequenceLost):
+	case errors.Is(err, client.ErrSequenceLost):
+		// Documented as caused by two live Clients of one producer id;
+		// the model runs one per producer at a time.
+		m.fatalf("%s %s: %v, with one Client of the producer running", op, p.id, err)
+	case errors.Is(err, client.ErrInvalidEpoch), errors.Is(err, client.ErrUnknownProducer):
 		m.markInit(p, op, err)
 		return false
 	case errors.Is(err, client.ErrFenced):
