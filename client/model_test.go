@@ -111,12 +111,12 @@ type held struct {
 }
 
 type cstats struct {
-	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, storeLosses, restarts, reinits, deletes, holds, initsAsked, resent, errs int
+	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, impatient, storeLosses, restarts, reinits, deletes, holds, initsAsked, resent, errs int
 }
 
 func (s cstats) String() string {
-	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush), %d store losses, %d process restarts, %d re-inits, %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
-		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.storeLosses, s.restarts, s.reinits, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
+	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush; %d sends gave up at their ctx's end), %d store losses, %d process restarts, %d re-inits, %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
+		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.impatient, s.storeLosses, s.restarts, s.reinits, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
 }
 
 type cmodel struct {
@@ -202,8 +202,8 @@ func (m *cmodel) run(steps int) {
 		{10, m.flush},
 		{12, m.checkpoint},
 		{3, m.abort},
-		{4, m.crash},
-		{4, m.crashMidFlight},
+		{5, m.crash},
+		{2, m.crashMidFlight},
 		{3, m.loseStore},
 		{4, m.restart},
 		{6, m.reinit},
@@ -359,13 +359,23 @@ func (m *cmodel) sendOne(wait bool) {
 		res, err = p.c.Send(ctx, e.stream, e.recs)
 		cancel()
 	}
-	m.sendResult(p, e, wait, res, err)
+	m.sendResult(p, e, wait, false, res, err)
 }
 
 // sendResult takes in the answer of a Send (SendWait) of e.
-func (m *cmodel) sendResult(p *cprod, e *centry, wait bool, res client.Result, err error) {
+// An impatient Send's own short ctx may end it: the batch is then kept
+// (ErrKept, delivered by the client) or not (the application sends it
+// again).
+func (m *cmodel) sendResult(p *cprod, e *centry, wait, impatient bool, res client.Result, err error) {
 	m.t.Helper()
 	if err != nil {
+		if impatient && errors.Is(err, context.DeadlineExceeded) {
+			m.stats.impatient++
+			if errors.Is(err, client.ErrKept) {
+				m.sent(p, e, res.Seq)
+			}
+			return
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			m.fatalf("send %s %s: %v: the client did not end", e.tag, p.id, err)
 		}
@@ -558,7 +568,9 @@ func (m *cmodel) crash() {
 }
 
 // crashMidFlight: the service crashes while a producer sends or flushes
-// (its request answered, cut or not yet made), and restarts.
+// (its request answered, cut or not yet made), and restarts. A request
+// answered 503 not_ready meanwhile waits for its Retry-After (1 s):
+// hence the step's few turns.
 func (m *cmodel) crashMidFlight() {
 	m.stats.midFlight++
 	p := m.live()
@@ -580,10 +592,19 @@ func (m *cmodel) crashMidFlight() {
 		m.stats.sends++
 		e = m.next(p)
 	}
+	// A third of the sends give up after a few milliseconds.
+	impatient := !flush && m.rng.IntN(3) == 0
+	d := 15 * time.Second
+	if impatient {
+		d = time.Duration(1+m.rng.IntN(10)) * time.Millisecond
+	}
+	// The request starts before, during or after the crash.
+	delay := time.Duration(m.rng.IntN(3000)) * time.Microsecond
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ctx, cancel := m.stepCtx(15 * time.Second)
+		time.Sleep(delay)
+		ctx, cancel := m.stepCtx(d)
 		defer cancel()
 		if flush {
 			err = p.c.Flush(ctx)
@@ -591,7 +612,6 @@ func (m *cmodel) crashMidFlight() {
 			res, err = p.c.Send(ctx, e.stream, e.recs)
 		}
 	}()
-	time.Sleep(time.Duration(m.rng.IntN(3000)) * time.Microsecond)
 	m.stats.crashes++
 	m.r.crash()
 	m.r.er.WaitReady()
@@ -599,7 +619,7 @@ func (m *cmodel) crashMidFlight() {
 	if flush {
 		m.flushResult(p, before, err)
 	} else {
-		m.sendResult(p, e, false, res, err)
+		m.sendResult(p, e, false, impatient, res, err)
 	}
 }
 
