@@ -98,7 +98,11 @@ type cprod struct {
 	// initOK: an Init answered since the last lost store, so no write
 	// may be refused invalid_epoch (the Init did not take).
 	initOK bool
+	small  bool // its Clients keep at most smallBuffer bytes: Sends wait for commits
 }
+
+// smallBuffer is WithMaxBuffered of a small producer: a few batches.
+const smallBuffer = 300
 
 // held is a producer state read whose answer the service gave at once
 // but the network delivers some steps later.
@@ -156,7 +160,7 @@ func newCModel(t *testing.T, seed uint64) *cmodel {
 	})
 	m.streams = []string{"s0", "s1", "s2"}[:2+m.rng.IntN(2)]
 	for i := range 1 + m.rng.IntN(2) {
-		m.prods = append(m.prods, &cprod{id: fmt.Sprintf("p%d", i)})
+		m.prods = append(m.prods, &cprod{id: fmt.Sprintf("p%d", i), small: m.rng.IntN(2) == 0})
 	}
 	m.keyed = m.r.client("")
 	return m
@@ -355,9 +359,16 @@ func (m *cmodel) sendOne(wait bool) {
 		})
 	} else {
 		m.stats.sends++
-		ctx, cancel := m.stepCtx(15 * time.Second)
-		res, err = p.c.Send(ctx, e.stream, e.recs)
-		cancel()
+		send := func() {
+			ctx, cancel := m.stepCtx(15 * time.Second)
+			defer cancel()
+			res, err = p.c.Send(ctx, e.stream, e.recs)
+		}
+		if p.small {
+			m.ticking(send) // it may wait for commits to make room
+		} else {
+			send()
+		}
 	}
 	m.sendResult(p, e, wait, false, res, err)
 }
@@ -649,7 +660,11 @@ func (m *cmodel) loseStore() {
 // not known committed is sent again.
 func (m *cmodel) startProcess(p *cprod) {
 	m.t.Helper()
-	p.c = m.r.client(p.id)
+	var opts []client.Option
+	if p.small {
+		opts = append(opts, client.WithMaxBuffered(smallBuffer))
+	}
+	p.c = m.r.client(p.id, opts...)
 	ctx, cancel := m.stepCtx(30 * time.Second)
 	ps, err := p.c.Init(ctx)
 	cancel()
@@ -786,9 +801,15 @@ func (m *cmodel) drain() {
 				if e == nil {
 					break
 				}
-				ctx, cancel := m.stepCtx(15 * time.Second)
-				res, err := p.c.Send(ctx, e.stream, e.recs)
-				cancel()
+				var (
+					res client.Result
+					err error
+				)
+				m.ticking(func() {
+					ctx, cancel := m.stepCtx(15 * time.Second)
+					defer cancel()
+					res, err = p.c.Send(ctx, e.stream, e.recs)
+				})
 				if err != nil {
 					if m.writeErr(p, "drain send "+e.tag, err) {
 						m.sent(p, e, res.Seq)
