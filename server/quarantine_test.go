@@ -15,6 +15,7 @@ import (
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -334,5 +335,60 @@ func TestRebuildLeavesCommittedData(t *testing.T) {
 	}
 	if open := e.Status().OpenID; open <= res[2].ID {
 		t.Fatalf("open checkpoint %d; the destination shows %d (I8)", open, res[2].ID)
+	}
+}
+
+// TestFirstCommitSetAsideThenStartCut: the state store and the lease are
+// lost while the node's first checkpoint with data commits (files placed,
+// no manifest); the next start sets the files aside (_quarantine/) and is
+// cut before it reserves ids in the new store (a full disk, then the
+// process killed). The start after finds no part file left in place and
+// the lease and store still know no ids; the set-aside files are all that
+// shows the lost checkpoint's id, which its clients were answered with: it
+// must open beyond it (I8), as the start that set them aside would have.
+func TestFirstCommitSetAsideThenStartCut(t *testing.T) {
+	for _, lease := range []leaseAfterLoss{leaseUnreadable, leaseDeleted} {
+		t.Run("lease-"+lease.String(), func(t *testing.T) {
+			r := newLeasedRig(t, nil)
+			f := r.withStoreFaults()
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "a", 0, 3)
+			res := r.commit()
+			if len(res.Files) != 1 {
+				t.Fatalf("checkpoint: %+v", res)
+			}
+			r.loseCommit(res.ID, nil, lease)
+
+			// The start sets the files aside, then cannot reserve ids: the
+			// disk is full, and the process is killed while it waits.
+			f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+			if _, err := r.open(nil, 300*time.Millisecond); err == nil {
+				t.Fatal("the start reserved ids on a full disk")
+			}
+			r.stop()
+			f.mu.Lock()
+			fired := len(f.fired)
+			f.mu.Unlock()
+			if fired == 0 {
+				t.Fatal("the start did not come to reserving ids")
+			}
+			f.set(nil)
+			if q, _ := afero.Glob(r.fs, rigDest+"/"+layout.QuarantineDir+"/"+rigNode+"/a/*"); len(q) != 1 {
+				t.Fatalf("set aside before the cut: %v, want the lost checkpoint's file", q)
+			}
+
+			e = r.start(nil)
+			if open := e.Status().OpenID; open <= res.ID {
+				t.Fatalf("after the cut start the open checkpoint is %d; the set-aside files named %d, answered to their clients (I8)", open, res.ID)
+			}
+			ps := r.initState("p")
+			p.Epoch = ps.Epoch
+			if wr, err := send(e, p, "a", 0, 3); err != nil || wr.Duplicate {
+				t.Fatalf("resend a/0: %+v, %v; want accepted anew", wr, err)
+			}
+			r.commit()
+			r.checkQuarantined(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true}, Exact: true}, 1)
+		})
 	}
 }
