@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -72,6 +74,11 @@ var (
 	// keyProducerCount counts the producers bucket's rows, so a start
 	// knows how many producers there are without reading them.
 	keyProducerCount = []byte("producer_count")
+	// keyForgottenKey is the key the node seals its forgotten-producers
+	// documents with, and keyForgottenSince the checkpoint after which
+	// every one it wrote is sealed (layout.ForgottenSeal).
+	keyForgottenKey   = []byte("forgotten_key")
+	keyForgottenSince = []byte("forgotten_since")
 )
 
 // storeVersion is the state.db format (doc.go); Open migrates versions 1
@@ -318,7 +325,7 @@ func (s *Store) setUp(tx *bolt.Tx) error {
 // checkpoints it decoded for the replay (opened).
 func (s *Store) check(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
-	for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount} {
+	for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount, keyForgottenSince} {
 		if v := meta.Get(k); v != nil && len(v) != 8 {
 			return s.corrupt("bad %s %x", k, v)
 		}
@@ -494,6 +501,49 @@ func (s *Store) Reserve(id uint64) error {
 		}
 		return meta.Put(keyLastID, u64(id))
 	})
+}
+
+// ForgottenSeal returns the key the node seals its forgotten-producers
+// documents with, and the checkpoint after which they are sealed
+// (layout.ForgottenSeal); a zero seal (no key) when none was made.
+func (s *Store) ForgottenSeal() (layout.ForgottenSeal, error) {
+	return viewValue(s, readForgottenSeal)
+}
+
+// MakeForgottenSeal returns the store's seal, first making one with a new
+// random key when there is none: every document after since must then be
+// sealed with it, so the node must open no checkpoint at or below since
+// from now on (its first one to open, minus one).
+func (s *Store) MakeForgottenSeal(since uint64) (layout.ForgottenSeal, error) {
+	var seal layout.ForgottenSeal
+	err := s.update("make forgotten seal", func(tx *bolt.Tx) error {
+		var err error
+		if seal, err = readForgottenSeal(tx); err != nil || seal.Key != nil {
+			return err
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return err
+		}
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keyForgottenKey, key); err != nil {
+			return err
+		}
+		seal = layout.ForgottenSeal{Key: key, Since: since}
+		return meta.Put(keyForgottenSince, u64(since))
+	})
+	return seal, err
+}
+
+func readForgottenSeal(tx *bolt.Tx) (layout.ForgottenSeal, error) {
+	key := tx.Bucket(bucketMeta).Get(keyForgottenKey)
+	switch {
+	case key == nil:
+		return layout.ForgottenSeal{}, nil
+	case len(key) != 32:
+		return layout.ForgottenSeal{}, fmt.Errorf("%w: bad %s (%d bytes)", ErrCorrupt, keyForgottenKey, len(key))
+	}
+	return layout.ForgottenSeal{Key: bytes.Clone(key), Since: metaUint64(tx, keyForgottenSince)}, nil
 }
 
 // LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.

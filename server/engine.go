@@ -190,6 +190,9 @@ type lifecycle struct {
 		next  int
 	}
 	compactMu sync.Mutex // serialises compactions of those documents
+	// seal signs the documents this node publishes and checks the ones
+	// it reads (layout.ForgottenSeal); set before ready.
+	seal layout.ForgottenSeal
 
 	// Under the ingest lock (groupcommit.go):
 	commitWant  uint64 // the highest checkpoint a Wait asked to start

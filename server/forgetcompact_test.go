@@ -92,7 +92,11 @@ func newForgetHistory(t *testing.T) *forgetHistory {
 	after := e.ing.openID - 1
 	e.ing.mu.Unlock()
 	st, _ := e.Producer("p5")
-	doc, err := json.Marshal(&layout.Forgotten{Node: rigNode, After: after, Producers: map[string]int64{"p5": st.Epoch}})
+	forgot := layout.Forgotten{Node: rigNode, After: after, Producers: map[string]int64{"p5": st.Epoch}}
+	if err := e.life.seal.Seal(&forgot); err != nil { // as the node published it
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(&forgot)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"time"
 
@@ -73,6 +74,9 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 	if len(doc.Producers) == 0 {
 		return nil
 	}
+	if err := lc.seal.Seal(&doc); err != nil {
+		return fmt.Errorf("record forgotten producers: %w", err)
+	}
 	body, err := json.Marshal(&doc)
 	if err != nil {
 		return fmt.Errorf("record forgotten producers: %w", err)
@@ -120,11 +124,24 @@ const maxForgottenNum = 9999
 // kept up: it reflects every forget before it; 0 for all of them) and
 // within limit (the ids this node reserved: beyond, not its own); of a
 // merged document, the entries after newest. Documents that do not parse
-// are reported and skipped.
+// are reported and skipped, and so are, unless newest is 0, documents
+// after the store's seal that it did not seal (layout.ForgottenSeal): a
+// store that kept up holds the key of every document its node wrote
+// since. A rebuild (newest 0: the store is lost, or an older copy) takes
+// every document: one sealed under a lost store's key can't be told from
+// one planted, and a producer forgotten and brought back would be
+// answered its old incarnation's committed_seq.
 func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([]*layout.Forgotten, error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		return nil, nil
+	}
+	var seal layout.ForgottenSeal
+	if newest > 0 {
+		var err error
+		if seal, err = lc.e.store.ForgottenSeal(); err != nil {
+			return nil, err
+		}
 	}
 	dir := path.Dir(layout.ForgottenName(lc.e.cfg.Node, 0, 0)) + "/"
 	entries, err := listForgotten(ctx, r, dir, newest)
@@ -143,7 +160,7 @@ func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([
 		case merged && through < from:
 			// Every entry is before newest-1: the store reflects them.
 		case merged:
-			m, err := readMerged(ctx, r, en.Path)
+			m, err := readMerged(ctx, r, seal, en.Path)
 			if errors.Is(err, layout.ErrBadForgotten) {
 				lc.e.log.Error("merged forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
 				continue
@@ -157,7 +174,7 @@ func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([
 		case after < from:
 			// The store had committed past it: it reflects the forget.
 		default:
-			doc, err := readForgotten(ctx, r, en.Path)
+			doc, err := readForgotten(ctx, r, seal, en.Path)
 			if errors.Is(err, layout.ErrBadForgotten) {
 				lc.e.log.Error("forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
 				continue
@@ -214,22 +231,31 @@ func listForgotten(ctx context.Context, r committer.Reader, dir string, newest u
 // forgottenPage is how many forgotten-producers documents a start lists at once.
 const forgottenPage = 1000
 
-func readForgotten(ctx context.Context, r committer.Reader, name string) (*layout.Forgotten, error) {
-	rc, _, err := r.Open(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	defer rc.Close()
-	return layout.DecodeForgotten(name, rc)
+// readForgotten reads and checks the document at name, and checks its
+// seal (an ErrBadForgotten when seal does not believe it).
+func readForgotten(ctx context.Context, r committer.Reader, seal layout.ForgottenSeal, name string) (*layout.Forgotten, error) {
+	return readDoc(ctx, r, name, layout.DecodeForgotten, seal.Check)
 }
 
-func readMerged(ctx context.Context, r committer.Reader, name string) (*layout.ForgottenMerged, error) {
+// readMerged is readForgotten for a merged document.
+func readMerged(ctx context.Context, r committer.Reader, seal layout.ForgottenSeal, name string) (*layout.ForgottenMerged, error) {
+	return readDoc(ctx, r, name, layout.DecodeForgottenMerged, seal.CheckMerged)
+}
+
+func readDoc[T any](ctx context.Context, r committer.Reader, name string, decode func(string, io.Reader) (*T, error), check func(string, *T) error) (*T, error) {
 	rc, _, err := r.Open(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	defer rc.Close()
-	return layout.DecodeForgottenMerged(name, rc)
+	doc, err := decode(name, rc)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(name, doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
 }
 
 // Compaction of the forgotten-producers documents.
@@ -386,7 +412,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		}
 		var got []layout.ForgottenEntry
 		if _, _, _, ok := layout.ParseForgottenName(en.Path); ok {
-			d, err := readForgotten(ctx, r, en.Path)
+			d, err := readForgotten(ctx, r, lc.seal, en.Path)
 			if err == nil {
 				got = d.Entries()
 			}
@@ -395,7 +421,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 				return res, err
 			}
 		} else {
-			m, err := readMerged(ctx, r, en.Path)
+			m, err := readMerged(ctx, r, lc.seal, en.Path)
 			if err == nil {
 				got = m.Entries
 			}
@@ -422,6 +448,9 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		doc := layout.ForgottenMerged{Node: node, Entries: chunk}
 		for _, e := range chunk {
 			doc.Through = max(doc.Through, e.After)
+		}
+		if err := lc.seal.SealMerged(&doc); err != nil {
+			return res, fmt.Errorf("compact forgotten producers: %w", err)
 		}
 		body, err := json.Marshal(&doc)
 		if err != nil {

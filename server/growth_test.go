@@ -337,9 +337,9 @@ func TestGrowthForgottenS3(t *testing.T) {
 		for _, en := range entries {
 			var err error
 			if _, _, _, ok := layout.ParseForgottenMergedName(en.Path); ok {
-				_, err = readMerged(ctx, dest, en.Path)
+				_, err = readMerged(ctx, dest, layout.ForgottenSeal{}, en.Path)
 			} else {
-				_, err = readForgotten(ctx, dest, en.Path)
+				_, err = readForgotten(ctx, dest, layout.ForgottenSeal{}, en.Path)
 			}
 			if err != nil {
 				t.Fatal(err)

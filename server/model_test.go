@@ -1073,7 +1073,8 @@ func (mr *modelRun) reincarnate(gone []int, why string) {
 // writer of the bucket could: ranges for a live producer naming files
 // that are not there (beyond the ids the node reserved, or within
 // them), a document that is not JSON (within them or beyond), or a name
-// with an id near 2^64. Beyond the reserved ids, the commit feed must
+// with an id near 2^64; or a forgotten-producers document naming a live
+// producer. Beyond the reserved ids, the commit feed must
 // give the node's next commit to a follower (feedPastPlanted; before the
 // restart, which starts beyond every manifest it sees).
 // After a crash the node must start, and believe none of it (I5,
@@ -1083,7 +1084,7 @@ func (mr *modelRun) plantManifest() {
 	victim := mr.producers[mr.rng.IntN(len(mr.producers))]
 	var id uint64
 	var body []byte
-	kind := mr.rng.IntN(5)
+	kind := mr.rng.IntN(6)
 	switch kind {
 	case 0, 1:
 		id = open + 1 // reserved, never committed: the store looks behind
@@ -1101,10 +1102,24 @@ func (mr *modelRun) plantManifest() {
 		id, body = open+1, []byte("<html>not a manifest</html>")
 	case 3:
 		id, body = open+1<<20, []byte("<html>not a manifest</html>") // beyond every id reserved
-	default:
+	case 4:
 		id, body = 1<<64-10, []byte("{}")
 	}
 	name := rigDest + "/" + layout.ManifestName(rigNode, id)
+	if kind == 5 {
+		// A forgotten-producers document forgetting a live producer at
+		// its epoch after the newest checkpoint: the next start, its
+		// store current, must not believe it (layout.ForgottenSeal), or
+		// the producer's committed batches are written again after its
+		// next init (I2), and its client sees unknown_producer.
+		epoch, live := mr.m.epoch[victim]
+		if !live {
+			return
+		}
+		id = open - 1
+		name = rigDest + "/" + layout.ForgottenName(rigNode, id, 7)
+		body = fmt.Appendf(nil, `{"node":%q,"after_checkpoint":%d,"producers":{%q:%d}}`, rigNode, id, wireID(victim), epoch)
+	}
 	// Durably, as a writer of the bucket does, and removed durably: the
 	// node's own publishes sync the directory while it is there.
 	err := mr.base.MkdirAll(filepath.Dir(name), 0o755) // none yet before the first commit
@@ -1116,7 +1131,7 @@ func (mr *modelRun) plantManifest() {
 	}
 	mr.st.planted++
 	mr.note("planted %s (kind %d, ranges of %s)", name, kind, victim)
-	if kind != 1 && kind != 2 { // beyond the ids the node reserved
+	if kind == 0 || kind == 3 || kind == 4 { // beyond the ids the node reserved
 		mr.feedPastPlanted(name)
 	}
 	mr.restart(false)

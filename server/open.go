@@ -165,6 +165,14 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	}) {
 		return false
 	}
+	// The key of the forgotten-producers documents this node publishes
+	// from now on, all after open-1 (layout.ForgottenSeal): made once.
+	if !lc.retry(ctx, "make the forgotten-producers seal", nil, func() (err error) {
+		lc.seal, err = lc.e.store.MakeForgottenSeal(open - 1)
+		return err
+	}) {
+		return false
+	}
 	// Stores written before committed_in was kept: name the newest
 	// committed checkpoint instead, never a reserved or aborted id.
 	var newest uint64

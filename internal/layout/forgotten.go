@@ -10,6 +10,9 @@ package layout
 
 import (
 	"cmp"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,7 +44,8 @@ var ErrBadForgotten = errors.New("not a valid forgotten-producers document")
 type Forgotten struct {
 	Node      string           `json:"node"`
 	After     uint64           `json:"after_checkpoint"`
-	Producers map[string]int64 `json:"producers"` // producer -> its epoch when forgotten
+	Producers map[string]int64 `json:"producers"`     // producer -> its epoch when forgotten
+	MAC       string           `json:"mac,omitempty"` // ForgottenSeal
 }
 
 // ForgottenName returns the name of node's document for producers
@@ -139,6 +143,7 @@ type ForgottenMerged struct {
 	Node    string           `json:"node"`
 	Through uint64           `json:"through_checkpoint"`
 	Entries []ForgottenEntry `json:"entries"`
+	MAC     string           `json:"mac,omitempty"` // ForgottenSeal
 }
 
 // ForgottenEntry is one producer of a Forgotten document: forgotten after
@@ -278,4 +283,78 @@ func MergeForgotten(entries []ForgottenEntry) []ForgottenEntry {
 
 func compareEntries(a, b ForgottenEntry) int {
 	return cmp.Or(strings.Compare(a.Producer, b.Producer), cmp.Compare(a.After, b.After), cmp.Compare(a.Epoch, b.Epoch))
+}
+
+// ForgottenSeal signs and checks a node's forgotten-producers documents.
+//
+// A document under the node's prefix makes a start forget producers, and
+// the destination is not the node's alone: a document the node never
+// wrote, naming a live producer at its epoch and the store's newest
+// checkpoint, would make a start with a current store forget it, and the
+// producer's resend of a committed batch would be written again after its
+// Init (I2, I13). A start can't tell such a document by its name or
+// content from one the node published before a crash cut its forget short
+// (the store still holds the producer then, and must forget it). So the
+// node seals what it publishes with an HMAC-SHA256 under a key that only
+// its state store holds (recovery.Store.ForgottenKey), and a start
+// believes a document after the key's checkpoint only when the seal
+// holds. An older copy of the store holds the same key, so it believes
+// the documents published since the copy; a new store (the old one lost)
+// has no key until its first start has read every document, as before.
+//
+// Documents after Since must be sealed: the node made its key before it
+// opened checkpoint Since+1, so any document it published since (named
+// after the checkpoint open minus one) is past Since, and any document it
+// published before (by a binary older than sealing, or under a lost
+// store's key) is at or below it.
+type ForgottenSeal struct {
+	Key   []byte // nil: no key (a new store's first start): every document is believed unsealed
+	Since uint64
+}
+
+// Seal sets f's MAC.
+func (s ForgottenSeal) Seal(f *Forgotten) error { return s.seal(&f.MAC, f) }
+
+// SealMerged sets m's MAC.
+func (s ForgottenSeal) SealMerged(m *ForgottenMerged) error { return s.seal(&m.MAC, m) }
+
+// Check returns nil when f, read at name, is believed: sealed under the
+// key, or at or below Since, or there is no key; else an ErrBadForgotten.
+func (s ForgottenSeal) Check(name string, f *Forgotten) error {
+	return s.check(name, f.After, &f.MAC, f)
+}
+
+// CheckMerged is Check for a merged document: all of its entries are at
+// or below Through.
+func (s ForgottenSeal) CheckMerged(name string, m *ForgottenMerged) error {
+	return s.check(name, m.Through, &m.MAC, m)
+}
+
+func (s ForgottenSeal) check(name string, after uint64, mac *string, doc any) error {
+	if s.Key == nil || after <= s.Since {
+		return nil
+	}
+	got := *mac
+	err := s.seal(mac, doc)
+	want := *mac
+	*mac = got
+	if err != nil || !hmac.Equal([]byte(got), []byte(want)) {
+		return fmt.Errorf("%w: %s: not sealed by this node's state store (a document after checkpoint %d must be)", ErrBadForgotten, name, s.Since)
+	}
+	return nil
+}
+
+// seal sets *mac, a field of doc, to the HMAC of doc's JSON without it.
+// The JSON of a decoded document is the bytes it was sealed over: struct
+// fields in order, map keys sorted, entries in order.
+func (s ForgottenSeal) seal(mac *string, doc any) error {
+	*mac = ""
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("seal forgotten-producers document: %w", err)
+	}
+	h := hmac.New(sha256.New, s.Key)
+	h.Write(body)
+	*mac = hex.EncodeToString(h.Sum(nil))
+	return nil
 }

@@ -114,3 +114,60 @@ func TestForgottenMergedDocs(t *testing.T) {
 		t.Fatalf("Docs(2) = %+v, want %+v", docs, want)
 	}
 }
+
+// A sealed document checks after a JSON round trip (what a start reads is
+// the bytes published), and any change of what it says, or another key,
+// breaks the seal; documents at or below Since, or read without a key,
+// are believed unsealed.
+func TestForgottenSeal(t *testing.T) {
+	s := ForgottenSeal{Key: []byte("0123456789abcdef0123456789abcdef"), Since: 10}
+	doc := Forgotten{Node: "n1", After: 11, Producers: map[string]int64{"b": 2, "a": 1}}
+	if err := s.Seal(&doc); err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(b []byte) *Forgotten {
+		var f Forgotten
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		return &f
+	}
+	name := ForgottenName("n1", 11, 0)
+	if err := s.Check(name, read(body)); err != nil {
+		t.Fatalf("the sealed document, read back: %v", err)
+	}
+	changed := read(body)
+	changed.Producers["a"] = 3
+	other := ForgottenSeal{Key: []byte("another key, another key, anoth."), Since: 10}
+	unsealed := read(body)
+	unsealed.MAC = ""
+	for what, c := range map[string]struct {
+		s ForgottenSeal
+		f *Forgotten
+	}{"an epoch changed": {s, changed}, "another key": {other, read(body)}, "no seal": {s, unsealed}} {
+		if err := c.s.Check(name, c.f); !errors.Is(err, ErrBadForgotten) {
+			t.Errorf("%s: %v, want ErrBadForgotten", what, err)
+		}
+	}
+	if err := (ForgottenSeal{Key: s.Key, Since: 11}).Check(name, unsealed); err != nil {
+		t.Errorf("an unsealed document at the seal's checkpoint: %v, want believed", err)
+	}
+	if err := (ForgottenSeal{}).Check(name, changed); err != nil {
+		t.Errorf("without a key: %v, want believed", err)
+	}
+	m := ForgottenMerged{Node: "n1", Through: 12, Entries: []ForgottenEntry{{Producer: "a", After: 12, Epoch: 1}}}
+	if err := s.SealMerged(&m); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckMerged(ForgottenMergedName("n1", 12, 13, 0), &m); err != nil {
+		t.Fatalf("the sealed merged document: %v", err)
+	}
+	m.Entries[0].Epoch = 0
+	if err := s.CheckMerged(ForgottenMergedName("n1", 12, 13, 0), &m); !errors.Is(err, ErrBadForgotten) {
+		t.Fatalf("a merged document changed after its seal: %v, want ErrBadForgotten", err)
+	}
+}
