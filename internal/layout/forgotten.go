@@ -349,6 +349,9 @@ func (s ForgottenSeal) check(name string, after uint64, mac *string, doc any) er
 // fields in order, map keys sorted, entries in order.
 func (s ForgottenSeal) seal(mac *string, doc any) error {
 	*mac = ""
+	if len(s.Key) == 0 {
+		return errors.New("seal forgotten-producers document: no key")
+	}
 	body, err := json.Marshal(doc)
 	if err != nil {
 		return fmt.Errorf("seal forgotten-producers document: %w", err)
