@@ -343,9 +343,7 @@ func TestKeyTableBounded(t *testing.T) {
 // .go), which step the clock back beside a key cap of 12.
 func TestKeyCapAfterClockBack(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := keyCapRig(t, &now)
-	e := r.start(nil)
-	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
+	r, write := keyCapStart(t, &now)
 	res, err := write("a", 1)
 	wantNew(t, res, err)
 	r.commit()
@@ -364,7 +362,7 @@ func TestKeyCapAfterClockBack(t *testing.T) {
 	again, err := write("a", 4)
 	wantDup(t, again, err, res.Checkpoint, true)
 	r.stop()
-	e = r.start(nil)
+	r.start(nil)
 	again, err = write("a", 4)
 	if errors.Is(err, ErrKeyReused) {
 		t.Fatalf("after a restart, the retry of key a's committed batch (checkpoint %d) is refused as reused: the store kept a's older row", res.Checkpoint)
@@ -397,9 +395,7 @@ func keyNamesByID(t *testing.T, s string) (hi, lo string) {
 // retry of key-393 (batch /s0/672 in ..., remembered) written again").
 func TestKeyCapTiedTimes(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := keyCapRig(t, &now)
-	e := r.start(nil)
-	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
+	r, write := keyCapStart(t, &now)
 	older, newer := keyNamesByID(t, "s") // newer's id is the smaller
 	res, err := write(older, 1)
 	wantNew(t, res, err)
@@ -413,7 +409,7 @@ func TestKeyCapTiedTimes(t *testing.T) {
 	again, err := write(newer, 2)
 	wantDup(t, again, err, kept.Checkpoint, true)
 	r.stop()
-	e = r.start(nil)
+	r.start(nil)
 	again, err = write(newer, 2)
 	if err == nil && !again.Duplicate {
 		t.Fatalf("after a restart, the retry of key %s's committed batch (checkpoint %d) was written again in %d: the store dropped its row, the engine %s's", newer, kept.Checkpoint, again.Checkpoint, older)
@@ -427,9 +423,7 @@ func TestKeyCapTiedTimes(t *testing.T) {
 // key the engine held is forgotten and its retry written again.
 func TestKeyCapOneCheckpoint(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	r := keyCapRig(t, &now)
-	e := r.start(nil)
-	write := func(key string, seq int64) (WriteResult, error) { return keyWrite(e, key, seq) }
+	r, write := keyCapStart(t, &now)
 	first, second := keyNamesByID(t, "s") // second's id is the smaller
 	a, err := write(first, 1)
 	wantNew(t, a, err)
@@ -441,6 +435,7 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 	r.commit()
 	// Whichever the engine kept must survive a restart.
 	heldKey, held, seq := first, a, int64(1)
+	e := r.e
 	e.ing.mu.Lock()
 	_, ok := e.ing.keys.m[recovery.KeyID("", "s", first)]
 	e.ing.mu.Unlock()
@@ -450,7 +445,7 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 	again, err := write(heldKey, seq)
 	wantDup(t, again, err, held.Checkpoint, true)
 	r.stop()
-	e = r.start(nil)
+	r.start(nil)
 	again, err = write(heldKey, seq)
 	if err == nil && !again.Duplicate {
 		t.Fatalf("after a restart, the retry of key %s's committed batch (checkpoint %d), held by the engine before, was written again in %d", heldKey, held.Checkpoint, again.Checkpoint)
@@ -458,16 +453,19 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 	wantDup(t, again, err, held.Checkpoint, true)
 }
 
-// keyCapRig is a rig whose engine keeps at most 2 idempotency keys for a
-// day, on the clock *now.
-func keyCapRig(t *testing.T, now *time.Time) *rig {
-	r := newRig(t, nil)
+// keyCapStart starts a rig whose engine keeps at most 2 idempotency keys
+// for a day, on the clock *now. write writes batch seq of stream s under
+// key (keyWrite) to the engine the rig's latest start opened.
+func keyCapStart(t *testing.T, now *time.Time) (r *rig, write func(key string, seq int64) (WriteResult, error)) {
+	t.Helper()
+	r = newRig(t, nil)
 	r.broken = "keys dropped by the cap: their batches may be written again, by design"
 	r.tweak = func(c *Config) {
 		c.Now = func() time.Time { return *now }
 		c.IdempotencyWindow, c.MaxKeys = 24*time.Hour, 2
 	}
-	return r
+	r.start(nil)
+	return r, func(key string, seq int64) (WriteResult, error) { return keyWrite(r.e, key, seq) }
 }
 
 // keyWrite writes batch seq of stream s (one record) under key.
