@@ -1128,6 +1128,18 @@ func (mr *modelRun) plantManifest() {
 	}
 }
 
+// lastInited is the last of the run's producers the model holds inited
+// (an epoch), or "" if none is.
+func (mr *modelRun) lastInited() string {
+	var p string
+	for _, q := range mr.producers {
+		if _, inited := mr.m.epoch[q]; inited {
+			p = q
+		}
+	}
+	return p
+}
+
 // feedPastPlanted follows the commit feed (what GET /v1/commits serves)
 // to its end while a document planted at a manifest name beyond every id
 // the node reserved is there, then commits a batch: the feed must give
@@ -1135,12 +1147,7 @@ func (mr *modelRun) plantManifest() {
 // of the node's; a cursor moved past it would skip every later one (the
 // downstream half of exactly-once; I13).
 func (mr *modelRun) feedPastPlanted(planted string) {
-	var p string
-	for _, q := range mr.producers {
-		if _, inited := mr.m.epoch[q]; inited {
-			p = q
-		}
-	}
+	p := mr.lastInited()
 	if p == "" {
 		return
 	}
