@@ -182,9 +182,7 @@ func TestLeaseLostStopsEngine(t *testing.T) {
 	if err := afero.WriteFile(r.fs, rigDest+"/"+layout.LeaseName(rigNode), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-e.Failed():
-	case <-time.After(5 * time.Second):
+	if !waitFailed(t, e, 5*time.Second) {
 		t.Fatalf("engine still running after its lease was taken")
 	}
 	if err := e.Err(); !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "thief") {
@@ -811,10 +809,7 @@ func TestLeaseRenewFailedSyncStops(t *testing.T) {
 // after it no longer knew the killed one, and waited.
 func TestOrphanedTableLockOfFormerIncarnation(t *testing.T) {
 	r, d := tableLeasedRig(t)
-	e := r.start(nil)
-	if _, err := e.PutStream(t.Context(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	mustSend(t, e, nil, tableStream, 1, 2)
 	r.commit()
 	killed := e.lease.doc.Incarnation

@@ -217,8 +217,7 @@ func TestFirstCommitSetAsideIDsKept(t *testing.T) {
 				if _, err := r.open(nil, 30*time.Second); !errors.Is(err, durable.ErrSync) {
 					t.Fatalf("start with a failing sync: %v, want it stopped with ErrSync", err)
 				}
-				_ = r.e.Close() // the failed sync, said
-				r.e = nil
+				r.closeStopped(r.e) // the failed sync, said
 				r.tweak = leased
 			case "table-streams":
 				for _, s := range []string{"a", "b"} {

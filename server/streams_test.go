@@ -590,8 +590,7 @@ func TestStreamConfigBadDocumentsSkipped(t *testing.T) {
 // its table. Failed before: the start put version 7 in force and the
 // PUT of the original configuration was refused.
 func TestStreamDocPlantedRefusedChange(t *testing.T) {
-	dropColumn := tableConf
-	dropColumn.Schema = &streamconf.Schema{Fields: testSchema.Fields[:len(testSchema.Fields)-1]}
+	dropColumn := tableConfDroppedColumn()
 	noTable := tableConf
 	noTable.Table = streamconf.TableNone
 	for name, planted := range map[string]streamconf.Config{"drop column": dropColumn, "no table": noTable} {
@@ -611,6 +610,14 @@ func TestStreamDocPlantedRefusedChange(t *testing.T) {
 	}
 }
 
+// tableConfDroppedColumn is tableConf with its schema's last column
+// dropped: a change PUT refuses for a table stream.
+func tableConfDroppedColumn() streamconf.Config {
+	c := tableConf
+	c.Schema = &streamconf.Schema{Fields: testSchema.Fields[:len(testSchema.Fields)-1]}
+	return c
+}
+
 // plantedStreamDocRig starts a table stream (tableConf) on a rig with a
 // node lease of timeout, commits a batch, stops, and plants planted as the
 // stream's document at version 7, above the store's 1.
@@ -622,10 +629,7 @@ func plantedStreamDocRig(t *testing.T, timeout time.Duration, planted streamconf
 		tw(c)
 		c.Leaser, c.LeaseTimeout, c.Listen = local.New(c.FS, rigDest, rigStaging), timeout, "127.0.0.1:1"
 	}
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	mustSend(t, e, nil, tableStream, 1, 3)
 	r.commit()
 	r.stop()
@@ -652,13 +656,9 @@ func plantedStreamDocRig(t *testing.T, timeout time.Duration, planted streamconf
 // (after a lost store: version 7 with 4 fields in force); the start now
 // replaces the refused document with the store's configuration.
 func TestStreamDocRefusedShadowsLaterPuts(t *testing.T) {
-	dropColumn := tableConf
-	dropColumn.Schema = &streamconf.Schema{Fields: testSchema.Fields[:len(testSchema.Fields)-1]}
+	dropColumn := tableConfDroppedColumn()
 	r := plantedStreamDocRig(t, time.Second, dropColumn)
-	e := r.start(nil) // refuses the planted document
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatalf("PUT: %v", err)
-	}
+	e := r.startTable(tableConf) // refuses the planted document
 	mustSend(t, e, nil, tableStream, 2, 3)
 	r.commit()
 	r.stop()

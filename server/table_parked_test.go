@@ -382,10 +382,7 @@ func TestTableParkedStoreLost(t *testing.T) {
 func TestTableParkedLandsOnce(t *testing.T) {
 	r, d := parkRig(t)
 	f := r.withStoreFaults()
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
 		sendExpected(t, r, &exp, tableStream, seq)
@@ -399,13 +396,10 @@ func TestTableParkedLandsOnce(t *testing.T) {
 		f.set(failOp("unpark", recovery.BeforeCommit, errPageEIO, 1))
 		unplant(t, r, planted)
 	}
-	select {
-	case <-e.Failed():
-	case <-time.After(5 * time.Second):
+	if !waitFailed(t, e, 5*time.Second) {
 		t.Fatal("the engine did not stop on the failed delete of the landed row")
 	}
-	_ = e.Close() // its error is the injected one
-	r.e = nil
+	r.closeStopped(e)
 	if f.fired == nil || f.fired[0] != "unpark" {
 		t.Fatalf("faults fired: %v, want the unpark", f.fired)
 	}
@@ -470,12 +464,9 @@ func parkAfterOne(t *testing.T, r *rig, e *Engine, exp *invariant.Expect) string
 // came after its rows, in order), not append N's files a second time (I2).
 func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	r, d := parkRig(t)
-	e := r.start(nil)
 	conf := tableConf
 	conf.KeepSnapshots = 1
-	if _, err := e.PutStream(context.Background(), tableStream, conf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(conf)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	planted := parkAfterOne(t, r, e, &exp)
 	// The copy: A's row is in it.
@@ -516,16 +507,7 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 	// B's next checkpoint stops the engine at its manifest.
 	sendExpected(t, r, &exp, otherTable, 2) // prepared: the replay commits it
 	d.armed.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := e.Checkpoint(ctx); err == nil {
-		t.Fatal("checkpoint passed with its injected failed fsync")
-	}
-	select {
-	case <-e.Failed():
-	case <-ctx.Done():
-		t.Fatal("the engine did not stop")
-	}
+	r.checkpointStops(e, 5*time.Second)
 	// The operator removes the planted version; the stopped engine's
 	// loop must not act on it (its retry is due every RetryMax, 5 ms).
 	unplant(t, r, planted)
@@ -535,8 +517,7 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("parked rows after the engine stopped: %+v, %v; want A's, untouched", rows, err)
 	}
-	_ = e.Close() // stopped already: its error is the injected one
-	r.e = nil
+	r.closeStopped(e)
 	e = r.start(nil)
 	waitUnparked(t, e)
 	wantTableOf(t, d, tableStream, "after the restart", 2, "6")
@@ -553,10 +534,7 @@ func TestTableParkedSchemaEvolves(t *testing.T) {
 	r, d := parkRig(t)
 	tw := r.tweak
 	r.tweak = func(c *Config) { tw(c); c.RetryMax = time.Minute } // no retry within the test: a restart lands
-	e := r.start(nil)
-	if _, err := e.PutStream(context.Background(), tableStream, tableConf); err != nil {
-		t.Fatal(err)
-	}
+	e := r.startTable(tableConf)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	planted := parkAfterOne(t, r, e, &exp)
 	evolved := tableConf
@@ -654,8 +632,7 @@ func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 		waitLandedOrStopped(e, 2*time.Second)
 		fired = len(f.fired) > 0
 		f.set(nil)
-		_ = e.Close()
-		r.e = nil
+		r.closeStopped(e)
 		e = r.start(nil)
 		waitUnparked(t, e)
 		if _, err := send(e, nil, tableStream, 4, 3); err != nil {
@@ -732,8 +709,7 @@ func TestTableParkedLandingCrashStoreLost(t *testing.T) {
 					return
 				}
 				crashed = true
-				_ = e.Close()
-				r.e = nil
+				r.closeStopped(e)
 				if lose {
 					r.loseStore()
 				}
@@ -998,8 +974,7 @@ func parkedSweepRun(t *testing.T, mode string, n int) int {
 		t.Fatalf("%s: the fault never fired", where)
 	}
 	if e.Err() != nil {
-		_ = e.Close() // its error is the injected one
-		r.e = nil
+		r.closeStopped(e)
 		e = r.start(nil)
 	}
 	try() // what an aborted or stopped checkpoint left open

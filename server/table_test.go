@@ -107,7 +107,7 @@ func (r *rig) startTable(conf streamconf.Config) *Engine {
 	r.t.Helper()
 	e := r.start(nil)
 	if _, err := e.PutStream(r.t.Context(), tableStream, conf); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("PUT %s: %v", tableStream, err)
 	}
 	return e
 }
@@ -444,18 +444,25 @@ func tableLeasedRig(t *testing.T) (*rig, *crashingDest) {
 // closes it: a crash at that point of the commit.
 func (r *rig) crashCheckpoint(e *Engine) {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	r.checkpointStops(e, 10*time.Second)
+	r.closeStopped(e)
+}
+
+// checkpointStops runs a checkpoint on e that an injected failure (an
+// armed crashingDest's failed fsync) must fail, and waits for the engine
+// to stop; within bounds both.
+func (r *rig) checkpointStops(e *Engine, within time.Duration) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	if _, err := e.Checkpoint(ctx); err == nil {
-		r.t.Fatal("checkpoint passed with its injected crash")
+		r.t.Fatal("checkpoint passed with its injected failure")
 	}
 	select {
 	case <-e.Failed():
 	case <-ctx.Done():
 		r.t.Fatal("the engine did not stop")
 	}
-	_ = e.Close() // stopped already: its error is the injected one
-	r.e = nil
 }
 
 // loseStore stops the engine if it runs and removes the state store
