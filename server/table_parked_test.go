@@ -185,6 +185,16 @@ func parkedCheckpoint(t *testing.T, e *Engine) CheckpointResult {
 	return res
 }
 
+// restartLands starts r's engine again, waits for its parked rows to
+// land, and wants tableStream's table then to hold snapshots snapshots
+// of records records (wantTableOf, when).
+func restartLands(t *testing.T, r *rig, d committer.Reader, when string, snapshots int, records string) {
+	t.Helper()
+	e := r.start(nil)
+	waitUnparked(t, e)
+	wantTableOf(t, d, tableStream, when, snapshots, records)
+}
+
 // waitUnparked waits (up to 5 s) for no table to be parked.
 func waitUnparked(t *testing.T, e *Engine) {
 	t.Helper()
@@ -405,9 +415,7 @@ func TestTableParkedLandsOnce(t *testing.T) {
 	}
 	f.set(nil)
 	wantTableOf(t, d, tableStream, "after the landing whose row stayed", 2, "6")
-	e = r.start(nil)
-	waitUnparked(t, e)
-	wantTableOf(t, d, tableStream, "after the landing again", 2, "6")
+	restartLands(t, r, d, "after the landing again", 2, "6")
 	r.check(exp)
 }
 
@@ -487,9 +495,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	if err := os.WriteFile(r.storePath, older, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e = r.start(nil)
-	waitUnparked(t, e)
-	wantTableOf(t, d, tableStream, "after the older copy's row landed again", 2, "15")
+	restartLands(t, r, d, "after the older copy's row landed again", 2, "15")
 	r.check(exp)
 }
 
@@ -518,9 +524,7 @@ func TestTableParkedLoopStopsWithEngine(t *testing.T) {
 		t.Fatalf("parked rows after the engine stopped: %+v, %v; want A's, untouched", rows, err)
 	}
 	r.closeStopped(e)
-	e = r.start(nil)
-	waitUnparked(t, e)
-	wantTableOf(t, d, tableStream, "after the restart", 2, "6")
+	restartLands(t, r, d, "after the restart", 2, "6")
 	r.check(exp)
 }
 
