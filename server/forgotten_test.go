@@ -45,14 +45,10 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			}
 			old := &Producer{ID: "p~1", Epoch: ps.Epoch}
 			for q := range int64(3) {
-				if _, err := send(e, old, "s", q, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, old, "s", q, 2)
 				must[invariant.BatchID{Producer: "p~1", Stream: "s", Seq: q}] = true
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			r.commit()
 			var copyOf []byte
 			if how == "older" {
 				r.stop()
@@ -73,13 +69,9 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 						}
 						e = r.start(nil)
 					}
-					if _, err := send(e, nil, "s", 100+q, 1); err != nil {
-						t.Fatal(err)
-					}
+					mustSend(t, e, nil, "s", 100+q, 1)
 					must[invariant.BatchID{Stream: "s", Seq: 100 + q}] = true
-					if res := r.checkpoint(); res.State != recovery.Committed {
-						t.Fatalf("checkpoint: %+v", res)
-					}
+					r.commit()
 				}
 			}
 			ps = r.initState("p")
@@ -87,15 +79,11 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 				t.Fatalf("a producer created again starts at %+v", ps.Streams["s"])
 			}
 			cur := &Producer{ID: "p~2", Epoch: ps.Epoch}
-			if _, err := send(e, cur, "s", 0, 2); err != nil {
-				t.Fatal(err)
-			}
+			mustSend(t, e, cur, "s", 0, 2)
 			want := int64(0) // what init must answer as next_seq after the loss
 			if how == "committed" {
 				must[invariant.BatchID{Producer: "p~2", Stream: "s", Seq: 0}] = true
-				if res := r.checkpoint(); res.State != recovery.Committed {
-					t.Fatalf("checkpoint: %+v", res)
-				}
+				r.commit()
 				want = 1
 			}
 			r.stopLosingStore() // a crash: the new incarnation's batch 0 is not prepared
@@ -129,14 +117,10 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			// It resends what it was never told is committed, and it lands.
 			cur.Epoch = ps.Epoch
 			for q := want; q < 2; q++ {
-				if _, err := send(e, cur, "s", q, 2); err != nil {
-					t.Fatal(err)
-				}
+				mustSend(t, e, cur, "s", q, 2)
 				must[invariant.BatchID{Producer: "p~2", Stream: "s", Seq: q}] = true
 			}
-			if res := r.checkpoint(); res.State != recovery.Committed {
-				t.Fatalf("checkpoint: %+v", res)
-			}
+			r.commit()
 			r.check(invariant.Expect{Must: must, Exact: true})
 		})
 	}

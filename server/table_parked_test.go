@@ -96,9 +96,7 @@ func plantClaimingVersion(t *testing.T, r *rig, stream string) string {
 // expects it in exp.
 func sendExpected(t *testing.T, r *rig, exp *invariant.Expect, stream string, seq int64) {
 	t.Helper()
-	if _, err := send(r.e, nil, stream, seq, 3); err != nil {
-		t.Fatal(err)
-	}
+	mustSend(t, r.e, nil, stream, seq, 3)
 	exp.Must[invariant.BatchID{Stream: stream, Seq: seq}] = true
 }
 
@@ -607,9 +605,7 @@ func parkedStoreFault(t *testing.T, phase recovery.Phase, i int) (fired bool) {
 			if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := send(e, nil, s, 1, 3); err != nil {
-				t.Fatal(err)
-			}
+			mustSend(t, e, nil, s, 1, 3)
 		}
 		r.commit()
 		planted := plantClaimingVersion(t, r, tableStream)
@@ -784,9 +780,7 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 		if _, err := e.PutStream(context.Background(), s, tableConf); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := send(e, nil, s, 0, 1); err != nil {
-			t.Fatal(err)
-		}
+		mustSend(t, e, nil, s, 0, 1)
 	}
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{
 		{Stream: tableStream, Seq: 0}: true, {Stream: otherTable, Seq: 0}: true}, Exact: true}

@@ -347,12 +347,8 @@ func TestTablePutRefusesForeignTable(t *testing.T) {
 	if _, err := e.PutStream(ctx, tableStream, theirs); err != nil {
 		t.Fatalf("PUT of the table's own schema: %v", err)
 	}
-	if _, err := send(e, nil, tableStream, 1, 2); err != nil {
-		t.Fatal(err)
-	}
-	if res := r.checkpoint(); res.State != recovery.Committed {
-		t.Fatalf("checkpoint: %+v", res)
-	}
+	mustSend(t, e, nil, tableStream, 1, 2)
+	r.commit()
 }
 
 // TestTableDisplacedFile: something that is not eosink's holds a file
