@@ -78,6 +78,17 @@ func openSecond(t *testing.T, r *rig) (*Engine, error) {
 // state store at storePath, and waits until it is ready or has failed.
 func openWithStore(t *testing.T, r *rig, storePath string) (*Engine, error) {
 	t.Helper()
+	e := openOver(t, r, storePath)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	return e, e.WaitReady(ctx)
+}
+
+// openOver opens another engine with the rig's node id over the state
+// store at storePath, without waiting for it; the test's cleanup closes
+// it.
+func openOver(t *testing.T, r *rig, storePath string) *Engine {
+	t.Helper()
 	cfg := r.config(r.fs)
 	cfg.StorePath = storePath
 	e, err := Open(cfg)
@@ -85,9 +96,7 @@ func openWithStore(t *testing.T, r *rig, storePath string) (*Engine, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	return e, e.WaitReady(ctx)
+	return e
 }
 
 // A second live node with the same id refuses to start, naming the
@@ -479,14 +488,7 @@ func TestLeaseLockOfKilledProcessSurvivesAnotherKilledStart(t *testing.T) {
 // state store (another data dir) and returns it without waiting.
 func openWaiting(t *testing.T, r *rig) *Engine {
 	t.Helper()
-	cfg := r.config(r.fs)
-	cfg.StorePath = filepath.Join(fastTempDir(t), "state.db")
-	e, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
+	return openOver(t, r, filepath.Join(fastTempDir(t), "state.db"))
 }
 
 // waitRecovering waits until e's status says why it is not ready and
