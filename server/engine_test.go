@@ -262,3 +262,61 @@ func TestEarlyCheckpointWhenLarge(t *testing.T) {
 		r.stop()
 	}
 }
+
+// TestStatusOffIngestLock: Status (health, readiness, metrics) answers
+// while the ingest lock is held, as it is by a long barrier or a slow
+// write, and shows what the last writer published.
+func TestStatusOffIngestLock(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	mustSend(t, e, nil, "clicks", 1, 3)
+	e.ing.mu.Lock()
+	got := make(chan Status, 1)
+	go func() { got <- e.Status() }()
+	var st Status
+	select {
+	case st = <-got:
+		e.ing.mu.Unlock()
+	case <-time.After(5 * time.Second):
+		e.ing.mu.Unlock()
+		t.Fatal("Status blocked on the ingest lock")
+	}
+	if !st.Ready || st.OpenFiles != 1 || st.OpenRecords != 3 || st.Held == 0 || st.OpenID == 0 {
+		t.Fatalf("status %+v: want ready, one open file, 3 records held", st)
+	}
+	res := r.checkpoint()
+	if st := e.Status(); st.LastDone != res.ID || st.OpenFiles != 0 || st.Held != 0 || st.OpenID != res.ID+1 {
+		t.Fatalf("status after checkpoint %d: %+v", res.ID, st)
+	}
+}
+
+// TestCheckpointQueries: the read side's queries give a stored checkpoint
+// with its files, pages newest first without files, and ErrNotFound for
+// the open one.
+func TestCheckpointQueries(t *testing.T) {
+	r := newRig(t, nil)
+	r.foreign = true // records of its own: the end check skips their ranges
+	e := r.start(nil)
+	var ids []uint64
+	for range 3 {
+		if _, err := e.Write(Write{Stream: "views", Ext: "txt", Data: []byte("a\n"), Records: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.checkpoint().ID)
+	}
+	c, err := e.CheckpointRecord(ids[1])
+	if err != nil || c.ID != ids[1] || c.State != recovery.Committed || len(c.Files) != 1 {
+		t.Fatalf("checkpoint %d: %+v, %v", ids[1], c, err)
+	}
+	if _, err := e.CheckpointRecord(e.Status().OpenID); !errors.Is(err, recovery.ErrNotFound) {
+		t.Fatalf("open checkpoint: %v, want ErrNotFound", err)
+	}
+	newest, err := e.CheckpointRecords(0, 2)
+	if err != nil || len(newest) != 2 || newest[0].ID != ids[2] || newest[1].ID != ids[1] || newest[0].Files != nil {
+		t.Fatalf("newest 2: %+v, %v", newest, err)
+	}
+	older, err := e.CheckpointRecords(newest[1].ID, 10)
+	if err != nil || len(older) != 1 || older[0].ID != ids[0] {
+		t.Fatalf("before %d: %+v, %v", newest[1].ID, older, err)
+	}
+}

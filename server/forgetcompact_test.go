@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -465,6 +467,326 @@ func TestForgottenCompactionLoop(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the loop left %d documents, %d merged", reg, merged)
+		}
+	}
+}
+
+// Documents under the node's prefix that it did not write, or that no
+// longer parse, sorting first (the lowest checkpoints) and as large as
+// one compaction's read budget, do not stop the compaction: it merges
+// and removes the node's own documents behind them and leaves them as
+// they are. Failed before: the listing's sizes filled the budget with
+// them, every run read only them, believed none, and compacted nothing,
+// for ever (the node's documents then grow with every forget, I11).
+func TestForgottenCompactionPastUnbelievedDocuments(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		sizes []int
+	}{
+		{"one-oversize", []int{forgottenCompactBytes + 1}},
+		{"budget-of-damaged", func() []int {
+			s := make([]int, 17)
+			for i := range s {
+				s[i] = layout.MaxForgottenDoc - 10
+			}
+			return s
+		}()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newForgetHistory(t)
+			pub := h.r.config(h.base).Publisher
+			var planted []string
+			for i, n := range c.sizes {
+				name := layout.ForgottenName(rigNode, 0, i)
+				if err := pub.Publish(t.Context(), name, bytes.Repeat([]byte("{"), n)); err != nil {
+					t.Fatal(err)
+				}
+				planted = append(planted, name)
+			}
+			res, err := h.r.e.CompactForgotten(t.Context())
+			if err != nil || res.Removed != 5 || res.Written != 1 {
+				t.Fatalf("compaction: %+v, %v; want the node's 5 documents merged into 1", res, err)
+			}
+			if reg, merged := forgottenDocs(t, h.base); reg != len(planted) || merged != 1 {
+				t.Fatalf("after the compaction: %d documents and %d merged; want the %d planted and 1", reg, merged, len(planted))
+			}
+		})
+	}
+}
+
+// A document under the node's prefix beyond the ids it may have used
+// (planted: the start ignores it, as not its own) is not merged with the
+// node's own: the rebuild after a store loss derives after the compaction
+// what it derived before. Failed before: the compaction merged it, its
+// checkpoint became the merged document's, beyond the start's limit, and
+// the start ignored the merged document whole: the producers the node
+// forgot (p0..p4) came back from the manifests (I12), and a planted
+// document the start ignored was believed once merged (I13).
+func TestForgottenCompactionLeavesDocumentsBeyondItsIDs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		doc  func() (string, any)
+	}{
+		{"regular", func() (string, any) {
+			return layout.ForgottenName(rigNode, layout.MaxCheckpoint, 0),
+				&layout.Forgotten{Node: rigNode, After: layout.MaxCheckpoint, Producers: map[string]int64{"zz": 0}}
+		}},
+		{"merged", func() (string, any) {
+			return layout.ForgottenMergedName(rigNode, layout.MaxCheckpoint, layout.MaxCheckpoint, 0),
+				&layout.ForgottenMerged{Node: rigNode, Through: layout.MaxCheckpoint, Entries: []layout.ForgottenEntry{{Producer: "p6", After: 1 << 20, Epoch: 1 << 20}}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newForgetHistory(t)
+			name, doc := c.doc()
+			body, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.r.config(h.base).Publisher.Publish(t.Context(), name, body); err != nil {
+				t.Fatal(err)
+			}
+			before := h.base.CrashClone()
+			if _, err := h.r.e.CompactForgotten(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			after := copyFS(t, h.base)
+			want := derive(t, before.CrashClone(), h.ids, nil)
+			if _, ok := want.Producers["p6"]; !ok {
+				t.Fatalf("without compaction, the planted document forgot p6")
+			}
+			got := derive(t, after.CrashClone(), h.ids, nil)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("the rebuild after compaction derived\n%+v\nbefore it\n%+v", got, want)
+			}
+			if ok, _ := afero.Exists(after, rigDest+"/"+name); !ok {
+				t.Fatalf("the compaction removed %s, which the node did not write", name)
+			}
+		})
+	}
+}
+
+// Compactions running while producers are deleted (each DELETE publishes
+// a document the compaction may or may not have listed) and committed
+// between: a rebuild after a store loss brings none of the deleted back
+// and keeps every other.
+func TestForgottenCompactionBesideDeletes(t *testing.T) {
+	base := faultfs.NewCrashFS()
+	r := newRig(t, base)
+	e := r.start(nil)
+	const n = 40
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("q%02d", i)
+		ids = append(ids, id)
+		mustSend(t, e, r.initProducer(id), "s", 0, 1)
+	}
+	r.commit()
+	done := make(chan struct{})
+	var compactions, removed int
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += 2 {
+			if err := e.DeleteProducer(t.Context(), ids[i]); err != nil {
+				t.Errorf("delete %s: %v", ids[i], err)
+				return
+			}
+			if i%8 == 0 {
+				if res := r.checkpoint(); res.State != recovery.Committed {
+					t.Errorf("checkpoint: %+v", res)
+					return
+				}
+			}
+		}
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		res, err := e.CompactForgotten(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		compactions++
+		removed += res.Removed
+	}
+	if _, err := e.CompactForgotten(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if removed == 0 {
+		t.Fatalf("%d compactions beside the deletes removed nothing", compactions)
+	}
+	r.stop()
+	// As the disk is (the removals are not synced), and as a power cut
+	// leaves it.
+	for _, fs := range []afero.Fs{copyFS(t, base), base.CrashClone()} {
+		got := derive(t, fs, ids, nil)
+		for i, id := range ids {
+			if _, ok := got.Producers[id]; ok != (i%2 == 1) {
+				t.Fatalf("after %d compactions and a store loss, %s present %v; want %v", compactions, id, ok, i%2 == 1)
+			}
+		}
+	}
+}
+
+// removeGate is the rig's local publisher whose Remove of one name waits
+// (after the compaction's lease check passed) until released: a process
+// stalled there (a host suspended, a request held up).
+type removeGate struct {
+	*local.Local
+	gate    string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *removeGate) Remove(ctx context.Context, name string) error {
+	if name == g.gate {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Local.Remove(ctx, name)
+}
+
+// TestForgottenCompactionStaleRemoveABA: a stale compaction never
+// removes a merged document another process published since (ABA).
+//
+// Process A reads a small merged document M0 (merged-<a0>-0000) and
+// stalls in its Remove, past the lease check. Meanwhile the node's next
+// process B (lease taken over) compacts twice, as its compaction may:
+// first M0 and A's merged document into one, removing them; then, with
+// more than 4096 entries split into chunks, a chunk holding only entries
+// up to a0 under the first free name of that checkpoint — M0's. A wakes
+// and removes it: the only copy of p0's forget is gone, and a rebuild
+// after a store loss brings p0 back with its old committed_seq (I12).
+// B's two runs are written out by hand here (the chunk split needs 4096
+// producers). It failed so while merged names were <through>-<n> (the
+// first free one, reused after a removal); now a merged name carries the
+// checkpoint its publisher had open, which no other process has
+// (layout.ForgottenMergedName), so B's chunk lands elsewhere.
+func TestForgottenCompactionStaleRemoveABA(t *testing.T) {
+	base := faultfs.NewCrashFS()
+	r := newRig(t, base)
+	gate := &removeGate{entered: make(chan struct{}), release: make(chan struct{})}
+	r.tweak = func(c *Config) {
+		gate.Local = local.New(c.FS, rigDest, rigStaging)
+		c.Publisher = gate
+	}
+	e := r.start(nil)
+	ctx := t.Context()
+	ids := []string{"p0", "p1", "p2"}
+	for _, id := range ids {
+		mustSend(t, e, r.initProducer(id), "s", 0, 1)
+	}
+	r.commit()
+	if err := e.DeleteProducer(ctx, "p0"); err != nil {
+		t.Fatal(err)
+	}
+	aOpen := e.Status().OpenID
+	if res, err := e.CompactForgotten(ctx); err != nil || res.Written != 1 {
+		t.Fatalf("first compaction: %+v %v", res, err)
+	}
+	mustSend(t, e, &Producer{ID: "p2", Epoch: 0}, "s", 1, 1)
+	r.commit()
+	if err := e.DeleteProducer(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	l := local.New(base, rigDest, rigStaging)
+	merged := func() []string {
+		es, err := l.List(ctx, layout.ForgottenDir+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, en := range es {
+			if _, _, _, ok := layout.ParseForgottenMergedName(en.Path); ok {
+				out = append(out, en.Path)
+			}
+		}
+		return out
+	}
+	m0 := merged()[0]
+	_, a0, _, _ := layout.ParseForgottenMergedName(m0)
+	if want := layout.ForgottenMergedName(rigNode, a0, aOpen, 0); m0 != want {
+		t.Fatalf("A published %s, want %s: a merged name carries its publisher's open checkpoint", m0, want)
+	}
+	gate.gate = m0
+	done := make(chan error, 1)
+	go func() { _, err := e.CompactForgotten(ctx); done <- err }() // process A
+	<-gate.entered
+	// Process B, run 1: everything into one merged document, the rest
+	// removed (M0 among them).
+	var all []layout.ForgottenEntry
+	for _, name := range merged() {
+		rc, _, err := l.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := layout.DecodeForgottenMerged(name, rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, m.Entries...)
+	}
+	all = layout.MergeForgotten(all)
+	// B names its documents as the engine does, with the checkpoint it
+	// has open: beyond every id A used (I8).
+	bOpen := a0 + 1<<40
+	publish := func(entries []layout.ForgottenEntry) string {
+		doc := layout.ForgottenMerged{Node: rigNode, Entries: entries}
+		for _, en := range entries {
+			doc.Through = max(doc.Through, en.After)
+		}
+		body, err := json.Marshal(&doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; ; n++ {
+			name := layout.ForgottenMergedName(rigNode, doc.Through, bOpen, n)
+			if ok, _ := afero.Exists(base, rigDest+"/"+name); ok {
+				continue
+			}
+			if err := l.Publish(ctx, name, body); err != nil {
+				t.Fatal(err)
+			}
+			return name
+		}
+	}
+	before := merged()
+	mb := publish(all)
+	for _, name := range before {
+		if err := l.Remove(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Run 2: the entries split into chunks, the first holding only those
+	// up to a0 (p0's), under the first free name of a0: M0's.
+	var old, rest []layout.ForgottenEntry
+	for _, en := range all {
+		if en.After <= a0 {
+			old = append(old, en)
+		} else {
+			rest = append(rest, en)
+		}
+	}
+	if got := publish(old); got == m0 {
+		t.Fatalf("B's chunk of old entries published under M0's name %s: a merged name reused", got)
+	}
+	publish(rest)
+	if err := l.Remove(ctx, mb); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release) // A wakes and goes on removing
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+	got := derive(t, copyFS(t, base), ids, nil)
+	for _, id := range []string{"p0", "p1"} {
+		if st, ok := got.Producers[id]; ok {
+			t.Errorf("deleted %s came back after a store loss: %+v (I12)", id, st)
 		}
 	}
 }

@@ -231,12 +231,7 @@ func (mr *modelRun) tableLost() {
 	mr.world.st().tableLost++
 	mr.sw.Set(nil)
 	mr.loseStore(nil, false)
-	var p string
-	for _, q := range mr.producers {
-		if _, inited := mr.m.epoch[q]; inited {
-			p = q
-		}
-	}
+	p := mr.lastInited()
 	if p == "" {
 		return
 	}

@@ -1,11 +1,20 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // resendFrom0 sends p's batches 0 to n-1 of stream (2 records each) again,
@@ -93,4 +102,149 @@ func TestRebuildProducersAfterStoreLoss(t *testing.T) {
 	if got, _ := e.Producer("p"); got.Streams["a"].CommittedSeq != 5 || got.Epoch != st.Epoch {
 		t.Fatalf("after a normal restart: %+v", got)
 	}
+}
+
+// A start after a state-store loss over a destination whose manifests
+// name many producers, all of them forgotten since: the store it rebuilds
+// holds none of them, and its file must not have held them on the way
+// (bbolt never gives pages back: a store that took every producer the
+// manifests ever named and then forgot them keeps their size, which
+// grows with how many producers ever existed, against I11).
+func TestRebuildStoreSizeOfForgottenProducers(t *testing.T) {
+	const manifests, per = 20, 500 // 10,000 producers
+	fs := afero.NewMemMapFs()
+	write := func(name string, data []byte) {
+		full := path.Join(rigDest, name)
+		if err := fs.MkdirAll(path.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := afero.WriteFile(fs, full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	forgot := layout.Forgotten{Node: rigNode, Producers: map[string]int64{}}
+	n := 0
+	flush := func() {
+		if len(forgot.Producers) == 0 {
+			return
+		}
+		body, err := json.Marshal(&forgot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(layout.ForgottenName(rigNode, forgot.After, n), body)
+		n++
+		forgot.Producers = map[string]int64{}
+	}
+	for c := uint64(1); c <= manifests; c++ {
+		f := committer.File{Stream: "s", Final: "s/dt=2026-11-29/hour=09/" + layout.PartName(rigNode, c, 0, "ndjson"),
+			Records: 1, CRC32C: "00000000", Producers: map[string]committer.SeqRanges{}, Epochs: map[string]committer.ProducerEpoch{}}
+		for j := range per {
+			id := fmt.Sprintf("producer-%07d", int(c-1)*per+j)
+			f.Producers[id] = committer.SeqRanges{{0, 0}}
+			f.Epochs[id] = committer.ProducerEpoch{Epoch: 1, Incarnation: 1}
+			forgot.Producers[id] = 1
+		}
+		body := []byte("{\"x\":1}\n")
+		f.Bytes = int64(len(body))
+		write(f.Final, body)
+		doc, err := layout.EncodeManifest(layout.NewManifest(rigNode, c, at, []committer.File{f}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(layout.ManifestName(rigNode, c), doc)
+		forgot.After = c
+		if len(forgot.Producers) >= layout.MaxForgotten-per {
+			flush()
+		}
+	}
+	forgot.After = manifests
+	flush()
+
+	empty := newRig(t, nil)
+	empty.start(nil)
+	empty.stop()
+	base := fileSize(t, empty.storePath)
+
+	r := newRig(t, fs)
+	r.broken = "a synthetic destination"
+	e := r.start(nil)
+	if c := e.ProducerCount(); c != 0 {
+		t.Fatalf("the rebuild kept %d producers, all forgotten", c)
+	}
+	r.stop()
+	got := fileSize(t, r.storePath)
+	t.Logf("state.db: %d bytes after rebuilding %d forgotten producers; %d for an empty destination", got, manifests*per, base)
+	if got > base+1<<20 {
+		t.Fatalf("state.db is %d bytes after a rebuild whose producers were all forgotten, %d for an empty destination: it held them on the way", got, base)
+	}
+}
+
+func fileSize(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// TestRebuildAfterRetention: a retention job removes an old partition
+// (docs/production.md: eosink never deletes committed data, remove old
+// files with your own job), then the state store is lost. A checkpoint
+// that held files in the removed partition and in one still there is
+// committed: the rebuild must count the batches of the file still there,
+// or init answers a next_seq below them, the client resends them, and
+// they are in the destination twice (I2). Found by the model test
+// (retentionStep; seed 1 with EOSINK_MODEL_STEPS=2000). Failed before:
+// the rebuild skipped the whole manifest ("names ..., which the
+// destination does not hold"), init answered next_seq 0 for s1.
+func TestRebuildAfterRetention(t *testing.T) {
+	r := newLeasedRig(t, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	// Checkpoint 1: p's s1/0 and s0/0; checkpoint 2: p's s0/1.
+	mustSend(t, e, p, "s1", 0, 2)
+	mustSend(t, e, p, "s0", 0, 2)
+	r.commit()
+	mustSend(t, e, p, "s0", 1, 2)
+	r.commit()
+	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
+	for _, b := range []invariant.BatchID{{Producer: "p", Stream: "s1", Seq: 0}, {Producer: "p", Stream: "s0", Seq: 0}, {Producer: "p", Stream: "s0", Seq: 1}} {
+		exp.Must[b] = true
+	}
+	r.check(exp)
+	// The retention job removes checkpoint 1's s0 file.
+	files, err := afero.Glob(r.fs, rigDest+"/s0/*/*/part-*")
+	if err != nil || len(files) != 2 {
+		t.Fatalf("s0's files: %v %v", files, err)
+	}
+	data, err := afero.ReadFile(r.fs, files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.checker.Removed(strings.TrimPrefix(files[0], rigDest+"/"), data)
+	if err := r.fs.Remove(files[0]); err != nil {
+		t.Fatal(err)
+	}
+	r.check(exp)
+	r.stop()
+	r.loseStore()
+	e = r.start(nil)
+	ps := r.initState("p")
+	p.Epoch = ps.Epoch
+	for s, want := range map[string]int64{"s1": 1, "s0": 2} {
+		if got := ps.Streams[s].NextSeq; got != want {
+			t.Errorf("init after the retention job and the store loss: %s next_seq %d, want %d", s, got, want)
+		}
+	}
+	// The client goes on from next_seq: what it resends is written.
+	for s, next := range map[string]int64{"s1": ps.Streams["s1"].NextSeq, "s0": ps.Streams["s0"].NextSeq} {
+		for seq := next; seq < map[string]int64{"s1": 1, "s0": 2}[s]; seq++ {
+			mustSend(t, e, p, s, seq, 2)
+		}
+	}
+	r.commit()
+	r.check(exp)
 }

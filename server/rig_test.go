@@ -109,6 +109,14 @@ func (r *rig) open(fs afero.Fs, d time.Duration) (*Engine, error) {
 }
 
 // stop closes the engine without a final checkpoint, as a crash would.
+// closeStopped closes e, r's engine, which stopped on a failure the test
+// injected (Close returns that failure, which the test already saw), so
+// that the next start opens a new one.
+func (r *rig) closeStopped(e *Engine) {
+	_ = e.Close()
+	r.e = nil
+}
+
 func (r *rig) stop() {
 	r.t.Helper()
 	if r.e == nil {

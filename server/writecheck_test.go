@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +16,8 @@ import (
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -303,5 +308,126 @@ func TestMaxPartitionsNotRolls(t *testing.T) {
 	}
 	if res := r.checkpoint(); res.State != recovery.Committed || len(res.Files) != 4 {
 		t.Fatalf("checkpoint: %s, %d files, want 4 (rolled)", res.State, len(res.Files))
+	}
+}
+
+// A Parquet stream's batch keeps what its check found for the encoder
+// (staging.Txn.AppendChecked): each piece of a batch split over
+// partitions gets its own records' values, in order, as Fields gives them
+// for those bytes; a stream whose files are not Parquet keeps nothing.
+func TestPlaceKeepsChecked(t *testing.T) {
+	var data []byte
+	for i := range 9 {
+		data = fmt.Appendf(data, `{"s":"s%d","q":%d,"i":%d,"n":%d,"p":"x\"%d"}`+"\n", i%3, i*7, -i, 1<<40+i, i)
+	}
+	w := Write{Stream: "pq", Ext: "ndjson", Data: data, Records: 9}
+	for _, tt := range []struct {
+		conf   streamconf.Config
+		pieces int
+		kept   bool
+	}{
+		{streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema}, 1, true},
+		{streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema, Partition: "s={field:s}"}, 3, true},
+		{streamconf.Config{Format: streamconf.FormatNDJSON, Schema: testSchema, Compression: streamconf.CompressionZstd, Partition: "s={field:s}"}, 3, false},
+	} {
+		sc, err := compileConf(tt.conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := sc.place(time.Now(), &w, placeLimits{})
+		if p.err != nil || len(p.pieces) != tt.pieces {
+			t.Fatalf("%+v: %d pieces, %v", tt.conf, len(p.pieces), p.err)
+		}
+		chk := testSchema.NewChecker(true)
+		out := make([]streamconf.Value, len(testSchema.Fields))
+		for _, pc := range p.pieces {
+			if !tt.kept {
+				if pc.checked != nil {
+					t.Fatalf("%+v: values kept", tt.conf)
+				}
+				continue
+			}
+			if pc.checked == nil || pc.checked.Len() != pc.records || pc.checked.Schema != sc.enc.Schema {
+				t.Fatalf("%+v: piece %s: %v for %d records", tt.conf, pc.part, pc.checked, pc.records)
+			}
+			for i, rec := range bytes.Split(bytes.TrimSuffix(pc.data, []byte{'\n'}), []byte{'\n'}) {
+				want, err := chk.Fields(rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !pc.checked.Value(i, rec, out) {
+					t.Fatalf("piece %s record %d: no values", pc.part, i)
+				}
+				for j := range want {
+					if !bytes.Equal(out[j].Raw, want[j].Raw) || out[j].Int != want[j].Int || math.Float64bits(out[j].Float) != math.Float64bits(want[j].Float) {
+						t.Fatalf("piece %s record %d field %d: %+v, want %+v", pc.part, i, j, out[j], want[j])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMaxOpenFiles: at most MaxOpenFiles transactions (open staging files)
+// per checkpoint; the next one is refused with backpressure and starts a
+// checkpoint early, after which writes go on. With interval 0 too: the
+// limit protects the process, whatever the checkpoint schedule.
+func TestMaxOpenFiles(t *testing.T) {
+	for _, interval := range []time.Duration{0, time.Hour} {
+		r := newRig(t, nil)
+		r.tweak = func(c *Config) { c.MaxOpenFiles = 3; c.CheckpointInterval = interval }
+		e := r.start(nil)
+		streams := []string{"a", "b", "c", "d", "e"}
+		must := map[invariant.BatchID]bool{}
+		refused := 0
+		for i, s := range streams {
+			for {
+				_, err := send(e, nil, s, int64(i), 2)
+				if err == nil {
+					must[invariant.BatchID{Stream: s, Seq: int64(i)}] = true
+					break
+				}
+				if !errors.Is(err, ErrBackpressure) {
+					t.Fatalf("interval %v: write to stream %s: %v, want backpressure", interval, s, err)
+				}
+				if st := e.Status(); st.OpenFiles > 3 {
+					t.Fatalf("%d files open, limit 3", st.OpenFiles)
+				}
+				refused++
+				time.Sleep(time.Millisecond)
+				if refused > 5000 {
+					t.Fatalf("interval %v: stream %s refused for 5 s: no early checkpoint", interval, s)
+				}
+			}
+		}
+		if refused == 0 {
+			t.Fatalf("interval %v: 5 streams, limit 3, never refused", interval)
+		}
+		r.commit()
+		r.check(invariant.Expect{Must: must, Exact: true})
+		r.stop()
+	}
+}
+
+// TestTooManyOpenFiles: a staging file that cannot be opened for lack of
+// file descriptors is backpressure (429), not an internal error.
+func TestTooManyOpenFiles(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE} {
+		base := afero.NewMemMapFs()
+		var sw faultfs.SwapInjector
+		fs := faultfs.NewInjectFS(base, &sw)
+		r := newRig(t, fs)
+		e := r.start(nil)
+		sw.Set(faultfs.FailNth(0, faultfs.Kinds(faultfs.OpOpen), errno))
+		if _, err := send(e, nil, "s", 1, 2); !errors.Is(err, ErrBackpressure) {
+			t.Fatalf("%v: write: %v, want backpressure", errno, err)
+		}
+		sw.Set(nil)
+		if _, err := send(e, nil, "s", 2, 2); err != nil {
+			t.Fatalf("%v: write after: %v", errno, err)
+		}
+		r.checkpoint()
+		r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 2}: true}, Exact: true})
+		r.stop()
 	}
 }
