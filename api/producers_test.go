@@ -1,10 +1,16 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/eosink/eosink/committer/committertest"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/server"
 )
@@ -107,5 +113,138 @@ func TestCheckpointListKeptUntilStoreChanges(t *testing.T) {
 	c2 := r.checkpoint()
 	if l := list("/v1/checkpoints"); len(l.Checkpoints) != 2 || l.Checkpoints[0].ID != c2.ID {
 		t.Fatalf("after checkpoint %d: %+v", c2.ID, l)
+	}
+}
+
+// TestInitDuringOutage: init's barrier waits for the commit of the older
+// epochs' batches, which a destination outage holds back. The answer is
+// bounded by --wait-timeout (503 not_ready, Retry-After), and a retried
+// init answers once those batches are prepared, with a next_seq that
+// survives anything (I12). Before, init hung for the whole outage.
+func TestInitDuringOutage(t *testing.T) {
+	var sc *committertest.Stuck
+	r := newRig(t, rigOpts{
+		engine: func(c *server.Config) { sc = &committertest.Stuck{Committer: c.Committer}; c.Committer = sc },
+		api:    func(c *Config) { c.WaitTimeout = 300 * time.Millisecond },
+	})
+	if rec := r.serve(request("POST", "/v1/producers/p/init", "")); rec.Code != http.StatusOK {
+		t.Fatalf("init: %d %s", rec.Code, rec.Body)
+	}
+	for seq := range 3 {
+		rec := r.serve(request("POST", "/v1/streams/s/records", "{\"n\":1}\n", "Content-Type", "application/x-ndjson",
+			"Producer-Id", "p", "Producer-Epoch", "0", "Producer-Seq", string(rune('0'+seq))))
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("write seq %d: %d %s", seq, rec.Code, rec.Body)
+		}
+	}
+	sc.On.Store(true)
+	done := make(chan *http.Response, 1)
+	go func() {
+		rec := r.serve(request("POST", "/v1/producers/p/init", ""))
+		done <- rec.Result()
+	}()
+	select {
+	case res := <-done:
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("init during the outage: %d, Retry-After %q; want 503 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("init during the outage did not answer")
+	}
+	rec := r.serve(request("POST", "/v1/producers/p/init", ""))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("init retried during the outage: %d %s", rec.Code, rec.Body)
+	}
+	var st struct {
+		Epoch   int64 `json:"epoch"`
+		Streams map[string]struct {
+			Next      int64 `json:"next_seq"`
+			Committed int64 `json:"committed_seq"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Epoch != 2 || st.Streams["s"].Next != 3 {
+		t.Fatalf("init retried during the outage: %s; want epoch 2, next_seq 3 (seqs 0-2 prepared)", rec.Body)
+	}
+	sc.On.Store(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for r.eng.Status().Stuck != "" || r.eng.Status().LastDone == 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("the barrier never committed after the outage: %+v", r.eng.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLocateSeq(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	r.waitReady()
+	write := func(epoch int64, seq int, body string) {
+		t.Helper()
+		expectStatus(t, r.admin("POST", "/v1/streams/clicks/records", body, "Content-Type", "application/x-ndjson",
+			"Producer-Id", "p1", "Producer-Epoch", strconv.FormatInt(epoch, 10), "Producer-Seq", strconv.Itoa(seq)), http.StatusAccepted)
+	}
+	ep := r.initProducer("p1")
+	write(ep, 0, "{\"a\":0}\n")
+	write(ep, 1, "{\"a\":1}\n")
+	first := r.checkpoint()
+	write(ep, 2, "{\"a\":2}\n")
+	second := r.checkpoint()
+
+	got := getOK[SeqLocations](r, "/v1/producers/p1/streams/clicks/seqs/2")
+	if len(got.Locations) != 1 || !got.Complete {
+		t.Fatalf("seq 2: %+v", got)
+	}
+	l := got.Locations[0]
+	if l.Checkpoint != second.ID || l.First != 2 || l.Last != 2 || l.Incarnation == nil || l.Epoch == nil || *l.Epoch != ep ||
+		!strings.HasPrefix(l.Path, "clicks/") || l.Manifest == "" || l.CommittedAt == nil {
+		t.Fatalf("seq 2: %+v", l)
+	}
+	// The file holds it: download it.
+	if body := r.do("GET", "/v1/files/"+l.Path, "").Body.String(); body != "{\"a\":2}\n" {
+		t.Fatalf("file %s holds %q", l.Path, body)
+	}
+
+	// Deleted and created again: seq 0 is now in two incarnations, the
+	// newest first.
+	expectStatus(t, r.admin("DELETE", "/v1/producers/p1", ""), http.StatusNoContent)
+	ep2 := r.initProducer("p1")
+	write(ep2, 0, "{\"b\":0}\n")
+	third := r.checkpoint()
+	got = decode[SeqLocations](t, r.do("GET", "/v1/producers/p1/streams/clicks/seqs/0", ""))
+	if len(got.Locations) != 2 || got.Locations[0].Checkpoint != third.ID || got.Locations[1].Checkpoint != first.ID ||
+		*got.Locations[0].Incarnation <= *got.Locations[1].Incarnation {
+		t.Fatalf("seq 0: %+v", got)
+	}
+
+	// Seq 1 of the new incarnation is not committed yet: the old one's is
+	// the only location, labelled as such.
+	write(ep2, 1, "{\"b\":1}\n")
+	write(ep2, 2, "{\"b\":2}\n")
+	write(ep2, 3, "{\"b\":3}\n")
+	got = decode[SeqLocations](t, r.do("GET", "/v1/producers/p1/streams/clicks/seqs/1", ""))
+	if len(got.Locations) != 1 || got.Locations[0].Checkpoint != first.ID || *got.Locations[0].Incarnation == *decode[SeqLocations](t, r.do("GET", "/v1/producers/p1/streams/clicks/seqs/0", "")).Locations[0].Incarnation {
+		t.Fatalf("seq 1: %+v", got)
+	}
+	// Not committed yet, never sent: 404 saying which.
+	for seq, want := range map[string]string{"3": "not committed yet", "7": "expects 4 next"} {
+		rec := r.do("GET", "/v1/producers/p1/streams/clicks/seqs/"+seq, "")
+		if e := decode[ErrorResponse](t, rec); rec.Code != http.StatusNotFound || e.Error != CodeNotFound || !strings.Contains(e.Message, want) {
+			t.Errorf("seq %s: %d %+v, want 404 %q", seq, rec.Code, e, want)
+		}
+	}
+	for target, code := range map[string]string{
+		"/v1/producers/p1/streams/clicks/seqs/-1":  CodeInvalidID,
+		"/v1/producers/p1/streams/clicks/seqs/x":   CodeInvalidID,
+		"/v1/producers/p1/streams/Clicks/seqs/1":   CodeInvalidStream,
+		"/v1/producers/p%20/streams/clicks/seqs/1": CodeInvalidProducer,
+	} {
+		rec := r.do("GET", target, "")
+		if rec.Code != http.StatusBadRequest || decode[ErrorResponse](t, rec).Error != code {
+			t.Errorf("%s: %d %s, want 400 %s", target, rec.Code, rec.Body, code)
+		}
 	}
 }

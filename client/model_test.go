@@ -361,9 +361,7 @@ func (m *cmodel) sendOne(wait bool) {
 	)
 	if wait {
 		m.stats.sendWaits++
-		m.ticking(func() {
-			ctx, cancel := m.stepCtx(15 * time.Second)
-			defer cancel()
+		m.tickingStep(func(ctx context.Context) {
 			res, err = p.c.SendWait(ctx, e.stream, e.recs)
 		})
 	} else {
@@ -461,9 +459,7 @@ func (m *cmodel) sendKeyed() {
 		res client.Result
 		err error
 	)
-	m.ticking(func() {
-		ctx, cancel := m.stepCtx(15 * time.Second)
-		defer cancel()
+	m.tickingStep(func(ctx context.Context) {
 		if wait {
 			res, err = m.keyed.SendKeyedWait(ctx, e.stream, e.key, e.recs)
 		} else {
@@ -498,9 +494,7 @@ func (m *cmodel) flushProducer(p *cprod) bool {
 	}
 	before := m.sentBy(p)
 	var err error
-	m.ticking(func() {
-		ctx, cancel := m.stepCtx(15 * time.Second)
-		defer cancel()
+	m.tickingStep(func(ctx context.Context) {
 		err = p.c.Flush(ctx)
 	})
 	return m.flushResult(p, before, err)
@@ -540,6 +534,16 @@ func (m *cmodel) ticking(f func()) {
 	done := make(chan struct{})
 	go func() { defer close(done); f() }()
 	m.tickUntil(done)
+}
+
+// tickingStep runs f, with a step's context of 15s, while the service
+// checkpoints every few milliseconds.
+func (m *cmodel) tickingStep(f func(ctx context.Context)) {
+	m.ticking(func() {
+		ctx, cancel := m.stepCtx(15 * time.Second)
+		defer cancel()
+		f(ctx)
+	})
 }
 
 // tickUntil checkpoints every few milliseconds until done is closed.
@@ -814,9 +818,7 @@ func (m *cmodel) drain() {
 					res client.Result
 					err error
 				)
-				m.ticking(func() {
-					ctx, cancel := m.stepCtx(15 * time.Second)
-					defer cancel()
+				m.tickingStep(func(ctx context.Context) {
 					res, err = p.c.Send(ctx, e.stream, e.recs)
 				})
 				if err != nil {
@@ -840,9 +842,7 @@ func (m *cmodel) drain() {
 			res client.Result
 			err error
 		)
-		m.ticking(func() {
-			ctx, cancel := m.stepCtx(15 * time.Second)
-			defer cancel()
+		m.tickingStep(func(ctx context.Context) {
 			res, err = m.keyed.SendKeyedWait(ctx, e.stream, e.key, e.recs)
 		})
 		if err != nil || !res.Committed {

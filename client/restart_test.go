@@ -1,9 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -141,4 +144,154 @@ func TestRecoversFromLostSequence(t *testing.T) {
 		flush(t, c)
 		r.expectOnce("s", keys) // "lost" was refused, not kept: the Send said so
 	})
+}
+
+// TestFlushAfterServiceLostInit: the service loses its state store after
+// the client's second Init, which no manifest records: rebuilt from the
+// manifests, it answers the producer's older epoch, legitimately (DESIGN:
+// epochs handed out after a producer's last commit are not rebuilt). A
+// state read after the client's Init answered, with a lower epoch, is not
+// a stale read: Flush must end (ErrInvalidEpoch: call Init), not poll
+// until its ctx ends; after the Init the kept batch lands once.
+func TestFlushAfterServiceLostInit(t *testing.T) {
+	r, c, want := afterLostInits(t, 1)
+	fctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err := c.Flush(fctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("flush polled until its ctx ended: %v; want ErrInvalidEpoch (the service lost the Init)", err)
+	}
+	if err != nil && !errors.Is(err, client.ErrInvalidEpoch) {
+		t.Fatalf("flush: %v, want ErrInvalidEpoch", err)
+	}
+	if _, err := c.Init(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, sendBatches(t, c, "c", 1)...) // delivered after the kept b
+	r.checkpoint()
+	flush(t, c)
+	r.expectOnce("s", want)
+}
+
+// TestInitAfterServiceLostSeveralInits: the service lost two Inits (its
+// store rebuilt from manifests that record neither epoch): the client's
+// next Init is answered with an epoch below the client's, and that answer
+// is the service's state, not an older Init of this client answering
+// late: it must be taken up, so that the kept batch is delivered. Failed
+// before: the answer was passed over as a late one, the client went on
+// with its lost epoch and the Send after it failed (invalid_epoch).
+func TestInitAfterServiceLostSeveralInits(t *testing.T) {
+	r, c, want := afterLostInits(t, 2)
+	if _, err := c.Init(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, sendBatches(t, c, "c", 1)...) // fails the test if the Send does (invalid_epoch)
+	r.checkpoint()
+	flush(t, c)
+	r.expectOnce("s", want)
+}
+
+// afterLostInits: a producer's batch committed, then inits more Inits of
+// its client that no manifest records, a batch sent and kept, and the
+// service's state store lost (the node rebuilds from the destination).
+// It returns the rig, the client and the keys of the records sent.
+func afterLostInits(t *testing.T, inits int) (*rig, *client.Client, []string) {
+	t.Helper()
+	r := newRig(t, 0).start()
+	c := r.initClient("p")
+	want := sendBatches(t, c, "a", 1)
+	r.checkpoint()
+	flush(t, c)
+	for range inits {
+		if _, err := c.Init(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = append(want, sendBatches(t, c, "b", 1)...)
+	r.er.StorePath = filepath.Join(t.TempDir(), "state.db")
+	r.crash()
+	r.er.WaitReady()
+	return r, c, want
+}
+
+// TestStaleStateAfterReinit: a producer state read before the producer
+// was forgotten (an admin's DELETE) and the client's Init that followed,
+// answered after both, must not drop the batches the client sent since:
+// its committed_seq counts the forgotten incarnation's batches, not the
+// new ones that reuse their numbers. Failed before: the stale state
+// dropped batch 0 of the new incarnation from the client's memory
+// (kept 0 batches), and after a crash it was never resent (record
+// new0-0 committed 0 times).
+func TestStaleStateAfterReinit(t *testing.T) {
+	r := newRig(t, 0).start()
+	c := r.initClient("p")
+	var want []string
+	for i := range 3 {
+		recs, keys := records(fmt.Sprintf("old%d", i), 2)
+		want = append(want, keys...)
+		if _, err := c.Send(ctx(t), "s", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.checkpoint()
+	flush(t, c)
+	// The next GET of the producer is answered now but delivered late.
+	held, release := make(chan struct{}), make(chan struct{})
+	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+		if req.Method != http.MethodGet || req.URL.Path != "/v1/producers/p" {
+			return false
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, req)
+		r.intercept(nil)
+		close(held)
+		<-release
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return true
+	})
+	stale := make(chan error, 1)
+	go func() { _, err := c.State(ctx(t)); stale <- err }()
+	<-held
+	req, _ := http.NewRequest(http.MethodDelete, r.ts.URL+"/v1/producers/p", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE producer: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if _, err := c.Init(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	recs, keys := records("new0", 1)
+	want = append(want, keys...)
+	res, err := c.Send(ctx(t), "s", recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case err := <-stale:
+		if err != nil {
+			t.Fatalf("the stale State: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("State never returned")
+	}
+	if st := c.Stats(); st.Batches != 1 {
+		t.Errorf("kept after the stale state: %+v, want the uncommitted batch %d kept", st, res.Seq)
+	}
+	// The service loses the uncommitted batch; the client's next batch
+	// finds out, and the kept one is resent before it.
+	r.crash()
+	recs, keys = records("new1", 1)
+	want = append(want, keys...)
+	if _, err := c.Send(ctx(t), "s", recs); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	flush(t, c)
+	r.expectOnce("s", want)
 }

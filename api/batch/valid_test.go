@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -226,6 +231,363 @@ func TestDigitsFast(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// The adversarial review of the two-pass check (fastscan.go): every verdict
+// of validRecord, scanRecord and validFast is held to encoding/json and
+// utf8.Valid on records built to hit 64-byte block edges, the padded last
+// block, the 2 KiB limit of the fast path and every byte class.
+
+// advWant is the contract: one JSON value (RFC 8259, encoding/json's
+// verdict) in valid UTF-8.
+func advWant(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
+
+// advCheck fails when any of the three checks gives a sure verdict that
+// differs from advWant, or validRecord is unsure of a shallow record.
+func advCheck(t *testing.T, b []byte) {
+	t.Helper()
+	want := advWant(b)
+	got, sure := validRecord(b)
+	if sure && got != want || !sure && got {
+		t.Fatalf("validRecord(%q) = %v (sure %v), want %v", b, got, sure, want)
+	}
+	if got, sure := scanRecord(b); sure && got != want || !sure && got {
+		t.Fatalf("scanRecord(%q) = %v (sure %v), want %v", b, got, sure, want)
+	}
+	if got, sure, done := validFast(b); done && (sure && got != want || !sure && got) {
+		t.Fatalf("validFast(%q) = %v (sure %v), want %v", b, got, sure, want)
+	}
+	// The verdict parseLines acts on: checkRecord, which is validRecord's
+	// when it is sure and the slow paths' when not.
+	if sure && !advFull {
+		return
+	}
+	if err := checkRecord(b, 1); (err == nil) != want {
+		t.Fatalf("checkRecord(%q) = %v, want valid %v", b, err, want)
+	}
+}
+
+// advFragments are values, valid and not, put at every offset below.
+var advFragments = []string{
+	`""`, `"a"`, `"`, `"""`, `"a"b"`, `{"a":"b"}`, `{"a":"b"`, `{"a":"b}`, `{"a"}`, `{"a":}`, `{:1}`, `{"a":1,}`, `{"a":1,"b"}`,
+	`[]`, `[ ]`, `[`, `]`, `[1,]`, `[,1]`, `[1 2]`, `[1,,2]`, `[[]]`, `[[]`, `[]]`, `{}`, `{ }`, `{}}`, `{"a":[}`, `{"a":{]}`,
+	`0`, `-0`, `-`, `--1`, `01`, `00`, `-01`, `1.`, `1.e5`, `.5`, `1e`, `1e+`, `1E-`, `1e5`, `1E+05`, `-0.0e-0`,
+	`1e999999999999999999999`, `123456789012345678901234567890`, `1.5e308`, `+1`, `0x1`, `1_0`, `Infinity`, `NaN`,
+	`true`, `tru`, `truee`, `false`, `fals`, `null`, `nulll`, `nul`, `True`, `NULL`,
+	`"\u00e9"`, `"\u00"`, `"\uD800"`, `"\x"`, `"\/"`, `"\\"`, `"\"`, `"\\\"`, `"a\"b"`,
+	"\"\x7f\"", "\x7f", "\"\u00a0\"", "\u00a0", "\"é\"", "é", "\"\xc3\"", "\"\xc3\xa9\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\"",
+	"\"\xe0\x80\xaf\"", "\"\xf4\x90\x80\x80\"", "\"\xf0\x9f\x98\x80\"", "\"\xf0\x9f\x98\"", "\"\xff\"", "\"\xfe\"", "\"\x80\"",
+	"\"\x00\"", "\"\x1f\"", "\"\t\"", "\"\n\"", "\x00", "1\x00", "[1,\t2]", "[1,\f2]", "[1,\v2]", "{\"a\"\r:\n1}",
+	"[1,\u00a02]", "\ufeff1", "1 ", " 1", "1\t", "1\r",
+}
+
+// advEmbed returns the records that put frag at every offset in 0..n from
+// a 64-byte block's start: after leading blanks, inside an object after a
+// padding string, and (for records built to be valid) as an array element.
+func advEmbed(frag string, pad int) [][]byte {
+	p := strings.Repeat("x", pad)
+	return [][]byte{
+		[]byte(strings.Repeat(" ", pad) + frag),
+		[]byte(`{"p":"` + p + `","v":` + frag + `}`),
+		[]byte(`["` + p + `",` + frag + `]`),
+		[]byte(`"` + p + `"` + frag),
+		[]byte(`{"` + p + `":` + frag + `}`),
+		[]byte(`["` + p + frag + `"]`), // inside a string
+	}
+}
+
+func TestAdvFragmentsAtEveryOffset(t *testing.T) {
+	for _, frag := range advFragments {
+		for pad := 0; pad < 140; pad++ {
+			if !advFull && pad > 72 && pad < 120 {
+				continue
+			}
+			for _, b := range advEmbed(frag, pad) {
+				advCheck(t, b)
+			}
+		}
+		// Around the fast path's 2 KiB limit (every offset with ADV_FULL).
+		for pad := fastMax - 80; pad < fastMax+8; pad++ {
+			if !advFull && pad%16 > 2 && pad%16 < 13 {
+				continue
+			}
+			for _, b := range advEmbed(frag, pad) {
+				advCheck(t, b)
+			}
+		}
+	}
+}
+
+// TestAdvByteAtEveryPosition replaces each byte of valid records, of every
+// length 1..300 and around 2 KiB, by each byte that means something to
+// either pass, inside and outside strings.
+func TestAdvByteAtEveryPosition(t *testing.T) {
+	subs := []byte{0, 1, '\t', '\n', '\f', '\v', '\r', 0x1f, ' ', '"', '\\', '/', ',', ':', '[', ']', '{', '}', '0', '-', 'e', '.', 't', 0x7f, 0x80, 0xbf, 0xc0, 0xc3, 0xe0, 0xed, 0xf0, 0xf4, 0xf5, 0xff}
+	lengths := []int{}
+	for n := 1; n <= 300; n++ {
+		lengths = append(lengths, n)
+	}
+	for n := fastMax - 3; n <= fastMax+3; n++ {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		base := advValidOfLen(n)
+		if len(base) != n || !advWant(base) {
+			t.Fatalf("advValidOfLen(%d) = %q", n, base)
+		}
+		advCheck(t, base)
+		positions := []int{}
+		for p := range n {
+			// All positions of short records; near block edges and the
+			// end of long ones.
+			if n <= 160 && (advFull || n%7 == 0 || n%64 < 2 || n%64 == 63) || p%64 < 2 || p%64 > 61 || p >= n-3 {
+				positions = append(positions, p)
+			}
+		}
+		b := bytes.Clone(base)
+		for _, p := range positions {
+			for _, c := range subs {
+				b[p] = c
+				advCheck(t, b)
+			}
+			b[p] = base[p]
+		}
+		// A record cut anywhere.
+		for k := range n {
+			if advFull || n <= 160 && n%7 == 0 || k%64 < 2 || k%64 > 61 || k >= n-3 {
+				advCheck(t, base[:k])
+			}
+		}
+	}
+}
+
+// advValidOfLen returns a valid record of exactly n bytes, of the
+// harness's shape: keys, short strings, numbers, literals, nesting.
+func advValidOfLen(n int) []byte {
+	switch {
+	case n < 3:
+		return []byte("123"[:n])
+	case n < 12:
+		return []byte(`"` + strings.Repeat("a", n-2) + `"`)
+	}
+	var b []byte
+	b = append(b, `{"id":12,"s":"é","a":[1,-2.5e3,true,null,{"k":"v"}],"t":"`...)
+	for len(b) < n-2 {
+		b = append(b, "abcdefg hij"[len(b)%11])
+	}
+	b = append(b, `"}`...)
+	if len(b) > n {
+		// Shorter than the prefix: a string of n bytes instead.
+		return []byte(`"` + strings.Repeat("q", n-2) + `"`)
+	}
+	return b
+}
+
+// TestAdvInvalidUTF8AtBlockEdges puts every invalid (and valid) multi-byte
+// sequence so that it starts, straddles or ends at a 64-byte and a 16-byte
+// edge, and at the record's end.
+func TestAdvInvalidUTF8AtBlockEdges(t *testing.T) {
+	seqs := []string{"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xc3", "\xe2\x82", "\xf0\x9f\x98", "\xed\xa0\x80", "\xed\xbf\xbf",
+		"\xc0\x80", "\xc1\xbf", "\xe0\x80\x80", "\xe0\x9f\xbf", "\xf0\x80\x80\x80", "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80",
+		"\x80", "\xbf", "\xfe", "\xff", "\xc3\xa9\xa9", "\xef\xbb\xbf", "\xee\x80\x80", "\xf4\x8f\xbf\xbf"}
+	for _, s := range seqs {
+		for pad := 0; pad < 140; pad++ {
+			advCheck(t, []byte(`"`+strings.Repeat("a", pad)+s+`"`))
+			advCheck(t, []byte(`"`+strings.Repeat("a", pad)+s))
+			advCheck(t, []byte(`{"`+strings.Repeat("a", pad)+s+`":1}`))
+			advCheck(t, []byte(strings.Repeat(" ", pad)+s))
+			advCheck(t, []byte(`[`+strings.Repeat("1,", pad/2)+s+`]`))
+		}
+		for pad := fastMax - 70; pad < fastMax+4; pad++ {
+			advCheck(t, []byte(`"`+strings.Repeat("a", pad)+s+`"`))
+		}
+	}
+}
+
+// TestAdvNesting holds the depth limits: scanDepth (unsure), encoding/json's
+// 10,000 through checkRecord, mixed and unbalanced containers.
+func TestAdvNesting(t *testing.T) {
+	for _, d := range []int{1, 2, 63, 64, 65, 127, 128, 255, 256, 257, 300, 1000} {
+		advCheck(t, []byte(strings.Repeat("[", d)+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+strings.Repeat("]", d-1)))
+		advCheck(t, []byte(strings.Repeat("[", d)+strings.Repeat("]", d+1)))
+		advCheck(t, []byte(strings.Repeat(`{"a":`, d)+"1"+strings.Repeat("}", d)))
+		advCheck(t, []byte(strings.Repeat(`{"a":[`, d)+"1"+strings.Repeat("]}", d)))
+		advCheck(t, []byte(strings.Repeat(`{"a":[`, d)+"1"+strings.Repeat("}]", d)))
+		advCheck(t, []byte(strings.Repeat(`[{"a":`, d)+"1"+strings.Repeat("}]", d-1)+"]}"))
+		advCheck(t, []byte(strings.Repeat(`[{"a":"b"},`, d)+"1"+strings.Repeat("]", d)))
+		// Deep and not UTF-8, or with an escape: the unsure verdict goes
+		// to the slow paths, which must still refuse.
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\xed\xa0\x80\""+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\xc3\""+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+`"\u00e9\x"`+strings.Repeat("]", d)))
+		advCheck(t, []byte(strings.Repeat("[", d)+"\"\x01\""+strings.Repeat("]", d)))
+	}
+	for _, d := range []int{9999, 10000, 10001} {
+		b := []byte(strings.Repeat("[", d) + strings.Repeat("]", d))
+		if err := checkRecord(b, 1); (err == nil) != json.Valid(b) {
+			t.Fatalf("checkRecord of depth %d = %v, json.Valid %v", d, err, json.Valid(b))
+		}
+		b = []byte(strings.Repeat("[", d-1) + "\"\xff\"" + strings.Repeat("]", d-1))
+		if err := checkRecord(b, 1); err == nil {
+			t.Fatalf("checkRecord accepts invalid UTF-8 at depth %d", d)
+		}
+	}
+}
+
+// TestAdvRandomRecords: random records from a JSON-ish alphabet, lengths
+// 0..300 and around 2 KiB (ADV_N sets the count; 3000 by default).
+func TestAdvRandomRecords(t *testing.T) {
+	n := 3000
+	if s := advEnvInt("ADV_N"); s > 0 {
+		n = s
+	}
+	rng := rand.New(rand.NewPCG(13, 26))
+	tokens := []string{`"`, `"`, `"`, `"ab"`, `"k":`, `:`, `,`, `,`, `[`, `]`, `{`, `}`, ` `, `1`, `-0`, `2.5`, `1e9`, `true`, `null`, `false`,
+		`\`, `\"`, `\\`, "é", "\xc3", "\xa9", "\x00", "\x1f", "\t", "\x7f", "\xff", "\xed\xa0\x80", `"` + strings.Repeat("z", 60) + `"`}
+	for range n {
+		var b []byte
+		target := rng.IntN(300)
+		if rng.IntN(8) == 0 {
+			target = fastMax - 100 + rng.IntN(200)
+		}
+		for len(b) < target {
+			b = append(b, tokens[rng.IntN(len(tokens))]...)
+		}
+		advCheck(t, b)
+		// And the same record made mostly valid: a valid prefix value.
+		v := append([]byte(`{"r":[`), advValidOfLen(1+rng.IntN(200))...)
+		v = append(v, `]}`...)
+		advCheck(t, v)
+	}
+}
+
+// TestAdvConcurrent runs the checks from many goroutines on shared records
+// (run it under -race): the masks and stacks must be per call.
+func TestAdvConcurrent(t *testing.T) {
+	var recs [][]byte
+	for n := 1; n < 300; n += 7 {
+		recs = append(recs, advValidOfLen(n))
+		bad := bytes.Clone(advValidOfLen(n))
+		bad[n/2] = '"'
+		recs = append(recs, bad)
+	}
+	recs = append(recs, advValidOfLen(fastMax), advValidOfLen(fastMax+1))
+	want := make([]bool, len(recs))
+	for i, r := range recs {
+		want[i] = advWant(r)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 200 {
+				i := (g*31 + k) % len(recs)
+				if got, sure := validRecord(recs[i]); !sure || got != want[i] {
+					errs <- fmt.Errorf("validRecord(%q) = %v %v, want %v", recs[i], got, sure, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestAdvParseLineNumbers holds Parse's NDJSON verdict and the line of its
+// error to a model: split at '\n', drop one trailing '\r', skip lines of
+// ' ', '\t' and '\r' only; the first other line that is not valid JSON in
+// valid UTF-8 is the one named.
+func TestAdvParseLineNumbers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	lines := []string{"", " ", "\t", "\r", " \r", "\f", "\v", "\u00a0", `{"a":1}`, `{"a":1}` + "\r", `{"a":1}` + "\r\r", "\r" + `{"a":1}`,
+		`[1,2]`, `"x"`, `{"a":"b"`, `{"a":"\u00e9"}`, "\"\xc3\"", "\"\xed\xa0\x80\"", `tru`, `nulll`, `01`, `-0`, `1.e5`, `1e`,
+		"{\"a\":\"b\x00\"}", "\x00", " 1 ", "1 2", `{"p":"` + strings.Repeat("w", 70) + `"}`, `{"p":"` + strings.Repeat("w", 70) + `}`,
+		string(advValidOfLen(fastMax)), string(advValidOfLen(fastMax-1)) + "\r"}
+	for range 3000 {
+		k := 1 + rng.IntN(6)
+		var body []byte
+		parts := make([]string, k)
+		for i := range parts {
+			parts[i] = lines[rng.IntN(len(lines))]
+		}
+		body = []byte(strings.Join(parts, "\n"))
+		if rng.IntN(2) == 0 {
+			body = append(body, '\n')
+		}
+		wantLine := 0
+		for i, l := range bytes.Split(body, []byte("\n")) {
+			l = bytes.TrimSuffix(l, []byte("\r"))
+			if len(bytes.Trim(l, " \t\r")) == 0 {
+				continue
+			}
+			if !advWant(l) {
+				wantLine = i + 1
+				break
+			}
+		}
+		_, err := Parse("application/x-ndjson", body, Limits{})
+		var le *LineError
+		switch {
+		case wantLine == 0 && err != nil:
+			t.Fatalf("Parse(%q) = %v, want it accepted", body, err)
+		case wantLine > 0 && (!errors.As(err, &le) || le.Line != wantLine || !errors.Is(err, ErrInvalidJSON)):
+			t.Fatalf("Parse(%q) = %v, want invalid JSON at line %d", body, err, wantLine)
+		}
+	}
+}
+
+// FuzzAdvBlockEdge puts the fuzzed bytes at a fuzzed offset inside and
+// outside a string, so that a few interesting bytes land on every block edge.
+func FuzzAdvBlockEdge(f *testing.F) {
+	f.Add([]byte(`"a"`), uint16(60), uint8(0))
+	f.Add([]byte("\xed\xa0\x80"), uint16(63), uint8(1))
+	f.Add([]byte(`\"`), uint16(2040), uint8(2))
+	f.Fuzz(func(t *testing.T, frag []byte, off uint16, shape uint8) {
+		pad := int(off) % (fastMax + 64)
+		bs := advEmbed(string(frag), pad)
+		advCheck(t, bs[int(shape)%len(bs)])
+	})
+}
+
+// advFull (ADV_FULL=1) runs every case the tests name; the default run
+// samples the long records' offsets and takes checkRecord only when
+// validRecord is unsure.
+var advFull = os.Getenv("ADV_FULL") != ""
+
+func advEnvInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
+// TestAdvNumbers: integers and fractions of every length up to 17 digits
+// (the eight-byte digit scans cross a word), each followed by every byte
+// value, alone and as an array element.
+func TestAdvNumbers(t *testing.T) {
+	digits := "12345678901234567890"
+	for il := 1; il <= 17; il++ {
+		for _, fl := range []int{-1, 0, 1, 2, 7, 8, 9, 15, 16, 17} {
+			num := digits[:il]
+			if fl >= 0 {
+				num += "." + digits[20-max(fl, 0):]
+			}
+			for c := range 256 {
+				if !advFull && c > 0x7f && c != 0x80 && c != 0xb9 && c != 0xff {
+					continue
+				}
+				s := num + string([]byte{byte(c)})
+				advCheck(t, []byte(s))
+				advCheck(t, []byte("["+s+"]"))
+				advCheck(t, []byte("["+s+"1]"))
+				advCheck(t, []byte(`{"a":`+s+`5e1}`))
 			}
 		}
 	}

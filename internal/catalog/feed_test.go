@@ -2,9 +2,12 @@ package catalog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/spf13/afero"
 )
 
 func newFeedCatalog(t *testing.T, d *dest) *Catalog {
@@ -371,4 +375,124 @@ func TestFeedTip(t *testing.T) {
 	if err != nil || len(page.Commits) != 1 || page.Commits[0].Node != "b" || page.Commits[0].Checkpoint != 5 {
 		t.Fatalf("page %+v %v", page, err)
 	}
+}
+
+// TestFeedPlantedHighIDKeepsLaterCommits: a document planted at a
+// manifest name far above a live node's ids (anyone who can write the
+// destination; I13) — one that does not parse, names another node, or
+// checks as a manifest of no files — must not move a follower's cursor
+// past the node's later real commits: a consumer that follows the cursor
+// would never read them (the downstream half of exactly-once). The node's
+// lease says which ids it reserved (I8): ids above are not the node's
+// yet. Failed before: the cursor went to 2^40 and commit a/2 never came.
+func TestFeedPlantedHighIDKeepsLaterCommits(t *testing.T) {
+	for name, doc := range map[string]string{
+		"not json":       `not json`,
+		"another node's": `{"checkpoint": 1099511627776, "node": "b", "files": []}`,
+		"no files":       `{"checkpoint": 1099511627776, "node": "a", "committed_at": "2026-12-01T00:00:00Z", "files": []}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := newDest(t)
+			now := time.Now()
+			b, err := json.Marshal(layout.Lease{Node: "a", Incarnation: "i1", RenewedAt: now, ExpiresAt: now.Add(30 * time.Second), Reserved: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.write(layout.LeaseName("a"), b)
+			d.commit("a", 1, 1, "clicks")
+			d.write(layout.ManifestName("a", 1<<40), []byte(doc))
+			c := newFeedCatalog(t, d)
+			got, cur := follow(t, c, Cursor{}, FeedQuery{Limit: 10})
+			checkOnce(t, got, map[string]bool{"a/1": true})
+			d.commit("a", 2, 1, "clicks")
+			wctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			err = c.WaitCommits(wctx, cur) // the poll finds a/2 within a poll interval
+			cancel()
+			if err != nil {
+				t.Errorf("a waiter after a/2 was committed: %v", err)
+			}
+			got, cur = follow(t, c, cur, FeedQuery{Limit: 1})
+			if len(got) != 1 || got[0] != "a/2" {
+				t.Fatalf("after the planted document (cursor %v), the feed gives %v; want a/2, committed since", cur.Nodes(), got)
+			}
+			if tip, err := c.FeedTip(t.Context()); err != nil || tip.At("a") != 2 {
+				t.Fatalf("feed tip %v, %v; want node a at 2", tip.Nodes(), err)
+			}
+		})
+	}
+}
+
+// envFeedBench sets how many manifests BenchmarkFeed writes (default
+// 100,000: about 40 MB in memory).
+const envFeedBench = "EOSINK_FEED_BENCH_MANIFESTS"
+
+// envFeedBenchFS=os writes them to a temp folder on disk instead of
+// afero's MemMapFs.
+const envFeedBenchFS = "EOSINK_FEED_BENCH_FS"
+
+// BenchmarkFeed measures a page of the commit feed over a destination of
+// many manifests (three nodes, two files each) on the local committer
+// (afero MemMapFs, which the committer does not cache folder names of:
+// every listing reads the folder, as on a live node's folder that changes
+// with each commit; EOSINK_FEED_BENCH_FS=os for a disk): the
+// first page from the start, a page from the middle with a warm cache
+// and with a cold one, and a caught-up page (nothing new). It reports
+// the answer's JSON bytes per page.
+func BenchmarkFeed(b *testing.B) {
+	n := 100000
+	if v := os.Getenv(envFeedBench); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 3 {
+			b.Fatalf("%s=%q", envFeedBench, v)
+		}
+	}
+	d := newDest(b)
+	if os.Getenv(envFeedBenchFS) == "os" {
+		// Under a BasePathFs the committer keeps no folder names either.
+		dir := b.TempDir()
+		d.fs = afero.NewBasePathFs(afero.NewOsFs(), dir)
+		for _, p := range []string{tDest, tStaging} {
+			if err := d.fs.MkdirAll(p, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d.local = local.New(d.fs, tDest, tStaging)
+	}
+	nodes := []string{"eosink-0", "eosink-1", "eosink-2"}
+	began := time.Now()
+	end, mid := Cursor{}, Cursor{}
+	for i := range n {
+		id := uint64(i/3 + 1)
+		d.commit(nodes[i%3], id, 10, "clicks", "views")
+		end = end.With(nodes[i%3], id)
+		if i < n/2 {
+			mid = mid.With(nodes[i%3], id)
+		}
+	}
+	b.Logf("%d manifests written in %s", n, time.Since(began).Round(time.Millisecond))
+	run := func(name string, cur Cursor, cold bool) {
+		b.Run(name, func(b *testing.B) {
+			c := d.catalog(Config{})
+			var page FeedPage
+			var err error
+			for b.Loop() {
+				if cold {
+					b.StopTimer()
+					c = d.catalog(Config{})
+					b.StartTimer()
+				}
+				page, err = c.Commits(b.Context(), FeedQuery{After: cur, Limit: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			body, _ := json.Marshal(page.Commits)
+			b.ReportMetric(float64(len(body)+len(page.Next.String())), "answer-bytes")
+			b.ReportMetric(float64(len(page.Commits)), "commits")
+		})
+	}
+	run("first-1000", Cursor{}, false)
+	run("middle-1000-warm", mid, false)
+	run("middle-1000-cold", mid, true)
+	run("caught-up", end, false)
 }

@@ -101,3 +101,69 @@ func TestManifestTooLargeReadOnce(t *testing.T) {
 		t.Fatalf("stream %+v %v, opens %d", st, err, oc.opens[mp])
 	}
 }
+
+// commitSeqs writes node's checkpoint id: one file of stream holding
+// producer p's ranges rs in incarnation inc.
+func (d *dest) commitSeqs(node string, id uint64, stream, p string, inc int64, rs committer.SeqRanges) string {
+	d.t.Helper()
+	data := []byte("{}\n")
+	path := stream + "/dt=2026-11-29/hour=09/" + layout.PartName(node, id, 0, "ndjson")
+	d.write(path, data)
+	c := &recovery.Checkpoint{ID: id, State: recovery.Committed, PreparedAt: time.Date(2026, 11, 29, 9, 0, int(id), 0, time.UTC),
+		Files: []committer.File{{Stream: stream, Final: path, Bytes: 3, Records: 1, CRC32C: "00000000",
+			Producers: map[string]committer.SeqRanges{p: rs},
+			Epochs:    map[string]committer.ProducerEpoch{p: {Epoch: inc + 1, Incarnation: inc}}}}}
+	m, err := recovery.BuildManifest(node, c)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.write(layout.ManifestName(node, id), m)
+	return path
+}
+
+func TestLocateSeq(t *testing.T) {
+	d := newDest(t)
+	old := d.commitSeqs("a", 1, "clicks", "p1", 0, committer.SeqRanges{{0, 4}})
+	d.commitSeqs("a", 2, "clicks", "p1", 0, committer.SeqRanges{{5, 7}, {9, 9}})
+	d.commitSeqs("a", 3, "views", "p1", 0, committer.SeqRanges{{0, 9}})
+	// Deleted and created again: a new incarnation counts from 0 again.
+	cur := d.commitSeqs("a", 5, "clicks", "p1", 3, committer.SeqRanges{{0, 2}})
+	c := d.catalog(Config{})
+	for _, tc := range []struct {
+		seq  int64
+		want []string
+	}{
+		{1, []string{"a/5/inc3@" + cur, "a/1/inc0@" + old}},
+		{4, []string{"a/1/inc0@" + old}},
+		{8, nil},
+		{9, []string{"a/2/inc0@" + layout.PartName("a", 2, 0, "ndjson")}},
+		{100, nil},
+	} {
+		locs, complete, err := c.LocateSeq(t.Context(), "p1", "clicks", tc.seq, 0)
+		if err != nil || !complete {
+			t.Fatalf("seq %d: %v complete %v", tc.seq, err, complete)
+		}
+		var got []string
+		for _, l := range locs {
+			s := fmt.Sprintf("%s/%d/inc%d@%s", l.Node, l.Checkpoint, l.Incarnation, l.Path)
+			if tc.seq == 9 {
+				s = fmt.Sprintf("%s/%d/inc%d@%s", l.Node, l.Checkpoint, l.Incarnation, layout.PartName("a", 2, 0, "ndjson"))
+				if l.First != 9 || l.Last != 9 {
+					t.Errorf("seq 9: range %d-%d", l.First, l.Last)
+				}
+			}
+			got = append(got, s)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("seq %d: %v, want %v", tc.seq, got, tc.want)
+		}
+	}
+	// Beyond the budget: said so.
+	for id := uint64(10); id < 120; id++ {
+		d.commitSeqs("a", id, "other", "p2", 0, committer.SeqRanges{{int64(id), int64(id)}})
+	}
+	locs, complete, err := c.LocateSeq(t.Context(), "p1", "clicks", 1, 100)
+	if err != nil || complete || len(locs) != 0 {
+		t.Fatalf("bounded: %v %v %v", locs, complete, err)
+	}
+}

@@ -85,22 +85,38 @@ func parseForgottenName(name, prefix string) (node string, id uint64, n int, ok 
 // in [0, MaxSeq), as a manifest's (a larger one, raised to the epoch
 // floor, would make new producers' epochs wrap).
 func CheckForgotten(name string, f *Forgotten) error {
-	node, after, _, ok := ParseForgottenName(name)
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %s: not a forgotten-producers name", ErrBadForgotten, name)
-	case f.Node != node || f.After != after:
-		return fmt.Errorf("%w: %s: names node %q checkpoint %d", ErrBadForgotten, name, f.Node, f.After)
-	case len(f.Producers) == 0 || len(f.Producers) > MaxForgotten:
-		return fmt.Errorf("%w: %s: %d producers", ErrBadForgotten, name, len(f.Producers))
+	err := checkForgottenHead(name, "forgotten-producers", ParseForgottenName, f.Node, f.After, len(f.Producers), "producers")
+	if err != nil {
+		return err
 	}
 	for p, ep := range f.Producers {
-		if !Producer(p) || ep < 0 || ep >= MaxSeq {
+		if !Producer(p) || !forgottenEpoch(ep) {
 			return fmt.Errorf("%w: %s: producer %q epoch %d", ErrBadForgotten, name, p, ep)
 		}
 	}
 	return nil
 }
+
+// checkForgottenHead checks what a document of either kind owes the name
+// it was read at: parse (the kind's name parser; kind names the kind)
+// takes the name, the document's node and checkpoint (id) are the name's,
+// and it holds 1..MaxForgotten items (unit names them).
+func checkForgottenHead(name, kind string, parse func(string) (string, uint64, int, bool), node string, id uint64, items int, unit string) error {
+	nameNode, nameID, _, ok := parse(name)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s: not a %s name", ErrBadForgotten, name, kind)
+	case node != nameNode || id != nameID:
+		return fmt.Errorf("%w: %s: names node %q checkpoint %d", ErrBadForgotten, name, node, id)
+	case items == 0 || items > MaxForgotten:
+		return fmt.Errorf("%w: %s: %d %s", ErrBadForgotten, name, items, unit)
+	}
+	return nil
+}
+
+// forgottenEpoch reports whether ep is an epoch a document may name: in
+// [0, MaxSeq), as a manifest's.
+func forgottenEpoch(ep int64) bool { return ep >= 0 && ep < MaxSeq }
 
 // DecodeForgotten reads the document at name from r (at most
 // MaxForgottenDoc bytes) and checks it.
@@ -196,17 +212,12 @@ func ParseForgottenMergedName(name string) (node string, through uint64, n int, 
 // valid producer with an epoch as CheckForgotten wants it and a
 // checkpoint at most Through.
 func CheckForgottenMerged(name string, m *ForgottenMerged) error {
-	node, through, _, ok := ParseForgottenMergedName(name)
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %s: not a merged forgotten-producers name", ErrBadForgotten, name)
-	case m.Node != node || m.Through != through:
-		return fmt.Errorf("%w: %s: names node %q checkpoint %d", ErrBadForgotten, name, m.Node, m.Through)
-	case len(m.Entries) == 0 || len(m.Entries) > MaxForgotten:
-		return fmt.Errorf("%w: %s: %d entries", ErrBadForgotten, name, len(m.Entries))
+	err := checkForgottenHead(name, "merged forgotten-producers", ParseForgottenMergedName, m.Node, m.Through, len(m.Entries), "entries")
+	if err != nil {
+		return err
 	}
 	for _, e := range m.Entries {
-		if !Producer(e.Producer) || e.Epoch < 0 || e.Epoch >= MaxSeq || e.After > through {
+		if !Producer(e.Producer) || !forgottenEpoch(e.Epoch) || e.After > m.Through {
 			return fmt.Errorf("%w: %s: producer %q epoch %d checkpoint %d", ErrBadForgotten, name, e.Producer, e.Epoch, e.After)
 		}
 	}
