@@ -393,7 +393,11 @@ func (en *encoder) encode(s *slot, upto int64) (err error) {
 			return durable.Classify(fmt.Errorf("create encoded file %s: %w", en.dst, err))
 		}
 	}
-	en.cw.w = en.output(s)
+	if s.bw == nil {
+		s.bw = bufio.NewWriterSize(en.out, encodeBufferSize)
+	}
+	s.bw.Reset(en.out)
+	en.cw.w = s.bw
 	en.srcSeen.w, en.srcSeen.lines = io.Discard, true
 	// Abort and Release (under the engine's ingest lock) wait for a
 	// running step: stopReader ends it within one read.
@@ -407,7 +411,7 @@ func (en *encoder) encode(s *slot, upto int64) (err error) {
 		err = en.encodeFrame(s, r)
 	}
 	if err == nil {
-		err = en.flushOutput()
+		err = s.bw.Flush()
 	}
 	en.cw.w = nil // a slot's buffer is not ours between steps
 	if err != nil {
@@ -425,30 +429,6 @@ func (en *encoder) encode(s *slot, upto int64) (err error) {
 	}
 	en.covered.Store(covered)
 	en.outBytes.Store(en.cw.n)
-	return nil
-}
-
-// output returns what a step writes the encoded file through: for
-// Parquet the file itself, since parquet-go buffers its own writes (32
-// KiB) and writes a row group's pages in pieces of the page file's 256
-// KiB, so a slot's buffer would only copy them once more (and take 256
-// KiB of heap per slot); for frames a slot's buffer.
-func (en *encoder) output(s *slot) io.Writer {
-	if en.e.Format == streamconf.FormatParquet {
-		return en.out
-	}
-	if s.bw == nil {
-		s.bw = bufio.NewWriterSize(en.out, encodeBufferSize)
-	}
-	s.bw.Reset(en.out)
-	return s.bw
-}
-
-// flushOutput flushes what output returned.
-func (en *encoder) flushOutput() error {
-	if bw, ok := en.cw.w.(*bufio.Writer); ok {
-		return bw.Flush()
-	}
 	return nil
 }
 
@@ -551,10 +531,11 @@ func (en *encoder) finish(written, records int64, crc uint32) (Summary, error) {
 		return Summary{}, err
 	}
 	if en.pq != nil {
-		en.cw.w = en.output(s)
+		s.bw.Reset(en.out)
+		en.cw.w = s.bw
 		err := en.pq.Close()
 		if err == nil {
-			err = en.flushOutput()
+			err = s.bw.Flush()
 		}
 		en.cw.w = nil
 		if err != nil {
