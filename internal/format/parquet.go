@@ -420,9 +420,11 @@ var noCompactIndexes bool
 // readers filter pages by, and each row group's statistics in the footer.
 // The Parquet format makes the headers' statistics optional; DuckDB (the
 // independent reader of tests/) reads the files the same without them.
-// Off, the encoder takes ~6-10% less CPU (BenchmarkParquetWriter), and
-// files come out 1.2-1.5% smaller (the harness's records, web-log-like
-// ones). Issue 26, BENCHMARKS.md (h6-pq).
+// Off, the files come out 1.2-1.5% smaller (the harness's records,
+// web-log-like ones), and the header's scan of each page, ~3% of the
+// encoder's CPU profile (BenchmarkParquetWriter), is not run; too little
+// for that benchmark to resolve on a loaded machine. Issue 26,
+// BENCHMARKS.md (h6-pq).
 const pageStatistics = false
 
 // testWriterOptions are added to every writer's options: for tests and
