@@ -209,7 +209,7 @@ func NewParquetWriterPages(w io.Writer, e Encoding, pages *PageCodecs, pf PageFi
 	p := &ParquetWriter{check: e.Schema.NewChecker(true), schema: e.Schema, fields: e.Schema.Fields, groupBytes: groupBytes, before: e.beforeRowGroup}
 	p.pending = make([]parquet.Value, len(p.fields)*batchRows)
 	err = p.guard(func() error {
-		opts := []parquet.WriterOption{schema, parquet.Compression(codec)}
+		opts := []parquet.WriterOption{schema, parquet.Compression(codec), parquet.DataPageStatistics(pageStatistics)}
 		if pf != nil {
 			opts = append(opts, parquet.ColumnPageBuffers(newPageFilePool(pf)))
 		}
@@ -314,6 +314,7 @@ func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) 
 		if err := p.pw.Flush(); err != nil {
 			return fmt.Errorf("write Parquet row group: %w", err)
 		}
+		p.compactIndexes()
 		p.inGroup = 0
 	}
 	return nil
@@ -359,6 +360,72 @@ func (p *ParquetWriter) Close() error {
 		return nil
 	})
 }
+
+// compactIndexes copies the page bounds of the row group just written
+// (its column indexes' min and max values, which parquet-go keeps until
+// Close writes them in the footer) into one array per column that holds
+// just them. parquet-go's arrays hold every page's whole min and max
+// value, which a column index then truncates to ColumnIndexSizeLimit
+// (16 bytes) by slicing: for a column of ~1 KiB strings that is ~64 KiB
+// of heap per row group kept to the end of the file, ~0.6 MiB for a file
+// of 10 row groups, for 1 KiB of bounds. The values are the same bytes,
+// so is the footer. The arrays are reached through File's view of the
+// row group just written, whose ColumnIndex values share their slices with
+// what the writer keeps for the footer (parquet-go v0.32.0); should that
+// change, the copies are only ignored and the heap is what it was.
+func (p *ParquetWriter) compactIndexes() {
+	if noCompactIndexes {
+		return
+	}
+	v := p.pw.File()
+	if v == nil {
+		return
+	}
+	cis := v.ColumnIndexes()
+	for i := range cis {
+		compactValues(cis[i].MinValues)
+		compactValues(cis[i].MaxValues)
+	}
+}
+
+// compactValues replaces vs's values by copies in one array of their
+// total length, each capped at its own (nil stays nil).
+func compactValues(vs [][]byte) {
+	n := 0
+	for _, v := range vs {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	for j, v := range vs {
+		if v == nil {
+			continue
+		}
+		start := len(buf)
+		buf = append(buf, v...)
+		vs[j] = buf[start:len(buf):len(buf)]
+	}
+}
+
+// noCompactIndexes turns compactIndexes off: for tests that compare the
+// files with and without it.
+var noCompactIndexes bool
+
+// pageStatistics says whether each data page's header carries the page's
+// statistics (min, max, null count): off. parquet-go v0.32.0 writes them
+// by default, whole values (a page of a 1 KiB string column holds two of
+// its strings in its header), and scans each page for its bounds twice,
+// once for the header and once for the column index. They repeat what the
+// file has elsewhere: every file has a column index (page index) with each
+// page's bounds (truncated to 16 bytes) and null count, which is what
+// readers filter pages by, and each row group's statistics in the footer.
+// The Parquet format makes the headers' statistics optional; DuckDB (the
+// independent reader of tests/) reads the files the same without them.
+// Off, the files come out 1.2-1.5% smaller (the harness's records,
+// web-log-like ones), and the header's scan of each page, ~3% of the
+// encoder's CPU profile (BenchmarkParquetWriter), is not run; too little
+// for that benchmark to resolve on a loaded machine. Issue 26,
+// BENCHMARKS.md (h6-pq).
+const pageStatistics = false
 
 // testWriterOptions are added to every writer's options: for tests and
 // benchmarks that try parquet-go's settings.

@@ -161,7 +161,7 @@ func refParquet(t testing.TB, s *streamconf.Schema, recs [][]byte, group int64) 
 		t.Fatal(err)
 	}
 	var file bytes.Buffer
-	pw := parquet.NewWriter(&file, schema, parquet.Compression(&parquet.Zstd))
+	pw := parquet.NewWriter(&file, schema, parquet.Compression(&parquet.Zstd), parquet.DataPageStatistics(pageStatistics))
 	var inGroup int64
 	for n, rec := range recs {
 		var m map[string]json.RawMessage
