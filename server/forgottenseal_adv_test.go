@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eosink/eosink/recovery"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -128,6 +132,69 @@ func TestForgottenSealOlderCopyOfLostStore(t *testing.T) {
 			e = r.start(nil)
 			if st, ok := e.Producer("p"); ok && st.Epoch <= p.Epoch {
 				t.Fatalf("over an older copy of the lost store, p is back as its forgotten incarnation (%+v): its forget, published under the rebuilt store's key, was not believed", st)
+			}
+		})
+	}
+}
+
+// The start's one new write, the seal's key: a full disk refusing it
+// makes the start wait and go on once space is back (the same key from
+// then on); a failed fdatasync after it stops the engine (the key may or
+// may not be there), and the next start makes or reads it and seals its
+// forgets, which the start after believes.
+func TestForgottenSealStartWriteFaults(t *testing.T) {
+	t.Run("disk full", func(t *testing.T) {
+		r, f := storeRig(t)
+		f.set(failOp("make forgotten seal", recovery.BeforeCommit, errPageENOSPC, 3))
+		e := r.start(nil)
+		if e.Err() != nil || len(f.fired) != 3 || e.life.seal.Key == nil {
+			t.Fatalf("engine error %v, faults fired %v, key made %v", e.Err(), f.fired, e.life.seal.Key != nil)
+		}
+		r.stop()
+		f.set(nil)
+		key := e.life.seal.Key
+		if e = r.start(nil); !bytes.Equal(e.life.seal.Key, key) {
+			t.Fatal("the next start has another key")
+		}
+	})
+	for _, cut := range []error{errPageEIO, syscall.EIO} {
+		t.Run(cut.Error(), func(t *testing.T) {
+			r, f := storeRig(t)
+			phase := recovery.BeforeCommit
+			if cut == syscall.EIO {
+				phase = recovery.AfterCommit
+			}
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "s", 0, 1)
+			r.commit()
+			r.stop()
+			dropForgottenKey(t, r.storePath) // the first start of a sealing binary makes the key
+			f.set(failOp("make forgotten seal", phase, cut, 1))
+			e, err := r.open(nil, 5*time.Second)
+			if err == nil || !waitFailed(t, e, 5*time.Second) {
+				t.Fatalf("a failed write of the seal's key: ready %v, engine error %v", err, e.Err())
+			}
+			f.set(nil)
+			r.stop()
+			e = r.start(nil)
+			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
+				t.Fatal(err)
+			}
+			// The delete's own forget, cut short: the store still holds p.
+			q := r.initProducer("q")
+			mustSend(t, e, q, "s", 0, 1)
+			r.commit()
+			if err := e.life.recordForgotten(t.Context(), []string{"q"}, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			r.stop()
+			e = r.start(nil)
+			if _, ok := e.Producer("q"); ok {
+				t.Fatal("the node's own forget, sealed after a start failed writing the key, was not believed")
+			}
+			if _, ok := e.Producer("p"); ok {
+				t.Fatal("p, deleted, is known again")
 			}
 		})
 	}
