@@ -199,3 +199,36 @@ func TestForgottenSealStartWriteFaults(t *testing.T) {
 		})
 	}
 }
+
+// After a store loss the documents sealed under the lost store's key can't
+// be checked; the rebuilt store's key must still let the compaction adopt
+// them (they are before every checkpoint the rebuilt store will commit,
+// so no later start whose store kept up reads them), or every store loss
+// leaves its documents uncompacted for good.
+func TestForgottenSealCompactionAdoptsLostKeyDocuments(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	mustSend(t, e, r.initProducer("keep"), "s", 0, 1)
+	r.commit()
+	for _, id := range []string{"gone1", "gone2"} {
+		r.initProducer(id)
+		if err := e.DeleteProducer(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.stopLosingStore()
+	e = r.start(nil) // rebuilds: a new key
+	mustSend(t, e, r.initProducer("q"), "s", 0, 1)
+	r.commit()
+	res, err := e.CompactForgotten(t.Context())
+	if err != nil || res.Read != 2 || res.Removed != 2 {
+		t.Fatalf("compaction after a store loss: %+v, %v; want the lost key's 2 documents merged under the new key", res, err)
+	}
+	r.stop()
+	e = r.start(nil)
+	for _, id := range []string{"gone1", "gone2"} {
+		if _, ok := e.Producer(id); ok {
+			t.Fatalf("%s, forgotten, is known again", id)
+		}
+	}
+}

@@ -179,10 +179,17 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	// applied every document there is. Unsealed documents are believed
 	// only at or below newest-2, which every later start whose store
 	// kept up (and holds this key) skips anyway: not up to open-1, far
-	// beyond newest after a rebuild or an upgrade, where a planted
-	// document would be believed until two more commits.
+	// beyond newest after an upgrade, where a planted document would be
+	// believed until two more commits. A store with no commit (new, or
+	// rebuilt: it commits nothing until the node does) checks no seal
+	// until it commits, at open or beyond: open-2 then, so the compaction
+	// still merges the documents a lost store's key sealed.
+	since := max(newest, 2) - 2
+	if newest == 0 {
+		since = max(open, 2) - 2
+	}
 	if !lc.retry(ctx, "make the forgotten-producers seal", nil, func() (err error) {
-		lc.seal, err = lc.e.store.MakeForgottenSeal(max(newest, 2) - 2)
+		lc.seal, err = lc.e.store.MakeForgottenSeal(since)
 		return err
 	}) {
 		return false
