@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -151,7 +152,22 @@ func TestForgottenSealStartWriteFaults(t *testing.T) {
 			t.Fatalf("engine error %v, faults fired %v, key made %v", e.Err(), f.fired, e.life.seal.Key != nil)
 		}
 		r.stop()
+		// While the disk stays full the start says so, as it does for
+		// the id reservation just before.
+		f.set(failOp("make forgotten seal", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+		dropForgottenKey(t, r.storePath)
+		e, err := r.open(nil, 300*time.Millisecond)
+		if err == nil {
+			t.Fatal("ready with the seal's key refused for space")
+		}
+		if st := e.Status(); st.DiskFull == "" || !strings.Contains(st.Recovering, "seal") {
+			t.Fatalf("a start waiting on a full disk for the seal's key: status disk full %q, recovering %q; want both to say so", st.DiskFull, st.Recovering)
+		}
 		f.set(nil)
+		if err := e.WaitReady(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		r.stop()
 		key := e.life.seal.Key
 		if e = r.start(nil); !bytes.Equal(e.life.seal.Key, key) {
 			t.Fatal("the next start has another key")

@@ -188,7 +188,8 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	if newest == 0 {
 		since = max(open, 2) - 2
 	}
-	if !lc.retry(ctx, "make the forgotten-producers seal", nil, func() (err error) {
+	sealShown := func(err error) string { return "make the forgotten-producers seal: " + err.Error() }
+	if !lc.retry(ctx, "make the forgotten-producers seal", sealShown, func() (err error) {
 		lc.seal, err = lc.e.store.MakeForgottenSeal(since)
 		return err
 	}) {
