@@ -272,3 +272,45 @@ func TestForgottenPlantedAfterLossBeforeFirstCommit(t *testing.T) {
 		t.Fatal("after a store loss, before the rebuilt store's first commit, a planted document made a start forget the live producer p")
 	}
 }
+
+// An older copy of the store, taken after its key was made, holds the
+// same key: a forget published since the copy (sealed) is believed by a
+// start over the copy, with or without commits since (none: the copy
+// kept up; some: a rebuild, believing every document), and the producer
+// does not come back as its forgotten incarnation.
+func TestForgottenSealOlderCopySameKey(t *testing.T) {
+	for _, commitAfter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("commit-after=%v", commitAfter), func(t *testing.T) {
+			r := newRig(t, nil)
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "s", 0, 3)
+			r.commit()
+			r.stop()
+			backup, err := os.ReadFile(r.storePath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e = r.start(nil)
+			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
+				t.Fatal(err)
+			}
+			p2 := r.initProducer("p") // the new incarnation, its batch not committed
+			mustSend(t, e, p2, "s", 0, 1)
+			if commitAfter {
+				r.broken = "p deleted and created again: its new incarnation's seqs start at 0 again"
+				mustSend(t, e, r.initProducer("q"), "s", 0, 1)
+				mustSend(t, e, p2, "s", 1, 1)
+				r.commit()
+			}
+			r.stop()
+			if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e = r.start(nil)
+			if st, ok := e.Producer("p"); ok && st.Epoch <= p.Epoch {
+				t.Fatalf("over an older copy of the store (the same key), p is back as its forgotten incarnation (%+v)", st)
+			}
+		})
+	}
+}
