@@ -512,8 +512,9 @@ func (s *Store) ForgottenSeal() (layout.ForgottenSeal, error) {
 
 // MakeForgottenSeal returns the store's seal, first making one with a new
 // random key when there is none: every document after since must then be
-// sealed with it, so the node must open no checkpoint at or below since
-// from now on (its first one to open, minus one).
+// sealed with it, so the node must open no checkpoint at or below since+1
+// from now on (layout.ForgottenSeal: its newest commit minus 2, once it
+// has applied every document there is).
 func (s *Store) MakeForgottenSeal(since uint64) (layout.ForgottenSeal, error) {
 	var seal layout.ForgottenSeal
 	err := s.update("make forgotten seal", func(tx *bolt.Tx) error {

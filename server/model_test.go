@@ -1116,7 +1116,14 @@ func (mr *modelRun) plantManifest() {
 		if !live {
 			return
 		}
+		// After the checkpoint open minus one (as the node names its
+		// own), or the newest committed one or the one before: the
+		// lowest a start whose store kept up applies, where a seal's
+		// checkpoint past the newest commit believed it unsealed.
 		id = open - 1
+		if last := mr.e.Status().LastDone; mr.rng.IntN(2) == 0 && last > 0 {
+			id = last - uint64(mr.rng.IntN(2))
+		}
 		name = rigDest + "/" + layout.ForgottenName(rigNode, id, 7)
 		body = fmt.Appendf(nil, `{"node":%q,"after_checkpoint":%d,"producers":{%q:%d}}`, rigNode, id, wireID(victim), epoch)
 	}

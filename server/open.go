@@ -165,19 +165,32 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	}) {
 		return false
 	}
-	// The key of the forgotten-producers documents this node publishes
-	// from now on, all after open-1 (layout.ForgottenSeal): made once.
-	if !lc.retry(ctx, "make the forgotten-producers seal", nil, func() (err error) {
-		lc.seal, err = lc.e.store.MakeForgottenSeal(open - 1)
-		return err
-	}) {
-		return false
-	}
 	// Stores written before committed_in was kept: name the newest
 	// committed checkpoint instead, never a reserved or aborted id.
 	var newest uint64
 	if !lc.retry(ctx, "read newest committed checkpoint", nil, func() (err error) {
 		newest, err = lc.e.store.NewestCommitted()
+		return err
+	}) {
+		return false
+	}
+	// The key of the forgotten-producers documents this node publishes
+	// from now on (layout.ForgottenSeal): made once, after the replay
+	// applied every document there is. Unsealed documents are believed
+	// only at or below newest-2, which every later start whose store
+	// kept up (and holds this key) skips anyway: not up to open-1, far
+	// beyond newest after an upgrade, where a planted document would be
+	// believed until two more commits. A store with no commit (new, or
+	// rebuilt: it commits nothing until the node does) checks no seal
+	// until it commits, at open or beyond: open-2 then, so the compaction
+	// still merges the documents a lost store's key sealed.
+	since := max(newest, 2) - 2
+	if newest == 0 {
+		since = max(open, 2) - 2
+	}
+	sealShown := func(err error) string { return "make the forgotten-producers seal: " + err.Error() }
+	if !lc.retry(ctx, "make the forgotten-producers seal", sealShown, func() (err error) {
+		lc.seal, err = lc.e.store.MakeForgottenSeal(since)
 		return err
 	}) {
 		return false

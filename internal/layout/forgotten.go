@@ -313,11 +313,16 @@ func compareEntries(a, b ForgottenEntry) int {
 // the documents published since the copy; a new store (the old one lost)
 // has no key until its first start has read every document, as before.
 //
-// Documents after Since must be sealed: the node made its key before it
-// opened checkpoint Since+1, so any document it published since (named
-// after the checkpoint open minus one) is past Since, and any document it
-// published before (by a binary older than sealing, or under a lost
-// store's key) is at or below it.
+// Documents after Since must be sealed. The start that makes the key has
+// applied every document there was (believing each, without a key), so a
+// store holding the key reflects them; Since is its newest commit minus
+// 2, which every later start whose store kept up (its newest commit is
+// no lower) skips anyway (a store with no commit checks no seal until it
+// commits a checkpoint it opens: Since is the first one minus 2). Unsealed documents at or below it (an older
+// binary's, or ones sealed under a lost store's key) are believed only
+// by the compaction, which merges them under this key. Since must not be
+// higher: a planted document up to it, after the store's newest commit
+// minus 1, would make a start forget a live producer.
 type ForgottenSeal struct {
 	Key   []byte // nil: no key (a new store's first start): every document is believed unsealed
 	Since uint64

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -169,5 +171,51 @@ func TestForgottenSeal(t *testing.T) {
 	m.Entries[0].Epoch = 0
 	if err := s.CheckMerged(ForgottenMergedName("n1", 12, 13, 0), &m); !errors.Is(err, ErrBadForgotten) {
 		t.Fatalf("a merged document changed after its seal: %v, want ErrBadForgotten", err)
+	}
+}
+
+// The seal is over the decoded document, re-encoded: what the JSON says
+// to this binary, not its bytes. A sealed document rewritten without
+// changing what it decodes to (escapes, key order, unknown fields, a key
+// given twice with the sealed value last) still checks; one that decodes
+// to anything else (a key given twice adding a producer, a field name in
+// another case merging into the map, an epoch past int64, a checkpoint
+// written as a float) does not, or does not decode.
+func TestForgottenSealCanonical(t *testing.T) {
+	s := ForgottenSeal{Key: []byte("0123456789abcdef0123456789abcdef"), Since: 1}
+	doc := Forgotten{Node: "n1", After: 5, Producers: map[string]int64{"p-1": 3, "A:b": 123456789012}}
+	if err := s.Seal(&doc); err != nil {
+		t.Fatal(err)
+	}
+	name := ForgottenName("n1", 5, 0)
+	mac := doc.MAC
+	check := func(body string) error {
+		f, err := DecodeForgotten(name, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		return s.Check(name, f)
+	}
+	same := []string{
+		fmt.Sprintf(`{"mac":%q,"producers":{"p-1":3,"A:b":123456789012},"after_checkpoint":5,"node":"n1"}`, mac),
+		fmt.Sprintf(`{"node":"\u006e1","after_checkpoint":5,"producers":{"p\u002d1":3,"A:b":123456789012},"mac":%q,"extra":[1,2]}`, mac),
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5,"producers":{"p-1":7,"p-1":3,"A:b":123456789012},"mac":%q}`, mac),
+	}
+	for _, b := range same {
+		if err := check(b); err != nil {
+			t.Errorf("%s: %v, want the seal to hold (it decodes to what was sealed)", b, err)
+		}
+	}
+	other := []string{
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5,"producers":{"p-1":3,"A:b":123456789012},"producers":{"q":1},"mac":%q}`, mac),
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5,"producers":{"p-1":3,"A:b":123456789012},"Producers":{"q":1},"mac":%q}`, mac),
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5,"producers":{"p-1":3,"A:b":9223372036854775808},"mac":%q}`, mac),
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5.0,"producers":{"p-1":3,"A:b":123456789012},"mac":%q}`, mac),
+		fmt.Sprintf(`{"node":"n1","after_checkpoint":5,"producers":{"p-1":3,"A:b":123456789012},"mac":%q}`, strings.ToUpper(mac)),
+	}
+	for _, b := range other {
+		if err := check(b); err == nil {
+			t.Errorf("%s: believed, want the seal to fail (or the document refused)", b)
+		}
 	}
 }
