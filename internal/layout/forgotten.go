@@ -318,8 +318,8 @@ func compareEntries(a, b ForgottenEntry) int {
 // store holding the key reflects them; Since is its newest commit minus
 // 2, which every later start whose store kept up (its newest commit is
 // no lower) skips anyway (a store with no commit checks no seal until it
-// commits a checkpoint it opens: Since is the first one minus 2). Unsealed documents at or below it (an older
-// binary's, or ones sealed under a lost store's key) are believed only
+// commits a checkpoint it opens: Since is the first one minus 2).
+// Unsealed documents at or below it (an older binary's, or ones sealed under a lost store's key) are believed only
 // by the compaction, which merges them under this key. Since must not be
 // higher: a planted document up to it, after the store's newest commit
 // minus 1, would make a start forget a live producer.
