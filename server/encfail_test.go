@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
@@ -333,4 +334,91 @@ func (mr *modelRun) settleDoomed() {
 	}
 	mr.m.rollback()
 	mr.m.resolveAnon(mr.t, mr.e)
+}
+
+// TestSplitAppendFailRefusesWrites: a batch spanning partitions whose
+// second piece fails after the first was appended dooms its checkpoint
+// too (doomLocked; TestStreamSplitAppendFails has the abort): until the
+// engine has aborted it, on its own, every write is refused with the
+// piece's error (EIO here), not accepted into a checkpoint that can't
+// commit; then writes commit again.
+func TestSplitAppendFailRefusesWrites(t *testing.T) {
+	var failMatch atomic.Pointer[string]
+	var stuck atomic.Bool
+	var stuckFired atomic.Int64
+	fs := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if m := failMatch.Load(); m != nil && op.Kind == faultfs.OpWrite && strings.Contains(op.Path, *m) {
+			return syscall.EIO
+		}
+		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
+			stuckFired.Add(1)
+			return syscall.EIO
+		}
+		return nil
+	}))
+	r := newRig(t, fs)
+	r.foreign = true // records of its own: the end check skips their ranges
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) {
+		c.BufferSize = 8 // every batch is written at once
+		c.Hooks.Checkpoint = ckLog.hook
+	}
+	e := r.start(nil)
+	if _, err := e.PutStream(t.Context(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	one := func(k string) Write {
+		return Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"` + k + `","n":1}` + "\n"), Records: 1}
+	}
+	if _, err := e.Write(one("a")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	stuck.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.Checkpoint(ctx)
+		if err == nil && res.State != recovery.Committed {
+			err = fmt.Errorf("checkpoint %d: %+v", n, res)
+		}
+		done <- err
+	}()
+	t.Cleanup(func() {
+		stuck.Store(false)
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+		}
+	})
+	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	m := fmt.Sprintf("-%020d-0001.", n+1) // the second file of checkpoint n+1: partition b
+	failMatch.Store(&m)
+	two := Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"a","n":2}` + "\n" + `{"k":"b","n":2}` + "\n"), Records: 2}
+	if _, err := e.Write(two); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the write whose second piece failed: %v", err)
+	}
+	failMatch.Store(nil)
+	for _, k := range []string{"a", "c"} {
+		if res, err := e.Write(one(k)); !errors.Is(err, syscall.EIO) || errors.Is(err, ErrDiskFull) {
+			t.Fatalf("write into the doomed checkpoint (partition %s): %+v %v, want refused with the piece's EIO", k, res, err)
+		}
+	}
+	stuck.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	waitFor(t, "the doomed checkpoint's abort", func() bool {
+		s, ok := ckLog.state(n + 1)
+		return ok && s == recovery.Aborted
+	})
+	if _, err := e.Write(two); err != nil {
+		t.Fatalf("after the abort: %v", err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 2 {
+		t.Fatalf("after the abort: %+v", res)
+	}
 }
