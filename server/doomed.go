@@ -6,37 +6,37 @@ import (
 
 // A doomed checkpoint.
 //
-// A staging file that can't be finished dooms its checkpoint: a
-// Parquet or compressed file whose encoder failed in the background
+// A staging file that can't be finished dooms its checkpoint: a Parquet
+// or compressed file whose encoder failed in the background
 // (staging.Txn.OnEncodeFail: ENOSPC creating its *.enc.inprogress or
-// *.pages.inprogress, a failed write of either), or a plain file a failed
-// write left broken. Its pre-commit can only fail, and the checkpoint
-// abort, taking every batch accepted into it, of every stream, with it,
-// and the open checkpoint after it (abort, checkpoint.go). Nothing more
-// is accepted into a doomed checkpoint (I13: a batch is accepted only
-// when its commit is known possible; DESIGN "Streams": refused at write
-// time, never failed at commit):
+// *.pages.inprogress, a failed write of either), a plain file a failed
+// write left broken, or the files holding part of a refused batch that
+// spans partitions (doomLocked, streams.go). Its pre-commit can only
+// fail, and the checkpoint abort, with every batch accepted into it, of
+// every stream, and the open checkpoint after it (abort, checkpoint.go).
+// So nothing more is accepted into it (I13: a batch is accepted only when
+// its commit is known possible; DESIGN "Streams": refused at write time,
+// never failed at commit):
 //
 //   - A write is refused with the file's error, as a plain stream's
-//     write is refused when its own staging write fails: the same error
-//     class, so the same answer (disk full: 507 insufficient_storage;
-//     other I/O: what the API answers for it), the same health note
-//     (Status.DiskFull, /readyz) and the same "storage" rejection. The
-//     client backs off and resends; after the abort the checkpoint that
-//     takes its batch can commit. A batch whose append ran the step that
-//     failed (inline encoders) is refused too: it is in the doomed file.
+//     write is when its own staging write fails (write, engine.go): the
+//     same error class, so the same answer (disk full: 507
+//     insufficient_storage; EIO: what the API answers for it), the same
+//     health note (Status.DiskFull, /readyz), the same "storage"
+//     rejection. The client backs off and resends; after the abort its
+//     batch can commit. A batch whose append ran the step that failed
+//     (inline encoders) is refused too: it is in the doomed file.
 //   - The checkpoint ends now, not at the next periodic or requested
 //     one: the failure kicks the coordinator, whose cut of a doomed
-//     checkpoint aborts without pre-committing its other files (they
-//     would be synced only to be deleted, on a disk that is full). The
-//     abort is what the failure policy (policy.go) says for a failed
-//     pre-commit of a plain stream's file, taken as soon as the failure
-//     is known rather than when a barrier finds it: the refusals last
-//     milliseconds, not up to --checkpoint-interval, and the batches of
-//     other streams stop being accepted into a checkpoint that can't
-//     commit. The abort is the one a plain checkpoint's failed pre-commit
-//     runs (abort, checkpoint.go): staging files deleted, producers back
-//     to the last prepared checkpoint, waiters answered "aborted".
+//     checkpoint aborts it without pre-committing its other files (they
+//     would be synced, on a full disk, only to be deleted). The abort is
+//     the one any failed pre-commit gets, whatever the error's class
+//     (checkpoint.go, step 2; a plain file's ENOSPC at pre-commit too):
+//     staging files deleted, producers back to the last prepared
+//     checkpoint, waiters answered "aborted" (503, expected_seq). Only
+//     its moment changes: the refusals last until the coordinator is
+//     free (milliseconds, unless a commit before is stuck), not up to
+//     --checkpoint-interval.
 //
 // The failure is noted without the ingest lock (an inline step fails
 // inside an append, under it), as the newest failure by checkpoint id;
