@@ -22,7 +22,8 @@ type cut struct {
 	out    *outcome
 	began  time.Time
 	log    *slog.Logger
-	failed bool // the engine stopped during it: the result is not final
+	failed bool  // the engine stopped during it: the result is not final
+	doomed *doom // a file of it can't be finished (doomed.go): it aborts
 }
 
 func (c *cut) result(state recovery.State) CheckpointResult {
@@ -51,7 +52,7 @@ func (pipe *pipeline) checkpoint(ctx context.Context) (CheckpointResult, error) 
 	}
 	defer pipe.e.ing.endInflight()
 	// 2. Pre-commit every file in parallel, then make their names durable.
-	files, err := pipe.preCommit(ctx, c.ck.ID, c.txns)
+	files, err := pipe.preCommit(ctx, c)
 	if err != nil {
 		pipe.e.health.noteDiskFull(err)
 		return pipe.abort(ctx, c, files, err), nil
@@ -102,6 +103,9 @@ func (in *ingest) cut(began, start time.Time) (*cut, *emptyCut, error) {
 	}
 	id := in.openID
 	c := &cut{txns: in.openTxns, out: in.outcomes[id], began: began, log: in.e.log.With("checkpoint", id)}
+	if d := in.doomedLocked(); d != nil && d.id <= id {
+		c.doomed = d
+	}
 	in.inflight = id // the orphan sweep leaves its intents alone
 	keys, keyPol := in.keyBarrierLocked(start)
 	c.ck = &recovery.Checkpoint{ID: id, StartedAt: start, Records: in.openRecords, Bytes: in.openBytes,
@@ -269,8 +273,13 @@ func (in *ingest) finished(id uint64, state recovery.State, release int64) {
 // preCommit flushes, fsyncs and closes every transaction, fsyncs the
 // staging directory, and prepares every file with the committer. It returns
 // the files prepared so far even on error, so abort can undo them.
-func (pipe *pipeline) preCommit(ctx context.Context, id uint64, txns []*openTxn) ([]committer.File, error) {
-	txns = pipe.dropEmpty(txns) // streams.go
+func (pipe *pipeline) preCommit(ctx context.Context, c *cut) ([]committer.File, error) {
+	if c.doomed != nil {
+		// A file of c can't be finished (doomed.go): c aborts now,
+		// without syncing the others first.
+		return nil, fmt.Errorf("pre-commit: %w", c.doomed.err)
+	}
+	id, txns := c.ck.ID, pipe.dropEmpty(c.txns) // streams.go
 	files := make([]committer.File, len(txns))
 	errs := make([]error, len(txns))
 	// Every file is tried, whatever the others do: errors are kept in
@@ -424,6 +433,7 @@ func (in *ingest) abortOpen(c *cut) (uint64, *outcome, int64) {
 	// Only producers this checkpoint or the next one touched differ from
 	// their durable state: reset those, not the whole table.
 	in.prods.abort(c.ck.Seqs)
+	in.abortedThrough = id // a doom of c or of id is over (doomed.go)
 	in.openNextLocked()
 	return id, out, bytes
 }

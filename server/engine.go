@@ -111,6 +111,10 @@ type ingest struct {
 
 	initMu sync.Mutex // serialises producer inits
 
+	// doomed is the newest staging file that can't be finished, by
+	// checkpoint: set without the lock (doomed.go).
+	doomed atomic.Pointer[doom]
+
 	mu          sync.Mutex // the ingest lock; guards everything below
 	isReady     bool
 	closed      bool
@@ -128,6 +132,10 @@ type ingest struct {
 	firstID     uint64 // the first id this start opened
 	early       bool   // the open checkpoint must end now: too many open files
 	inflight    uint64 // the checkpoint past its barrier, 0 when none
+
+	// abortedThrough is the newest checkpoint aborted: a doom of it or
+	// an older one is over (doomed.go).
+	abortedThrough uint64
 
 	// lastPrepared is the newest checkpoint recorded prepared (a
 	// stream's PUT waits for it: streams.go).
@@ -261,6 +269,9 @@ func (in *ingest) write(w Write) (WriteResult, error) {
 		in.reject("invalid_records")
 		return res, pl.err
 	}
+	if d := in.doomedLocked(); d != nil && (w.Records > 0 || ss != nil) { // doomed.go
+		return res, in.refuseDoomedLocked(d)
+	}
 	if w.Records == 0 {
 		// An empty batch still takes its sequence number, but opens no file.
 		if ss != nil {
@@ -292,6 +303,11 @@ func (in *ingest) write(w Write) (WriteResult, error) {
 		in.reject("storage")
 		in.e.health.noteDiskFullLocked(err)
 		return res, err
+	}
+	if d := in.doomedLocked(); d != nil {
+		// The append ran an encoding step that failed (inline encoders),
+		// or a step failed meanwhile: the batch is in a doomed file.
+		return res, in.refuseDoomedLocked(d)
 	}
 	in.openBytes += int64(len(w.Data))
 	in.openRecords += int64(w.Records)
@@ -351,6 +367,7 @@ func (in *ingest) txnLocked(key staging.Key) (*openTxn, error) {
 	if ot := in.cur[key]; ot != nil && ot.txn.Err() == nil && ot.txn.Size() < in.rollBytes(key.Stream) {
 		return ot, nil
 	} else if ot != nil && ot.txn.Err() != nil {
+		in.doomFile(in.openID, key.Stream, ot.txn.Err()) // doomed.go
 		return nil, fmt.Errorf("stream %s: %w", key.Stream, ot.txn.Err())
 	}
 	if n := len(in.openTxns); in.e.cfg.MaxOpenFiles > 0 && n >= in.e.cfg.MaxOpenFiles {
@@ -372,6 +389,8 @@ func (in *ingest) txnLocked(key staging.Key) (*openTxn, error) {
 		return nil, err
 	}
 	in.nextIndex++
+	id := in.openID
+	t.OnEncodeFail(func(err error) { in.doomFile(id, key.Stream, err) }) // doomed.go
 	ot := &openTxn{key: key, txn: t, final: path.Join(key.Stream, key.Partition, base), conf: conf}
 	in.cur[key] = ot
 	in.openTxns = append(in.openTxns, ot)

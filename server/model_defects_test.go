@@ -59,14 +59,18 @@ func TestModelForgetsUnpreparedStreams(t *testing.T) {
 // checkpoint (seed 1796335492910097436: "feed: with
 // .../18446744073709551606.json planted, checkpoint 9895609109553
 // committed after a follower's cursor [{n1 9895609108529}] is not given
-// after it (given [], ...)"), and failed here the same way.
+// after it (given [], ...)"), and failed here the same way. Since
+// doomed.go the engine refuses the writes once the encoder failed and
+// aborts the checkpoint on its own, which the run settles before its next
+// step (settleDoomed): the feed check then runs on a clean open
+// checkpoint, and the batches accepted before the failure stay aborted.
 func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
 	mr := newModelRun(t, 1)
 	for _, p := range mr.producers {
 		mr.initProducer(p, false)
 	}
 	// s2 (Parquet) encodes as its batches arrive: the encoded file's
-	// create fails, and its writes are still accepted.
+	// create fails, and the writes from then on are refused.
 	var failed atomic.Bool
 	mr.sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if op.Kind == faultfs.OpOpen && strings.HasSuffix(op.Path, ".enc"+staging.Suffix) {
@@ -77,14 +81,18 @@ func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
 	}))
 	k := [2]string{"p0", "s2"}
 	for range 8 {
-		if err := modelWrite(t, mr.m, mr.e, mr.ans, "p0", "s2", 4); err != nil {
-			t.Fatalf("write: %v", err)
+		if mr.write("p0", "s2", k); failed.Load() {
+			break
 		}
 	}
 	mr.sw.Set(nil)
 	if !failed.Load() {
 		t.Fatal("no encoding step ran: the fault was not hit")
 	}
+	if mr.m.next[k] == 0 {
+		t.Fatal("no batch accepted before the encoder failed: the test tests nothing")
+	}
+	mr.settleDoomed()
 	name := rigDest + "/" + layout.ManifestName(rigNode, 1<<64-10)
 	if err := mr.base.MkdirAll(filepath.Dir(name), 0o755); err != nil { // no commit yet
 		t.Fatal(err)
@@ -102,14 +110,20 @@ func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
 }
 
 // The model test's quiesce (every 500 steps: faults off, a checkpoint)
-// may see its checkpoint abort, although no fault is on any more: an
-// earlier fault can have failed a zstd stream's encoder while batches
-// were accepted (compressed files are encoded as batches arrive; the
-// error shows at the pre-commit). The engine then forgets those batches
-// (their clients resend them); the model must too. It did not, and ran
-// ahead of the engine: the next store loss counted the aborted batches
-// committed and reported the engine's right committed_seq as an I12
-// failure (seed 1796302382417747410 with df3dc74 applied, under -race).
+// saw its checkpoint abort, although no fault was on any more: an
+// earlier fault had failed a zstd stream's encoder while batches were
+// accepted (compressed files are encoded as batches arrive; the error
+// showed at the pre-commit). The engine then forgot those batches (their
+// clients resend them); the model must too. It did not, and ran ahead of
+// the engine: the next store loss counted the aborted batches committed
+// and reported the engine's right committed_seq as an I12 failure (seed
+// 1796302382417747410 with df3dc74 applied, under -race).
+//
+// Since doomed.go the engine refuses the write whose append ran the
+// failing step, and every one after it, and aborts the checkpoint on its
+// own: the model's settleDoomed (before every step and every quiesce)
+// forgets the batches accepted before the failure, and the quiesce that
+// follows commits.
 func TestModelQuiesceAborted(t *testing.T) {
 	mr := newModelRun(t, 1)
 	p, k := "p0", [2]string{"p0", "s1"}
@@ -122,22 +136,37 @@ func TestModelQuiesceAborted(t *testing.T) {
 		}
 		return nil
 	}))
-	// Batches of s1 (zstd) until its encoder has written, and failed.
-	for i := 0; failed.Load() == 0; i++ {
+	// Batches of s1 (zstd) until its encoder has written, and failed:
+	// that write is refused for a full disk, as the run's write step
+	// checks (mr.write).
+	var refused error
+	for i := 0; refused == nil; i++ {
 		if i == 50 {
 			t.Fatal("the encoder of s1 never wrote")
 		}
-		if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, "s1", 4); err != nil {
-			t.Fatalf("write %d: %v", i, err)
+		mr.write(p, "s1", k)
+		if failed.Load() > 0 {
+			d := mr.doomWatch.peek(mr.e)
+			if d == nil {
+				t.Fatal("the encoder failed and its checkpoint is not doomed")
+			}
+			refused = d.err
 		}
 	}
 	accepted := mr.m.next[k]
-	mr.quiesce()
-	if st, _ := mr.ckLog.state(mr.e.Status().OpenID - 1); st != recovery.Aborted {
-		t.Fatalf("the quiesce's checkpoint: %s, want aborted (the encoder failed)", st)
+	if accepted == 0 {
+		t.Fatal("no batch accepted before the encoder failed: the test tests nothing")
+	}
+	mr.settleDoomed()
+	if mr.st.doomed != 1 {
+		t.Fatalf("%d doomed checkpoints settled, want 1 (%v)", mr.st.doomed, refused)
 	}
 	if mr.m.next[k] != 0 || mr.m.prepared[k] != 0 {
-		t.Fatalf("model after the aborted quiesce: next %d prepared %d, want 0 and 0 (%d batches were accepted, none committed)", mr.m.next[k], mr.m.prepared[k], accepted)
+		t.Fatalf("model after the doomed checkpoint's abort: next %d prepared %d, want 0 and 0 (%d batches were accepted, none committed)", mr.m.next[k], mr.m.prepared[k], accepted)
+	}
+	mr.quiesce()
+	if st, _ := mr.ckLog.state(mr.e.Status().OpenID - 1); st != recovery.Committed {
+		t.Fatalf("the quiesce's checkpoint: %s, want committed (the doomed one aborted before it)", st)
 	}
 	// The client resends from the start, as the engine asks.
 	for range accepted {

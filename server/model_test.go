@@ -77,14 +77,14 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted, leasesDamaged, feedsFollowed                                                                                   int
+	quiesceAborted, leasesDamaged, feedsFollowed, doomed                                                                           int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine)",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -184,6 +184,7 @@ type modelRun struct {
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
 
 	world         modelWorld // table streams, clock steps, retention (model_world_test.go)
+	doomWatch     doomWatch  // the engine's doomed checkpoints (encfail_test.go)
 	storeReplaced bool       // the state store was lost or replaced by a copy once
 }
 
@@ -285,6 +286,7 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 		if mr.crash != nil && mr.crash.Crashed() || mr.e.Err() != nil {
 			mr.restart(mr.rng.IntN(2) == 0)
 		}
+		mr.settleDoomed() // encfail_test.go
 		if mr.rng.IntN(12) == 0 {
 			mr.note("%s", mr.km.step(mr.t, mr.rng, mr.m, mr.e, mr.ans, mr.streams, mr.fail))
 			if mr.km.kicked {
@@ -341,6 +343,7 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			continue
 		}
 		if step%500 == 499 && mr.crash == nil && mr.e.Err() == nil {
+			mr.settleDoomed()
 			mr.quiesce()
 		}
 	}
@@ -361,6 +364,15 @@ func (mr *modelRun) write(p, s string, k [2]string) {
 	mr.st.writes++
 	err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1+mr.rng.IntN(4))
 	mr.note("write %v seq %d: %v", k, mr.m.next[k], err)
+	// A staging file that failed during the write (an inline encoding
+	// step, a broken file) dooms its checkpoint: the write is refused
+	// with its error, the answer a plain stream's write gets for it.
+	// settleDoomed, at the next step, forgets what the checkpoint held.
+	if d := mr.doomWatch.peek(mr.e); d != nil {
+		if err := refusedFor(d, err); err != nil {
+			mr.fail("write %v: %v", k, err)
+		}
+	}
 }
 
 // gap sends a batch beyond the next expected: refused, naming it.

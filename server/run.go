@@ -146,7 +146,7 @@ func (lc *lifecycle) run(ctx context.Context) {
 			}
 		case <-lc.kick:
 			lc.e.ing.mu.Lock()
-			big := lc.e.ing.openBytes > lc.e.cfg.MaxUncommittedBytes/4 || lc.e.ing.early
+			big := lc.e.ing.openBytes > lc.e.cfg.MaxUncommittedBytes/4 || lc.e.ing.early || lc.e.ing.doomedLocked() != nil
 			lc.e.ing.mu.Unlock()
 			if !big {
 				continue // the checkpoint that just ran already took it

@@ -620,8 +620,12 @@ func (in *ingest) appendPlacedLocked(w *Write, p placed, pid string, seq int64) 
 	}
 	for i, pc := range p.pieces {
 		if err := ots[i].txn.AppendChecked(pc.data, pc.records, pid, seq, pc.checked); err != nil {
-			if i > 0 {
+			switch { // doomed.go
+			case i > 0:
 				in.doomLocked(ots[:i])
+				in.doomFile(in.openID, w.Stream, fmt.Errorf("part of a refused batch is in its files: %w", err))
+			case ots[i].txn.Err() != nil: // the file is broken
+				in.doomFile(in.openID, w.Stream, ots[i].txn.Err())
 			}
 			return fmt.Errorf("append to stream %s: %w", w.Stream, err)
 		}

@@ -345,9 +345,23 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 				unknownID, unknownSnap = id, snap
 			}
 		}
+		// A staging file that fails during a write (an encoder's step,
+		// inline) dooms its checkpoint: that write and the ones after are
+		// refused, and the engine aborts it on its own (doomed.go).
+		var dw doomWatch
+		settle := func(err error) error {
+			if d := dw.met(e); d != nil {
+				if rerr := refusedFor(d, err); rerr != nil {
+					t.Fatalf("op %d %s: %v", n, mode, rerr)
+				}
+				_, _ = checkpointUntil(e, crashed) // after the abort; an error: phase 2 decides
+				m.rollback()
+			}
+			return err
+		}
 		w := func(p, s string, k int) {
 			for range k {
-				if crashed() || e.Err() != nil || m.write(t, e, p, s, 2) != nil {
+				if crashed() || e.Err() != nil || settle(m.write(t, e, p, s, 2)) != nil {
 					return
 				}
 			}
@@ -363,12 +377,12 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 				round = func(func()) {}
 			}
 		}
-		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = m.writeAnon(e, "a"); w("p1", zstdStream, 1) })
+		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = settle(m.writeAnon(e, "a")); w("p1", zstdStream, 1) })
 		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1); w("p2", parquetStream, 2) })
 		round(func() {
 			w("p2", "b", 2)
 			w("p1", "c", 2)
-			_ = m.writeAnon(e, "c")
+			_ = settle(m.writeAnon(e, "c"))
 			w("p1", zstdStream, 1)
 			w("p1", parquetStream, 1)
 		})

@@ -98,8 +98,25 @@ func (t *Txn) Size() int64 {
 // Records returns the records appended so far.
 func (t *Txn) Records() int64 { return t.records }
 
-// Err returns the error that broke the transaction, if any.
-func (t *Txn) Err() error { return t.err }
+// Err returns the error that broke the transaction, if any: a failed
+// write's, or a failed encoding step's (CreateEncoded).
+func (t *Txn) Err() error {
+	if t.err == nil && t.enc != nil {
+		return t.enc.failed()
+	}
+	return t.err
+}
+
+// OnEncodeFail has f told the error of the first encoding step that
+// fails (CreateEncoded; a plain Txn has none), from the step: a goroutine
+// of the Encoders, or, for inline Encoders, inside the Append that made
+// the step due. f must not block nor wait for the caller of Append. Set
+// it before the first Append.
+func (t *Txn) OnEncodeFail(f func(err error)) {
+	if t.enc != nil {
+		t.enc.onFail = f
+	}
+}
 
 // Append adds one batch of records, each terminated by '\n'. producer is ""
 // for batches sent without idempotence headers; otherwise seq is the batch's
@@ -120,8 +137,8 @@ func (t *Txn) AppendChecked(data []byte, records int, producer string, seq int64
 	if t.closed {
 		return ErrClosed
 	}
-	if t.err != nil {
-		return fmt.Errorf("%w: %w", ErrBroken, t.err)
+	if err := t.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBroken, err)
 	}
 	if t.enc != nil && c != nil {
 		// Queued before the write that may start a step over the batch,

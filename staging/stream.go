@@ -62,7 +62,12 @@ import (
 // without it (the encoded file, then the prepared record), and a crash
 // anywhere leaves it to recovery, which deletes every temp file. A failed step (a read or write error, a record
 // the codec refuses) is sticky: PreCommit returns it and the checkpoint
-// aborts; no step ever fsyncs, and the final fsync is not retried.
+// aborts; no step ever fsyncs, and the final fsync is not retried. It is
+// not kept from the caller until then: from the step's end, Err returns
+// it and Append refuses every batch with it (the file can't be finished:
+// nothing more may be accepted into it), and OnEncodeFail's function is
+// told at once, so the caller can end the file's checkpoint without
+// waiting for a write or the pre-commit to find it.
 
 // DefaultStepBytes is how much of whole batches a background step waits
 // for: a zstd or gzip frame covers at least this much, and at most this
@@ -190,6 +195,8 @@ type encoder struct {
 	active  bool      // a step holds a slot and may touch the files
 	err     error     // sticky: the encoded file can't be finished
 	stop    atomic.Bool
+
+	onFail func(error) // told err when a step fails (Txn.OnEncodeFail)
 
 	// Read by Txn.Size while steps run.
 	outBytes atomic.Int64 // bytes of the encoded file written so far
@@ -364,11 +371,23 @@ func (en *encoder) run() {
 		en.mu.Lock()
 		if err != nil {
 			en.err = err
+			if f := en.onFail; f != nil && !en.stop.Load() {
+				en.mu.Unlock()
+				f(err)
+				en.mu.Lock()
+			}
 		}
 	}
 	en.running, en.active = false, false
 	en.idle.Broadcast()
 	en.mu.Unlock()
+}
+
+// failed returns the sticky error of a failed step, if any.
+func (en *encoder) failed() error {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	return en.err
 }
 
 // wait returns once no step runs.
@@ -385,7 +404,7 @@ func (en *encoder) wait() {
 func (en *encoder) encode(s *slot, upto int64) (err error) {
 	if en.in == nil {
 		if en.in, err = en.fs.Open(en.src); err != nil {
-			return fmt.Errorf("open staging file %s to encode: %w", en.src, err)
+			return durable.Classify(fmt.Errorf("open staging file %s to encode: %w", en.src, err))
 		}
 	}
 	if en.out == nil {

@@ -236,7 +236,32 @@ func TestCreateEncodedFaults(t *testing.T) {
 				if err != nil {
 					continue // the create failed: nothing to check
 				}
+				// A failed step is told at once, and from then on every
+				// batch is refused with its error: only the batch whose
+				// append ran the step (inline) is in the file after it.
+				var told error
+				toldAt := int64(-1)
+				tx.OnEncodeFail(func(err error) {
+					if told != nil {
+						t.Errorf("told twice: %v, then %v", told, err)
+					}
+					told, toldAt = err, tx.Records()
+				})
 				accepted, _ := appendChecked(t, tx, recs, checkedSchema(tt.checked, tt.enc))
+				if told != nil {
+					if got := int64(len(accepted)) - toldAt; got > 10 {
+						t.Fatalf("step failed (%v) with %d records accepted; %d more accepted after it", told, toldAt, got)
+					}
+					if err := tx.Err(); !errors.Is(err, told) {
+						t.Fatalf("step failed (%v); Err is %v", told, err)
+					}
+					if err := tx.Append([]byte("{}\n"), 1, "p", 99); !errors.Is(err, ErrBroken) || !errors.Is(err, told) {
+						t.Fatalf("step failed (%v); a later append: %v", told, err)
+					}
+					if op, _ := inj.Fired(); errno == syscall.ENOSPC && op.Kind == faultfs.OpOpen && (op.Path == EncodedName(name) || op.Path == PagesName(name)) && !errors.Is(told, durable.ErrDiskFull) {
+						t.Fatalf("fault %v: the step's error %v is not ErrDiskFull", op, told)
+					}
+				}
 				sum, err := tx.PreCommit()
 				op, fired := inj.Fired()
 				if !fired {

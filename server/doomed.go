@@ -1,0 +1,94 @@
+package server
+
+import (
+	"fmt"
+)
+
+// A doomed checkpoint.
+//
+// A staging file that can't be finished dooms its checkpoint: a Parquet
+// or compressed file whose encoder failed in the background
+// (staging.Txn.OnEncodeFail: ENOSPC creating its *.enc.inprogress or
+// *.pages.inprogress, a failed write of either), a plain file a failed
+// write left broken, or the files holding part of a refused batch that
+// spans partitions (doomLocked, streams.go). Its pre-commit can only
+// fail, and the checkpoint abort, with every batch accepted into it, of
+// every stream, and the open checkpoint after it (abort, checkpoint.go).
+// So nothing more is accepted into it (I13: a batch is accepted only when
+// its commit is known possible; DESIGN "Streams": refused at write time,
+// never failed at commit):
+//
+//   - A write is refused with the file's error, as a plain stream's
+//     write is when its own staging write fails (write, engine.go): the
+//     same error class, so the same answer (disk full: 507
+//     insufficient_storage; EIO: what the API answers for it), the same
+//     health note (Status.DiskFull, /readyz), the same "storage"
+//     rejection. The client backs off and resends; after the abort its
+//     batch can commit. A batch whose append ran the step that failed
+//     (inline encoders) is refused too: it is in the doomed file.
+//   - The checkpoint ends now, not at the next periodic or requested
+//     one: the failure kicks the coordinator, whose cut of a doomed
+//     checkpoint aborts it without pre-committing its other files (they
+//     would be synced, on a full disk, only to be deleted). The abort is
+//     the one any failed pre-commit gets, whatever the error's class
+//     (checkpoint.go, step 2; a plain file's ENOSPC at pre-commit too):
+//     staging files deleted, producers back to the last prepared
+//     checkpoint, waiters answered "aborted" (503, expected_seq). Only
+//     its moment changes: the refusals last until the coordinator is
+//     free (milliseconds, unless a commit before is stuck), not up to
+//     --checkpoint-interval.
+//
+// The failure is noted without the ingest lock (an inline step fails
+// inside an append, under it), as the newest failure by checkpoint id;
+// under the lock, doomedLocked says whether it still dooms the open
+// checkpoint: not once that checkpoint, or a later one, aborted or
+// committed.
+
+// doom is a staging file of checkpoint id that can't be finished.
+type doom struct {
+	id  uint64
+	err error // "stream S: <why>"
+}
+
+// doomFile notes that a staging file of checkpoint id can't be finished
+// and asks the coordinator to end the checkpoint now. It takes no lock:
+// an inline encoding step calls it inside an append.
+func (in *ingest) doomFile(id uint64, stream string, err error) {
+	d := &doom{id: id, err: fmt.Errorf("stream %s: %w", stream, err)}
+	for {
+		old := in.doomed.Load()
+		if old != nil && old.id >= id {
+			return // the same checkpoint, or a later one (whose abort takes this one's with it) already is
+		}
+		if in.doomed.CompareAndSwap(old, d) {
+			break
+		}
+	}
+	select {
+	case in.e.life.kick <- struct{}{}:
+	default:
+	}
+}
+
+// doomedLocked returns why the open checkpoint can't commit: a file of
+// it, or of the checkpoint past its barrier (whose abort takes the open
+// one), can't be finished. nil when none.
+func (in *ingest) doomedLocked() *doom {
+	d := in.doomed.Load()
+	if d == nil || d.id <= in.abortedThrough || d.id <= in.lastDone {
+		return nil
+	}
+	return d
+}
+
+// refuseDoomedLocked refuses a write into a doomed checkpoint, as a write
+// refused by its own staging file is refused (write, engine.go), and asks
+// again for the checkpoint to end (a coordinator that could not reserve
+// ids tries again).
+func (in *ingest) refuseDoomedLocked(d *doom) error {
+	err := fmt.Errorf("the open checkpoint can't commit (a staging file of checkpoint %d can't be finished) and aborts now; resend after it: %w", d.id, d.err)
+	in.reject("storage")
+	in.e.health.noteDiskFullLocked(err)
+	in.kickLocked()
+	return err
+}

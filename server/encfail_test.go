@@ -1,0 +1,424 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/recovery"
+	"github.com/eosink/eosink/staging"
+)
+
+// Tests of a doomed checkpoint (doomed.go): a staging file whose encoder
+// failed in the background refuses the writes after it, with a plain
+// stream's answer for the error's class, and its checkpoint aborts on
+// its own, at once.
+
+// encFailCase is one way an encoder fails: op kind on the staging file
+// whose name ends in suffix fails with errno, in stream's files.
+type encFailCase struct {
+	name       string
+	stream     string
+	kind       faultfs.OpKind
+	suffix     string
+	errno      syscall.Errno
+	background bool // steps on the Encoders' goroutines, not inside Append
+}
+
+var encFailCases = []encFailCase{
+	{name: "zstd-enc-create-ENOSPC", stream: zstdStream, kind: faultfs.OpOpen, suffix: ".enc" + staging.Suffix, errno: syscall.ENOSPC},
+	{name: "zstd-enc-write-ENOSPC", stream: zstdStream, kind: faultfs.OpWrite, suffix: ".enc" + staging.Suffix, errno: syscall.ENOSPC},
+	{name: "parquet-enc-create-ENOSPC", stream: parquetStream, kind: faultfs.OpOpen, suffix: ".enc" + staging.Suffix, errno: syscall.ENOSPC},
+	{name: "parquet-pages-create-ENOSPC", stream: parquetStream, kind: faultfs.OpOpen, suffix: ".pages" + staging.Suffix, errno: syscall.ENOSPC},
+	{name: "zstd-enc-write-EIO", stream: zstdStream, kind: faultfs.OpWrite, suffix: ".enc" + staging.Suffix, errno: syscall.EIO},
+	{name: "parquet-enc-create-ENOSPC-background", stream: parquetStream, kind: faultfs.OpOpen, suffix: ".enc" + staging.Suffix, errno: syscall.ENOSPC, background: true},
+	{name: "zstd-enc-write-ENOSPC-background", stream: zstdStream, kind: faultfs.OpWrite, suffix: ".enc" + staging.Suffix, errno: syscall.ENOSPC, background: true},
+}
+
+// TestEncoderFailureRefusesWrites: once a staging file's encoder failed,
+// every write into its checkpoint, of any stream, is refused with the
+// answer a plain stream's write gets for that error (disk full:
+// ErrDiskFull, which the API answers 507 insufficient_storage; EIO: the
+// error itself), wait=commit or not, and while the disk is full Status
+// says so; the checkpoint aborts on its own as soon as the coordinator is
+// free (here it is held by the commit of the checkpoint before, stuck on
+// a failing rename), and a wait=commit client of a batch accepted before
+// the failure is told "aborted". Then, with room on the disk again, the
+// clients resend from what the engine expects and everything commits
+// exactly once. Before doomed.go the writes after the failure were
+// accepted (202) and the checkpoint aborted only at its pre-commit.
+func TestEncoderFailureRefusesWrites(t *testing.T) {
+	for _, tc := range encFailCases {
+		t.Run(tc.name, func(t *testing.T) { encFailRun(t, tc) })
+	}
+}
+
+func encFailRun(t *testing.T, tc encFailCase) {
+	base := faultfs.NewCrashFS()
+	var encFail, stuck atomic.Bool
+	var encFired, stuckFired atomic.Int64
+	inj := faultfs.NewInjectFS(base, faultfs.InjectorFunc(func(op faultfs.Op) error {
+		switch {
+		case encFail.Load() && op.Kind == tc.kind && strings.HasSuffix(op.Path, tc.suffix):
+			encFired.Add(1)
+			return tc.errno
+		case stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging):
+			stuckFired.Add(1)
+			return syscall.EIO // retried: the commit is stuck until it passes
+		}
+		return nil
+	}))
+	r := newRig(t, inj)
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) {
+		c.BufferSize = 128
+		c.Encoders = staging.NewInlineEncoders(256)
+		if tc.background {
+			c.Encoders = staging.NewEncoders(2, 256)
+		}
+		c.Hooks.Checkpoint = ckLog.hook
+	}
+	e := r.start(nil)
+	configureTestStreams(t, e)
+	r.checkpoint()
+	m := newModel()
+	for _, p := range []string{"p0", "p1"} {
+		ps, err := e.InitProducer(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.epoch[p] = ps.Epoch
+	}
+	isClass := func(err error) bool {
+		if tc.errno == syscall.ENOSPC {
+			return errors.Is(err, ErrDiskFull)
+		}
+		return errors.Is(err, tc.errno) && !errors.Is(err, ErrDiskFull)
+	}
+
+	// Checkpoint n holds p0's batch on a plain stream; its commit is held
+	// (a rename that fails, retried), so the coordinator is busy.
+	if err := m.write(t, e, "p0", "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	snapN := m.snapshot()
+	stuck.Store(true)
+	type ended struct {
+		res CheckpointResult
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.Checkpoint(ctx)
+		done <- ended{res, err}
+	}()
+	t.Cleanup(func() { // before the rig's: a test that failed early lets it end
+		stuck.Store(false)
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+		}
+	})
+	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	if open := e.Status().OpenID; open != n+1 {
+		t.Fatalf("open checkpoint %d, want %d", open, n+1)
+	}
+
+	// In checkpoint n+1, the encoder of p1's file fails: the writes go
+	// on until one is refused, and every write after it is.
+	encFail.Store(true)
+	var refused error
+	accepted := 0
+	firstID := uint64(0)
+	for try := 0; refused == nil; try++ {
+		if try == 200 {
+			t.Fatalf("%d batches accepted after the encoder failed (%d faults): none refused", accepted, encFired.Load())
+		}
+		res, err := m.writeResult(t, e, "p1", tc.stream, 4)
+		switch {
+		case err != nil:
+			refused = err
+		case encFired.Load() > 0 && !tc.background:
+			t.Fatalf("batch accepted (%+v) after the encoder failed inline", res)
+		default:
+			accepted++
+			if firstID == 0 {
+				firstID = res.Checkpoint
+			}
+			if tc.background {
+				time.Sleep(time.Millisecond) // a step runs meanwhile
+			}
+		}
+	}
+	if !isClass(refused) {
+		t.Fatalf("write refused with %v, want the class of %v", refused, tc.errno)
+	}
+	if encFired.Load() == 0 {
+		t.Fatalf("write refused (%v) before the encoder failed", refused)
+	}
+	if accepted > 0 && firstID != n+1 {
+		t.Fatalf("batches accepted into %d, want %d", firstID, n+1)
+	}
+
+	// The checkpoint is doomed: nothing more goes into it, whatever the
+	// stream, with or without producer, while the coordinator is busy.
+	writes := []struct {
+		what string
+		do   func() error
+	}{
+		{"p1 on the failed file's stream again", func() error { return m.write(t, e, "p1", tc.stream, 1) }},
+		{"p0 on a plain stream", func() error { return m.write(t, e, "p0", "a", 1) }},
+		{"p1 on a plain stream", func() error { return m.write(t, e, "p1", "b", 1) }},
+		{"an anonymous batch", func() error { return m.writeAnon(e, "b") }},
+	}
+	for _, w := range writes {
+		if err := w.do(); !isClass(err) {
+			t.Fatalf("%s after the encoder failed: %v, want refused like %v", w.what, err, refused)
+		}
+	}
+	if tc.errno == syscall.ENOSPC {
+		if st := e.Status(); st.DiskFull == "" {
+			t.Fatal("Status does not say the disk is full")
+		}
+	}
+	// Room again: the checkpoint is still doomed until it aborts.
+	encFail.Store(false)
+	if err := m.write(t, e, "p0", "a", 1); !isClass(err) {
+		t.Fatalf("write into the doomed checkpoint once the disk has room: %v", err)
+	}
+	// A wait=commit client of a batch accepted before the failure.
+	waited := make(chan error, 1)
+	if accepted > 0 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			waited <- e.Wait(ctx, firstID)
+		}()
+	}
+
+	// The coordinator is free: n commits, then n+1 aborts on its own (no
+	// checkpoint is asked for), and n+2, which its barrier opened, with
+	// it.
+	stuck.Store(false)
+	end := <-done
+	done <- end // for the cleanup
+	if end.err != nil || end.res.State != recovery.Committed {
+		t.Fatalf("checkpoint %d: %+v %v", n, end.res, end.err)
+	}
+	m.checkpointed(snapN, true)
+	waitFor(t, "the doomed checkpoint's abort", func() bool {
+		s, ok := ckLog.state(n + 1)
+		return ok && s == recovery.Aborted
+	})
+	if s, ok := ckLog.state(n + 2); !ok || s != recovery.Aborted {
+		t.Fatalf("checkpoint %d (open during the doomed one's abort): %q %v, want aborted", n+2, s, ok)
+	}
+	if accepted > 0 {
+		if err := <-waited; !errors.Is(err, ErrAborted) {
+			t.Fatalf("wait=commit of checkpoint %d: %v, want aborted", firstID, err)
+		}
+	}
+	m.rollback()
+	m.resolveAnon(t, e)
+	m.checkProducers(t, e)
+
+	// The clients resend from what the engine expects: all commits once.
+	for _, k := range [][2]string{{"p1", tc.stream}, {"p0", "a"}, {"p1", "b"}} {
+		for range 3 {
+			if err := m.write(t, e, k[0], k[1], 2); err != nil {
+				t.Fatalf("resend %v after the abort: %v", k, err)
+			}
+		}
+	}
+	snap := m.snapshot()
+	if res := r.checkpoint(); res.State != recovery.Committed {
+		t.Fatalf("checkpoint after the abort: %+v", res)
+	}
+	m.checkpointed(snap, true)
+	m.resolveAnon(t, e)
+	r.check(m.expect())
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 20 s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// doomWatch follows the dooms of an engine that a test drives step by
+// step with a model of what it accepted (the model test, the fault
+// sweep): with inline encoders, a doom appears inside the write whose
+// append ran the failing step, or whose file broke.
+type doomWatch struct{ seen *doom }
+
+// met returns the doom that appeared since it last returned one, or nil.
+func (w *doomWatch) met(e *Engine) *doom {
+	d := w.peek(e)
+	if d != nil {
+		w.seen = d
+	}
+	return d
+}
+
+// peek is met without taking the doom: the next met returns it again.
+func (w *doomWatch) peek(e *Engine) *doom {
+	if d := e.ing.doomed.Load(); d != w.seen {
+		return d
+	}
+	return nil
+}
+
+// refusedFor checks err, the answer to a write during which d appeared:
+// the write is refused with the failed file's error, so it gets the
+// answer a plain stream's write gets for that class (ErrDiskFull: 507
+// insufficient_storage), not accepted into a checkpoint that can't
+// commit. Or with its own batch's failed write: the append wrote the
+// buffered batches (whose step then failed), then failed on the batch,
+// and is answered as any write whose staging write fails.
+func refusedFor(d *doom, err error) error {
+	var pe *fs.PathError
+	switch {
+	case err == nil:
+		return fmt.Errorf("a write was accepted although a staging file of checkpoint %d failed during it: %v", d.id, d.err)
+	case !errors.Is(err, d.err) && !errors.As(err, &pe):
+		return fmt.Errorf("a write during which a staging file of checkpoint %d failed (%v) was refused with another error: %v", d.id, d.err, err)
+	case !errors.Is(err, d.err):
+		return nil // its own write failed: answered for that error
+	case errors.Is(d.err, ErrDiskFull) && !errors.Is(err, ErrDiskFull):
+		return fmt.Errorf("a write refused for a full disk is not ErrDiskFull: %v", err)
+	}
+	return nil
+}
+
+// settleDoomed: a staging file failed during the last step and doomed
+// its checkpoint, which the engine aborts on its own (doomed.go). Wait
+// for that abort (a checkpoint asked for ends after it: they are
+// serial), check it, and forget what it held, as the engine does:
+// producers back to the last prepared checkpoint. The model's steps
+// write nothing after a checkpoint of their own that may have aborted
+// the doomed one already, so forgetting again is right either way.
+func (mr *modelRun) settleDoomed() {
+	d := mr.doomWatch.met(mr.e)
+	if d == nil {
+		return
+	}
+	mr.st.doomed++
+	armed := mr.crash
+	res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	state, ran := mr.ckLog.state(d.id)
+	mr.note("doomed checkpoint %d (%v): %s (then asked: %d %s %v)", d.id, d.err, state, res.ID, res.State, err)
+	if err != nil {
+		// Crashed or stopped: the doomed checkpoint never prepared, the
+		// store says the rest after the restart.
+		mr.restart(mr.rng.IntN(2) == 0)
+		return
+	}
+	if !ran || state != recovery.Aborted {
+		mr.fail("doomed checkpoint %d (%v) ended %q (%v), want aborted", d.id, d.err, state, ran)
+	}
+	mr.m.rollback()
+	mr.m.resolveAnon(mr.t, mr.e)
+}
+
+// TestSplitAppendFailRefusesWrites: a batch spanning partitions whose
+// second piece fails after the first was appended dooms its checkpoint
+// too (doomLocked; TestStreamSplitAppendFails has the abort): until the
+// engine has aborted it, on its own, every write is refused with the
+// piece's error (EIO here), not accepted into a checkpoint that can't
+// commit; then writes commit again.
+func TestSplitAppendFailRefusesWrites(t *testing.T) {
+	var failMatch atomic.Pointer[string]
+	var stuck atomic.Bool
+	var stuckFired atomic.Int64
+	fs := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if m := failMatch.Load(); m != nil && op.Kind == faultfs.OpWrite && strings.Contains(op.Path, *m) {
+			return syscall.EIO
+		}
+		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
+			stuckFired.Add(1)
+			return syscall.EIO
+		}
+		return nil
+	}))
+	r := newRig(t, fs)
+	r.foreign = true // records of its own: the end check skips their ranges
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) {
+		c.BufferSize = 8 // every batch is written at once
+		c.Hooks.Checkpoint = ckLog.hook
+	}
+	e := r.start(nil)
+	if _, err := e.PutStream(t.Context(), "ev", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "k={field:k}"}); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	one := func(k string) Write {
+		return Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"` + k + `","n":1}` + "\n"), Records: 1}
+	}
+	if _, err := e.Write(one("a")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	stuck.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.Checkpoint(ctx)
+		if err == nil && res.State != recovery.Committed {
+			err = fmt.Errorf("checkpoint %d: %+v", n, res)
+		}
+		done <- err
+	}()
+	t.Cleanup(func() {
+		stuck.Store(false)
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+		}
+	})
+	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	m := fmt.Sprintf("-%020d-0001.", n+1) // the second file of checkpoint n+1: partition b
+	failMatch.Store(&m)
+	two := Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"a","n":2}` + "\n" + `{"k":"b","n":2}` + "\n"), Records: 2}
+	if _, err := e.Write(two); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the write whose second piece failed: %v", err)
+	}
+	failMatch.Store(nil)
+	for _, k := range []string{"a", "c"} {
+		if res, err := e.Write(one(k)); !errors.Is(err, syscall.EIO) || errors.Is(err, ErrDiskFull) {
+			t.Fatalf("write into the doomed checkpoint (partition %s): %+v %v, want refused with the piece's EIO", k, res, err)
+		}
+	}
+	stuck.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	waitFor(t, "the doomed checkpoint's abort", func() bool {
+		s, ok := ckLog.state(n + 1)
+		return ok && s == recovery.Aborted
+	})
+	if _, err := e.Write(two); err != nil {
+		t.Fatalf("after the abort: %v", err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 2 {
+		t.Fatalf("after the abort: %+v", res)
+	}
+}
