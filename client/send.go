@@ -411,6 +411,15 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 					c.mu.Unlock()
 					continue
 				}
+				if c.initCut && c.initing == 0 && reinits < maxReinits {
+					// Maybe by our own Init, cut before its answer.
+					c.mu.Unlock()
+					reinits++
+					if rerr := c.finishCutInit(ctx, "producer_fenced: "+ae.Message); rerr != nil {
+						return fmt.Errorf("%s: %w (answer: %w)", op, rerr, err)
+					}
+					continue
+				}
 				c.fenceLocked(ae.Message)
 				c.mu.Unlock()
 				return fmt.Errorf("%s: %w", op, err)
