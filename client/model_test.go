@@ -128,12 +128,12 @@ type held struct {
 }
 
 type cstats struct {
-	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, impatient, storeLosses, restarts, reinits, initsCut, deletes, holds, initsAsked, resent, errs int
+	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, impatient, storeLosses, restarts, reinits, initsCut, initsBeside, deletes, holds, initsAsked, resent, errs int
 }
 
 func (s cstats) String() string {
-	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush; %d sends gave up at their ctx's end), %d store losses, %d process restarts, %d re-inits (%d cut by their ctx), %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
-		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.impatient, s.storeLosses, s.restarts, s.reinits, s.initsCut, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
+	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush; %d sends gave up at their ctx's end), %d store losses, %d process restarts, %d re-inits (%d cut by their ctx, %d beside a Send), %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
+		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.impatient, s.storeLosses, s.restarts, s.reinits, s.initsCut, s.initsBeside, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
 }
 
 type cmodel struct {
@@ -718,11 +718,23 @@ func (m *cmodel) restart() {
 // Init may end before its answer, having taken effect or not (the service
 // bumps the epoch before the barrier), and the application goes on
 // without calling it again: the client's next calls must finish it, not
-// take the newer epoch for another writer's (ErrFenced).
+// take the newer epoch for another writer's (ErrFenced). Another fourth,
+// another goroutine of the application Sends meanwhile: a write with the
+// older epoch refused producer_fenced while the Init is not yet answered
+// must wait for it, not fence the client.
 func (m *cmodel) reinit() {
 	m.stats.reinits++
 	p := m.live()
-	if m.side.IntN(4) != 0 {
+	switch m.side.IntN(4) {
+	case 0:
+	case 1:
+		if !p.needInit && p.initOK { // else the Send may be refused before the Init answers
+			m.initBesideSend(p)
+			return
+		}
+		m.initProducer(p)
+		return
+	default:
 		m.initProducer(p)
 		return
 	}
@@ -742,6 +754,27 @@ func (m *cmodel) reinit() {
 	default:
 		m.fatalf("init %s with a %v ctx: %v", p.id, d, err)
 	}
+}
+
+// initBesideSend: Init and a Send of p's next batch run at once.
+func (m *cmodel) initBesideSend(p *cprod) {
+	m.stats.initsBeside++
+	m.stats.sends++
+	e := m.next(p)
+	var (
+		res client.Result
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := m.stepCtx(15 * time.Second)
+		defer cancel()
+		res, err = p.c.Send(ctx, e.stream, e.recs)
+	}()
+	m.initProducer(p)
+	m.tickUntil(done) // a small producer's Send may wait for commits
+	m.sendResult(p, e, false, false, res, err)
 }
 
 // del: an admin deletes a producer that has flushed, and the application
