@@ -312,7 +312,7 @@ func (c *Client) State(ctx context.Context) (ProducerState, error) {
 // (initCut) may show that Init's own epoch: the client finishes it (Inits
 // again) and reads again, rather than take itself for fenced.
 func (c *Client) fetchState(ctx context.Context) (ProducerState, uint64, error) {
-	for {
+	for inits := 0; ; inits++ {
 		c.mu.Lock()
 		gen := c.inits
 		c.mu.Unlock()
@@ -323,7 +323,9 @@ func (c *Client) fetchState(ctx context.Context) (ProducerState, uint64, error) 
 		c.mu.Lock()
 		cut := c.ownNewerLocked(ps.Epoch)
 		c.mu.Unlock()
-		if !cut {
+		if !cut || inits == maxReinits {
+			// Past the bound (Inits cut again and again), observeLocked
+			// judges the newer epoch.
 			return ps, gen, nil
 		}
 		if err := c.finishCutInit(ctx, fmt.Sprintf("service has epoch %d", ps.Epoch)); err != nil {
