@@ -74,10 +74,16 @@ type Client struct {
 	maxBuffered int64
 	log         *slog.Logger
 
-	mu       sync.Mutex // guards everything below and every stream's state
-	epoch    int64
-	inited   bool
-	initing  int    // Inits in flight: a newer epoch seen meanwhile may be ours
+	mu      sync.Mutex // guards everything below and every stream's state
+	epoch   int64
+	inited  bool
+	initing int // Inits in flight: a newer epoch seen meanwhile may be ours
+	// initCut: an Init ended without an answer taken up (its ctx ended,
+	// its retries ran out) after its request may have reached the
+	// service, which bumps the epoch before the barrier: a newer epoch
+	// seen since may be that Init's, not another writer's. Cleared when
+	// an Init's answer is taken up.
+	initCut  bool
 	inits    uint64 // Init answers taken up: a state read across one is stale (staleLocked)
 	fenced   bool   // terminal
 	streams  map[string]*stream
@@ -199,6 +205,11 @@ func (c *Client) Epoch() int64 {
 // ErrSequenceLost is usable again. Send, SendWait and Flush re-init by
 // themselves when the service expects a sequence number below every batch
 // they keep (it lost batches it had confirmed).
+//
+// An Init that fails after its request may have reached the service (its
+// ctx ended, its retries ran out) may still have taken effect: the next
+// call that meets the newer epoch Inits again instead of taking it for
+// another writer's and fencing the client.
 func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	c.mu.Lock()
 	if err := c.checkLocked(false); err != nil {
@@ -216,6 +227,7 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	defer c.mu.Unlock()
 	c.initing--
 	if err != nil {
+		c.initCut = true
 		return ProducerState{}, err
 	}
 	if c.fenced {
@@ -230,6 +242,7 @@ func (c *Client) Init(ctx context.Context) (ProducerState, error) {
 	// rebuilt from manifests): its answer is what it holds.
 	c.epoch = ps.Epoch
 	c.inited = true
+	c.initCut = false
 	c.inits++
 	for name, ss := range ps.Streams {
 		c.adoptLocked(c.streamLocked(name), ss)
@@ -294,13 +307,52 @@ func (c *Client) State(ctx context.Context) (ProducerState, error) {
 }
 
 // fetchState gets the producer's state, with retries, and the count of
-// Init answers taken up before it was asked for (observeLocked).
+// Init answers taken up before it was asked for (observeLocked). A state
+// with an epoch newer than the client's after one of its Inits was cut
+// (initCut) may show that Init's own epoch: the client finishes it (Inits
+// again) and reads again, rather than take itself for fenced.
 func (c *Client) fetchState(ctx context.Context) (ProducerState, uint64, error) {
-	c.mu.Lock()
-	gen := c.inits
-	c.mu.Unlock()
-	ps, err := c.fetchStateOnly(ctx)
-	return ps, gen, err
+	for inits := 0; ; inits++ {
+		c.mu.Lock()
+		gen := c.inits
+		c.mu.Unlock()
+		ps, err := c.fetchStateOnly(ctx)
+		if err != nil {
+			return ps, gen, err
+		}
+		c.mu.Lock()
+		cut := c.ownNewerLocked(ps.Epoch)
+		c.mu.Unlock()
+		if !cut || inits == maxReinits {
+			// Past the bound (Inits cut again and again), observeLocked
+			// judges the newer epoch.
+			return ps, gen, nil
+		}
+		if err := c.finishCutInit(ctx, fmt.Sprintf("service has epoch %d", ps.Epoch)); err != nil {
+			return ProducerState{}, gen, err
+		}
+	}
+}
+
+// ownNewerLocked reports whether epoch, newer than the client's, may be
+// its own: an Init of the client was cut before its answer (initCut) and
+// none is in flight.
+func (c *Client) ownNewerLocked(epoch int64) bool {
+	return c.inited && c.initCut && c.initing == 0 && epoch > c.epoch
+}
+
+// finishCutInit Inits again on the client's own behalf: the service holds
+// an epoch newer than the client's, which an Init of the client cut
+// before its answer may have taken. The answer says what the service
+// holds (adoptLocked). Should another writer have taken the producer id
+// meanwhile, this Init fences it, as an application retrying its Init
+// would; the cut Init is finished once (its answer clears initCut).
+func (c *Client) finishCutInit(ctx context.Context, why string) error {
+	c.log.Warn("newer epoch after an Init of this client was cut: initialising again", "why", why)
+	if _, err := c.Init(ctx); err != nil {
+		return fmt.Errorf("finish an init cut before its answer (%s): %w", why, err)
+	}
+	return nil
 }
 
 func (c *Client) fetchStateOnly(ctx context.Context) (ProducerState, error) {

@@ -106,9 +106,20 @@ func TestSendWaitPolls(t *testing.T) {
 	r.api = func(c *api.Config) { c.WaitTimeout = 50 * time.Millisecond }
 	r.start()
 	c := r.initClient("p")
-	// Not committed before ctx ends: kept, not to be sent again.
-	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	// Events, not timers, order the steps: a loaded machine outruns a
+	// timer (the first write not yet made when a 200 ms ctx ended; the
+	// second landing after a checkpoint timed to follow it, with nothing
+	// left to commit it).
+	// Not committed before ctx ends (at SendWait's first poll, after the
+	// service's own wait answered 202): kept, not to be sent again.
+	short, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+		if req.Method == http.MethodGet && req.URL.Path == "/v1/producers/p" {
+			cancel()
+		}
+		return false
+	})
 	recs, keys := records("w0", 2)
 	res, err := c.SendWait(short, "s", recs)
 	if !errors.Is(err, client.ErrKept) || res.Seq != 0 || res.Committed {
@@ -118,9 +129,27 @@ func TestSendWaitPolls(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 
+	// A checkpoint once the service's own wait for w1 ended (202).
+	waited := make(chan struct{})
+	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+		if !isWrite(req) {
+			return false
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, req)
+		if rec.Code == http.StatusAccepted {
+			r.intercept(nil)
+			close(waited)
+		}
+		copyAnswer(w, rec)
+		return true
+	})
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		r.checkpoint()
+		select {
+		case <-waited:
+			r.checkpoint()
+		case <-t.Context().Done():
+		}
 	}()
 	recs, k := records("w1", 2)
 	keys = append(keys, k...)

@@ -71,7 +71,11 @@
 // An Init by another Client with the same producer id fences this one: its
 // next write is refused with 409 producer_fenced, or Flush sees the newer
 // epoch. The client then drops its kept batches and every call returns
-// ErrFenced: the newer instance owns the producer id.
+// ErrFenced: the newer instance owns the producer id. A newer epoch that
+// may be the client's own is not taken for fencing: one of its Inits
+// taken by the service and not yet answered (the write waits for it), or
+// one that failed without its answer (its ctx ended, its retries ran
+// out), which the next call finishes by initialising again.
 //
 // # Reading what was committed
 //

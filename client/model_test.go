@@ -44,7 +44,11 @@ import (
 // of 6 (and "flush polled until its ctx ended" on others), the stale
 // state check of 8b03ee6 off on 3 of 6 ("Flush of p1 reported b151
 // committed: record b151-0 is in the destination 0 times", seed
-// 1796338396320009979; "flush returned nil with batches kept").
+// 1796338396320009979; "flush returned nil with batches kept"). Its cut
+// Inits (reinit with a 1-20 ms ctx, drawn from a side stream so that
+// older seeds' steps replay) failed 3 of 4 seeds on the client before
+// 656b64f ("send b50 p1: ... 409 producer_fenced ...: fenced, but no
+// other Client of the producer runs", seed 1796347052903008274).
 //
 // EOSINK_CLIENT_MODEL_STEPS sets the steps (default 600, about 5 s),
 // EOSINK_CLIENT_MODEL_SEED replays a seed.
@@ -124,18 +128,19 @@ type held struct {
 }
 
 type cstats struct {
-	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, impatient, storeLosses, restarts, reinits, deletes, holds, initsAsked, resent, errs int
+	sends, sendWaits, keyed, flushes, checkpoints, aborts, crashes, midFlight, impatient, storeLosses, restarts, reinits, initsCut, initsBeside, deletes, holds, initsAsked, resent, errs int
 }
 
 func (s cstats) String() string {
-	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush; %d sends gave up at their ctx's end), %d store losses, %d process restarts, %d re-inits, %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
-		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.impatient, s.storeLosses, s.restarts, s.reinits, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
+	return fmt.Sprintf("%d sends, %d send-waits, %d keyed sends, %d flushes, %d checkpoints (%d aborted on purpose), %d crashes (%d during a send or flush; %d sends gave up at their ctx's end), %d store losses, %d process restarts, %d re-inits (%d cut by their ctx, %d beside a Send), %d deletes, %d held state reads, %d inits after an error, %d outbox resends, %d documented errors",
+		s.sends, s.sendWaits, s.keyed, s.flushes, s.checkpoints, s.aborts, s.crashes, s.midFlight, s.impatient, s.storeLosses, s.restarts, s.reinits, s.initsCut, s.initsBeside, s.deletes, s.holds, s.initsAsked, s.resent, s.errs)
 }
 
 type cmodel struct {
 	t       *testing.T
 	r       *rig
 	rng     *rand.Rand
+	side    *rand.Rand // choices added later, apart from rng: older seeds' steps replay
 	step    int
 	failing atomic.Bool // checkpoints abort: syncs of in-progress files fail
 	streams []string
@@ -149,7 +154,7 @@ type cmodel struct {
 }
 
 func newCModel(t *testing.T, seed uint64) *cmodel {
-	m := &cmodel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	m := &cmodel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), side: rand.New(rand.NewPCG(seed, seed^0x51afd6f3c2a1e7b9))}
 	m.r = newRig(t, 0)
 	m.r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if m.failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
@@ -712,11 +717,68 @@ func (m *cmodel) restart() {
 	m.startProcess(p)
 }
 
-// reinit: the application calls Init again on its Client.
+// reinit: the application calls Init again on its Client. A fourth of
+// the time its ctx ends after 1-20 ms, while the service checkpoints: the
+// Init may end before its answer, having taken effect or not (the service
+// bumps the epoch before the barrier), and the application goes on
+// without calling it again: the client's next calls must finish it, not
+// take the newer epoch for another writer's (ErrFenced). Another fourth,
+// another goroutine of the application Sends meanwhile: a write with the
+// older epoch refused producer_fenced while the Init is not yet answered
+// must wait for it, not fence the client.
 func (m *cmodel) reinit() {
 	m.stats.reinits++
 	p := m.live()
+	switch m.side.IntN(4) {
+	case 0:
+	case 1:
+		if !p.needInit && p.initOK { // else the Send may be refused before the Init answers
+			m.initBesideSend(p)
+			return
+		}
+		m.initProducer(p)
+		return
+	default:
+		m.initProducer(p)
+		return
+	}
+	d := time.Duration(1+m.side.IntN(20)) * time.Millisecond
+	var err error
+	m.ticking(func() {
+		ctx, cancel := m.stepCtx(d)
+		defer cancel()
+		_, err = p.c.Init(ctx)
+	})
+	switch {
+	case err == nil:
+		p.needInit, p.initOK = false, true
+	case errors.Is(err, context.DeadlineExceeded):
+		m.stats.initsCut++
+		m.logf("init %s cut after %v: %v", p.id, d, err)
+	default:
+		m.fatalf("init %s with a %v ctx: %v", p.id, d, err)
+	}
+}
+
+// initBesideSend: Init and a Send of p's next batch run at once.
+func (m *cmodel) initBesideSend(p *cprod) {
+	m.stats.initsBeside++
+	m.stats.sends++
+	e := m.next(p)
+	var (
+		res client.Result
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := m.stepCtx(15 * time.Second)
+		defer cancel()
+		res, err = p.c.Send(ctx, e.stream, e.recs)
+	}()
 	m.initProducer(p)
+	m.tickUntil(done) // a small producer's Send may wait for commits
+	m.sendResult(p, e, false, false, res, err)
 }
 
 // del: an admin deletes a producer that has flushed, and the application

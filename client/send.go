@@ -406,14 +406,29 @@ func (c *Client) deliver(ctx context.Context, st *stream, wait *batch) error {
 				lastExpected = exp
 			} else if ae.Code == "producer_fenced" {
 				c.mu.Lock()
-				if c.epoch > epoch {
+				switch {
+				case c.epoch > epoch:
 					// Fenced by our own newer Init: send with the new epoch.
 					c.mu.Unlock()
 					continue
+				case c.initing > 0:
+					// Maybe by our own Init, taken and not yet answered:
+					// wait for its answer (the backoff below), then send
+					// with its epoch.
+					c.mu.Unlock()
+				case c.initCut && reinits < maxReinits:
+					// Maybe by our own Init, cut before its answer.
+					c.mu.Unlock()
+					reinits++
+					if rerr := c.finishCutInit(ctx, "producer_fenced: "+ae.Message); rerr != nil {
+						return fmt.Errorf("%s: %w (answer: %w)", op, rerr, err)
+					}
+					continue
+				default:
+					c.fenceLocked(ae.Message)
+					c.mu.Unlock()
+					return fmt.Errorf("%s: %w", op, err)
 				}
-				c.fenceLocked(ae.Message)
-				c.mu.Unlock()
-				return fmt.Errorf("%s: %w", op, err)
 			} else if !ae.retryable() {
 				return fmt.Errorf("%s: %w", op, err)
 			}
