@@ -422,3 +422,248 @@ func TestSplitAppendFailRefusesWrites(t *testing.T) {
 		t.Fatalf("after the abort: %+v", res)
 	}
 }
+
+// Adversarial tests of the doom (h6-doomadv): dooms noted for the wrong
+// checkpoint, or none to abort them; keyed and producer batches of a
+// doomed checkpoint, resent after its abort.
+
+// doomAnon is one anonymous record on plain stream s.
+func doomAnon(s, v string) Write {
+	return Write{Stream: s, Ext: "ndjson", Data: []byte(`{"v":"` + v + `"}` + "\n"), Records: 1}
+}
+
+// TestDoomIdleEngineAbortsByItself: a background encoder fails in the
+// open checkpoint of an engine nobody writes to again and whose
+// checkpoints run only on request (interval 0): the failure alone ends
+// the checkpoint (aborted, with the next one), no write and no request
+// needed; Status says the disk is full until a checkpoint commits, then
+// no longer.
+func TestDoomIdleEngineAbortsByItself(t *testing.T) {
+	r := newRig(t, nil)
+	r.foreign = true
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) { c.CheckpointInterval = 0; c.Hooks.Checkpoint = ckLog.hook }
+	e := r.start(nil)
+	r.checkpoint()
+	if _, err := e.Write(doomAnon("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	// As a Parquet file's encoder of n does on its goroutine.
+	e.ing.doomFile(n, "pq", fmt.Errorf("create encoded staging file: %w", ErrDiskFull))
+	waitFor(t, "the doomed checkpoint's abort, on its own", func() bool {
+		s, ok := ckLog.state(n)
+		return ok && s == recovery.Aborted
+	})
+	if s, ok := ckLog.state(n + 1); !ok || s != recovery.Aborted {
+		t.Fatalf("checkpoint %d, open during the abort: %q %v, want aborted with it", n+1, s, ok)
+	}
+	if st := e.Status(); st.DiskFull == "" {
+		t.Fatalf("Status after an abort for a full disk: %+v", st)
+	}
+	// Once aborted, nothing refuses: the resend commits, and the disk is
+	// no longer said full.
+	if res, err := e.Write(doomAnon("a", "1")); err != nil || res.Checkpoint != n+2 {
+		t.Fatalf("resend after the abort: %+v %v", res, err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 1 {
+		t.Fatalf("checkpoint after the abort: %+v", res)
+	}
+	if st := e.Status(); st.DiskFull != "" {
+		t.Fatalf("Status after a commit: disk full %q", st.DiskFull)
+	}
+}
+
+// TestDoomLateIsIgnored: a doom told late, for a checkpoint that has
+// committed (an impossible failure, but onFail runs unlocked) or that
+// aborted (a step failing while its abort halts it), refuses nothing and
+// aborts nothing: only the open checkpoint or the one past its barrier
+// can be doomed.
+func TestDoomLateIsIgnored(t *testing.T) {
+	r := newRig(t, nil)
+	r.foreign = true
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) { c.Hooks.Checkpoint = ckLog.hook }
+	e := r.start(nil)
+	if _, err := e.Write(doomAnon("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID != n {
+		t.Fatalf("checkpoint %d: %+v", n, res)
+	}
+	e.ing.doomFile(n, "a", fmt.Errorf("late: %w", ErrDiskFull))
+	if res, err := e.Write(doomAnon("a", "2")); err != nil || res.Checkpoint != n+1 {
+		t.Fatalf("write after a late doom of committed %d: %+v %v", n, res, err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID != n+1 {
+		t.Fatalf("checkpoint after a late doom of committed %d: %+v", n, res)
+	}
+	// n+2 doomed for real: it and n+3 abort.
+	if _, err := e.Write(doomAnon("a", "3")); err != nil {
+		t.Fatal(err)
+	}
+	e.ing.doomFile(n+2, "a", fmt.Errorf("real: %w", syscall.EIO))
+	waitFor(t, "the abort of the doomed checkpoint", func() bool {
+		s, ok := ckLog.state(n + 3)
+		return ok && s == recovery.Aborted
+	})
+	// A step of n+3's (aborted with n+2) fails late, as its halt races it.
+	e.ing.doomFile(n+3, "a", fmt.Errorf("late: %w", syscall.EIO))
+	if res, err := e.Write(doomAnon("a", "3")); err != nil || res.Checkpoint != n+4 {
+		t.Fatalf("write after a late doom of aborted %d: %+v %v", n+3, res, err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.ID != n+4 || res.Records != 1 {
+		t.Fatalf("checkpoint after a late doom of aborted %d: %+v", n+3, res)
+	}
+}
+
+// TestDoomForgottenByRestart: a doom is in memory only; a crash before
+// the abort leaves the doomed checkpoint unprepared (recovery deletes
+// its files), and the next engine accepts and commits writes.
+func TestDoomForgottenByRestart(t *testing.T) {
+	r := newRig(t, nil)
+	r.foreign = true
+	e := r.start(nil)
+	if _, err := e.Write(doomAnon("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.Status().OpenID
+	e.ing.mu.Lock() // hold the coordinator off: no abort before the crash
+	e.ing.doomFile(n, "a", fmt.Errorf("step: %w", ErrDiskFull))
+	e.ing.mu.Unlock()
+	r.stop()
+	e = r.start(nil)
+	if d := e.ing.doomedLocked(); d != nil {
+		t.Fatalf("a new engine is doomed: %+v", d)
+	}
+	res, err := e.Write(doomAnon("a", "2"))
+	if err != nil || res.Checkpoint <= n {
+		t.Fatalf("write after the restart: %+v %v (doomed was %d)", res, err, n)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 1 {
+		t.Fatalf("checkpoint after the restart: %+v", res)
+	}
+}
+
+// doomStuck starts an engine whose checkpoint n (holding one record of
+// plain stream "a") is stuck committing, so the coordinator is busy and a
+// doom of n+1 stays in force; release lets n commit.
+func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64, release func()) {
+	var stuck atomic.Bool
+	var stuckFired atomic.Int64
+	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
+			stuckFired.Add(1)
+			return syscall.EIO
+		}
+		return nil
+	}))
+	r = newRig(t, fsys)
+	r.foreign = true
+	ckLog = &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) { c.Hooks.Checkpoint = ckLog.hook }
+	e = r.start(nil)
+	r.checkpoint()
+	if _, err := e.Write(doomAnon("a", "0")); err != nil {
+		t.Fatal(err)
+	}
+	n = e.Status().OpenID
+	stuck.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.Checkpoint(ctx)
+		if err == nil && res.State != recovery.Committed {
+			err = fmt.Errorf("checkpoint %d: %+v", n, res)
+		}
+		done <- err
+	}()
+	var once atomic.Bool
+	release = func() {
+		if once.Swap(true) {
+			return
+		}
+		stuck.Store(false)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("checkpoint n not done within a minute")
+		}
+	}
+	t.Cleanup(release)
+	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	return r, e, ckLog, n, release
+}
+
+// TestDoomKeyedAndProducerResend: batches accepted (keyed, and a
+// producer's) in a checkpoint that is then doomed: a retry during the
+// doom answers as a duplicate (DESIGN "Idempotency keys": a key accepted
+// answers 202 until its checkpoint ends; wait=commit tells "aborted"), a
+// new batch is refused; after the abort the keys are forgotten and the
+// producer is back to its last prepared state, so the resends are
+// accepted, and everything commits exactly once.
+func TestDoomKeyedAndProducerResend(t *testing.T) {
+	r, e, ckLog, n, release := doomStuck(t)
+	ps, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(v string) Write {
+		w := doomAnon("k", v)
+		w.Key = NewIdempotencyKey("key-"+v, w.Data)
+		return w
+	}
+	prod := func(seq int64) Write {
+		w := doomAnon("b", fmt.Sprint(seq))
+		w.Producer = &Producer{ID: "p", Epoch: ps.Epoch, Seq: seq}
+		return w
+	}
+	for _, w := range []Write{key("1"), prod(0)} {
+		if res, err := e.Write(w); err != nil || res.Checkpoint != n+1 || res.Duplicate {
+			t.Fatalf("write into n+1: %+v %v", res, err)
+		}
+	}
+	e.ing.doomFile(n+1, "pq", fmt.Errorf("step: %w", ErrDiskFull))
+	for _, w := range []Write{key("1"), prod(0)} {
+		if res, err := e.Write(w); err != nil || !res.Duplicate || res.Committed || res.Checkpoint != n+1 {
+			t.Fatalf("retry during the doom: %+v %v, want a duplicate, not committed, in %d", res, err, n+1)
+		}
+	}
+	for _, w := range []Write{key("2"), prod(1)} {
+		if res, err := e.Write(w); !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("new batch during the doom: %+v %v, want ErrDiskFull", res, err)
+		}
+	}
+	release()
+	waitFor(t, "the doomed checkpoint's abort", func() bool {
+		s, ok := ckLog.state(n + 1)
+		return ok && s == recovery.Aborted
+	})
+	// Resend: the key is forgotten, the producer expects its first seq.
+	if res, err := e.Write(prod(1)); err == nil {
+		t.Fatalf("producer's next batch after the abort accepted (%+v): its earlier one was aborted", res)
+	}
+	for _, w := range []Write{key("1"), key("2"), prod(0), prod(1)} {
+		if res, err := e.Write(w); err != nil || res.Duplicate {
+			t.Fatalf("resend after the abort: %+v %v", res, err)
+		}
+	}
+	for _, w := range []Write{key("1"), prod(0)} {
+		if res, err := e.Write(w); err != nil || !res.Duplicate {
+			t.Fatalf("retry of a resend: %+v %v, want a duplicate", res, err)
+		}
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 4 {
+		t.Fatalf("checkpoint of the resends: %+v, want 4 records committed", res)
+	}
+	for _, w := range []Write{key("1"), key("2"), prod(0), prod(1)} {
+		if res, err := e.Write(w); err != nil || !res.Duplicate || !res.Committed {
+			t.Fatalf("retry after the commit: %+v %v, want a committed duplicate", res, err)
+		}
+	}
+}
