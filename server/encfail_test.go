@@ -667,3 +667,103 @@ func TestDoomKeyedAndProducerResend(t *testing.T) {
 		}
 	}
 }
+
+// TestDoomKeepsOtherAnswers: while the open checkpoint is doomed for a
+// full disk, what a client sent wrong is still answered for itself, not
+// "disk full": records the stream's schema refuses, a fenced epoch, a
+// sequence gap, a key reused with another body. And the barriers that
+// wait for the doomed checkpoint (a stream's PUT, a producer's init) end
+// with its abort: the init's next seq is the one before the aborted
+// batch, the PUT is in force.
+func TestDoomKeepsOtherAnswers(t *testing.T) {
+	r, e, ckLog, n, release := doomStuck(t)
+	if _, err := e.PutStream(t.Context(), parquetStream, streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := e.InitProducer(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := func(ep, seq int64) Write {
+		w := doomAnon("b", fmt.Sprint(seq))
+		w.Producer = &Producer{ID: "p", Epoch: ep, Seq: seq}
+		return w
+	}
+	keyed := doomAnon("k", "1")
+	keyed.Key = NewIdempotencyKey("k1", keyed.Data)
+	for _, w := range []Write{prod(cur.Epoch, 0), keyed} {
+		if res, err := e.Write(w); err != nil || res.Checkpoint != n+1 {
+			t.Fatalf("write into n+1: %+v %v", res, err)
+		}
+	}
+	e.ing.doomFile(n+1, zstdStream, fmt.Errorf("step: %w", ErrDiskFull))
+
+	other := doomAnon("k", "2")
+	other.Key = NewIdempotencyKey("k1", other.Data) // another body
+	for _, c := range []struct {
+		what string
+		w    Write
+		want error
+	}{
+		{"a fenced epoch", prod(old.Epoch, 1), ErrFenced},
+		{"a sequence gap", prod(cur.Epoch, 5), ErrOutOfOrder},
+		{"a key reused with another body", other, ErrKeyReused},
+	} {
+		if _, err := e.Write(c.w); !errors.Is(err, c.want) || errors.Is(err, ErrDiskFull) {
+			t.Errorf("%s during the doom: %v, want %v", c.what, err, c.want)
+		}
+	}
+	bad := Write{Stream: parquetStream, Ext: "ndjson", Data: []byte(`{"s":"x","q":"not a number","i":1,"n":1}` + "\n"), Records: 1}
+	if _, err := e.Write(bad); err == nil || errors.Is(err, ErrDiskFull) {
+		t.Errorf("records the schema refuses, during the doom: %v, want refused for their content", err)
+	}
+
+	// The barriers wait for the doomed checkpoint's end: its abort.
+	type ans struct {
+		v   any
+		err error
+	}
+	put, init := make(chan ans, 1), make(chan ans, 1)
+	go func() {
+		si, err := e.PutStream(context.Background(), "b", streamconf.Config{Format: streamconf.FormatNDJSON, Compression: streamconf.CompressionGzip})
+		put <- ans{si, err}
+	}()
+	go func() {
+		ps, err := e.InitProducer(context.Background(), "p")
+		init <- ans{ps, err}
+	}()
+	release()
+	waitFor(t, "the doomed checkpoint's abort", func() bool {
+		s, ok := ckLog.state(n + 1)
+		return ok && s == recovery.Aborted
+	})
+	for what, ch := range map[string]chan ans{"put": put, "init": init} {
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				t.Fatalf("%s waiting on the doomed checkpoint: %v", what, a.err)
+			}
+			if ps, ok := a.v.(ProducerState); ok {
+				if ss := ps.Streams["b"]; ss.NextSeq != 0 {
+					t.Fatalf("init after the abort of p's batch 0: %+v, want next seq 0", ps)
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s waiting on the doomed checkpoint: no answer in 20 s", what)
+		}
+	}
+	if info := e.Stream("b"); info.ActiveVersion == 0 || info.Config.Compression != streamconf.CompressionGzip {
+		t.Fatalf("stream b after its PUT: %+v", info)
+	}
+	ps, _ := e.InitProducer(t.Context(), "p")
+	if _, err := e.Write(prod(ps.Epoch, 0)); err != nil {
+		t.Fatalf("resend after the abort: %v", err)
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 1 {
+		t.Fatalf("after the abort: %+v", res)
+	}
+}
