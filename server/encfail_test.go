@@ -767,3 +767,98 @@ func TestDoomKeepsOtherAnswers(t *testing.T) {
 		t.Fatalf("after the abort: %+v", res)
 	}
 }
+
+// TestDoomOfCheckpointInFlight: the encoder of checkpoint n fails on its
+// goroutine after n was cut and n+1 opened, while n's pre-commit waits
+// for the step. n+1 took writes before the failure; from the failure
+// until n's abort (which takes n+1 with it) writes are refused; after
+// it they are accepted into n+2 and commit, not refused forever, and the
+// wait=commit client of n+1's batch is told "aborted".
+func TestDoomOfCheckpointInFlight(t *testing.T) {
+	var armed atomic.Bool
+	stalled, unstall := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if !armed.Load() || op.Kind != faultfs.OpWrite || !strings.HasSuffix(op.Path, ".enc"+staging.Suffix) {
+			return nil
+		}
+		if !once.Swap(true) {
+			close(stalled)
+			<-unstall
+		}
+		return syscall.ENOSPC
+	}))
+	r := newRig(t, fsys)
+	r.foreign = true
+	ckLog := &checkpointLog{end: map[uint64]recovery.State{}}
+	r.tweak = func(c *Config) {
+		c.BufferSize = 128
+		c.Encoders = staging.NewEncoders(2, 256)
+		c.Hooks.Checkpoint = ckLog.hook
+	}
+	e := r.start(nil)
+	configureTestStreams(t, e)
+	r.checkpoint()
+	defer func() {
+		if !once.Load() {
+			close(stalled)
+		}
+		select {
+		case <-unstall:
+		default:
+			close(unstall)
+		}
+	}()
+	armed.Store(true)
+	n := e.Status().OpenID
+	for i := 0; ; i++ {
+		if i == 1000 {
+			t.Fatal("no encoding step started")
+		}
+		w := doomAnon(zstdStream, strings.Repeat("z", 100)+fmt.Sprint(i))
+		if _, err := e.Write(w); err != nil {
+			t.Fatalf("zstd write %d: %v", i, err)
+		}
+		select {
+		case <-stalled:
+		default:
+			continue
+		}
+		break
+	}
+	// n is cut; its pre-commit waits for the held step.
+	done := make(chan CheckpointResult, 1)
+	go func() {
+		res, _ := e.Checkpoint(context.Background())
+		done <- res
+	}()
+	waitFor(t, "checkpoint n cut", func() bool { return e.Status().OpenID == n+1 })
+	res, err := e.Write(doomAnon("a", "before"))
+	if err != nil || res.Checkpoint != n+1 {
+		t.Fatalf("write into n+1 before the failure: %+v %v", res, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- e.Wait(context.Background(), n+1) }()
+	close(unstall)
+	if res := <-done; res.ID != n || res.State != recovery.Aborted {
+		t.Fatalf("checkpoint n: %+v, want aborted", res)
+	}
+	if s, ok := ckLog.state(n + 1); !ok || s != recovery.Aborted {
+		t.Fatalf("checkpoint n+1: %q %v, want aborted with n", s, ok)
+	}
+	if err := <-waited; !errors.Is(err, ErrAborted) {
+		t.Fatalf("wait=commit of n+1: %v, want aborted", err)
+	}
+	if d := e.ing.doomed.Load(); d == nil || d.id != n {
+		t.Fatalf("the doom noted: %+v, want one of in-flight checkpoint %d (the test did not reach its case)", d, n)
+	}
+	armed.Store(false)
+	for _, s := range []string{"a", zstdStream} {
+		if res, err := e.Write(doomAnon(s, "after")); err != nil || res.Checkpoint != n+2 {
+			t.Fatalf("write to %s after the abort: %+v %v, want accepted into %d", s, res, err, n+2)
+		}
+	}
+	if res := r.checkpoint(); res.State != recovery.Committed || res.Records != 2 {
+		t.Fatalf("after the abort: %+v", res)
+	}
+}
