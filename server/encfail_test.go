@@ -811,20 +811,16 @@ func TestDoomOfCheckpointInFlight(t *testing.T) {
 	}()
 	armed.Store(true)
 	n := e.Status().OpenID
-	for i := 0; ; i++ {
-		if i == 1000 {
-			t.Fatal("no encoding step started")
-		}
+	for i := range 20 { // 2 KB: steps are due (the test's step size is 256 bytes)
 		w := doomAnon(zstdStream, strings.Repeat("z", 100)+fmt.Sprint(i))
 		if _, err := e.Write(w); err != nil {
 			t.Fatalf("zstd write %d: %v", i, err)
 		}
-		select {
-		case <-stalled:
-		default:
-			continue
-		}
-		break
+	}
+	select {
+	case <-stalled: // a step runs, held in its write of the encoded file
+	case <-time.After(20 * time.Second):
+		t.Fatal("no encoding step started")
 	}
 	// n is cut; its pre-commit waits for the held step.
 	done := make(chan CheckpointResult, 1)
