@@ -356,7 +356,7 @@ func TestWaitCommitAborted(t *testing.T) {
 	}
 	expectStatus(t, r.do("POST", "/v1/streams/s/records", `{"q":0}`, hdr("0")...), http.StatusAccepted)
 	r.checkpoint()
-	inj.Set(failStaging(faultfs.OpSync, syscall.EIO))
+	inj.Set(failStaging(faultfs.OpClose, syscall.EIO))
 
 	var wg sync.WaitGroup
 	var rec *httptest.ResponseRecorder
@@ -479,7 +479,7 @@ func TestDuplicateAnswers(t *testing.T) {
 		t.Fatalf("duplicate of an uncommitted batch: %d %+v (header %s), want 202 duplicate in checkpoint %d", status, dup, hdr, first.Checkpoint)
 	}
 	// Its checkpoint aborts: the batch is gone, as a 202 allowed.
-	failing.Set(failStaging(faultfs.OpSync, syscall.EIO))
+	failing.Set(failStaging(faultfs.OpClose, syscall.EIO))
 	rec := r.admin("POST", "/v1/checkpoints", "")
 	failing.Set(nil)
 	expectStatus(t, rec, http.StatusOK)

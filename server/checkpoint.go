@@ -55,7 +55,14 @@ func (pipe *pipeline) checkpoint(ctx context.Context) (CheckpointResult, error) 
 	files, err := pipe.preCommit(ctx, c)
 	if err != nil {
 		pipe.e.health.noteDiskFull(err)
-		return pipe.abort(ctx, c, files, err), nil
+		res := pipe.abort(ctx, c, files, err)
+		// Aborted, so its clients resend; and a failed fsync (of a staging
+		// file or the staging directory) stops the engine, as everywhere
+		// (I14): the disk may have dropped other pages it said it wrote.
+		if pipe.e.health.failOn(err) {
+			return res, err
+		}
+		return res, nil
 	}
 	c.ck.Files, c.ck.PreparedAt = files, pipe.e.cfg.Now().UTC()
 	// 3. Prepared: from here on, the checkpoint commits.

@@ -199,8 +199,49 @@ func TestManifestRangesExact(t *testing.T) {
 	r.check(invariant.Expect{Must: must, Exact: true}) // the checker reads the manifest
 }
 
-// failSyncs fails the sync of every staging file while on: the pre-commit
-// fails and the checkpoint aborts.
+// failPreCommits fails the close of every staging file while on (after
+// its fsync passed): the pre-commit fails and the checkpoint aborts. (A
+// failed fsync would stop the engine too: TestStagingSyncFailureStops.)
+type failPreCommits struct{ on atomic.Bool }
+
+func (f *failPreCommits) MaybeError(op faultfs.Op) error {
+	if f.on.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
+		return syscall.EIO
+	}
+	return nil
+}
+
+// A staging file's fsync fails at pre-commit: the checkpoint aborts (its
+// files deleted, the abort recorded, a wait=commit client answered
+// "aborted" so it resends), and the engine stops, as after a failed fsync
+// anywhere (I14): the disk may have dropped pages it said it wrote, also
+// of files a later checkpoint would count on.
+func TestStagingSyncFailureStops(t *testing.T) {
+	faults := &failSyncs{}
+	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 1)
+	faults.on.Store(true)
+	res, err := e.Checkpoint(t.Context())
+	if res.State != recovery.Aborted {
+		t.Fatalf("checkpoint with a staging file's fsync failed: %+v, %v; want aborted", res, err)
+	}
+	if !waitFailed(t, e, 10*time.Second) {
+		t.Fatal("a staging file's fsync failed at pre-commit and the engine goes on (I14: a failed fsync stops it everywhere)")
+	}
+	faults.on.Store(false)
+	r.stop()
+	e = r.start(nil)
+	st, _ := e.Producer("p")
+	if got := st.Streams["s"].NextSeq; got != 0 {
+		t.Fatalf("after the restart p's next seq is %d; want 0 (its batch aborted)", got)
+	}
+	mustSend(t, e, p, "s", 0, 1)
+	r.commit()
+}
+
+// failSyncs fails the sync of every staging file while on.
 type failSyncs struct{ on atomic.Bool }
 
 func (f *failSyncs) MaybeError(op faultfs.Op) error {
@@ -226,7 +267,7 @@ func TestInitIsABarrier(t *testing.T) {
 		{"barrier aborts, then abort", true, "abort"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			faults := &failSyncs{}
+			faults := &failPreCommits{}
 			r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 			e := r.start(nil)
 			old := r.initState("p")
@@ -290,7 +331,7 @@ func TestInitIsABarrier(t *testing.T) {
 // a newer checkpoint of other data, nor, after a restart, an aborted or
 // reserved id.
 func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
-	faults := &failSyncs{}
+	faults := &failPreCommits{}
 	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 	e := r.start(nil)
 	p := r.initProducer("p")
