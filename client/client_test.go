@@ -397,7 +397,7 @@ func TestAbortedCheckpointResent(t *testing.T) {
 	aborted := make(chan struct{}, 1)
 	r := newRig(t, 20*time.Millisecond)
 	r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+		if failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
 			return syscall.EIO
 		}
 		return nil

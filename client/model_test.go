@@ -142,7 +142,7 @@ type cmodel struct {
 	rng     *rand.Rand
 	side    *rand.Rand // choices added later, apart from rng: older seeds' steps replay
 	step    int
-	failing atomic.Bool // checkpoints abort: syncs of in-progress files fail
+	failing atomic.Bool // checkpoints abort: closes of in-progress files fail at pre-commit (a failed fsync would stop the engine)
 	streams []string
 	prods   []*cprod
 	keyed   *client.Client
@@ -157,7 +157,7 @@ func newCModel(t *testing.T, seed uint64) *cmodel {
 	m := &cmodel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), side: rand.New(rand.NewPCG(seed, seed^0x51afd6f3c2a1e7b9))}
 	m.r = newRig(t, 0)
 	m.r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if m.failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+		if m.failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
 			return syscall.EIO
 		}
 		return nil
@@ -576,7 +576,7 @@ func (m *cmodel) checkpoint() {
 	}
 }
 
-// abort: a checkpoint aborts (an in-progress file's fsync fails).
+// abort: a checkpoint aborts (an in-progress file's close fails at pre-commit).
 func (m *cmodel) abort() {
 	m.stats.aborts++
 	m.failing.Store(true)

@@ -29,7 +29,7 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 			var failing atomic.Bool
 			r := newRig(t, 0)
 			r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-				if failing.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
+				if failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
 					return syscall.EIO
 				}
 				return nil
