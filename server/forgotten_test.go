@@ -473,25 +473,7 @@ func TestForgottenSealUpgradeBelievesOlderDocuments(t *testing.T) {
 	// forgot p: an unsealed document, and no key in the store.
 	plantForgotten(t, r, ck, "p", p.Epoch)
 	r.stop()
-	db, err := bolt.Open(r.storePath, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket([]byte("meta"))
-		if meta.Get([]byte("forgotten_key")) == nil {
-			return fmt.Errorf("no forgotten_key in the store's meta bucket: the test's key names are stale")
-		}
-		if err := meta.Delete([]byte("forgotten_key")); err != nil {
-			return err
-		}
-		return meta.Delete([]byte("forgotten_since"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dropForgottenKey(t, r.storePath)
 	e = r.start(nil)
 	if _, ok := e.Producer("p"); ok {
 		t.Fatal("the older binary's unsealed forget of p, cut short, was not applied by the upgraded start")
