@@ -376,16 +376,7 @@ func TestSplitAppendFailRefusesWrites(t *testing.T) {
 	}
 	n := e.Status().OpenID
 	stuck.Store(true)
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		res, err := e.Checkpoint(ctx)
-		if err == nil && res.State != recovery.Committed {
-			err = fmt.Errorf("checkpoint %d: %+v", n, res)
-		}
-		done <- err
-	}()
+	done := commitInBackground(e, n)
 	t.Cleanup(func() {
 		stuck.Store(false)
 		select {
@@ -410,7 +401,6 @@ func TestSplitAppendFailRefusesWrites(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	done <- nil
 	waitFor(t, "the doomed checkpoint's abort", func() bool {
 		s, ok := ckLog.state(n + 1)
 		return ok && s == recovery.Aborted
@@ -570,16 +560,7 @@ func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64,
 	}
 	n = e.Status().OpenID
 	stuck.Store(true)
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		res, err := e.Checkpoint(ctx)
-		if err == nil && res.State != recovery.Committed {
-			err = fmt.Errorf("checkpoint %d: %+v", n, res)
-		}
-		done <- err
-	}()
+	done := commitInBackground(e, n)
 	var once atomic.Bool
 	release = func() {
 		if once.Swap(true) {
@@ -892,4 +873,21 @@ func TestDoomBehindStuckCommitBUG(t *testing.T) {
 		t.Fatalf("write behind the stuck commit after the doomed checkpoint's abort: %v", err)
 	}
 	release()
+}
+
+// commitInBackground runs a checkpoint (n, the open one) on its own
+// goroutine, for a test that holds its commit; the error says how it did
+// not commit.
+func commitInBackground(e *Engine, n uint64) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.Checkpoint(ctx)
+		if err == nil && res.State != recovery.Committed {
+			err = fmt.Errorf("checkpoint %d: %+v", n, res)
+		}
+		done <- err
+	}()
+	return done
 }
