@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,4 +321,63 @@ func TestCheckpointQueries(t *testing.T) {
 	if err != nil || len(older) != 1 || older[0].ID != ids[0] {
 		t.Fatalf("before %d: %+v, %v", newest[1].ID, older, err)
 	}
+}
+
+// TestReadyIsOneFact: the moment Status says ready (and /readyz answers
+// 200, and writes are taken), a checkpoint is taken too. CI failed on
+// 81355ae in TestS3OverTLS: a write was accepted and the checkpoint after
+// it answered 503 not_ready, because the start set the ingest's ready
+// flag, counted producers and logged before it closed Ready. The start is
+// held here in its "recovery done" log line, inside that window.
+func TestReadyIsOneFact(t *testing.T) {
+	r := newRig(t, nil)
+	held, release := make(chan struct{}), make(chan struct{})
+	r.tweak = func(c *Config) {
+		c.Logger = slog.New(&holdHandler{msg: "recovery done", held: held, release: release})
+	}
+	e, err := Open(r.config(r.fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = e
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start never logged recovery done")
+	}
+	st := e.Status()
+	select {
+	case <-e.Ready():
+	default:
+		if st.Ready {
+			close(release)
+			t.Fatal("Status says ready while Ready is not closed: a checkpoint now answers not_ready")
+		}
+	}
+	close(release)
+	if err := e.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, e, nil, "clicks", 1, 2)
+	if res := r.checkpoint(); len(res.Files) != 1 {
+		t.Fatalf("checkpoint after ready: %+v", res)
+	}
+}
+
+// holdHandler is a log handler that, at the first record whose message is
+// msg, closes held and blocks until release is closed.
+type holdHandler struct {
+	msg           string
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (h *holdHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *holdHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *holdHandler) WithGroup(string) slog.Handler            { return h }
+func (h *holdHandler) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Message == h.msg {
+		h.once.Do(func() { close(h.held); <-h.release })
+	}
+	return nil
 }

@@ -208,6 +208,7 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 		return false
 	}
 	lc.tableBound.Store(0) // commits are serial from here on
+	lc.e.ing.recount()     // before ready: an init's producer limit reads it
 	lc.e.ing.mu.Lock()
 	lc.e.pipe.reserved = reserved
 	lc.e.ing.keyLoadLocked(keys)
@@ -219,13 +220,15 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	lc.e.ing.isReady = true
 	lc.e.health.recovering, lc.e.health.diskFull = "", nil
 	lc.e.health.publishLocked()
+	// Ready is one fact: the flag writes see, the snapshot /readyz reads and
+	// the channel checkpoints wait on change under one lock, so no request
+	// sees one without the other.
+	close(lc.ready)
 	lc.e.ing.mu.Unlock()
-	lc.e.ing.recount()
 	lc.countOrphans(recovery.SweepResult{Intents: res.Aborted, Removed: res.Orphans})
 	lc.e.log.Info("recovery done", "recommitted", len(res.Recommitted), "removed", len(res.Removed),
 		"aborted_uploads", len(res.Aborted), "orphans", len(res.Orphans), "producers", lc.e.ProducerCount(),
-		"checkpoint", lc.e.ing.openID, "duration_ms", time.Since(begin).Milliseconds())
-	close(lc.ready)
+		"checkpoint", open, "duration_ms", time.Since(begin).Milliseconds())
 	return true
 }
 
