@@ -525,9 +525,10 @@ func TestForgottenSealWindowAfterRebuild(t *testing.T) {
 			at := ck
 			if how == "rebuild" {
 				// The rebuilt store commits nothing until the node does
-				// (every start until then rebuilds, believing every
-				// document: a rebuild's limit): one commit of another
-				// producer, past the ids the lost store reserved.
+				// (until then its seal checks from the checkpoint the
+				// rebuild went through: TestForgottenPlantedAfterLossBeforeFirstCommit):
+				// one commit of another producer, past the ids the lost
+				// store reserved.
 				mustSend(t, e, r.initProducer("q"), "s", 0, 1)
 				at = r.commit().ID - 1
 			}
@@ -834,6 +835,42 @@ func TestForgottenRebuiltStoreOlderCopy(t *testing.T) {
 				t.Fatalf("over an older copy of the rebuilt store, init answers %+v; want committed_seq %d", st.Streams["s"], last)
 			}
 		})
+	}
+}
+
+// A store rebuilt by a binary that did not mark it (no rebuilt_through)
+// is rebuilt once more by the next start, which marks it: the start
+// after that checks seals, and a planted document is not believed.
+func TestForgottenRebuiltUnmarkedStore(t *testing.T) {
+	r, e, p, ck := committedProducer(t)
+	r.stopLosingStore()
+	r.start(nil) // rebuilds and marks
+	r.stop()
+	db, err := bolt.Open(r.storePath, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket([]byte("meta"))
+		if meta.Get([]byte("rebuilt_through")) == nil {
+			return fmt.Errorf("no rebuilt_through in the store's meta bucket: the test's key name is stale")
+		}
+		return meta.Delete([]byte("rebuilt_through"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.start(nil) // an unmarked store with no commit: rebuilds again, and marks it
+	r.stop()
+	if through, err := rebuiltThrough(t, r.storePath); err != nil || through != ck {
+		t.Fatalf("the mark after the second rebuild: %d, %v; want %d", through, err, ck)
+	}
+	plantForgotten(t, r, ck, "p", p.Epoch)
+	e = r.start(nil)
+	if _, ok := e.Producer("p"); !ok {
+		t.Fatal("a store rebuilt again (unmarked before): a planted document made the next start forget the live producer p")
 	}
 }
 
