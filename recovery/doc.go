@@ -19,7 +19,17 @@
 //	             row); "pruned_below" -> where the next prune goes on from;
 //	             "epoch_floor" -> above every forgotten producer's epoch;
 //	             "producer_count" -> the producers bucket's rows (counted
-//	             once at open in a store written before it was kept)
+//	             once at open in a store written before it was kept);
+//	             "forgotten_key" (32 bytes) and "forgotten_since" -> the
+//	             key the node seals its forgotten-producers documents with
+//	             and the checkpoint after which each is sealed
+//	             (layout.ForgottenSeal; absent before sealing);
+//	             "rebuilt_through" -> the newest checkpoint of the
+//	             destination's manifests a rebuild of the store went
+//	             through, written with the key at the end of the start
+//	             that rebuilt it: a start counts it as committed when it
+//	             decides whether the store kept up (absent: never rebuilt,
+//	             or by a binary that did not record it)
 //	checkpoints  id (8 bytes big-endian) -> checkpointRecord: the newest
 //	             --checkpoint-retention rows, and every prepared one; each
 //	             file's "epochs" holds its producers' epoch and incarnation

@@ -79,6 +79,10 @@ var (
 	// every one it wrote is sealed (layout.ForgottenSeal).
 	keyForgottenKey   = []byte("forgotten_key")
 	keyForgottenSince = []byte("forgotten_since")
+	// keyRebuiltThrough is the newest checkpoint of the destination's
+	// manifests that a rebuild of this store went through: a start counts
+	// it as committed when it decides whether the store kept up.
+	keyRebuiltThrough = []byte("rebuilt_through")
 )
 
 // storeVersion is the state.db format (doc.go); Open migrates versions 1
@@ -325,7 +329,7 @@ func (s *Store) setUp(tx *bolt.Tx) error {
 // checkpoints it decoded for the replay (opened).
 func (s *Store) check(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
-	for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount, keyForgottenSince} {
+	for _, k := range [][]byte{keyLastID, keyLastCommitted, keyPrunedBelow, keyEpochFloor, keyProducerCount, keyForgottenSince, keyRebuiltThrough} {
 		if v := meta.Get(k); v != nil && len(v) != 8 {
 			return s.corrupt("bad %s %x", k, v)
 		}
@@ -505,19 +509,36 @@ func (s *Store) Reserve(id uint64) error {
 
 // ForgottenSeal returns the key the node seals its forgotten-producers
 // documents with, and the checkpoint after which they are sealed
-// (layout.ForgottenSeal); a zero seal (no key) when none was made.
+// (layout.ForgottenSeal); a zero seal (no key) when none was made. Since
+// is never above the store's newest commit minus 2, counting the one a
+// rebuild went through (RebuiltThrough) as committed: a start whose
+// store kept up reads every document after that minus 1, and must
+// believe only sealed ones there.
 func (s *Store) ForgottenSeal() (layout.ForgottenSeal, error) {
 	return viewValue(s, readForgottenSeal)
 }
 
-// MakeForgottenSeal returns the store's seal, first making one with a new
-// random key when there is none: every document after since must then be
-// sealed with it, so the node must open no checkpoint at or below since+1
-// from now on (layout.ForgottenSeal: its newest commit minus 2, once it
-// has applied every document there is).
-func (s *Store) MakeForgottenSeal(since uint64) (layout.ForgottenSeal, error) {
+// MakeForgottenSeal returns the store's seal (ForgottenSeal), first making
+// one with a new random key when there is none: every document after since
+// must then be sealed with it, so the node must open no checkpoint at or
+// below since+1 from now on (layout.ForgottenSeal: its newest commit minus
+// 2, once it has applied every document there is).
+//
+// With a non-zero rebuilt, the start has rebuilt the store from the
+// destination's manifests through checkpoint rebuilt (and applied every
+// forgotten-producers document, set aside what it found, reserved its
+// ids): it is recorded (RebuiltThrough) in the same transaction, the
+// start's last write, so a store that holds it holds the key too, and
+// no state the rebuild writes comes after it.
+func (s *Store) MakeForgottenSeal(since, rebuilt uint64) (layout.ForgottenSeal, error) {
 	var seal layout.ForgottenSeal
 	err := s.update("make forgotten seal", func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if rebuilt > metaUint64(tx, keyRebuiltThrough) {
+			if err := meta.Put(keyRebuiltThrough, u64(rebuilt)); err != nil {
+				return err
+			}
+		}
 		var err error
 		if seal, err = readForgottenSeal(tx); err != nil || seal.Key != nil {
 			return err
@@ -526,15 +547,22 @@ func (s *Store) MakeForgottenSeal(since uint64) (layout.ForgottenSeal, error) {
 		if _, err := rand.Read(key); err != nil {
 			return err
 		}
-		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keyForgottenKey, key); err != nil {
 			return err
 		}
-		seal = layout.ForgottenSeal{Key: key, Since: since}
-		return meta.Put(keyForgottenSince, u64(since))
+		if err := meta.Put(keyForgottenSince, u64(since)); err != nil {
+			return err
+		}
+		seal, err = readForgottenSeal(tx)
+		return err
 	})
 	return seal, err
 }
+
+// RebuiltThrough returns the newest checkpoint a rebuild of the store
+// went through (MakeForgottenSeal), 0 if it was never rebuilt (or by a
+// binary that did not record it).
+func (s *Store) RebuiltThrough() (uint64, error) { return s.metaNumber(keyRebuiltThrough) }
 
 func readForgottenSeal(tx *bolt.Tx) (layout.ForgottenSeal, error) {
 	key := tx.Bucket(bucketMeta).Get(keyForgottenKey)
@@ -544,7 +572,13 @@ func readForgottenSeal(tx *bolt.Tx) (layout.ForgottenSeal, error) {
 	case len(key) != 32:
 		return layout.ForgottenSeal{}, fmt.Errorf("%w: bad %s (%d bytes)", ErrCorrupt, keyForgottenKey, len(key))
 	}
-	return layout.ForgottenSeal{Key: bytes.Clone(key), Since: metaUint64(tx, keyForgottenSince)}, nil
+	// A store with no commit yet (new, or rebuilt) made its key with the
+	// first checkpoint it opens minus 2, so that once it commits the
+	// compaction adopts the documents a lost store's key sealed; until
+	// then its newest (or rebuilt-through) commit bounds it.
+	kept := max(metaUint64(tx, keyLastCommitted), metaUint64(tx, keyRebuiltThrough))
+	since := min(metaUint64(tx, keyForgottenSince), max(kept, 2)-2)
+	return layout.ForgottenSeal{Key: bytes.Clone(key), Since: since}, nil
 }
 
 // LastID returns the highest checkpoint id ever recorded or reserved, 0 if none.

@@ -435,3 +435,43 @@ func TestRestoreStreamKeepsVersion(t *testing.T) {
 		t.Fatal("an invalid configuration was restored")
 	}
 }
+
+// A rebuilt store records the newest checkpoint the rebuild went through
+// with the seal's key (one transaction), keeps the higher of two, and
+// its seal's checkpoint is never above its newest commit, or the one
+// rebuilt through, minus 2: a start whose store kept up reads documents
+// from that commit minus 1 on. The key made with a higher checkpoint
+// (the first one the store opens minus 2) checks from it once the store
+// has committed that far.
+func TestForgottenSealRebuiltThrough(t *testing.T) {
+	s, p := openTemp(t)
+	seal, err := s.MakeForgottenSeal(40, 10)
+	if err != nil || seal.Key == nil || seal.Since != 8 {
+		t.Fatalf("the seal of a store rebuilt through 10, made for 40: %+v, %v; want a key, since 8", seal, err)
+	}
+	again, err := s.MakeForgottenSeal(90, 7) // a later start: the same key, an older mark is not kept
+	if err != nil || string(again.Key) != string(seal.Key) || again.Since != 8 {
+		t.Fatalf("the seal again: %+v, %v; want the same key, since 8", again, err)
+	}
+	s = reopen(t, s, p)
+	if got, err := s.RebuiltThrough(); err != nil || got != 10 {
+		t.Fatalf("rebuilt through %d, %v; want 10", got, err)
+	}
+	if _, err := s.MakeForgottenSeal(0, 30); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ commit, since uint64 }{{29, 28}, {45, 40}} {
+		if err := s.Prepare(&Checkpoint{ID: c.commit, StartedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Commit(c.commit, time.Now(), 1, 10); err != nil {
+			t.Fatal(err)
+		}
+		if seal, err := s.ForgottenSeal(); err != nil || seal.Since != c.since {
+			t.Fatalf("rebuilt through 30, made for 40, committed %d: since %d, %v; want %d", c.commit, seal.Since, err, c.since)
+		}
+	}
+	if got, err := s.RebuiltThrough(); err != nil || got != 30 {
+		t.Fatalf("rebuilt through %d, %v; want 30", got, err)
+	}
+}

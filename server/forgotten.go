@@ -120,8 +120,9 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 const maxForgottenNum = 9999
 
 // loadForgotten reads this node's forgotten-producers documents written
-// after newest (the store's newest committed checkpoint, when the store
-// kept up: it reflects every forget before it; 0 for all of them) and
+// after newest (the store's newest committed checkpoint, or the newest
+// one a rebuild of it went through, when the store kept up: it reflects
+// every forget before it; 0 for all of them) and
 // within limit (the ids this node reserved: beyond, not its own); of a
 // merged document, the entries after newest. Documents that do not parse
 // are reported and skipped, and so are, unless newest is 0, documents
@@ -403,6 +404,14 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 	if regular < atLeast {
 		return res, nil
 	}
+	// The store's seal now, not the start's: a store with no commit at
+	// its start (new, or rebuilt) believes unsealed documents up to the
+	// first checkpoint it opened minus 2 only once it has committed
+	// (recovery.Store.ForgottenSeal), and then adopts a lost store's.
+	seal, err := lc.e.store.ForgottenSeal()
+	if err != nil {
+		return res, fmt.Errorf("compact forgotten producers: %w", err)
+	}
 	var all []layout.ForgottenEntry
 	var read []string
 	var size int64
@@ -412,7 +421,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 		}
 		var got []layout.ForgottenEntry
 		if _, _, _, ok := layout.ParseForgottenName(en.Path); ok {
-			d, err := readForgotten(ctx, r, lc.seal, en.Path)
+			d, err := readForgotten(ctx, r, seal, en.Path)
 			if err == nil {
 				got = d.Entries()
 			}
@@ -421,7 +430,7 @@ func (lc *lifecycle) compactForgotten(ctx context.Context, atLeast int) (Forgott
 				return res, err
 			}
 		} else {
-			m, err := readMerged(ctx, r, lc.seal, en.Path)
+			m, err := readMerged(ctx, r, seal, en.Path)
 			if err == nil {
 				got = m.Entries
 			}

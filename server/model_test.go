@@ -735,7 +735,7 @@ func (mr *modelRun) storeEvent() {
 		mr.forget(mr.rng.IntN(3) == 0)
 	case y < 10: // a manifest planted under this node's prefix
 		mr.sw.Set(nil)
-		mr.plantManifest()
+		mr.plantManifest(-1)
 	case y < 12: // the node lease expired, damaged or deleted; the store kept
 		how := leaseAfterLoss(mr.rng.IntN(3))
 		mr.r.stop()
@@ -971,6 +971,10 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	mr.km.storeLost()
 	mr.world.touchesLost(mr.m)
 	mr.note("state store lost (older copy: %v, mid-commit: %v)", copyOf != nil, cut)
+	// Then, at times, a forgotten-producers document planted before the
+	// rebuilt store's first commit: the restart must not rebuild again
+	// (believing every document) but check it as a store that kept up.
+	plant := mr.rng.IntN(4) == 0
 	// Ids answered but never committed left no trace in the
 	// destination, so a lost store can't keep them out of
 	// reach (recovery step 5 continues after the manifests;
@@ -990,6 +994,9 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 		}
 	}
 	mr.fullCheck()
+	if plant {
+		mr.plantManifest(5)
+	}
 }
 
 func (mr *modelRun) forget(expire bool) {
@@ -1090,13 +1097,16 @@ func (mr *modelRun) reincarnate(gone []int, why string) {
 // give the node's next commit to a follower (feedPastPlanted; before the
 // restart, which starts beyond every manifest it sees).
 // After a crash the node must start, and believe none of it (I5,
-// checked by restart); then the planted document is removed.
-func (mr *modelRun) plantManifest() {
+// checked by restart); then the planted document is removed. kind
+// chooses the plant (-1: at random).
+func (mr *modelRun) plantManifest(kind int) {
 	open := mr.e.Status().OpenID
 	victim := mr.producers[mr.rng.IntN(len(mr.producers))]
 	var id uint64
 	var body []byte
-	kind := mr.rng.IntN(6)
+	if kind < 0 {
+		kind = mr.rng.IntN(6)
+	}
 	switch kind {
 	case 0, 1:
 		id = open + 1 // reserved, never committed: the store looks behind
@@ -1132,9 +1142,17 @@ func (mr *modelRun) plantManifest() {
 		// own), or the newest committed one or the one before: the
 		// lowest a start whose store kept up applies, where a seal's
 		// checkpoint past the newest commit believed it unsealed.
+		// A store with no commit since its start (new, or rebuilt
+		// after a loss): the newest manifest, which a rebuild went
+		// through, or the one before.
 		id = open - 1
-		if last := mr.e.Status().LastDone; mr.rng.IntN(2) == 0 && last > 0 {
+		switch last := mr.e.Status().LastDone; {
+		case mr.rng.IntN(2) == 0 && last > 0:
 			id = last - uint64(mr.rng.IntN(2))
+		case last == 0:
+			if top := mr.newestManifest(); top > 1 && mr.rng.IntN(3) > 0 {
+				id = top - uint64(mr.rng.IntN(2))
+			}
 		}
 		name = rigDest + "/" + layout.ForgottenName(rigNode, id, 7)
 		body = fmt.Appendf(nil, `{"node":%q,"after_checkpoint":%d,"producers":{%q:%d}}`, rigNode, id, wireID(victim), epoch)
@@ -1160,6 +1178,19 @@ func (mr *modelRun) plantManifest() {
 	if err := durable.SyncDir(mr.base, filepath.Dir(name)); err != nil {
 		mr.fail("remove planted manifest: %v", err)
 	}
+}
+
+// newestManifest returns the highest checkpoint id of this node's
+// manifests in the destination, 0 if none.
+func (mr *modelRun) newestManifest() uint64 {
+	var top uint64
+	entries, _ := afero.ReadDir(mr.base, rigDest+"/_manifests/"+rigNode)
+	for _, en := range entries {
+		if _, id, ok := layout.ParseManifestName("_manifests/" + rigNode + "/" + en.Name()); ok && id < 1<<40 {
+			top = max(top, id)
+		}
+	}
+	return top
 }
 
 // lastInited is the last of the run's producers the model holds inited

@@ -145,7 +145,7 @@ func (lc *lifecycle) Run(ctx context.Context) {
 // opens the first checkpoint and reports ready (DESIGN "Recovery").
 func (lc *lifecycle) recover(ctx context.Context) bool {
 	begin := time.Now()
-	res, inDest, believed, ok := lc.replay(ctx)
+	res, inDest, believed, rebuilt, ok := lc.replay(ctx)
 	if !ok {
 		return false
 	}
@@ -181,16 +181,26 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	// kept up (and holds this key) skips anyway: not up to open-1, far
 	// beyond newest after an upgrade, where a planted document would be
 	// believed until two more commits. A store with no commit (new, or
-	// rebuilt: it commits nothing until the node does) checks no seal
-	// until it commits, at open or beyond: open-2 then, so the compaction
-	// still merges the documents a lost store's key sealed.
+	// rebuilt: it commits nothing until the node does) is made a key for
+	// open-2, so that once it commits the compaction merges the documents
+	// a lost store's key sealed; until then its seal checks after its
+	// newest commit, or the one a rebuild went through, minus 2
+	// (recovery.Store.ForgottenSeal).
+	//
+	// After a rebuild, the same transaction records the newest commit it
+	// went through (rebuilt): from then on a start over this store is one
+	// whose store kept up (it checks seals), not another rebuild, which
+	// would believe every document, a planted one too. It is the start's
+	// last write: a crash before it leaves a store that the next start
+	// rebuilds again, whatever of the rebuild (the producers restored,
+	// the forgets applied, files set aside, ids reserved) was done.
 	since := max(newest, 2) - 2
 	if newest == 0 {
 		since = max(open, 2) - 2
 	}
 	sealShown := func(err error) string { return "make the forgotten-producers seal: " + err.Error() }
 	if !lc.retry(ctx, "make the forgotten-producers seal", sealShown, func() (err error) {
-		lc.seal, err = lc.e.store.MakeForgottenSeal(since)
+		lc.seal, err = lc.e.store.MakeForgottenSeal(since, rebuilt)
 		return err
 	}) {
 		return false
@@ -256,21 +266,29 @@ func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) s
 // replay runs the recovery replay (recovery.Replay) and, when the store is
 // behind the destination, rebuilds the producers from it (step 5). It
 // returns the replay's result, the highest manifest id found that
-// recovery must continue after, and the highest id of a manifest of this
-// node the rebuild believed (0: none, or no rebuild).
+// recovery must continue after, the highest id of a manifest of this
+// node the rebuild believed (0: none, or no rebuild), and the newest
+// checkpoint the rebuild went through, for the store to record once the
+// start is done (0: no rebuild).
 //
 // The store is behind when the destination holds a manifest of this node
 // newer than the store's newest committed checkpoint: every manifest is
 // published after its "prepared" record, and the replay has just
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
-// older copy of it alike, however many checkpoints ago it was taken.
-func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint64, bool) {
+// older copy of it alike, however many checkpoints ago it was taken. A
+// store rebuilt from the manifests counts the newest one the rebuild
+// went through as committed (recovery.Store.RebuiltThrough): it reflects
+// every manifest up to it and every forget there was, though it commits
+// nothing until the node does. A copy of it put back after the node
+// committed more is behind all the same; one put back after the node
+// only reserved more ids shows in the lease (below).
+func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint64, uint64, bool) {
 	rp := recovery.Replay{Finisher: lc.e.fin, FS: lc.e.cfg.FS, StagingDir: lc.e.cfg.StagingDir, Logger: lc.e.log}
 	var res *recovery.Result
-	var top, believed uint64
+	var top, believed, rebuilt uint64
 	ok := lc.retry(ctx, "recovery failed", error.Error, func() error {
-		believed = 0
+		believed, rebuilt = 0, 0
 		last, err := lc.e.store.LastID()
 		if err != nil {
 			return err
@@ -283,6 +301,11 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		if err != nil {
 			return err
 		}
+		through, err := lc.e.store.RebuiltThrough()
+		if err != nil {
+			return err
+		}
+		kept := max(newest, through) // what the store reflects of the destination
 		limit := lc.manifestLimit(res.LastID)
 		ours, err := lc.highestManifestID(ctx, limit)
 		if err != nil {
@@ -295,19 +318,19 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		// that an older copy of the store had forgotten, also before its
 		// newest commit; and it leaves out of the store the producers
 		// they forget (recovery.Rebuilt.Forgotten).
-		rebuild := ours.behind(newest) || lc.leaseReserved(res.LastID) > res.LastID
-		from := newest
+		rebuild := ours.behind(kept) || lc.leaseReserved(res.LastID) > res.LastID
+		from := kept
 		if rebuild {
-			from = 0
+			from, rebuilt = 0, ours.ours
 		}
 		docs, err := lc.loadForgotten(ctx, from, limit)
 		if err != nil {
 			return err
 		}
 		switch {
-		case ours.behind(newest):
+		case ours.behind(kept):
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
-				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
+				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_rebuilt_through", through, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
 			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
 		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
@@ -329,7 +352,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		}
 		return lc.applyForgotten(docs)
 	})
-	return res, top, believed, ok
+	return res, top, believed, rebuilt, ok
 }
 
 // manifestLimit returns the highest checkpoint id this node may have
