@@ -157,7 +157,10 @@ type ingest struct {
 type pipeline struct {
 	e *Engine
 
-	reserved uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
+	// reserved is the highest checkpoint id durably reserved: ids up to
+	// it may be handed out. The coordinator raises it; a doomed open
+	// checkpoint's abort on its own (doomed.go) reads it.
+	reserved atomic.Uint64
 }
 
 // lifecycle is the engine's start (lease, replay, reserve, ready) and its
@@ -174,8 +177,10 @@ type lifecycle struct {
 	done    chan struct{}
 	reqs    chan chan ckptReply
 	kick    chan struct{} // an early checkpoint: the open one grew large
-	soon    chan struct{} // a Wait on the open checkpoint (group commit)
-	ready   chan struct{}
+	// doomKick: a doom was noted, for doomLoop (doomed.go)
+	doomKick chan struct{}
+	soon     chan struct{} // a Wait on the open checkpoint (group commit)
+	ready    chan struct{}
 
 	sweepMu sync.Mutex // serialises orphan sweeps
 
