@@ -58,8 +58,9 @@ func (c *ckEnds) state(id uint64) (recovery.State, int) {
 }
 
 // newStuckCommit starts the engine, runs fill (writes into checkpoint
-// n), and cuts n with its commit stuck.
-func newStuckCommit(t *testing.T, fill func(e *Engine)) *stuckCommit {
+// n), and cuts n with its commit stuck. faults (nil: none) sees the
+// state store's writes.
+func newStuckCommit(t *testing.T, fill func(e *Engine), faults ...*storeFaults) *stuckCommit {
 	sc := &stuckCommit{ends: &ckEnds{end: map[uint64][]recovery.State{}}}
 	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if sc.stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
@@ -69,7 +70,12 @@ func newStuckCommit(t *testing.T, fill func(e *Engine)) *stuckCommit {
 		return nil
 	}))
 	sc.r = newRig(t, fsys)
-	sc.r.tweak = func(c *Config) { c.Hooks.Checkpoint = sc.ends.hook }
+	sc.r.tweak = func(c *Config) {
+		c.Hooks.Checkpoint = sc.ends.hook
+		for _, f := range faults {
+			c.StoreOptions.WriteFault = f.hook
+		}
+	}
 	sc.e = sc.r.start(nil)
 	sc.r.commit()
 	fill(sc.e)
@@ -393,4 +399,75 @@ func TestDoomAloneRacesCut(t *testing.T) {
 		r.stop()
 	}
 	t.Logf("doomed checkpoint aborted alone %d times, cut by the coordinator %d times", alone, cut)
+}
+
+// TestDoomAloneStoreFaults: the state store fails the record of the
+// abort alone. Refused for space (nothing written): the abort goes on
+// unrecorded (not prepared is aborted to recovery), writes go on into
+// n+2. A failed write (fdatasync): the engine stops (I14). Either way the
+// restart commits n, n+1 is not recorded otherwise than aborted, no id
+// answered is handed out again (I8), and the resends commit once.
+func TestDoomAloneStoreFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		phase recovery.Phase
+		err   error
+		stops bool
+	}{
+		{"ENOSPC", recovery.BeforeCommit, errPageENOSPC, false},
+		{"EIO-after-commit", recovery.AfterCommit, syscall.EIO, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p *Producer
+			f := &storeFaults{}
+			sc := newStuckCommit(t, fillN(t, &p), f)
+			e, n := sc.e, sc.n
+			f.set(failOp("abort", tc.phase, tc.err, 1))
+			mustSend(t, e, p, "b", 1, 1)
+			e.ing.doomFile(n+1, "b", fmt.Errorf("step: %w", ErrDiskFull))
+			waitFor(t, "the doomed checkpoint's abort", func() bool { s, _ := sc.ends.state(n + 1); return s != "" })
+			if s, k := sc.ends.state(n + 1); s != recovery.Aborted || k != 1 {
+				t.Fatalf("checkpoint %d: %q (%d ends), want aborted once", n+1, s, k)
+			}
+			if len(f.fired) != 1 {
+				t.Fatalf("store faults fired: %v, want the abort's", f.fired)
+			}
+			if tc.stops {
+				if !waitFailed(t, e, 5*time.Second) || !errors.Is(e.Err(), recovery.ErrWriteFailed) {
+					t.Fatalf("engine after a failed record of the abort: %v, want stopped (ErrWriteFailed)", e.Err())
+				}
+				sc.r.closeStopped(e)
+			} else {
+				if ck, err := e.store.Get(n + 1); err == nil {
+					t.Fatalf("checkpoint %d recorded (%+v) although the store refused it", n+1, ck)
+				}
+				mustSend(t, e, p, "b", 1, 1) // accepted into n+2
+				if e.Err() != nil {
+					t.Fatalf("engine stopped after a record refused for space: %v", e.Err())
+				}
+				sc.r.stop()
+			}
+			<-sc.done
+			sc.stuck.Store(false)
+			f.set(nil)
+			e = sc.r.start(nil)
+			if ck, err := e.store.Get(n); err != nil || ck.State != recovery.Committed {
+				t.Fatalf("after the restart, checkpoint %d: %+v %v, want committed", n, ck, err)
+			}
+			if ck, err := e.store.Get(n + 1); err == nil && ck.State != recovery.Aborted {
+				t.Fatalf("after the restart, checkpoint %d: %+v, want aborted or unrecorded", n+1, ck)
+			}
+			open := e.Status().OpenID
+			if open <= n+2 {
+				t.Fatalf("after the restart the open checkpoint is %d: ids up to %d were answered (I8)", open, n+2)
+			}
+			st := sc.r.initState("p")
+			p = &Producer{ID: "p", Epoch: st.Epoch}
+			mustSend(t, e, p, "b", 1, 1)
+			mustWrite(t, e, aloneKeyed(101), open, false)
+			mustWrite(t, e, aloneAnon(102), open, false)
+			sc.r.commit()
+			sc.r.check(doomAloneExpect())
+		})
+	}
 }
