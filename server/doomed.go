@@ -104,11 +104,12 @@ func (pipe *pipeline) abortDoomedOpen() {
 	}
 	cause := fmt.Errorf("a staging file can't be finished: %w", d.err)
 	log := in.e.log.With("checkpoint", d.id)
+	committing := in.inflight
 	ao := in.abortOpenLocked(d.id, nil, cause.Error(), log)
 	in.e.health.noteDiskFullLocked(cause)
 	in.e.health.publishLocked()
 	in.mu.Unlock()
-	log.Error("checkpoint aborted alone, the one before it committing", "err", cause, "committing", in.inflightID())
+	log.Error("checkpoint aborted alone, the one before it committing", "err", cause, "committing", committing)
 	pipe.abortedOpen(ao, cause, log)
 }
 
@@ -118,12 +119,6 @@ func (pipe *pipeline) abortDoomedOpen() {
 func (in *ingest) abortAloneLocked(d *doom, reserved uint64) bool {
 	return d.id == in.openID && in.inflight != 0 && in.inflight <= in.lastPrepared &&
 		in.openID+1 <= reserved && in.isReady && !in.closed && in.e.health.failErr == nil
-}
-
-func (in *ingest) inflightID() uint64 {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.inflight
 }
 
 // doomLoop aborts a doomed open checkpoint while the coordinator is busy

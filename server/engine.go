@@ -151,9 +151,12 @@ type ingest struct {
 
 // pipeline runs one checkpoint at a time: reserve ids, barrier (ingest
 // hands it the open checkpoint as a cut), pre-commit, prepared,
-// commit/abort. Only the coordinator loop drives it. It owns none of
+// commit/abort. Only the coordinator loop drives it; the doom loop
+// calls abortDoomedOpen (doomed.go), which aborts the open checkpoint,
+// not the one in flight, and only reads reserved. It owns none of
 // ingest's fields: what changes under the ingest lock it asks ingest to
-// change (cut, prepared, committed, finished, abortOpen).
+// change (cut, prepared, committed, finished, abortOpen,
+// abortOpenLocked).
 type pipeline struct {
 	e *Engine
 
