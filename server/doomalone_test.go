@@ -83,7 +83,8 @@ func newStuckCommit(t *testing.T, fill func(e *Engine), faults ...*storeFaults) 
 	sc.stuck.Store(true)
 	sc.done = commitInBackground(sc.e, sc.n)
 	t.Cleanup(func() { sc.stuck.Store(false) })
-	waitFor(t, "checkpoint n's commit stuck", func() bool { return sc.fired.Load() > 0 })
+	// Status says so once the failed try is reported, after the rename.
+	waitFor(t, "checkpoint n's commit stuck", func() bool { return sc.e.Status().StuckCheckpoint == sc.n })
 	return sc
 }
 
