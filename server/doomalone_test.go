@@ -58,9 +58,8 @@ func (c *ckEnds) state(id uint64) (recovery.State, int) {
 }
 
 // newStuckCommit starts the engine, runs fill (writes into checkpoint
-// n), and cuts n with its commit stuck. faults (nil: none) sees the
-// state store's writes.
-func newStuckCommit(t *testing.T, fill func(e *Engine), faults ...*storeFaults) *stuckCommit {
+// n), and cuts n with its commit stuck; opts change the configuration.
+func newStuckCommit(t *testing.T, fill func(e *Engine), opts ...func(*Config)) *stuckCommit {
 	sc := &stuckCommit{ends: &ckEnds{end: map[uint64][]recovery.State{}}}
 	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if sc.stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
@@ -72,8 +71,8 @@ func newStuckCommit(t *testing.T, fill func(e *Engine), faults ...*storeFaults) 
 	sc.r = newRig(t, fsys)
 	sc.r.tweak = func(c *Config) {
 		c.Hooks.Checkpoint = sc.ends.hook
-		for _, f := range faults {
-			c.StoreOptions.WriteFault = f.hook
+		for _, o := range opts {
+			o(c)
 		}
 	}
 	sc.e = sc.r.start(nil)
@@ -421,7 +420,7 @@ func TestDoomAloneStoreFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var p *Producer
 			f := &storeFaults{}
-			sc := newStuckCommit(t, fillN(t, &p), f)
+			sc := newStuckCommit(t, fillN(t, &p), func(c *Config) { c.StoreOptions.WriteFault = f.hook })
 			e, n := sc.e, sc.n
 			f.set(failOp("abort", tc.phase, tc.err, 1))
 			mustSend(t, e, p, "b", 1, 1)
@@ -471,4 +470,38 @@ func TestDoomAloneStoreFaults(t *testing.T) {
 			sc.r.check(doomAloneExpect())
 		})
 	}
+}
+
+// TestDoomAloneLinger: with group commit on, a wait=commit client of
+// doomed n+1 asked for it to start soon; it aborts alone (the client
+// told "aborted"), and the linger asks for nothing more; a client then
+// waiting on n+2 gets its commit once n's passes, with no checkpoint
+// asked for.
+func TestDoomAloneLinger(t *testing.T) {
+	var p *Producer
+	sc := newStuckCommit(t, fillN(t, &p), func(c *Config) { c.CommitLinger = 2 * time.Millisecond })
+	e, n := sc.e, sc.n
+	sc.doomAlone(t, p) // its waiter of n+1 asked for the linger
+	mustSend(t, e, p, "b", 1, 1)
+	waited := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		waited <- e.Wait(ctx, n+2)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	sc.stuck.Store(false)
+	if err := <-sc.done; err != nil {
+		t.Fatalf("checkpoint %d: %v", n, err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("wait=commit of %d behind the stuck commit: %v", n+2, err)
+	}
+	if s, k := sc.ends.state(n + 2); s != recovery.Committed || k != 1 {
+		t.Fatalf("checkpoint %d: %q (%d ends), want committed once", n+2, s, k)
+	}
+	mustWrite(t, e, aloneKeyed(101), n+3, false)
+	mustWrite(t, e, aloneAnon(102), n+3, false)
+	sc.r.commit()
+	sc.r.check(doomAloneExpect())
 }
