@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/recovery"
+	"github.com/spf13/afero"
 )
 
 // Tests of a doomed open checkpoint aborted alone while the checkpoint
@@ -25,12 +27,15 @@ import (
 // stuckCommit is an engine whose checkpoint n is prepared and stuck
 // committing (a rename that fails while stuck is set, retried: I4).
 type stuckCommit struct {
+	base  *faultfs.CrashFS // under the injector: a power cut is its CrashClone
 	r     *rig
 	e     *Engine
 	ends  *ckEnds
 	n     uint64
 	stuck atomic.Bool
 	fired atomic.Int64
+	// failRemove fails the removal of staging files (EIO).
+	failRemove atomic.Bool
 	done  chan error // n's checkpoint call
 }
 
@@ -60,10 +65,13 @@ func (c *ckEnds) state(id uint64) (recovery.State, int) {
 // newStuckCommit starts the engine, runs fill (writes into checkpoint
 // n), and cuts n with its commit stuck; opts change the configuration.
 func newStuckCommit(t *testing.T, fill func(e *Engine), opts ...func(*Config)) *stuckCommit {
-	sc := &stuckCommit{ends: &ckEnds{end: map[uint64][]recovery.State{}}}
-	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+	sc := &stuckCommit{ends: &ckEnds{end: map[uint64][]recovery.State{}}, base: faultfs.NewCrashFS()}
+	fsys := faultfs.NewInjectFS(sc.base, faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if sc.stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
 			sc.fired.Add(1)
+			return syscall.EIO
+		}
+		if sc.failRemove.Load() && op.Kind == faultfs.OpRemove && strings.HasPrefix(op.Path, rigStaging) {
 			return syscall.EIO
 		}
 		return nil
@@ -226,29 +234,49 @@ func doomAloneExpect() invariant.Expect {
 	return invariant.Expect{Must: must, Exact: true}
 }
 
-// TestDoomAloneCrash: the engine is closed as a crash would right after
-// n+1's abort alone, with n still stuck and n+2 holding resends; the
-// restart commits n, n+1 stays aborted, n+2's batches are gone (never
-// prepared); producer p is back at n's state (init says next 1,
-// committed 0), the key of n+1's batch is forgotten, n's is committed;
-// the resends commit once.
+// TestDoomAloneCrash: the engine is closed as a crash would (or the
+// power is cut) right after n+1's abort alone, with n still stuck and n+2
+// holding resends, or with the removal of n+1's staging files failed
+// (left to recovery); the restart commits n, n+1 stays aborted, n+2's
+// batches are gone (never prepared), no staging file is left; producer p
+// is back at n's state (init says next 1, committed 0), the key of n+1's
+// batch is forgotten, n's is committed; the resends commit once.
 func TestDoomAloneCrash(t *testing.T) {
-	for _, resent := range []bool{false, true} {
-		t.Run(fmt.Sprintf("resent=%v", resent), func(t *testing.T) {
+	for _, tc := range []struct{ resent, powerCut, removeFails bool }{
+		{false, false, false}, {true, false, false}, {true, true, false}, {false, false, true}, {false, true, true},
+	} {
+		t.Run(fmt.Sprintf("resent=%v/powercut=%v/removefails=%v", tc.resent, tc.powerCut, tc.removeFails), func(t *testing.T) {
 			var p *Producer
 			sc := newStuckCommit(t, fillN(t, &p))
 			e, n := sc.e, sc.n
+			sc.failRemove.Store(tc.removeFails)
 			sc.doomAlone(t, p)
-			if resent {
+			if tc.removeFails {
+				if names, _ := stagingNames(sc.r.fs, rigStaging); !slices.ContainsFunc(names, func(s string) bool { return strings.Contains(s, fmt.Sprintf("-%020d-", n+1)) }) {
+					t.Fatalf("staging files of %d gone although their removal failed: %v", n+1, names)
+				}
+			}
+			if tc.resent {
 				mustSend(t, e, p, "b", 1, 1)
 				mustWrite(t, e, aloneKeyed(101), n+2, false)
+			}
+			var cut *faultfs.CrashFS
+			if tc.powerCut {
+				cut = sc.base.CrashClone()
 			}
 			sc.r.stop() // a crash: n still stuck
 			if err := <-sc.done; err == nil {
 				t.Fatalf("checkpoint %d ended before the crash", n)
 			}
 			sc.stuck.Store(false)
+			sc.failRemove.Store(false)
+			if cut != nil {
+				sc.r.fs = cut
+			}
 			e = sc.r.start(nil)
+			if names, err := stagingNames(sc.r.fs, rigStaging); err != nil || len(names) != 0 {
+				t.Fatalf("staging files after the restart: %v %v, want none", names, err)
+			}
 			for id, want := range map[uint64]recovery.State{n: recovery.Committed, n + 1: recovery.Aborted} {
 				if ck, err := e.store.Get(id); err != nil || ck.State != want {
 					t.Fatalf("after the restart, checkpoint %d: %+v %v, want %s", id, ck, err, want)
@@ -504,4 +532,14 @@ func TestDoomAloneLinger(t *testing.T) {
 	mustWrite(t, e, aloneAnon(102), n+3, false)
 	sc.r.commit()
 	sc.r.check(doomAloneExpect())
+}
+
+// stagingNames lists the staging directory of fs.
+func stagingNames(fs afero.Fs, dir string) ([]string, error) {
+	fis, err := afero.ReadDir(fs, dir)
+	names := make([]string, 0, len(fis))
+	for _, fi := range fis {
+		names = append(names, fi.Name())
+	}
+	return names, err
 }
