@@ -36,7 +36,7 @@ type stuckCommit struct {
 	fired atomic.Int64
 	// failRemove fails the removal of staging files (EIO).
 	failRemove atomic.Bool
-	done  chan error // n's checkpoint call
+	done       chan error // n's checkpoint call
 }
 
 // ckEnds counts each checkpoint's ends as the hook reports them: one
