@@ -339,9 +339,10 @@ func (mr *modelRun) settleDoomed() {
 // TestSplitAppendFailRefusesWrites: a batch spanning partitions whose
 // second piece fails after the first was appended dooms its checkpoint
 // too (doomLocked; TestStreamSplitAppendFails has the abort): until the
-// engine has aborted it, on its own, every write is refused with the
-// piece's error (EIO here), not accepted into a checkpoint that can't
-// commit; then writes commit again.
+// engine has aborted it, on its own (held here by the pre-commit of the
+// checkpoint before), every write is refused with the piece's error (EIO
+// here), not accepted into a checkpoint that can't commit; then writes
+// commit again.
 func TestSplitAppendFailRefusesWrites(t *testing.T) {
 	var failMatch atomic.Pointer[string]
 	hold := newPreCommitHold()
@@ -906,17 +907,15 @@ func TestDoomOfCheckpointInFlight(t *testing.T) {
 	}
 }
 
-// TestDoomBehindStuckCommit: design limit (doomed.go: "the refusals
-// last until the coordinator is free (milliseconds, unless a commit
-// before is stuck)"). The open checkpoint n+1 is doomed while n's commit
-// is stuck (the destination down: retried until it passes, I4): n+1
-// aborts only when the coordinator is free, so every write, of every
-// stream, is refused — answered 507 "disk full" for an ENOSPC doom, even
-// once the disk has room — for as long as n is stuck, hours maybe, where
-// without the doom they would be accepted up to backpressure. n+1 is
-// not past its barrier: the ingest could abort it alone, under its lock
-// (files deleted, keys forgotten, producers back to n's barrier, which
-// commits), and accept writes into n+2 behind the stuck commit.
+// TestDoomBehindStuckCommit: the open checkpoint n+1 is doomed while n's
+// commit is stuck (the destination down: retried until it passes, I4):
+// n+1 aborts alone, at once, and writes are accepted into n+2 behind the
+// stuck commit (doomed.go). Failed before (it was TestDoomBehindStuckCommitBUG,
+// skipped): n+1 aborted only when the coordinator was free, so every
+// write, of every stream, was refused — 507 "disk full" for an ENOSPC
+// doom, even once the disk had room — for as long as n was stuck, hours
+// maybe. doomalone_test.go has the rest: crash, resends, the race with
+// the coordinator's barrier.
 func TestDoomBehindStuckCommit(t *testing.T) {
 	_, e, ckLog, n, release := doomStuck(t)
 	if _, err := e.Write(doomAnon("a", "1")); err != nil {
