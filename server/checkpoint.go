@@ -153,6 +153,8 @@ func (pipe *pipeline) recordPrepared(c *cut) error {
 	pipe.e.health.diskOK()
 	pipe.e.ing.prepared(c.ck)
 	c.log.Debug("prepared", "files", len(c.ck.Files), "records", c.ck.Records, "bytes", c.ck.Bytes)
+	// A doomed open checkpoint need not wait for c's commit (doomed.go).
+	pipe.abortDoomedOpen()
 	return nil
 }
 
@@ -219,7 +221,7 @@ func (pipe *pipeline) empty(c *emptyCut, began time.Time) (CheckpointResult, err
 // no id an answer named is ever handed out again (I8). Only the coordinator
 // calls it, so the reservation cannot race with the barrier.
 func (pipe *pipeline) reserveIDs(ctx context.Context) error {
-	open, reserved := pipe.e.ing.open(), pipe.reserved
+	open, reserved := pipe.e.ing.open(), pipe.reserved.Load()
 	if reserved >= open+pipe.e.cfg.idBlock/2+2 {
 		return nil
 	}
@@ -230,7 +232,7 @@ func (pipe *pipeline) reserveIDs(ctx context.Context) error {
 	if err := pipe.e.life.leaseReserve(ctx, upto); err != nil {
 		return fmt.Errorf("reserve checkpoint ids up to %d: %w", upto, err)
 	}
-	pipe.reserved = upto // only the coordinator reads it
+	pipe.reserved.Store(upto) // only the coordinator raises it
 	return nil
 }
 
@@ -358,22 +360,33 @@ func (pipe *pipeline) abort(ctx context.Context, c *cut, files []committer.File,
 	c.log.Error("checkpoint aborted", "err", cause)
 	pipe.abortFiles(ctx, c, files)
 	ck.Files = files
-	if err := pipe.e.store.Abort(ck, cause.Error()); err != nil && !pipe.e.health.failOn(err) {
-		// Unrecorded, the checkpoint is simply not prepared: recovery
-		// treats it as aborted. Its id may be reused, which is harmless
-		// since nothing of it was made final.
-		c.log.Warn("record aborted checkpoint", "err", err)
-	}
-	nextID, nextOut, nextBytes := pipe.e.ing.abortOpen(c)
-	next := &recovery.Checkpoint{ID: nextID, StartedAt: pipe.e.cfg.Now().UTC()}
-	if err := pipe.e.store.Abort(next, fmt.Sprintf("aborted with checkpoint %d", ck.ID)); err != nil && !pipe.e.health.failOn(err) {
-		c.log.Warn("record aborted checkpoint", "checkpoint", nextID, "err", err)
-	}
+	pipe.recordedAbort(ck.ID, pipe.e.store.Abort(ck, cause.Error()), c.log)
+	next := pipe.e.ing.abortOpen(c, fmt.Sprintf("aborted with checkpoint %d", ck.ID))
 	res := c.result(recovery.Aborted)
 	res.Error = cause.Error()
 	pipe.finished(ck.ID, c.out, res, cause, ck.Bytes)
-	pipe.finished(nextID, nextOut, CheckpointResult{ID: nextID, State: recovery.Aborted, Error: res.Error}, cause, nextBytes)
+	pipe.abortedOpen(next, cause, c.log)
 	return res
+}
+
+// recordedAbort applies the failure policy to the record of checkpoint
+// id's abort.
+func (pipe *pipeline) recordedAbort(id uint64, err error, log *slog.Logger) {
+	if err != nil && !pipe.e.health.failOn(err) {
+		// Unrecorded, the checkpoint is simply not prepared: recovery
+		// treats it as aborted. Nothing of it was made final, and its
+		// id is not handed out again: ids are reserved (I8).
+		log.Warn("record aborted checkpoint", "checkpoint", id, "err", err)
+	}
+}
+
+// abortedOpen ends the open checkpoint that abortOpenLocked aborted: the
+// policy on its record, its waiters told "aborted" (cause), its bytes
+// given back.
+func (pipe *pipeline) abortedOpen(ao abortedOpen, cause error, log *slog.Logger) {
+	pipe.recordedAbort(ao.id, ao.recordErr, log)
+	res := CheckpointResult{ID: ao.id, State: recovery.Aborted, Error: cause.Error()}
+	pipe.finished(ao.id, ao.out, res, cause, ao.bytes)
 }
 
 // abortFiles deletes c's staging files and aborts what the committer
@@ -420,27 +433,48 @@ func (pipe *pipeline) abortFiles(ctx context.Context, c *cut, files []committer.
 	}
 }
 
-// abortOpen aborts the open checkpoint along with c: deletes its staging
-// files, forgets both's keys, resets the producers either touched, and
-// opens the next. It returns the aborted open checkpoint's id, outcome and
-// bytes.
-func (in *ingest) abortOpen(c *cut) (uint64, *outcome, int64) {
+// abortOpen aborts the open checkpoint along with c (see
+// abortOpenLocked); c's keys are forgotten too, and the producers c
+// touched reset.
+func (in *ingest) abortOpen(c *cut, reason string) abortedOpen {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	id, out, bytes := in.openID, in.outcomes[in.openID], in.openBytes
-	// The keys of both are forgotten, so their retries are accepted.
 	in.keyForgetLocked(c.ck.Keys)
+	return in.abortOpenLocked(c.ck.ID, c.ck.Seqs, reason, c.log)
+}
+
+// abortedOpen is an open checkpoint aborted by abortOpenLocked.
+type abortedOpen struct {
+	id        uint64
+	out       *outcome
+	bytes     int64 // its uncommitted bytes, to give back
+	recordErr error // of the record of its abort
+}
+
+// abortOpenLocked aborts the open checkpoint, with from, the aborted
+// checkpoint before it (its own id when alone: doomed.go), and opens the
+// next: deletes its staging files, forgets its keys, returns the
+// producers it touched, and those in seqs (from's), to their last
+// prepared state, and records it aborted with reason. Its waiters are
+// answered by pipeline.abortedOpen, without the lock. Every abort of an
+// open checkpoint is this one.
+func (in *ingest) abortOpenLocked(from uint64, seqs map[string]map[string]int64, reason string, log *slog.Logger) abortedOpen {
+	ao := abortedOpen{id: in.openID, out: in.outcomes[in.openID], bytes: in.openBytes}
+	// Its keys are forgotten, so their retries are accepted.
 	in.keyForgetLocked(in.keys.open)
 	in.keys.open = nil
 	for _, ot := range in.openTxns {
 		if err := ot.txn.Abort(); err != nil {
-			c.log.Warn("delete staging file; recovery will", "path", ot.txn.Name(), "err", err)
+			log.Warn("delete staging file; recovery will", "checkpoint", ao.id, "path", ot.txn.Name(), "err", err)
 		}
 	}
-	// Only producers this checkpoint or the next one touched differ from
-	// their durable state: reset those, not the whole table.
-	in.prods.abort(c.ck.Seqs)
-	in.abortedThrough = id // a doom of c or of id is over (doomed.go)
+	// Only producers this checkpoint or from touched differ from their
+	// durable state: reset those, not the whole table.
+	in.prods.abort(seqs, from)
+	in.abortedThrough = ao.id // a doom of it or of from is over (doomed.go)
 	in.openNextLocked()
-	return id, out, bytes
+	// Recorded under the lock: no barrier can cut the next one, and so
+	// no later checkpoint be prepared, before the record.
+	ao.recordErr = in.e.store.Abort(&recovery.Checkpoint{ID: ao.id, StartedAt: in.e.cfg.Now().UTC()}, reason)
+	return ao
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 )
 
@@ -35,8 +36,23 @@ import (
 //     staging files deleted, producers back to the last prepared
 //     checkpoint, waiters answered "aborted" (503, expected_seq). Only
 //     its moment changes: the refusals last until the coordinator is
-//     free (milliseconds, unless a commit before is stuck), not up to
-//     --checkpoint-interval.
+//     free (milliseconds), not up to --checkpoint-interval.
+//   - Unless the coordinator is busy committing the checkpoint before
+//     (n, prepared: its commit may be stuck for hours while the
+//     destination is down, I4). Then the open checkpoint n+1, not past
+//     its barrier, aborts alone, at once (abortDoomedOpen): the same
+//     abort (abortOpenLocked), under the ingest lock, with nothing
+//     before it to abort — n is bound to commit, so producers go back
+//     to n's prepared state, which is their durable one, and n's ranges
+//     and keys stay — and n+2 opens: writes are accepted behind the
+//     stuck commit, up to backpressure. Before, every write of every
+//     stream was refused for as long as n was stuck (507 for ENOSPC,
+//     even once the disk had room). It is not done while n is still
+//     pre-committing: n may yet abort, and producers would have to go
+//     back to n's barrier, not to their durable state; the coordinator
+//     does it once n is prepared (recordPrepared), or aborts n+1 with n.
+//     Nor when the id after n+1 is not reserved yet (I8): then the
+//     coordinator ends it, once free.
 //
 // The failure is noted without the ingest lock (an inline step fails
 // inside an append, under it), as the newest failure by checkpoint id;
@@ -64,9 +80,59 @@ func (in *ingest) doomFile(id uint64, stream string, err error) {
 			break
 		}
 	}
-	select {
-	case in.e.life.kick <- struct{}{}:
-	default:
+	for _, kick := range []chan struct{}{in.e.life.kick, in.e.life.doomKick} {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// abortDoomedOpen aborts the open checkpoint alone if it is doomed while
+// the coordinator is busy committing the one before it (see the top).
+// The doom loop calls it when a doom is noted, the coordinator once a
+// checkpoint is prepared. The check and the abort are one hold of the
+// ingest lock, so the coordinator's barrier either cut the doomed
+// checkpoint before (and aborts it) or finds it aborted after.
+func (pipe *pipeline) abortDoomedOpen() {
+	in := &pipe.e.ing
+	in.mu.Lock()
+	d := in.doomedLocked()
+	if d == nil || !in.abortAloneLocked(d, pipe.reserved.Load()) {
+		in.mu.Unlock()
+		return
+	}
+	cause := fmt.Errorf("a staging file can't be finished: %w", d.err)
+	log := in.e.log.With("checkpoint", d.id)
+	committing := in.inflight
+	ao := in.abortOpenLocked(d.id, nil, cause.Error(), log)
+	in.e.health.noteDiskFullLocked(cause)
+	in.e.health.publishLocked()
+	in.mu.Unlock()
+	log.Error("checkpoint aborted alone, the one before it committing", "err", cause, "committing", committing)
+	pipe.abortedOpen(ao, cause, log)
+}
+
+// abortAloneLocked reports whether doomed open checkpoint d.id may abort
+// alone now: the coordinator is past the prepare of the checkpoint before
+// it, and the id its abort opens is reserved.
+func (in *ingest) abortAloneLocked(d *doom, reserved uint64) bool {
+	return d.id == in.openID && in.inflight != 0 && in.inflight <= in.lastPrepared &&
+		in.openID+1 <= reserved && in.isReady && !in.closed && in.e.health.failErr == nil
+}
+
+// doomLoop aborts a doomed open checkpoint while the coordinator is busy
+// committing (abortDoomedOpen), on each doom noted.
+func (lc *lifecycle) doomLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lc.e.health.failed:
+			return
+		case <-lc.doomKick:
+			lc.e.pipe.abortDoomedOpen()
+		}
 	}
 }
 

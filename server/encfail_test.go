@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -49,9 +50,10 @@ var encFailCases = []encFailCase{
 // ErrDiskFull, which the API answers 507 insufficient_storage; EIO: the
 // error itself), wait=commit or not, and while the disk is full Status
 // says so; the checkpoint aborts on its own as soon as the coordinator is
-// free (here it is held by the commit of the checkpoint before, stuck on
-// a failing rename), and a wait=commit client of a batch accepted before
-// the failure is told "aborted". Then, with room on the disk again, the
+// free, or past the prepare of the checkpoint before (here it is held in
+// that checkpoint's pre-commit: the doom stays in force), and a
+// wait=commit client of a batch accepted before the failure is told
+// "aborted". Then, with room on the disk again, the
 // clients resend from what the engine expects and everything commits
 // exactly once. Before doomed.go the writes after the failure were
 // accepted (202) and the checkpoint aborted only at its pre-commit.
@@ -63,17 +65,15 @@ func TestEncoderFailureRefusesWrites(t *testing.T) {
 
 func encFailRun(t *testing.T, tc encFailCase) {
 	base := faultfs.NewCrashFS()
-	var encFail, stuck atomic.Bool
-	var encFired, stuckFired atomic.Int64
+	var encFail atomic.Bool
+	var encFired atomic.Int64
+	hold := newPreCommitHold()
 	inj := faultfs.NewInjectFS(base, faultfs.InjectorFunc(func(op faultfs.Op) error {
-		switch {
-		case encFail.Load() && op.Kind == tc.kind && strings.HasSuffix(op.Path, tc.suffix):
+		if encFail.Load() && op.Kind == tc.kind && strings.HasSuffix(op.Path, tc.suffix) {
 			encFired.Add(1)
 			return tc.errno
-		case stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging):
-			stuckFired.Add(1)
-			return syscall.EIO // retried: the commit is stuck until it passes
 		}
+		hold.op(op)
 		return nil
 	}))
 	r := newRig(t, inj)
@@ -104,14 +104,14 @@ func encFailRun(t *testing.T, tc encFailCase) {
 		return errors.Is(err, tc.errno) && !errors.Is(err, ErrDiskFull)
 	}
 
-	// Checkpoint n holds p0's batch on a plain stream; its commit is held
-	// (a rename that fails, retried), so the coordinator is busy.
+	// Checkpoint n holds p0's batch on a plain stream; its pre-commit is
+	// held, so the coordinator is busy and n is not prepared.
 	if err := m.write(t, e, "p0", "a", 2); err != nil {
 		t.Fatal(err)
 	}
 	n := e.Status().OpenID
 	snapN := m.snapshot()
-	stuck.Store(true)
+	hold.arm()
 	type ended struct {
 		res CheckpointResult
 		err error
@@ -124,13 +124,13 @@ func encFailRun(t *testing.T, tc encFailCase) {
 		done <- ended{res, err}
 	}()
 	t.Cleanup(func() { // before the rig's: a test that failed early lets it end
-		stuck.Store(false)
+		hold.free()
 		select {
 		case <-done:
 		case <-time.After(time.Minute):
 		}
 	})
-	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	hold.wait(t)
 	if open := e.Status().OpenID; open != n+1 {
 		t.Fatalf("open checkpoint %d, want %d", open, n+1)
 	}
@@ -207,10 +207,10 @@ func encFailRun(t *testing.T, tc encFailCase) {
 		}()
 	}
 
-	// The coordinator is free: n commits, then n+1 aborts on its own (no
-	// checkpoint is asked for), and n+2, which its barrier opened, with
-	// it.
-	stuck.Store(false)
+	// The coordinator goes on: n is prepared, then n+1 aborts on its own
+	// (no checkpoint is asked for), alone: n+2 opens and is not aborted;
+	// then n commits.
+	hold.free()
 	end := <-done
 	done <- end // for the cleanup
 	if end.err != nil || end.res.State != recovery.Committed {
@@ -221,8 +221,8 @@ func encFailRun(t *testing.T, tc encFailCase) {
 		s, ok := ckLog.state(n + 1)
 		return ok && s == recovery.Aborted
 	})
-	if s, ok := ckLog.state(n + 2); !ok || s != recovery.Aborted {
-		t.Fatalf("checkpoint %d (open during the doomed one's abort): %q %v, want aborted", n+2, s, ok)
+	if s, ok := ckLog.state(n + 2); ok {
+		t.Fatalf("checkpoint %d (opened by the doomed one's abort alone): %q, want open", n+2, s)
 	}
 	if accepted > 0 {
 		if err := <-waited; !errors.Is(err, ErrAborted) {
@@ -339,21 +339,18 @@ func (mr *modelRun) settleDoomed() {
 // TestSplitAppendFailRefusesWrites: a batch spanning partitions whose
 // second piece fails after the first was appended dooms its checkpoint
 // too (doomLocked; TestStreamSplitAppendFails has the abort): until the
-// engine has aborted it, on its own, every write is refused with the
-// piece's error (EIO here), not accepted into a checkpoint that can't
-// commit; then writes commit again.
+// engine has aborted it, on its own (held here by the pre-commit of the
+// checkpoint before), every write is refused with the piece's error (EIO
+// here), not accepted into a checkpoint that can't commit; then writes
+// commit again.
 func TestSplitAppendFailRefusesWrites(t *testing.T) {
 	var failMatch atomic.Pointer[string]
-	var stuck atomic.Bool
-	var stuckFired atomic.Int64
+	hold := newPreCommitHold()
 	fs := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if m := failMatch.Load(); m != nil && op.Kind == faultfs.OpWrite && strings.Contains(op.Path, *m) {
 			return syscall.EIO
 		}
-		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
-			stuckFired.Add(1)
-			return syscall.EIO
-		}
+		hold.op(op)
 		return nil
 	}))
 	r := newRig(t, fs)
@@ -375,16 +372,16 @@ func TestSplitAppendFailRefusesWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := e.Status().OpenID
-	stuck.Store(true)
+	hold.arm()
 	done := commitInBackground(e, n)
 	t.Cleanup(func() {
-		stuck.Store(false)
+		hold.free()
 		select {
 		case <-done:
 		case <-time.After(time.Minute):
 		}
 	})
-	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	hold.wait(t)
 	m := fmt.Sprintf("-%020d-0001.", n+1) // the second file of checkpoint n+1: partition b
 	failMatch.Store(&m)
 	two := Write{Stream: "ev", Ext: "ndjson", Data: []byte(`{"k":"a","n":2}` + "\n" + `{"k":"b","n":2}` + "\n"), Records: 2}
@@ -397,8 +394,10 @@ func TestSplitAppendFailRefusesWrites(t *testing.T) {
 			t.Fatalf("write into the doomed checkpoint (partition %s): %+v %v, want refused with the piece's EIO", k, res, err)
 		}
 	}
-	stuck.Store(false)
-	if err := <-done; err != nil {
+	hold.free()
+	err := <-done
+	done <- err // for the cleanup
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the doomed checkpoint's abort", func() bool {
@@ -537,16 +536,31 @@ func TestDoomForgottenByRestart(t *testing.T) {
 }
 
 // doomStuck starts an engine whose checkpoint n (holding one record of
-// plain stream "a") is stuck committing, so the coordinator is busy and a
-// doom of n+1 stays in force; release lets n commit.
+// plain stream "a") is prepared and stuck committing (a rename that
+// fails, retried: I4), so the coordinator is busy and a doom of n+1
+// aborts n+1 alone (doomed.go); release lets n commit.
 func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64, release func()) {
+	return doomBusy(t, false, nil)
+}
+
+// doomHeld is doomStuck with n held in its pre-commit, not prepared: a
+// doom of n+1 stays in force until release; then n+1 aborts alone once
+// n is prepared, and n commits. before (nil: none) runs before n is cut:
+// a barrier (a PUT) would wait for the held one.
+func doomHeld(t *testing.T, before func(*Engine)) (r *rig, e *Engine, ckLog *checkpointLog, n uint64, release func()) {
+	return doomBusy(t, true, before)
+}
+
+func doomBusy(t *testing.T, held bool, before func(*Engine)) (r *rig, e *Engine, ckLog *checkpointLog, n uint64, release func()) {
 	var stuck atomic.Bool
 	var stuckFired atomic.Int64
+	hold := newPreCommitHold()
 	fsys := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
 		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
 			stuckFired.Add(1)
 			return syscall.EIO
 		}
+		hold.op(op)
 		return nil
 	}))
 	r = newRig(t, fsys)
@@ -554,12 +568,19 @@ func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64,
 	ckLog = &checkpointLog{end: map[uint64]recovery.State{}}
 	r.tweak = func(c *Config) { c.Hooks.Checkpoint = ckLog.hook }
 	e = r.start(nil)
+	if before != nil {
+		before(e)
+	}
 	r.checkpoint()
 	if _, err := e.Write(doomAnon("a", "0")); err != nil {
 		t.Fatal(err)
 	}
 	n = e.Status().OpenID
-	stuck.Store(true)
+	if held {
+		hold.arm()
+	} else {
+		stuck.Store(true)
+	}
 	done := commitInBackground(e, n)
 	var once atomic.Bool
 	release = func() {
@@ -567,6 +588,7 @@ func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64,
 			return
 		}
 		stuck.Store(false)
+		hold.free()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -577,8 +599,52 @@ func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64,
 		}
 	}
 	t.Cleanup(release)
-	waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	if held {
+		hold.wait(t)
+	} else {
+		waitFor(t, "checkpoint n's commit stuck", func() bool { return stuckFired.Load() > 0 })
+	}
 	return r, e, ckLog, n, release
+}
+
+// preCommitHold holds the coordinator in a checkpoint's pre-commit: once
+// armed, the next sync of the staging directory (the pre-commit's last
+// local step) blocks until free. The checkpoint is then past its barrier
+// and not prepared, so a doom of the open one stays in force (doomed.go).
+type preCommitHold struct {
+	armed            atomic.Bool
+	held, freed      chan struct{}
+	heldOnce, freeOn sync.Once
+}
+
+func newPreCommitHold() *preCommitHold {
+	return &preCommitHold{held: make(chan struct{}), freed: make(chan struct{})}
+}
+
+func (h *preCommitHold) arm() { h.armed.Store(true) }
+
+// op is called by the injector with every operation.
+func (h *preCommitHold) op(op faultfs.Op) {
+	if op.Kind != faultfs.OpSync || op.Path != rigStaging || !h.armed.Load() {
+		return
+	}
+	h.heldOnce.Do(func() { close(h.held) })
+	<-h.freed
+}
+
+// wait waits until a pre-commit is held.
+func (h *preCommitHold) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no pre-commit held within 20 s")
+	}
+}
+
+func (h *preCommitHold) free() {
+	h.armed.Store(false)
+	h.freeOn.Do(func() { close(h.freed) })
 }
 
 // TestDoomKeyedAndProducerResend: batches accepted (keyed, and a
@@ -589,7 +655,7 @@ func doomStuck(t *testing.T) (r *rig, e *Engine, ckLog *checkpointLog, n uint64,
 // producer is back to its last prepared state, so the resends are
 // accepted, and everything commits exactly once.
 func TestDoomKeyedAndProducerResend(t *testing.T) {
-	r, e, ckLog, n, release := doomStuck(t)
+	r, e, ckLog, n, release := doomHeld(t, nil)
 	ps, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
@@ -657,10 +723,11 @@ func TestDoomKeyedAndProducerResend(t *testing.T) {
 // with its abort: the init's next seq is the one before the aborted
 // batch, the PUT is in force.
 func TestDoomKeepsOtherAnswers(t *testing.T) {
-	r, e, ckLog, n, release := doomStuck(t)
-	if _, err := e.PutStream(t.Context(), parquetStream, streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema}); err != nil {
-		t.Fatal(err)
-	}
+	r, e, ckLog, n, release := doomHeld(t, func(e *Engine) {
+		if _, err := e.PutStream(t.Context(), parquetStream, streamconf.Config{Format: streamconf.FormatParquet, Schema: testSchema}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	old, err := e.InitProducer(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
@@ -840,19 +907,16 @@ func TestDoomOfCheckpointInFlight(t *testing.T) {
 	}
 }
 
-// TestDoomBehindStuckCommitBUG: design limit (doomed.go: "the refusals
-// last until the coordinator is free (milliseconds, unless a commit
-// before is stuck)"). The open checkpoint n+1 is doomed while n's commit
-// is stuck (the destination down: retried until it passes, I4): n+1
-// aborts only when the coordinator is free, so every write, of every
-// stream, is refused — answered 507 "disk full" for an ENOSPC doom, even
-// once the disk has room — for as long as n is stuck, hours maybe, where
-// without the doom they would be accepted up to backpressure. n+1 is
-// not past its barrier: the ingest could abort it alone, under its lock
-// (files deleted, keys forgotten, producers back to n's barrier, which
-// commits), and accept writes into n+2 behind the stuck commit.
-func TestDoomBehindStuckCommitBUG(t *testing.T) {
-	t.Skip("BUG (design limit): a doomed open checkpoint waits for a stuck commit before it aborts; every write is refused (507 for ENOSPC) meanwhile — see the comment")
+// TestDoomBehindStuckCommit: the open checkpoint n+1 is doomed while n's
+// commit is stuck (the destination down: retried until it passes, I4):
+// n+1 aborts alone, at once, and writes are accepted into n+2 behind the
+// stuck commit (doomed.go). Failed before (it was TestDoomBehindStuckCommitBUG,
+// skipped): n+1 aborted only when the coordinator was free, so every
+// write, of every stream, was refused — 507 "disk full" for an ENOSPC
+// doom, even once the disk had room — for as long as n was stuck, hours
+// maybe. doomalone_test.go has the rest: crash, resends, the race with
+// the coordinator's barrier.
+func TestDoomBehindStuckCommit(t *testing.T) {
 	_, e, ckLog, n, release := doomStuck(t)
 	if _, err := e.Write(doomAnon("a", "1")); err != nil {
 		t.Fatal(err)
@@ -878,7 +942,7 @@ func TestDoomBehindStuckCommitBUG(t *testing.T) {
 // commitInBackground runs a checkpoint (n, the open one) on its own
 // goroutine, for a test that holds its commit; the error says how it did
 // not commit.
-func commitInBackground(e *Engine, n uint64) <-chan error {
+func commitInBackground(e *Engine, n uint64) chan error {
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -151,13 +151,19 @@ type ingest struct {
 
 // pipeline runs one checkpoint at a time: reserve ids, barrier (ingest
 // hands it the open checkpoint as a cut), pre-commit, prepared,
-// commit/abort. Only the coordinator loop drives it. It owns none of
+// commit/abort. Only the coordinator loop drives it; the doom loop
+// calls abortDoomedOpen (doomed.go), which aborts the open checkpoint,
+// not the one in flight, and only reads reserved. It owns none of
 // ingest's fields: what changes under the ingest lock it asks ingest to
-// change (cut, prepared, committed, finished, abortOpen).
+// change (cut, prepared, committed, finished, abortOpen,
+// abortOpenLocked).
 type pipeline struct {
 	e *Engine
 
-	reserved uint64 // highest checkpoint id durably reserved: ids up to it may be handed out
+	// reserved is the highest checkpoint id durably reserved: ids up to
+	// it may be handed out. The coordinator raises it; a doomed open
+	// checkpoint's abort on its own (doomed.go) reads it.
+	reserved atomic.Uint64
 }
 
 // lifecycle is the engine's start (lease, replay, reserve, ready) and its
@@ -174,8 +180,10 @@ type lifecycle struct {
 	done    chan struct{}
 	reqs    chan chan ckptReply
 	kick    chan struct{} // an early checkpoint: the open one grew large
-	soon    chan struct{} // a Wait on the open checkpoint (group commit)
-	ready   chan struct{}
+	// doomKick: a doom was noted, for doomLoop (doomed.go)
+	doomKick chan struct{}
+	soon     chan struct{} // a Wait on the open checkpoint (group commit)
+	ready    chan struct{}
 
 	sweepMu sync.Mutex // serialises orphan sweeps
 

@@ -77,14 +77,14 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted, leasesDamaged, feedsFollowed, doomed                                                                           int
+	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedBehindStuck                                                        int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine)",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine), %d doomed behind a stuck commit (aborted alone)",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedBehindStuck) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -322,6 +322,8 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			mr.futureEpoch(p, s, k)
 		case x < 78:
 			mr.anonymous(s)
+		case x == 85 && mr.crash == nil:
+			skip = mr.doomBehindStuck(p, s, k)
 		case x >= 86 && x < 88 && mr.crash == nil:
 			mr.checkpointDuringPreCommit(step)
 		case x < 88:
@@ -679,6 +681,104 @@ func (mr *modelRun) checkpointDuringPreCommit(step int) {
 		mr.restart(false)
 	}
 	mr.m.resolveAnon(mr.t, mr.e)
+}
+
+// doomBehindStuck: the open checkpoint n holds p's next batch on s and
+// is cut; its commit is stuck (renames of staging files fail, retried
+// until they pass: I4), while n+1 takes p's next batch and is doomed (a
+// staging file that can't be finished, noted as an encoder's failure
+// notes it). n+1 must abort on its own at once, alone: writes are
+// accepted into n+2 behind the stuck commit, p going on from n's
+// barrier. Then the commit passes. (A liveness check the other steps
+// lacked: their checkpoints end within the step, so a doom never met a
+// stuck commit, and a refused write breaks no invariant; before the
+// abort alone, every write was refused for as long as n was stuck.)
+func (mr *modelRun) doomBehindStuck(p, s string, k [2]string) (skip bool) {
+	if _, inited := mr.m.epoch[p]; !inited || mr.cutFS != nil || mr.e.Err() != nil || mr.doomWatch.peek(mr.e) != nil {
+		return true
+	}
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1); err != nil {
+		mr.note("doom behind a stuck commit: write %v: %v", k, err)
+		return true
+	}
+	mr.st.checkpoints++
+	n := mr.e.Status().OpenID
+	snap := mr.m.snapshot()
+	var stuck atomic.Bool
+	var fired atomic.Int64
+	stuck.Store(true)
+	mr.sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
+			fired.Add(1)
+			return syscall.EIO
+		}
+		return nil
+	}))
+	type ended struct {
+		res CheckpointResult
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		res, err := checkpointUntil(mr.e, func() bool { return false })
+		done <- ended{res, err}
+	}()
+	end := func() {
+		stuck.Store(false)
+		r := <-done
+		mr.sw.Set(nil)
+		mr.note("checkpoint %d (its commit was stuck): %s %v %v", n, r.res.State, r.res.Error, r.err)
+		switch {
+		case r.err == nil && r.res.State == recovery.Committed && r.res.ID == n:
+			mr.st.committed++
+			mr.m.checkpointed(snap, true)
+			mr.m.resolveAnon(mr.t, mr.e)
+		default:
+			mr.fail("checkpoint %d, whose commit was stuck: %+v %v, want committed", n, r.res, r.err)
+		}
+	}
+	for fired.Load() == 0 {
+		select {
+		case r := <-done:
+			done <- r
+			end() // ended before its commit: nothing was stuck
+			return false
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	// n is prepared (its commit runs): bound to commit.
+	mr.m.checkpointed(snap, true)
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1); err != nil {
+		mr.fail("write %v into %d behind the stuck commit of %d: %v", k, n+1, n, err)
+	}
+	mr.e.ing.doomFile(n+1, s, fmt.Errorf("model: a staging file can't be finished: %w", ErrDiskFull))
+	mr.doomWatch.met(mr.e) // settled here
+	mr.st.doomedBehindStuck++
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if state, ok := mr.ckLog.state(n + 1); ok {
+			if state != recovery.Aborted {
+				mr.fail("doomed checkpoint %d ended %s", n+1, state)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			_, err := send(mr.e, nil, s, 0, 1)
+			mr.fail("doomed open checkpoint %d not aborted within 5 s behind the stuck commit of %d: writes refused meanwhile (%v)", n+1, n, err)
+		}
+	}
+	mr.m.rollback() // p back to n's barrier
+	if s, ok := mr.ckLog.state(n); ok {
+		mr.fail("checkpoint %d ended (%s) while its commit was stuck", n, s)
+	}
+	seq := mr.m.next[k]
+	res, err := mr.m.writeResult(mr.t, mr.e, p, s, 1)
+	if err != nil || res.Checkpoint != n+2 {
+		mr.fail("write %v/%d behind the stuck commit after the doomed checkpoint's abort: %+v %v, want accepted into %d", k, seq, res, err, n+2)
+	}
+	mr.ans.add(res.Checkpoint, invariant.BatchID{Producer: p, Stream: s, Seq: seq})
+	mr.note("doomed %d behind the stuck commit of %d: aborted alone, %v/%d accepted into %d", n+1, n, k, seq, res.Checkpoint)
+	end()
+	return false
 }
 
 func (mr *modelRun) storeEvent() {

@@ -47,7 +47,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.pipe.e = e
 	e.life.e, e.life.cancel, e.life.closing, e.life.done = e, cancel, ctx.Done(), make(chan struct{})
 	e.life.reqs, e.life.kick, e.life.soon, e.life.ready = make(chan chan ckptReply), make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
-	e.life.parkKick = make(chan struct{}, 1)
+	e.life.parkKick, e.life.doomKick = make(chan struct{}, 1), make(chan struct{}, 1)
 	e.health.e, e.health.failed, e.health.recovering = e, make(chan struct{}), "starting"
 	if err := e.ing.loadStreams(); err != nil { // streams.go
 		cancel()
@@ -138,6 +138,7 @@ func (lc *lifecycle) Run(ctx context.Context) {
 	if lc.e.fin.Tables != nil {
 		g.Go(func() error { lc.parkLoop(ctx); return nil })
 	}
+	g.Go(func() error { lc.doomLoop(ctx); return nil })
 	lc.run(ctx)
 }
 
@@ -220,7 +221,7 @@ func (lc *lifecycle) recover(ctx context.Context) bool {
 	lc.tableBound.Store(0) // commits are serial from here on
 	lc.e.ing.recount()     // before ready: an init's producer limit reads it
 	lc.e.ing.mu.Lock()
-	lc.e.pipe.reserved = reserved
+	lc.e.pipe.reserved.Store(reserved)
 	lc.e.ing.keyLoadLocked(keys)
 	lc.e.ing.prods.legacyIn = newest
 	lc.e.ing.openID = open

@@ -173,7 +173,9 @@ func (t *producerTable) each(seqs map[string]map[string]int64, fn func(*seqState
 
 // abort returns every producer that the aborted checkpoint (seqs) or the
 // open one touched to its durable state: the last prepared checkpoint's.
-func (t *producerTable) abort(seqs map[string]map[string]int64) {
+// Ranges of checkpoints from on are no longer pending; those before it
+// are prepared, committing (an open checkpoint aborted alone, doomed.go).
+func (t *producerTable) abort(seqs map[string]map[string]int64, from uint64) {
 	touched := make(map[string]bool, len(seqs)+len(t.dirty))
 	for pid := range seqs {
 		touched[pid] = true
@@ -185,7 +187,11 @@ func (t *producerTable) abort(seqs map[string]map[string]int64) {
 	for pid := range touched {
 		if p := t.m[pid]; p != nil {
 			for _, ss := range p.streams {
-				ss.next, ss.pending = ss.durable.NextSeq, nil
+				i := len(ss.pending)
+				for i > 0 && ss.pending[i-1].ckpt >= from {
+					i--
+				}
+				ss.next, ss.pending = ss.durable.NextSeq, ss.pending[:i]
 			}
 		}
 	}
