@@ -477,10 +477,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	planted := parkAfterOne(t, r, e, &exp)
 	// The copy: A's row is in it.
 	r.stop()
-	older, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	older := r.storeCopy()
 	e = r.start(nil)
 	unplant(t, r, planted)
 	waitUnparked(t, e)
@@ -490,9 +487,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	}
 	wantTableOf(t, d, tableStream, "before the older copy comes back", 2, "15")
 	r.stop()
-	if err := os.WriteFile(r.storePath, older, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(older)
 	restartLands(t, r, d, "after the older copy's row landed again", 2, "15")
 	r.check(exp)
 }
