@@ -13,12 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/testing/faultfs"
 )
 
 // TestClientModel drives real Clients against the rig's service with
@@ -156,12 +154,7 @@ type cmodel struct {
 func newCModel(t *testing.T, seed uint64) *cmodel {
 	m := &cmodel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), side: rand.New(rand.NewPCG(seed, seed^0x51afd6f3c2a1e7b9))}
 	m.r = newRig(t, 0)
-	m.r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if m.failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.EIO
-		}
-		return nil
-	})
+	m.r.failPreCommitsWhile(&m.failing)
 	m.r.start()
 	m.r.intercept(m.intercept)
 	// A held answer is let go before the test server closes (cleanups
