@@ -11,14 +11,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/api"
 	"github.com/eosink/eosink/client"
 	"github.com/eosink/eosink/internal/auth"
-	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/testcert"
 	"github.com/eosink/eosink/server"
 )
@@ -396,12 +394,7 @@ func TestAbortedCheckpointResent(t *testing.T) {
 	var failing atomic.Bool
 	aborted := make(chan struct{}, 1)
 	r := newRig(t, 20*time.Millisecond)
-	r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.EIO
-		}
-		return nil
-	})
+	r.failPreCommitsWhile(&failing)
 	r.engine = func(c *server.Config) {
 		c.Hooks.Checkpoint = func(res server.CheckpointResult) {
 			if res.State == "aborted" && failing.CompareAndSwap(true, false) {

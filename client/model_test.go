@@ -7,18 +7,15 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/testing/faultfs"
+	"github.com/eosink/eosink/internal/testing/testenv"
 )
 
 // TestClientModel drives real Clients against the rig's service with
@@ -53,22 +50,8 @@ import (
 // EOSINK_CLIENT_MODEL_STEPS sets the steps (default 600, about 5 s),
 // EOSINK_CLIENT_MODEL_SEED replays a seed.
 func TestClientModel(t *testing.T) {
-	steps := 600
-	if v := os.Getenv("EOSINK_CLIENT_MODEL_STEPS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("EOSINK_CLIENT_MODEL_STEPS: %v", err)
-		}
-		steps = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("EOSINK_CLIENT_MODEL_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("EOSINK_CLIENT_MODEL_SEED: %v", err)
-		}
-		seed = n
-	}
+	steps := testenv.Int(t, "EOSINK_CLIENT_MODEL_STEPS", 600)
+	seed := testenv.Seed(t, "EOSINK_CLIENT_MODEL_SEED")
 	t.Logf("seed %d (replay with EOSINK_CLIENT_MODEL_SEED=%d), %d steps", seed, seed, steps)
 	m := newCModel(t, seed)
 	start := time.Now()
@@ -156,12 +139,7 @@ type cmodel struct {
 func newCModel(t *testing.T, seed uint64) *cmodel {
 	m := &cmodel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), side: rand.New(rand.NewPCG(seed, seed^0x51afd6f3c2a1e7b9))}
 	m.r = newRig(t, 0)
-	m.r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if m.failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
-			return syscall.EIO
-		}
-		return nil
-	})
+	m.r.failPreCommitsWhile(&m.failing)
 	m.r.start()
 	m.r.intercept(m.intercept)
 	// A held answer is let go before the test server closes (cleanups

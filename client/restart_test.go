@@ -7,14 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/client"
-	"github.com/eosink/eosink/internal/testing/faultfs"
 )
 
 // TestRestartedProducerGoesOn (I12): a producer process dies with batches
@@ -28,12 +25,7 @@ func TestRestartedProducerGoesOn(t *testing.T) {
 		t.Run(then, func(t *testing.T) {
 			var failing atomic.Bool
 			r := newRig(t, 0)
-			r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
-				if failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
-					return syscall.EIO
-				}
-				return nil
-			})
+			r.failPreCommitsWhile(&failing)
 			r.start()
 			var keys []string
 			send := func(c *client.Client, tag string) client.Result {

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,19 @@ type rig struct {
 
 	writes atomic.Int64 // write requests that reached the test server
 	seqLog sync.Map     // "stream/seq" -> *atomic.Int64: write requests per batch
+}
+
+// failPreCommitsWhile has the engine's disk fail the close of every
+// staging file while failing is set (after its fsync passed, which would
+// stop the engine, I14): the pre-commit fails and the checkpoint aborts.
+// Call it before start.
+func (r *rig) failPreCommitsWhile(failing *atomic.Bool) {
+	r.inject = faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if failing.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
+			return syscall.EIO
+		}
+		return nil
+	})
 }
 
 func newRig(t *testing.T, interval time.Duration) *rig {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eosink/eosink/internal/durable"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/recovery"
 )
 
@@ -31,6 +32,36 @@ var (
 	// may succeed once space is freed. It is durable.ErrDiskFull itself, so
 	// every error wrapped below the engine matches it.
 	ErrDiskFull = durable.ErrDiskFull
+
+	// Lease errors.
+
+	// ErrLeaseHeld means another live process holds this node id's lease:
+	// this one refuses to start.
+	ErrLeaseHeld = errors.New("node lease held by another process")
+	// ErrLeaseLost means another process took this node's lease: this one
+	// is fenced and must never write to the destination again.
+	ErrLeaseLost = errors.New("node lease lost to another process")
+	// ErrLeaseStale means the last successful renewal is older than the
+	// lease timeout minus the safety margin: commit steps wait until a
+	// renewal succeeds.
+	ErrLeaseStale = errors.New("node lease not renewed in time")
+
+	// Errors of placing a batch (streams.go, see the comment at its top).
+
+	// ErrInvalidStream means a stream name that DESIGN's rule refuses.
+	ErrInvalidStream = errors.New("invalid stream name")
+	// ErrTooManyPartitions means a batch spans more partitions than one
+	// checkpoint of its stream may open; it can never be accepted. A
+	// RecordError names the first record over; the API answers 400
+	// invalid_partition.
+	ErrTooManyPartitions = fmt.Errorf("too many partitions in one batch: %w", layout.ErrInvalidPartition)
+	// ErrNameTooLong means a record's partition makes a file name longer
+	// than the destination takes (an S3 key over 1,024 bytes, a path over
+	// PATH_MAX or an element over NAME_MAX); 400 invalid_partition.
+	ErrNameTooLong = fmt.Errorf("file name too long for the destination: %w", layout.ErrInvalidPartition)
+	// ErrRecordTooLarge means a record is larger than its stream's
+	// encoding takes (Parquet: staging.MaxRecordBytes); 413 too_large.
+	ErrRecordTooLarge = errors.New("record too large for the stream's encoding")
 )
 
 // SeqError is returned for a sequence gap: the batch is refused and the

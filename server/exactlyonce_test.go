@@ -77,10 +77,7 @@ func powerCutDuringPreCommit(t *testing.T, r *rig, base *faultfs.CrashFS, stall 
 	}
 	write()
 	clone := base.CrashClone()
-	data, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := r.storeCopy()
 	copyPath := filepath.Join(filepath.Dir(r.storePath), "state-at-cut.db")
 	if err := os.WriteFile(copyPath, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -199,17 +196,36 @@ func TestManifestRangesExact(t *testing.T) {
 	r.check(invariant.Expect{Must: must, Exact: true}) // the checker reads the manifest
 }
 
-// failPreCommits fails the close of every staging file while on (after
-// its fsync passed): the pre-commit fails and the checkpoint aborts. (A
-// failed fsync would stop the engine too: TestStagingSyncFailureStops.)
-type failPreCommits struct{ on atomic.Bool }
+// failStaging fails every operation of one kind on a staging file while
+// on.
+type failStaging struct {
+	kind faultfs.OpKind
+	on   atomic.Bool
+}
 
-func (f *failPreCommits) MaybeError(op faultfs.Op) error {
-	if f.on.Load() && op.Kind == faultfs.OpClose && strings.HasSuffix(op.Path, ".inprogress") {
+func (f *failStaging) MaybeError(op faultfs.Op) error {
+	if f.on.Load() && op.Kind == f.kind && strings.HasSuffix(op.Path, ".inprogress") {
 		return syscall.EIO
 	}
 	return nil
 }
+
+// startInjected starts an engine over a memory file system whose
+// operations inj may fail, with producer "p" initialised.
+func startInjected(t *testing.T, inj faultfs.Injector) (*rig, *Engine, *Producer) {
+	t.Helper()
+	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), inj))
+	e := r.start(nil)
+	return r, e, r.initProducer("p")
+}
+
+// failPreCommits fails the close of every staging file while on (after
+// its fsync passed): the pre-commit fails and the checkpoint aborts. (A
+// failed fsync would stop the engine too: TestStagingSyncFailureStops.)
+func failPreCommits() *failStaging { return &failStaging{kind: faultfs.OpClose} }
+
+// failSyncs fails the sync of every staging file while on.
+func failSyncs() *failStaging { return &failStaging{kind: faultfs.OpSync} }
 
 // A staging file's fsync fails at pre-commit: the checkpoint aborts (its
 // files deleted, the abort recorded, a wait=commit client answered
@@ -217,10 +233,8 @@ func (f *failPreCommits) MaybeError(op faultfs.Op) error {
 // anywhere (I14): the disk may have dropped pages it said it wrote, also
 // of files a later checkpoint would count on.
 func TestStagingSyncFailureStops(t *testing.T) {
-	faults := &failSyncs{}
-	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
-	e := r.start(nil)
-	p := r.initProducer("p")
+	faults := failSyncs()
+	r, e, p := startInjected(t, faults)
 	mustSend(t, e, p, "s", 0, 1)
 	faults.on.Store(true)
 	res, err := e.Checkpoint(t.Context())
@@ -241,16 +255,6 @@ func TestStagingSyncFailureStops(t *testing.T) {
 	r.commit()
 }
 
-// failSyncs fails the sync of every staging file while on.
-type failSyncs struct{ on atomic.Bool }
-
-func (f *failSyncs) MaybeError(op faultfs.Op) error {
-	if f.on.Load() && op.Kind == faultfs.OpSync && strings.HasSuffix(op.Path, ".inprogress") {
-		return syscall.EIO
-	}
-	return nil
-}
-
 // TestInitIsABarrier (I12): a producer restarts while batches of its
 // earlier incarnation are accepted but not prepared. The next_seq init
 // returns stays valid whatever follows — a crash, or an abort — and the
@@ -267,7 +271,7 @@ func TestInitIsABarrier(t *testing.T) {
 		{"barrier aborts, then abort", true, "abort"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			faults := &failPreCommits{}
+			faults := failPreCommits()
 			r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
 			e := r.start(nil)
 			old := r.initState("p")
@@ -331,10 +335,8 @@ func TestInitIsABarrier(t *testing.T) {
 // a newer checkpoint of other data, nor, after a restart, an aborted or
 // reserved id.
 func TestCommittedDuplicateNamesItsCheckpoint(t *testing.T) {
-	faults := &failPreCommits{}
-	r := newRig(t, faultfs.NewInjectFS(afero.NewMemMapFs(), faults))
-	e := r.start(nil)
-	p := r.initProducer("p")
+	faults := failPreCommits()
+	r, e, p := startInjected(t, faults)
 	mustSend(t, e, p, "s", 0, 2)
 	holder := r.checkpoint()
 	b := invariant.BatchID{Producer: "p", Stream: "s", Seq: 0}

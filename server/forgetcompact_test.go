@@ -161,9 +161,7 @@ func derive(t *testing.T, fs afero.Fs, ids []string, store []byte) derived {
 	r := newRig(t, fs)
 	r.broken = "checked where the history was made"
 	if store != nil {
-		if err := os.WriteFile(r.storePath, store, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		r.putStore(store)
 	}
 	e := r.start(nil)
 	defer r.stop()
@@ -281,9 +279,7 @@ func compactSweepRun(t *testing.T, mode string, n int64, fs *faultfs.CrashFS, st
 	inj := faultfs.NewInjectFS(fs, sw)
 	r := newRig(t, inj)
 	r.broken = "checked where the history was made"
-	if err := os.WriteFile(r.storePath, store, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(store)
 	e := r.start(nil)
 	var fired bool
 	var op faultfs.Op

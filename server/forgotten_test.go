@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -55,9 +54,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			var copyOf []byte
 			if how == "older" {
 				r.stop()
-				if copyOf, err = os.ReadFile(r.storePath); err != nil {
-					t.Fatal(err)
-				}
+				copyOf = r.storeCopy()
 				e = r.start(nil)
 			}
 			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
@@ -67,9 +64,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 				for q := range int64(3) {
 					if q == 2 {
 						r.stop()
-						if copyOf, err = os.ReadFile(r.storePath); err != nil {
-							t.Fatal(err)
-						}
+						copyOf = r.storeCopy()
 						e = r.start(nil)
 					}
 					mustSend(t, e, nil, "s", 100+q, 1)
@@ -91,9 +86,7 @@ func TestForgottenProducerStaysForgotten(t *testing.T) {
 			}
 			r.stopLosingStore() // a crash: the new incarnation's batch 0 is not prepared
 			if copyOf != nil {
-				if err := os.WriteFile(r.storePath, copyOf, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				r.putStore(copyOf)
 			}
 			e = r.start(nil)
 			// The new incarnation's client writes on. Its batch 0 is
@@ -591,28 +584,12 @@ func TestForgottenSealOlderCopyOfLostStore(t *testing.T) {
 			if lease {
 				r = leaseRig(t, nil, 200*time.Millisecond, nil)
 			}
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 3)
-			r.commit()
-			r.stop()
-			backup, err := os.ReadFile(r.storePath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Remove(r.storePath); err != nil {
-				t.Fatal(err)
-			}
-			e = r.start(nil) // rebuilds: a new key
-			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
-				t.Fatal(err)
-			}
-			p2 := r.initProducer("p") // the new incarnation
-			mustSend(t, e, p2, "s", 0, 1)
-			r.stop() // before its batch commits
-			if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			p, backup := committedCopy(t, r)
+			r.stopLosingStore()  // stopped already: the store is lost
+			e := r.start(nil)    // rebuilds: a new key
+			reincarnate(t, r, e) // the new incarnation
+			r.stop()             // before its batch commits
+			r.putStore(backup)
 			e = r.start(nil)
 			if st, ok := e.Producer("p"); ok && st.Epoch <= p.Epoch {
 				t.Fatalf("over an older copy of the lost store, p is back as its forgotten incarnation (%+v): its forget, published under the rebuilt store's key, was not believed", st)
@@ -803,10 +780,7 @@ func TestForgottenRebuiltStoreOlderCopy(t *testing.T) {
 			if through, err := rebuiltThrough(t, r.storePath); err != nil || through == 0 {
 				t.Fatalf("the rebuilt store's mark: %d, %v; want the newest manifest's checkpoint", through, err)
 			}
-			backup, err := os.ReadFile(r.storePath)
-			if err != nil {
-				t.Fatal(err)
-			}
+			backup := r.storeCopy()
 			e = r.start(nil)
 			last := int64(0)
 			if how != "idle" {
@@ -821,9 +795,7 @@ func TestForgottenRebuiltStoreOlderCopy(t *testing.T) {
 				e = r.start(nil) // more ids reserved, nothing committed
 				r.stop()
 			}
-			if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			r.putStore(backup)
 			e = r.start(nil)
 			for seq := int64(0); seq <= last; seq++ {
 				res, err := send(e, p, "s", seq, 1)
@@ -930,10 +902,7 @@ func rebuildCutAt(t *testing.T, lease bool, cut int, phase recovery.Phase, fault
 	mustSend(t, e, p, "s", 0, 1)
 	r.commit()
 	r.stop()
-	backup, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	backup := r.storeCopy()
 	e = r.start(nil)
 	if err := e.DeleteProducer(t.Context(), "p"); err != nil {
 		t.Fatal(err)
@@ -945,9 +914,7 @@ func rebuildCutAt(t *testing.T, lease bool, cut int, phase recovery.Phase, fault
 		ck = r.commit().ID
 	}
 	r.stop()
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(backup)
 	var ops []string
 	first := f.count()
 	f.set(func(n int, op string, ph recovery.Phase) error {
@@ -956,7 +923,7 @@ func rebuildCutAt(t *testing.T, lease bool, cut int, phase recovery.Phase, fault
 		}
 		return nil
 	})
-	e, err = r.open(nil, 10*time.Second)
+	e, err := r.open(nil, 10*time.Second)
 	f.mu.Lock()
 	fired := len(f.fired) > 0
 	ops = append(ops, f.ops[first:]...)
@@ -994,6 +961,30 @@ func rebuildCutAt(t *testing.T, lease bool, cut int, phase recovery.Phase, fault
 	return true
 }
 
+// committedCopy starts r, commits producer p's batches 0 to 2 of stream
+// s, stops r and returns p and a copy of the state store.
+func committedCopy(t *testing.T, r *rig) (*Producer, []byte) {
+	t.Helper()
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 3)
+	r.commit()
+	r.stop()
+	return p, r.storeCopy()
+}
+
+// reincarnate deletes producer p on e, inits it again and has the new
+// incarnation send batch 0 of stream s, which it returns.
+func reincarnate(t *testing.T, r *rig, e *Engine) *Producer {
+	t.Helper()
+	if err := e.DeleteProducer(t.Context(), "p"); err != nil {
+		t.Fatal(err)
+	}
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 1)
+	return p
+}
+
 // An older copy of the store, taken after its key was made, holds the
 // same key: a forget published since the copy (sealed) is believed by a
 // start over the copy, with or without commits since (none: the copy
@@ -1003,21 +994,9 @@ func TestForgottenSealOlderCopySameKey(t *testing.T) {
 	for _, commitAfter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("commit-after=%v", commitAfter), func(t *testing.T) {
 			r := newRig(t, nil)
+			p, backup := committedCopy(t, r)
 			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 3)
-			r.commit()
-			r.stop()
-			backup, err := os.ReadFile(r.storePath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e = r.start(nil)
-			if err := e.DeleteProducer(t.Context(), "p"); err != nil {
-				t.Fatal(err)
-			}
-			p2 := r.initProducer("p") // the new incarnation, its batch not committed
-			mustSend(t, e, p2, "s", 0, 1)
+			p2 := reincarnate(t, r, e) // the new incarnation, its batch not committed
 			if commitAfter {
 				r.broken = "p deleted and created again: its new incarnation's seqs start at 0 again"
 				mustSend(t, e, r.initProducer("q"), "s", 0, 1)
@@ -1025,9 +1004,7 @@ func TestForgottenSealOlderCopySameKey(t *testing.T) {
 				r.commit()
 			}
 			r.stop()
-			if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			r.putStore(backup)
 			e = r.start(nil)
 			if st, ok := e.Producer("p"); ok && st.Epoch <= p.Epoch {
 				t.Fatalf("over an older copy of the store (the same key), p is back as its forgotten incarnation (%+v)", st)

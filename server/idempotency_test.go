@@ -344,20 +344,16 @@ func TestKeyTableBounded(t *testing.T) {
 func TestKeyCapAfterClockBack(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	r, write := keyCapStart(t, &now)
-	res, err := write("a", 1)
-	wantNew(t, res, err)
+	writeNew(t, write, "a", 1)
 	r.commit()
 	now = now.Add(-5 * time.Hour) // the clock steps back
-	res, err = write("b", 2)
-	wantNew(t, res, err)
+	writeNew(t, write, "b", 2)
 	r.commit()
-	res, err = write("c", 3) // the cap: a committed key goes
-	wantNew(t, res, err)
+	writeNew(t, write, "c", 3) // the cap: a committed key goes
 	r.commit()
 	// The engine dropped a (the oldest checkpoint): a is new again, with
 	// another body.
-	res, err = write("a", 4)
-	wantNew(t, res, err)
+	res := writeNew(t, write, "a", 4)
 	r.commit()
 	again, err := write("a", 4)
 	wantDup(t, again, err, res.Checkpoint, true)
@@ -397,14 +393,11 @@ func TestKeyCapTiedTimes(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	r, write := keyCapStart(t, &now)
 	older, newer := keyNamesByID(t, "s") // newer's id is the smaller
-	res, err := write(older, 1)
-	wantNew(t, res, err)
+	writeNew(t, write, older, 1)
 	r.commit()
-	kept, err := write(newer, 2)
-	wantNew(t, kept, err)
+	kept := writeNew(t, write, newer, 2)
 	r.commit()
-	res, err = write("c", 3) // the cap: the oldest checkpoint's key goes
-	wantNew(t, res, err)
+	writeNew(t, write, "c", 3) // the cap: the oldest checkpoint's key goes
 	r.commit()
 	again, err := write(newer, 2)
 	wantDup(t, again, err, kept.Checkpoint, true)
@@ -425,13 +418,10 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	r, write := keyCapStart(t, &now)
 	first, second := keyNamesByID(t, "s") // second's id is the smaller
-	a, err := write(first, 1)
-	wantNew(t, a, err)
-	b, err := write(second, 2)
-	wantNew(t, b, err)
+	a := writeNew(t, write, first, 1)
+	b := writeNew(t, write, second, 2)
 	r.commit()
-	res, err := write("c", 3) // the cap: one of the two goes
-	wantNew(t, res, err)
+	writeNew(t, write, "c", 3) // the cap: one of the two goes
 	r.commit()
 	// Whichever the engine kept must survive a restart.
 	heldKey, held, seq := first, a, int64(1)
@@ -451,6 +441,15 @@ func TestKeyCapOneCheckpoint(t *testing.T) {
 		t.Fatalf("after a restart, the retry of key %s's committed batch (checkpoint %d), held by the engine before, was written again in %d", heldKey, held.Checkpoint, again.Checkpoint)
 	}
 	wantDup(t, again, err, held.Checkpoint, true)
+}
+
+// writeNew writes batch seq under key with write (keyCapStart's) and
+// fails the test unless it is accepted as new.
+func writeNew(t *testing.T, write func(key string, seq int64) (WriteResult, error), key string, seq int64) WriteResult {
+	t.Helper()
+	res, err := write(key, seq)
+	wantNew(t, res, err)
+	return res
 }
 
 // keyCapStart starts a rig whose engine keeps at most 2 idempotency keys

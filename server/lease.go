@@ -21,20 +21,6 @@ import (
 	"github.com/spf13/afero"
 )
 
-// Lease errors.
-var (
-	// ErrLeaseHeld means another live process holds this node id's lease:
-	// this one refuses to start.
-	ErrLeaseHeld = errors.New("node lease held by another process")
-	// ErrLeaseLost means another process took this node's lease: this one
-	// is fenced and must never write to the destination again.
-	ErrLeaseLost = errors.New("node lease lost to another process")
-	// ErrLeaseStale means the last successful renewal is older than the
-	// lease timeout minus the safety margin: commit steps wait until a
-	// renewal succeeds.
-	ErrLeaseStale = errors.New("node lease not renewed in time")
-)
-
 // DefaultLeaseTimeout is --lease-timeout's default.
 const DefaultLeaseTimeout = 30 * time.Second
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +26,7 @@ import (
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/internal/testing/testenv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
@@ -52,21 +52,8 @@ func TestModel(t *testing.T) {
 	if raceEnabled {
 		steps = 2_500
 	}
-	if v := os.Getenv("EOSINK_MODEL_STEPS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("EOSINK_MODEL_STEPS: %v", err)
-		}
-		steps = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("EOSINK_MODEL_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("EOSINK_MODEL_SEED: %v", err)
-		}
-		seed = n
-	}
+	steps = testenv.Int(t, "EOSINK_MODEL_STEPS", steps)
+	seed := testenv.Seed(t, "EOSINK_MODEL_SEED")
 	t.Logf("seed %d (replay with EOSINK_MODEL_SEED=%d), %d steps", seed, seed, steps)
 	stats := runModel(t, seed, steps)
 	t.Logf("model: %s", stats)

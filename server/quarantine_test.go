@@ -469,10 +469,7 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	mustSend(t, e, p, "a", 0, 2)
 	r.commit()
 	r.stop()
-	backup, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	backup := r.storeCopy()
 	e = r.start(nil) // reserves a new block of ids, in the store and the lease
 	mustSend(t, e, p, "a", 1, 3)
 	// The crash cut the commit before the manifest; the store is replaced

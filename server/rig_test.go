@@ -108,7 +108,6 @@ func (r *rig) open(fs afero.Fs, d time.Duration) (*Engine, error) {
 	return e, e.WaitReady(ctx)
 }
 
-// stop closes the engine without a final checkpoint, as a crash would.
 // closeStopped closes e, r's engine, which stopped on a failure the test
 // injected (Close returns that failure, which the test already saw), so
 // that the next start opens a new one.
@@ -117,6 +116,7 @@ func (r *rig) closeStopped(e *Engine) {
 	r.e = nil
 }
 
+// stop closes the engine without a final checkpoint, as a crash would.
 func (r *rig) stop() {
 	r.t.Helper()
 	if r.e == nil {
@@ -134,6 +134,25 @@ func (r *rig) stopLosingStore() {
 	r.t.Helper()
 	r.stop()
 	if err := os.Remove(r.storePath); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// storeCopy returns the bytes of r's state store, as a backup would copy
+// them: a copy of the live file while the engine runs.
+func (r *rig) storeCopy() []byte {
+	r.t.Helper()
+	b, err := os.ReadFile(r.storePath)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+// putStore puts a copy taken by storeCopy back as r's state store.
+func (r *rig) putStore(b []byte) {
+	r.t.Helper()
+	if err := os.WriteFile(r.storePath, b, 0o600); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -64,19 +64,14 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 				last = res.ID
 				if i == 0 && older {
 					r.stop() // copy the store as a backup would
-					var err error
-					if backup, err = os.ReadFile(r.storePath); err != nil {
-						t.Fatal(err)
-					}
+					backup = r.storeCopy()
 					e = r.start(nil)
 				}
 			}
 			r.check(invariant.Expect{Must: must, Exact: true})
 			r.stopLosingStore()
 			if older {
-				if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				r.putStore(backup)
 			}
 			e = r.start(nil)
 			if open := e.Status().OpenID; open <= last {

@@ -359,24 +359,6 @@ func recordError(line int, err error) *RecordError {
 	return &RecordError{Line: line, Field: field, Err: err}
 }
 
-// Errors of placing a batch (see the comment at the top of this file).
-var (
-	// ErrInvalidStream means a stream name that DESIGN's rule refuses.
-	ErrInvalidStream = errors.New("invalid stream name")
-	// ErrTooManyPartitions means a batch spans more partitions than one
-	// checkpoint of its stream may open; it can never be accepted. A
-	// RecordError names the first record over; the API answers 400
-	// invalid_partition.
-	ErrTooManyPartitions = fmt.Errorf("too many partitions in one batch: %w", layout.ErrInvalidPartition)
-	// ErrNameTooLong means a record's partition makes a file name longer
-	// than the destination takes (an S3 key over 1,024 bytes, a path over
-	// PATH_MAX or an element over NAME_MAX); 400 invalid_partition.
-	ErrNameTooLong = fmt.Errorf("file name too long for the destination: %w", layout.ErrInvalidPartition)
-	// ErrRecordTooLarge means a record is larger than its stream's
-	// encoding takes (Parquet: staging.MaxRecordBytes); 413 too_large.
-	ErrRecordTooLarge = errors.New("record too large for the stream's encoding")
-)
-
 // placeLimits bound what placing one batch may need; see Engine.place.
 type placeLimits struct {
 	parts     int // distinct partitions of one batch; 0: no bound

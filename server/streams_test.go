@@ -449,18 +449,13 @@ func TestStreamConfigOlderStoreCopy(t *testing.T) {
 	if _, err := e.PutStream(ctx, "s", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "a={field:a}"}); err != nil {
 		t.Fatal(err)
 	}
-	backup, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	backup := r.storeCopy()
 	v2, err := e.PutStream(ctx, "s", streamconf.Config{Format: streamconf.FormatNDJSON, Partition: "b={field:b}"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.stop()
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(backup)
 	time.Sleep(250 * time.Millisecond) // the stopped holder's lease expires
 	e = r.start(nil)
 	got := e.Stream("s")

@@ -78,6 +78,13 @@ func startParkTables(t *testing.T, r *rig) *Engine {
 	return e
 }
 
+// startParkRig is parkRig with its engine started by startParkTables.
+func startParkRig(t *testing.T) (*rig, *openHookDest, *Engine) {
+	t.Helper()
+	r, d := parkRig(t)
+	return r, d, startParkTables(t, r)
+}
+
 // plantClaimingVersion plants stream's v2 as a copy of its v1 that claims
 // a format version this node can't read: it names the table's uuid, so
 // the commit can't pass over it (table.ErrCorrupt, a permanent failure).
@@ -225,8 +232,7 @@ func wantParked(t *testing.T, e *Engine, stream string) {
 // again. Failed before: the checkpoint stayed stuck (a permanent stuck
 // commit), and B's commits with it.
 func TestTableParked(t *testing.T) {
-	r, d := parkRig(t)
-	e := startParkTables(t, r)
+	r, d, e := startParkRig(t)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	sendBoth := func(seq int64) {
 		sendExpected(t, r, &exp, tableStream, seq)
@@ -282,8 +288,7 @@ func TestTableParked(t *testing.T) {
 func TestTableParkedInOrder(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run("crash="+strconv.FormatBool(crash), func(t *testing.T) {
-			r, d := parkRig(t)
-			e := startParkTables(t, r)
+			r, d, e := startParkRig(t)
 			exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 			must := func(s string, seq int64) { sendExpected(t, r, &exp, s, seq) }
 			must(tableStream, 1)
@@ -423,8 +428,7 @@ func TestTableParkedLandsOnce(t *testing.T) {
 // start is ready, the other table stream's files of the same checkpoint
 // are in its table, and the parked one lands once the file is gone.
 func TestTableParkedByReplay(t *testing.T) {
-	r, d := parkRig(t)
-	e := startParkTables(t, r)
+	r, d, e := startParkRig(t)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	for seq := int64(1); seq <= 2; seq++ {
 		sendExpected(t, r, &exp, tableStream, seq)
@@ -477,10 +481,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	planted := parkAfterOne(t, r, e, &exp)
 	// The copy: A's row is in it.
 	r.stop()
-	older, err := os.ReadFile(r.storePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	older := r.storeCopy()
 	e = r.start(nil)
 	unplant(t, r, planted)
 	waitUnparked(t, e)
@@ -490,9 +491,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 	}
 	wantTableOf(t, d, tableStream, "before the older copy comes back", 2, "15")
 	r.stop()
-	if err := os.WriteFile(r.storePath, older, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(older)
 	restartLands(t, r, d, "after the older copy's row landed again", 2, "15")
 	r.check(exp)
 }
@@ -504,8 +503,7 @@ func TestTableParkedOlderStoreCopyLandsOnce(t *testing.T) {
 // committing A's parked checkpoint into its table and deleting the row
 // from a store the stopped engine no longer trusts.
 func TestTableParkedLoopStopsWithEngine(t *testing.T) {
-	r, d := parkRig(t)
-	e := startParkTables(t, r)
+	r, d, e := startParkRig(t)
 	exp := invariant.Expect{Must: map[invariant.BatchID]bool{}, Exact: true}
 	planted := parkAfterOne(t, r, e, &exp)
 	// B's next checkpoint stops the engine at its manifest.

@@ -276,9 +276,7 @@ func TestTableReplayFromOlderStoreCopy(t *testing.T) {
 	}
 	version := cur.Version
 	r.stop()
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(backup)
 	r.start(nil) // replays N from the copy
 	cur = snapshotsOf(t, d)
 	if cur.Version != version {

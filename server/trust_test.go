@@ -37,15 +37,11 @@ func TestOlderStoreCopyIsDetected(t *testing.T) {
 		if seq == 0 {
 			// The copy a volume snapshot takes of the live file, between
 			// two transactions: its reserved block is the running one.
-			if backup, err = os.ReadFile(r.storePath); err != nil {
-				t.Fatal(err)
-			}
+			backup = r.storeCopy()
 		}
 	}
 	r.stop()
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(backup)
 	e = r.start(nil)
 	st, err := e.InitProducer(ctx, "p")
 	if err != nil {
@@ -260,9 +256,7 @@ func TestOlderStoreCopyBeforeProducerDeleted(t *testing.T) {
 	mustSend(t, e, second, "b", 0, 1)
 	r.commit()
 	r.stop()
-	if err := os.WriteFile(r.storePath, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.putStore(backup)
 	e = r.start(nil)
 	if _, err := send(e, first, "a", 3, 1); !errors.Is(err, ErrFenced) {
 		t.Fatalf("the first incarnation writes after the copy came back: %v, want fenced", err)

@@ -199,12 +199,12 @@ func TestGracefulStop(t *testing.T) {
 // for the producer and stream went past k's seq).
 func waitAccepted(t testing.TB, ctx context.Context, p *proc, k batchKey) {
 	t.Helper()
-	var st producerState
-	var err error
-	eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		st, err = p.Producer(ctx, k.P)
-		return err == nil && st.Streams[k.S].NextSeq > k.Q
-	}, func() string { return fmt.Sprintf("batch %s not accepted after 10s (state %+v, err %v)", k, st, err) })
+	eventuallyValue(t, 10*time.Second, 5*time.Millisecond,
+		func() (producerState, error) { return p.Producer(ctx, k.P) },
+		func(st producerState) bool { return st.Streams[k.S].NextSeq > k.Q },
+		func(st producerState, err error) string {
+			return fmt.Sprintf("batch %s not accepted after 10s (state %+v, err %v)", k, st, err)
+		})
 }
 
 // waitTimeout waits for wg at most d.

@@ -351,25 +351,23 @@ func (r *outageRig) holdStuck(id uint64, d time.Duration) {
 func (r *outageRig) waitState(id uint64, state string, d time.Duration) {
 	t := r.t
 	t.Helper()
-	var ck checkpointAnswer
-	var err error
-	eventually(t, d, 20*time.Millisecond, func() bool {
-		ck, err = r.p.CheckpointState(t.Context(), id)
-		return err == nil && ck.State == state
-	}, func() string {
-		return fmt.Sprintf("checkpoint %d not %s after %s: %+v, %v; log %s", id, state, d, ck, err, r.p.LogPath)
-	})
+	eventuallyValue(t, d, 20*time.Millisecond,
+		func() (checkpointAnswer, error) { return r.p.CheckpointState(t.Context(), id) },
+		func(ck checkpointAnswer) bool { return ck.State == state },
+		func(ck checkpointAnswer, err error) string {
+			return fmt.Sprintf("checkpoint %d not %s after %s: %+v, %v; log %s", id, state, d, ck, err, r.p.LogPath)
+		})
 }
 
 func (r *outageRig) waitMetric(name string, want float64, d time.Duration) {
 	t := r.t
 	t.Helper()
-	var v float64
-	var err error
-	eventually(t, d, 20*time.Millisecond, func() bool {
-		v, err = r.p.Metric(t.Context(), name)
-		return err == nil && v == want
-	}, func() string { return fmt.Sprintf("%s = %v (%v) after %s, want %v", name, v, err, d, want) })
+	eventuallyValue(t, d, 20*time.Millisecond,
+		func() (float64, error) { return r.p.Metric(t.Context(), name) },
+		func(v float64) bool { return v == want },
+		func(v float64, err error) string {
+			return fmt.Sprintf("%s = %v (%v) after %s, want %v", name, v, err, d, want)
+		})
 }
 
 func (r *outageRig) hitDesc() string {

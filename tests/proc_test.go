@@ -633,3 +633,16 @@ func eventually(t testing.TB, timeout, every time.Duration, cond func() bool, fa
 		time.Sleep(every)
 	}
 }
+
+// eventuallyValue is eventually over a value: it calls get every `every`
+// until it answers without an error a value ok accepts, and fails the test
+// with failure's message on get's last answer once timeout has passed.
+func eventuallyValue[T any](t testing.TB, timeout, every time.Duration, get func() (T, error), ok func(T) bool, failure func(T, error) string) {
+	t.Helper()
+	var v T
+	var err error
+	eventually(t, timeout, every, func() bool {
+		v, err = get()
+		return err == nil && ok(v)
+	}, func() string { return failure(v, err) })
+}

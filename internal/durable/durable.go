@@ -106,6 +106,11 @@ type Dirs struct {
 func (d *Dirs) known(dir string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.touchLocked(dir)
+}
+
+// touchLocked is known with d.mu held.
+func (d *Dirs) touchLocked(dir string) bool {
 	el, ok := d.done[dir]
 	if ok {
 		d.lru.MoveToFront(el)
@@ -118,8 +123,7 @@ func (d *Dirs) known(dir string) bool {
 func (d *Dirs) remember(dir string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if el, ok := d.done[dir]; ok {
-		d.lru.MoveToFront(el)
+	if d.touchLocked(dir) {
 		return
 	}
 	if d.done == nil {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/eosink/eosink/internal/streamconf"
+	"github.com/eosink/eosink/internal/testing/testenv"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -345,13 +344,7 @@ func diffEncode(t testing.TB, s *streamconf.Schema, recs [][]byte, group int64) 
 // cut mid-group), narrow and wide schemas. EOSINK_PARQUET_DIFF_ROUNDS
 // runs more rounds of other records.
 func TestParquetWriterMatchesRowWriter(t *testing.T) {
-	rounds := 1
-	if v := os.Getenv("EOSINK_PARQUET_DIFF_ROUNDS"); v != "" {
-		var err error
-		if rounds, err = strconv.Atoi(v); err != nil {
-			t.Fatalf("EOSINK_PARQUET_DIFF_ROUNDS: %v", err)
-		}
-	}
+	rounds := testenv.Int(t, "EOSINK_PARQUET_DIFF_ROUNDS", 1)
 	for round := range rounds {
 		diffRound(t, uint64(round))
 	}

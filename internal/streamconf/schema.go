@@ -408,37 +408,23 @@ func (c *Checker) lookup(key []byte) int {
 // puts what it parsed v to in out.
 func checkValue(t Type, v []byte, out *Value) string {
 	k := jsontop.KindOf(v)
+	if a, b, say := takes(t); say != "" && k != a && k != b {
+		return "is a " + k.String() + ", want " + say
+	}
 	switch t {
-	case TypeString:
-		if k != jsontop.String {
-			return "is a " + k.String() + ", want a string"
-		}
 	case TypeInt64:
-		if k != jsontop.Number {
-			return "is a " + k.String() + ", want an int64"
-		}
 		n, ok := ParseInt64(v)
 		if !ok {
 			return fmt.Sprintf("number %s is not an integer in int64 range", v)
 		}
 		out.Int = n
 	case TypeDouble:
-		if k != jsontop.Number {
-			return "is a " + k.String() + ", want a double"
-		}
 		f, ok := ParseDouble(v)
 		if !ok {
 			return fmt.Sprintf("number %s is outside the double range", v)
 		}
 		out.Float = f
-	case TypeBool:
-		if k != jsontop.Bool {
-			return "is a " + k.String() + ", want true or false"
-		}
 	case TypeTimestamp:
-		if k != jsontop.String && k != jsontop.Number {
-			return "is a " + k.String() + ", want an RFC 3339 string or epoch milliseconds"
-		}
 		if us, ok := utcMicros(v); ok {
 			out.Int = us // the common form, without time.Parse (ParseTimestamp's value)
 			break
@@ -448,9 +434,27 @@ func checkValue(t Type, v []byte, out *Value) string {
 			return err.Error()
 		}
 		out.Int = tm.UnixMicro()
-	case TypeJSON:
 	}
 	return ""
+}
+
+// takes returns the JSON kinds (one or two) a value of type t may be, and
+// how checkValue's message says so; say is "" for a type taking any kind
+// (json).
+func takes(t Type) (a, b jsontop.Kind, say string) {
+	switch t {
+	case TypeString:
+		return jsontop.String, jsontop.String, "a string"
+	case TypeInt64:
+		return jsontop.Number, jsontop.Number, "an int64"
+	case TypeDouble:
+		return jsontop.Number, jsontop.Number, "a double"
+	case TypeBool:
+		return jsontop.Bool, jsontop.Bool, "true or false"
+	case TypeTimestamp:
+		return jsontop.String, jsontop.Number, "an RFC 3339 string or epoch milliseconds"
+	}
+	return 0, 0, ""
 }
 
 // unpairedSurrogate returns the first \u escape in the raw JSON value v
