@@ -60,22 +60,25 @@ func (p *PageCodecs) codec(name string) (compress.Codec, error) {
 // are what parquet-go's codec writes (no checksum, single segment for a
 // page).
 type zstdPages struct {
-	// Encoders are made when a page finds none idle, at most max of
-	// them; each compresses one page at a time (EncodeAll keeps nothing
-	// between calls: any encoder writes a page's same bytes). One is
-	// always kept; another, once idle for pageEncoderIdle, is dropped for
-	// the GC: pages compressed at once only now and then (a checkpoint's
-	// last step beside the next file's first) then do not keep an encoder
-	// each (~2.3 MiB: match tables and history) for the rest of the
-	// process's life, and steady concurrent streams keep theirs.
-	mu    sync.Mutex
-	freed sync.Cond   // an encoder was returned
-	idle  []idleCodec // least recently returned first
-	made  int         // encoders in use or idle
-	max   int
-	opts  []zstd.EOption
-	dec   pqzstd.Codec // decoding is parquet-go's: only tests read with it
-	now   func() time.Time
+	// Each encoder compresses one page at a time (EncodeAll keeps
+	// nothing between calls: any encoder writes a page's same bytes). One
+	// is made at the start. A page that finds none idle waits for one,
+	// unless a page waited within pageEncoderIdle: then another is made,
+	// at most max. One is always kept; another, once idle for
+	// pageEncoderIdle, is dropped for the GC. Pages compressed at once
+	// only now and then (a checkpoint's last step beside the next file's
+	// first: a page's wait is ~1 ms) then neither keep nor keep making an
+	// encoder (~2.3 MiB: match tables and history), and steady concurrent
+	// streams make theirs at their second wait and keep them.
+	mu       sync.Mutex
+	freed    sync.Cond   // an encoder was returned
+	idle     []idleCodec // least recently returned first
+	made     int         // encoders in use or idle
+	max      int
+	lastWait time.Time // when a page last waited; zero: never
+	opts     []zstd.EOption
+	dec      pqzstd.Codec // decoding is parquet-go's: only tests read with it
+	now      func() time.Time
 
 	extras atomic.Int64 // encoders made after the first (tests)
 }
@@ -112,8 +115,8 @@ func (z *zstdPages) newEncoder() (*zstd.Encoder, error) {
 	return enc, nil
 }
 
-// get returns the encoder returned last, a new one if none is idle and
-// fewer than max exist, or waits for one.
+// get returns the encoder returned last; if none is idle, a new one if
+// fewer than max exist and a page waited lately, or else it waits.
 func (z *zstdPages) get() (*zstd.Encoder, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -124,7 +127,8 @@ func (z *zstdPages) get() (*zstd.Encoder, error) {
 			z.idle = z.idle[:n-1]
 			return enc, nil
 		}
-		if z.made < z.max {
+		now := z.now()
+		if z.made < z.max && !z.lastWait.IsZero() && now.Sub(z.lastWait) < pageEncoderIdle {
 			enc, err := z.newEncoder()
 			if err == nil {
 				z.made++
@@ -132,6 +136,7 @@ func (z *zstdPages) get() (*zstd.Encoder, error) {
 			}
 			return enc, err
 		}
+		z.lastWait = now
 		z.freed.Wait()
 	}
 }

@@ -68,13 +68,14 @@ func TestPageCodecsHeapAfterOverlap(t *testing.T) {
 // TestPageCodecsEncoders: encoders are made as pages need them, at most
 // concurrency, each writing the bytes one zstd encoder writes; steady
 // concurrent use keeps them; one idle for pageEncoderIdle beside another
-// is dropped, and made again when needed.
+// is dropped; an occasional overlap waits, a second one within
+// pageEncoderIdle makes an encoder.
 func TestPageCodecsEncoders(t *testing.T) {
 	z, err := newZstdPages(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clock time.Time
+	clock := time.Unix(1_700_000_000, 0)
 	var mu sync.Mutex
 	z.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	ref, err := zstd.NewWriter(nil, pageOptions(1, pageWindow)...)
@@ -127,6 +128,51 @@ func TestPageCodecsEncoders(t *testing.T) {
 	if made != 1 || idle != 1 {
 		t.Errorf("after an idle second: made %d, idle %d; want 1, 1", made, idle)
 	}
+
+	// A page that finds the encoder in use waits for it, unless a page
+	// waited within pageEncoderIdle: then it makes another.
+	mu.Lock()
+	clock = clock.Add(2 * pageEncoderIdle)
+	mu.Unlock()
+	extras = z.extras.Load()
+	overlap := func() (waited bool) {
+		held, err := z.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []byte)
+		go func() { got, _ := z.Encode(nil, page); done <- got }()
+		var got []byte
+		select {
+		case got = <-done:
+		case <-time.After(50 * time.Millisecond):
+			waited = true
+		}
+		z.put(held)
+		if waited {
+			got = <-done
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("frame differs")
+		}
+		return waited
+	}
+	if !overlap() {
+		t.Error("a page beside one in progress, none waiting lately: made an encoder rather than wait")
+	}
+	if n := z.extras.Load(); n != extras {
+		t.Errorf("%d encoders made for an occasional overlap", n-extras)
+	}
+	if overlap() {
+		t.Error("a second overlap within pageEncoderIdle waited rather than make an encoder")
+	}
+	if n := z.extras.Load(); n != extras+1 {
+		t.Errorf("%d encoders made for a second overlap, want 1", n-extras)
+	}
+	mu.Lock()
+	clock = clock.Add(pageEncoderIdle)
+	mu.Unlock()
+	extras = z.extras.Load()
 
 	// One page at a time never makes another.
 	for range 5 {
