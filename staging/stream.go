@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/format"
@@ -36,7 +37,8 @@ import (
 // back and refuses only that batch), the encoder never sees part of a
 // batch, and no encoding CPU runs on the write path under the engine's
 // ingest lock. Steps run on an Encoders: at most n at once, each with its
-// slot's buffers and codec state, so the memory of encoding is n slots plus,
+// slot's buffers and codec state, so the memory of encoding is at most n
+// slots (as many as steps ran at once lately, one at least) plus,
 // per open Parquet file, its row group being built (a page buffer per
 // column on the heap; the compressed pages in the page file below), not a
 // file's size.
@@ -77,7 +79,18 @@ const DefaultStepBytes = 1 << 20
 // Encoders runs the encoding steps of Txns: at most n at once, each in a
 // slot that holds its buffers and codec state. Safe for concurrent use.
 type Encoders struct {
-	slots  chan *slot
+	// The slots not in use, the one released last on top: a step takes
+	// it, so that one slot's buffers and codec state serve a lone file's
+	// steps and another's are made only when steps run at once. A slot
+	// idle for slotIdle while another is idle lets its memory go (made
+	// again when next taken): an overlap now and then (a checkpoint's
+	// last step beside the next file's first) then does not keep a
+	// second set for good, while steady concurrent files keep theirs.
+	mu    sync.Mutex
+	freed sync.Cond
+	idle  []*slot
+	now   func() time.Time
+
 	step   int64
 	inline bool
 	pages  *format.PageCodecs // shared by every Parquet file's writer
@@ -112,13 +125,30 @@ func (es *Encoders) Checked(s *streamconf.Schema, records int) *streamconf.Check
 const DefaultKeptBytes = 1 << 20
 
 // slot is one step's scratch: reused from step to step, never shared.
+// Its fields are made as a step needs them and dropped by bare.
 type slot struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer
 	line    []byte
 	framers map[string]*format.Framer
 	vals    []streamconf.Value // a checked record's values (keptCursor)
+
+	since time.Time // when it was released last
 }
+
+// bare lets the slot's buffers and codec state go.
+func (s *slot) bare() {
+	s.br, s.bw, s.line, s.framers, s.vals = nil, nil, nil, nil, nil
+}
+
+// empty reports whether the slot holds no buffers or codec state.
+func (s *slot) empty() bool {
+	return s.br == nil && s.bw == nil && s.line == nil && s.framers == nil && s.vals == nil
+}
+
+// slotIdle is how long a slot is idle, beside another idle one, before it
+// lets its memory go.
+const slotIdle = time.Second
 
 // NewEncoders returns Encoders that run at most n steps at once (n < 1
 // means 1), each in its own goroutine, once stepBytes (<= 0:
@@ -128,9 +158,10 @@ func NewEncoders(n int, stepBytes int64) *Encoders {
 	if stepBytes <= 0 {
 		stepBytes = DefaultStepBytes
 	}
-	es := &Encoders{slots: make(chan *slot, n), step: stepBytes, pages: format.NewPageCodecs(n), keptBudget: DefaultKeptBytes}
+	es := &Encoders{step: stepBytes, pages: format.NewPageCodecs(n), keptBudget: DefaultKeptBytes, now: time.Now}
+	es.freed.L = &es.mu
 	for range n {
-		es.slots <- &slot{}
+		es.idle = append(es.idle, &slot{})
 	}
 	return es
 }
@@ -145,8 +176,36 @@ func NewInlineEncoders(stepBytes int64) *Encoders {
 	return es
 }
 
-func (es *Encoders) acquire() *slot  { return <-es.slots }
-func (es *Encoders) release(s *slot) { es.slots <- s }
+// acquire takes the slot released last, waiting for one if all are in
+// use.
+func (es *Encoders) acquire() *slot {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	for len(es.idle) == 0 {
+		es.freed.Wait()
+	}
+	n := len(es.idle) - 1
+	s := es.idle[n]
+	es.idle[n] = nil
+	es.idle = es.idle[:n]
+	return s
+}
+
+// release puts s back on top, and lets the memory of the others go that
+// have been idle for slotIdle.
+func (es *Encoders) release(s *slot) {
+	now := es.now()
+	s.since = now
+	es.mu.Lock()
+	es.idle = append(es.idle, s)
+	for _, o := range es.idle[:len(es.idle)-1] {
+		if now.Sub(o.since) >= slotIdle {
+			o.bare()
+		}
+	}
+	es.mu.Unlock()
+	es.freed.Signal()
+}
 
 func (es *Encoders) start(f func()) {
 	if es.inline {

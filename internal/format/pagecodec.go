@@ -3,6 +3,8 @@ package format
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/klauspost/compress/zstd"
@@ -25,7 +27,8 @@ type PageCodecs struct {
 }
 
 // NewPageCodecs returns codecs that compress at most concurrency pages at
-// once each (zstd), the others waiting.
+// once each (zstd), the others waiting; zstd's encoders are made as pages
+// need them (see zstdPages).
 func NewPageCodecs(concurrency int) *PageCodecs {
 	return &PageCodecs{concurrency: max(concurrency, 1), codecs: map[string]compress.Codec{}}
 }
@@ -57,23 +60,112 @@ func (p *PageCodecs) codec(name string) (compress.Codec, error) {
 // are what parquet-go's codec writes (no checksum, single segment for a
 // page).
 type zstdPages struct {
-	enc *zstd.Encoder
-	dec pqzstd.Codec // decoding is parquet-go's: only tests read with it
+	// Each encoder compresses one page at a time (EncodeAll keeps
+	// nothing between calls: any encoder writes a page's same bytes). One
+	// is made at the start. A page that finds none idle waits for one,
+	// unless a page waited within pageEncoderIdle: then another is made,
+	// at most max. One is always kept; another, once idle for
+	// pageEncoderIdle, is dropped for the GC. Pages compressed at once
+	// only now and then (a checkpoint's last step beside the next file's
+	// first: a page's wait is ~1 ms) then neither keep nor keep making an
+	// encoder (~2.3 MiB: match tables and history), and steady concurrent
+	// streams make theirs at their second wait and keep them.
+	mu       sync.Mutex
+	freed    sync.Cond   // an encoder was returned
+	idle     []idleCodec // least recently returned first
+	made     int         // encoders in use or idle
+	max      int
+	lastWait time.Time // when a page last waited; zero: never
+	opts     []zstd.EOption
+	dec      pqzstd.Codec // decoding is parquet-go's: only tests read with it
+	now      func() time.Time
+
+	extras atomic.Int64 // encoders made after the first (tests)
 }
 
+type idleCodec struct {
+	enc   *zstd.Encoder
+	since time.Time
+}
+
+// pageEncoderIdle is how long an idle page encoder beyond one is kept.
+const pageEncoderIdle = time.Second
+
 func newZstdPages(concurrency int) (*zstdPages, error) {
-	enc, err := zstd.NewWriter(nil, pageOptions(concurrency, pageWindow)...)
+	return newZstdPagesWith(concurrency, pageOptions(1, pageWindow))
+}
+
+// newZstdPagesWith is newZstdPages with encoders of opts (for tests).
+func newZstdPagesWith(concurrency int, opts []zstd.EOption) (*zstdPages, error) {
+	z := &zstdPages{max: max(concurrency, 1), opts: opts, now: time.Now}
+	z.freed.L = &z.mu
+	enc, err := z.newEncoder() // the options are checked now, not at the first page
+	if err != nil {
+		return nil, err
+	}
+	z.idle, z.made = []idleCodec{{enc: enc}}, 1
+	return z, nil
+}
+
+func (z *zstdPages) newEncoder() (*zstd.Encoder, error) {
+	enc, err := zstd.NewWriter(nil, z.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start zstd page codec: %w", err)
 	}
-	return &zstdPages{enc: enc}, nil
+	return enc, nil
+}
+
+// get returns the encoder returned last; if none is idle, a new one if
+// fewer than max exist and a page waited lately, or else it waits.
+func (z *zstdPages) get() (*zstd.Encoder, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for {
+		if n := len(z.idle); n > 0 {
+			enc := z.idle[n-1].enc
+			z.idle[n-1] = idleCodec{}
+			z.idle = z.idle[:n-1]
+			return enc, nil
+		}
+		now := z.now()
+		if z.made < z.max && !z.lastWait.IsZero() && now.Sub(z.lastWait) < pageEncoderIdle {
+			enc, err := z.newEncoder()
+			if err == nil {
+				z.made++
+				z.extras.Add(1)
+			}
+			return enc, err
+		}
+		z.lastWait = now
+		z.freed.Wait()
+	}
+}
+
+// put returns enc, and drops the least recently returned idle encoder if
+// it has been idle for pageEncoderIdle and another is idle too.
+func (z *zstdPages) put(enc *zstd.Encoder) {
+	now := z.now()
+	z.mu.Lock()
+	z.idle = append(z.idle, idleCodec{enc: enc, since: now})
+	if len(z.idle) > 1 && now.Sub(z.idle[0].since) >= pageEncoderIdle {
+		z.idle[0] = idleCodec{}
+		z.idle = z.idle[1:]
+		z.made--
+	}
+	z.mu.Unlock()
+	z.freed.Signal()
 }
 
 func (z *zstdPages) String() string                              { return "ZSTD" }
 func (z *zstdPages) CompressionCodec() pqformat.CompressionCodec { return pqformat.Zstd }
 
 func (z *zstdPages) Encode(dst, src []byte) ([]byte, error) {
-	return z.enc.EncodeAll(src, dst[:0]), nil
+	enc, err := z.get()
+	if err != nil {
+		return dst[:0], err
+	}
+	defer z.put(enc)
+	return enc.EncodeAll(src, dst[:0]), nil
 }
 
 func (z *zstdPages) Decode(dst, src []byte) ([]byte, error) { return z.dec.Decode(dst, src) }

@@ -142,12 +142,12 @@ func BenchmarkPageLevel(b *testing.B) {
 		for _, level := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault} {
 			b.Run(fmt.Sprintf("%s/%v", set, level), func(b *testing.B) {
 				opts := append(pageOptions(1, pageWindow), zstd.WithEncoderLevel(level))
-				enc, err := zstd.NewWriter(nil, opts...)
+				z, err := newZstdPagesWith(1, opts)
 				if err != nil {
 					b.Fatal(err)
 				}
 				pages := NewPageCodecs(1)
-				pages.codecs[""] = &zstdPages{enc: enc}
+				pages.codecs[""] = z
 				var n, in, out int64
 				cpu0 := cputime.Used()
 				for b.Loop() {
