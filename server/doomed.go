@@ -124,16 +124,10 @@ func (in *ingest) abortAloneLocked(d *doom, reserved uint64) bool {
 // doomLoop aborts a doomed open checkpoint while the coordinator is busy
 // committing (abortDoomedOpen), on each doom noted.
 func (lc *lifecycle) doomLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-lc.e.health.failed:
-			return
-		case <-lc.doomKick:
-			lc.e.pipe.abortDoomedOpen()
-		}
-	}
+	lc.runEveryOr(ctx, nil, lc.doomKick, func() bool {
+		lc.e.pipe.abortDoomedOpen()
+		return false
+	})
 }
 
 // doomedLocked returns why the open checkpoint can't commit: a file of
