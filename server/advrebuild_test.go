@@ -49,3 +49,49 @@ func TestPlantedManifestNameMakesPlantedForgetBelieved(t *testing.T) {
 		})
 	}
 }
+
+// After a store loss and its rebuild (the mark: rebuilt through ck), an
+// operator removes the node's manifests (rebuilt_through is then beyond
+// the newest manifest). A start over the rebuilt store, before its first
+// commit, is not another rebuild: a document planted at ck naming the
+// live producer p is not believed, p's resend of its committed batch is
+// a committed duplicate, and p goes on; the ids go on beyond every id
+// answered.
+func TestRebuiltThroughBeyondManifests(t *testing.T) {
+	for _, lease := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lease=false", true: "lease=true"}[lease], func(t *testing.T) {
+			r := newRig(t, nil)
+			if lease {
+				r = leaseRig(t, nil, 200*time.Millisecond, nil)
+			}
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "s", 0, 1)
+			ck := r.commit().ID
+			r.stopLosingStore()
+			e = r.start(nil) // rebuilds, marks ck
+			open := e.Status().OpenID
+			r.stop()
+			if through, err := rebuiltThrough(t, r.storePath); err != nil || through != ck {
+				t.Fatalf("the mark: %d %v, want %d", through, err, ck)
+			}
+			if err := r.fs.RemoveAll(rigDest + "/_manifests"); err != nil {
+				t.Fatal(err)
+			}
+			r.broken = "the manifests removed by hand"
+			plantForgotten(t, r, ck, "p", p.Epoch)
+			e = r.start(nil)
+			if _, ok := e.Producer("p"); !ok {
+				t.Fatal("manifests removed after a rebuild: a planted document made the start forget the live producer p")
+			}
+			if res, err := send(e, p, "s", 0, 1); err != nil || !res.Duplicate || !res.Committed {
+				t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
+			}
+			if got := e.Status().OpenID; got <= open {
+				t.Fatalf("open checkpoint %d after the restart, %d was open before (I8)", got, open)
+			}
+			mustSend(t, e, p, "s", 1, 1)
+			r.commit()
+		})
+	}
+}
