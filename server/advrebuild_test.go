@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
 )
 
@@ -93,5 +94,38 @@ func TestRebuiltThroughBeyondManifests(t *testing.T) {
 			mustSend(t, e, p, "s", 1, 1)
 			r.commit()
 		})
+	}
+}
+
+// A manifest planted beyond the store's newest commit that is well formed
+// but whose files the destination does not hold (the rebuild skips it:
+// TestPlantedManifestIsNotBelieved "ranges without files") made a start
+// whose store kept up rebuild all the same, and the rebuild believed a
+// planted forgotten-producers document beside it: p forgotten, its resend
+// of a committed batch refused (and written again after an init, I2).
+func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 1)
+	ck := r.commit().ID
+	next := e.Status().OpenID
+	r.stop()
+	m := &layout.Manifest{Checkpoint: next, Node: rigNode, CommittedAt: time.Now().UTC(),
+		Files: []layout.ManifestFile{{Path: "a/" + layout.PartName(rigNode, next, 0, "ndjson"), Stream: "a", Bytes: 10, Records: 1,
+			Producers: map[string]committer.SeqRanges{"z": {{0, 1}}}}}}
+	b, err := layout.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant(t, r.fs, m.Name(), b)
+	plantForgotten(t, r, ck, "p", p.Epoch)
+	r.broken = "a planted manifest" // the checker believes manifests
+	e = r.start(nil)
+	if _, ok := e.Producer("p"); !ok {
+		t.Fatal("a planted manifest whose files the destination does not hold made a start whose store kept up rebuild, and believe a planted document forgetting the live producer p")
+	}
+	if res, err := send(e, p, "s", 0, 1); err != nil || !res.Duplicate || !res.Committed {
+		t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
 	}
 }
