@@ -444,8 +444,9 @@ type manifestRef struct {
 }
 
 // believedNewer reports whether one of newer (manifestIDs.newer) is a
-// manifest of this node: its document reads and passes the checks of
-// layout.DecodeManifest. Only then is the store behind the destination
+// manifest of this node the rebuild would believe: its document reads
+// and passes the checks of layout.DecodeManifest, and the destination
+// holds one of its files as it states (manifestHeld). Only then is the store behind the destination
 // (the start rebuilds, believing every forgotten-producers document): a
 // file with a manifest's name that is not one — planted, or a document
 // removed meanwhile — is not a commit the store missed (DESIGN "Several
@@ -463,16 +464,44 @@ func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (bo
 		}
 	}
 	slices.SortFunc(newer, func(a, b manifestRef) int { return cmp.Compare(b.id, a.id) })
-	for _, m := range newer {
-		_, err := layout.ReadManifest(ctx, r, m.name)
+	for _, ref := range newer {
+		m, err := layout.ReadManifest(ctx, r, ref.name)
+		var held bool
+		if err == nil {
+			held, err = manifestHeld(ctx, r, m)
+		}
 		switch {
-		case err == nil:
+		case err == nil && held:
 			return true, nil
-		case errors.Is(err, layout.ErrBadManifest), errors.Is(err, committer.ErrNotFound):
-			lc.e.log.Error("a document with a manifest's name newer than the state store's newest commit is not a manifest of this node: not a reason to rebuild (check who can write the bucket, docs/production.md)",
-				"op", "recovery", "path", m.name, "err", err)
-		default:
-			return false, fmt.Errorf("read manifest %s: %w", m.name, err)
+		case err == nil:
+			err = errors.New("the destination holds none of its files with the size it states")
+		case !errors.Is(err, layout.ErrBadManifest) && !errors.Is(err, committer.ErrNotFound):
+			return false, fmt.Errorf("read manifest %s: %w", ref.name, err)
+		}
+		lc.e.log.Error("a document with a manifest's name newer than the state store's newest commit is not a manifest the rebuild would believe: not a reason to rebuild (check who can write the bucket, docs/production.md)",
+			"op", "recovery", "path", ref.name, "err", err)
+	}
+	return false, nil
+}
+
+// manifestHeld reports whether the destination holds one of m's files
+// with the size m states, or m names none: what the rebuild asks of a
+// manifest before it believes it (recovery.Rebuild).
+func manifestHeld(ctx context.Context, r committer.Reader, m *layout.Manifest) (bool, error) {
+	if len(m.Files) == 0 {
+		return true, nil
+	}
+	for _, f := range m.Files {
+		rc, en, err := r.Open(ctx, f.Path)
+		if errors.Is(err, committer.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("open %s: %w", f.Path, err)
+		}
+		_ = rc.Close() // read-only: nothing to lose
+		if en.Bytes == f.Bytes {
+			return true, nil
 		}
 	}
 	return false, nil
