@@ -280,7 +280,7 @@ func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) s
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
 // older copy of it alike, however many checkpoints ago it was taken. A
-// manifest counts when its document reads as one (believedNewer), not
+// manifest counts when the rebuild would believe it (believedNewer), not
 // for its name alone: a rebuild believes every forgotten-producers
 // document, so a planted name must not make a store that kept up rebuild.
 // A store rebuilt from the manifests counts the newest one the rebuild
