@@ -96,16 +96,20 @@ func TestDoomAloneInARow(t *testing.T) {
 	note(mustWrite(t, e, aloneKeyed(101), n+3, false))
 	note(mustSend(t, e, p, "b", 1, 1))
 	e.ing.doomFile(n+3, "b", fmt.Errorf("step: %w", ErrDiskFull))
-	time.Sleep(50 * time.Millisecond)
-	if s, _ := sc.ends.state(n + 3); s == "" {
-		t.Logf("n+3 not aborted alone: reserved %d", e.pipe.reserved.Load())
-		// Not alone: the id after it is not reserved. The doom holds
-		// writes until the coordinator is free.
-		if r := e.pipe.reserved.Load(); r > n+3 {
-			t.Fatalf("n+3 doomed, n+4 reserved (%d), yet no abort alone", r)
+	if r := e.pipe.reserved.Load(); r > n+3 {
+		waitFor(t, "n+3's abort alone", func() bool { s, _ := sc.ends.state(n + 3); return s == recovery.Aborted })
+	} else {
+		// Not alone: the id after it is not reserved (I8). The doom
+		// holds writes until the coordinator is free.
+		time.Sleep(50 * time.Millisecond)
+		if s, _ := sc.ends.state(n + 3); s != "" {
+			t.Fatalf("n+3 ended (%q) behind the stuck commit with n+4 beyond the reserved %d", s, r)
 		}
-		if res, err := send(e, p, "b", 1, 1); err == nil && !res.Duplicate {
+		if res, err := send(e, p, "b", 2, 1); err == nil {
 			t.Fatalf("a write into doomed n+3 accepted: %+v", res)
+		}
+		if st := e.Status(); st.OpenID != n+3 {
+			t.Fatalf("open checkpoint %d, want n+3=%d", st.OpenID, n+3)
 		}
 	}
 	sc.stuck.Store(false)
