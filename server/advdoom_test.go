@@ -153,3 +153,47 @@ func TestDoomAloneInARow(t *testing.T) {
 	}
 	sc.r.check(invariant.Expect{Must: must, Exact: true})
 }
+
+// TestDoomedAbortsWhileReservingFails: the data dir is full, so a staging
+// file of the open checkpoint n can't be finished (doomed) and the state
+// store refuses writes for space, the reservation of the next block of
+// ids too. The coordinator is free, and the ids the abort of n hands out
+// (n+1, and n+2 that its abort opens) are reserved already; only the
+// reservation ahead, which the checkpoint asks for at half a block, is
+// refused. n must abort (its staging files deleted: on one disk that is
+// the space the store needs) and writes be taken again into n+2. Failed
+// before: every checkpoint stopped at the refused reservation, before its
+// barrier, so the doom held every write refused (507) and n's files on
+// the full disk, for as long as the store's writes were refused.
+func TestDoomedAbortsWhileReservingFails(t *testing.T) {
+	r, f := storeRig(t)
+	ends := &ckEnds{end: map[uint64][]recovery.State{}}
+	r.tweak = func(c *Config) { c.StoreOptions.WriteFault = f.hook; c.idBlock = 8; c.Hooks.Checkpoint = ends.hook }
+	e := r.start(nil)
+	// Empty checkpoints until the next one must reserve ahead (reserveIDs:
+	// at half a block), with the ids it may hand out still reserved.
+	for e.pipe.reserved.Load() >= e.Status().OpenID+e.cfg.idBlock/2+2 {
+		r.commit()
+	}
+	n := e.Status().OpenID
+	if e.pipe.reserved.Load() < n+2 {
+		t.Fatalf("reserved %d, open %d: the ids the abort hands out are not reserved", e.pipe.reserved.Load(), n)
+	}
+	mustSend(t, e, nil, "s", 1, 1)
+	f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+	e.ing.doomFile(n, "s", fmt.Errorf("step: %w", ErrDiskFull))
+	deadline := time.Now().Add(5 * time.Second)
+	for s, _ := ends.state(n); s == "" && time.Now().Before(deadline); s, _ = ends.state(n) {
+		time.Sleep(time.Millisecond)
+	}
+	if s, k := ends.state(n); s != recovery.Aborted || k != 1 {
+		t.Fatalf("doomed checkpoint %d with the coordinator free and its ids reserved, the reservation ahead refused for space: %q (%d ends) after 5 s, want aborted (status %+v)", n, s, k, e.Status())
+	}
+	res := mustSend(t, e, nil, "s", 2, 1)
+	if res.Checkpoint != n+2 || res.Checkpoint > e.pipe.reserved.Load() {
+		t.Fatalf("write after the abort: %+v, want checkpoint n+2=%d within the reserved %d", res, n+2, e.pipe.reserved.Load())
+	}
+	f.set(nil)
+	r.commit()
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 2}: true}, Exact: true})
+}
