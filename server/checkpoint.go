@@ -41,9 +41,15 @@ func (pipe *pipeline) checkpoint(ctx context.Context) (CheckpointResult, error) 
 		if pipe.e.health.failOn(err) {
 			return CheckpointResult{}, pipe.e.Err()
 		}
-		// Refused for space, nothing recorded: no barrier, try later.
+		// Refused for space, nothing recorded: the next checkpoint tries
+		// again. Without the ids this one hands out, no barrier. With
+		// them (only the reservation ahead was refused) it goes on: on a
+		// full disk its pre-commit or its abort (a doomed checkpoint's,
+		// doomed.go) frees the space its staging files hold.
 		pipe.e.health.noteDiskFull(err)
-		return CheckpointResult{}, err
+		if pipe.reserved.Load() < pipe.e.ing.open()+2 {
+			return CheckpointResult{}, err
+		}
 	}
 	// 1. Barrier: swap the open checkpoint under the ingest lock.
 	c, res, err := pipe.barrier(began)

@@ -525,6 +525,8 @@ func TestDoomAloneLinger(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatalf("wait=commit of %d behind the stuck commit: %v", n+2, err)
 	}
+	// The hook runs after the waiters are released (pipeline.finished).
+	waitFor(t, "n+2's end reported", func() bool { s, _ := sc.ends.state(n + 2); return s != "" })
 	if s, k := sc.ends.state(n + 2); s != recovery.Committed || k != 1 {
 		t.Fatalf("checkpoint %d: %q (%d ends), want committed once", n+2, s, k)
 	}

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -278,7 +280,10 @@ func (lc *lifecycle) retry(ctx context.Context, what string, shown func(error) s
 // committed every prepared checkpoint, so a store that kept up has
 // committed every manifest's id. That holds for a lost store and for an
 // older copy of it alike, however many checkpoints ago it was taken. A
-// store rebuilt from the manifests counts the newest one the rebuild
+// manifest counts when the rebuild would believe it (believedNewer), not
+// for its name alone: a rebuild believes every forgotten-producers
+// document, so a planted name must not make a store that kept up rebuild.
+// A store rebuilt from the manifests counts the newest one the rebuild
 // went through as committed (recovery.Store.RebuiltThrough): it reflects
 // every manifest up to it and every forget there was, though it commits
 // nothing until the node does. A copy of it put back after the node
@@ -308,18 +313,22 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		}
 		kept := max(newest, through) // what the store reflects of the destination
 		limit := lc.manifestLimit(res.LastID)
-		ours, err := lc.highestManifestID(ctx, limit)
+		ours, err := lc.highestManifestID(ctx, limit, kept)
 		if err != nil {
 			return err
 		}
 		top = ours.top
+		behind, err := lc.believedNewer(ctx, ours.newer)
+		if err != nil {
+			return err
+		}
 		// Forgets the store may not reflect (it is older, or rebuilt from
 		// manifests, which do not show them): forgotten.go. A rebuild
 		// needs every one: it brings back from the manifests producers
 		// that an older copy of the store had forgotten, also before its
 		// newest commit; and it leaves out of the store the producers
 		// they forget (recovery.Rebuilt.Forgotten).
-		rebuild := ours.behind(kept) || lc.leaseReserved(res.LastID) > res.LastID
+		rebuild := behind || lc.leaseReserved(res.LastID) > res.LastID
 		from := kept
 		if rebuild {
 			from, rebuilt = 0, ours.ours
@@ -329,7 +338,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			return err
 		}
 		switch {
-		case ours.behind(kept):
+		case behind:
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_rebuilt_through", through, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
 			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
@@ -423,21 +432,89 @@ const highestPlausibleID = layout.MaxCheckpoint/2 - 2*lostIDSkip
 
 // manifestIDs is what a listing of this node's manifest prefix shows.
 type manifestIDs struct {
-	ours uint64 // the highest id within the limit: this node's, as far as ids tell
-	top  uint64 // the highest id of any manifest name that parses, planted ones up to MaxCheckpoint/2 too
+	ours  uint64        // the highest id within the limit: this node's, as far as ids tell
+	top   uint64        // the highest id of any manifest name that parses, planted ones up to MaxCheckpoint/2 too
+	newer []manifestRef // names within the limit newer than what the store kept up with
 }
 
-// behind reports whether the destination holds a manifest of this node
-// newer than newest, the store's newest committed checkpoint.
-func (m manifestIDs) behind(newest uint64) bool { return m.ours > newest }
+// manifestRef is a manifest's name and id.
+type manifestRef struct {
+	id   uint64
+	name string
+}
+
+// believedNewer reports whether one of newer (manifestIDs.newer) is a
+// manifest of this node the rebuild would believe: its document reads
+// and passes the checks of layout.DecodeManifest, and the destination
+// holds one of its files as it states (manifestHeld). Only then is the store behind the destination
+// (the start rebuilds, believing every forgotten-producers document): a
+// file with a manifest's name that is not one — planted, or a document
+// removed meanwhile — is not a commit the store missed (DESIGN "Several
+// nodes": what fails to parse is reported and skipped, never a reason to
+// believe more). It reads from the newest down, until one is believed:
+// one read when the store is behind, none when it kept up.
+func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (bool, error) {
+	if len(newer) == 0 {
+		return false, nil
+	}
+	r, ok := lc.e.cfg.Publisher.(committer.Reader)
+	if !ok {
+		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
+			return false, nil
+		}
+	}
+	slices.SortFunc(newer, func(a, b manifestRef) int { return cmp.Compare(b.id, a.id) })
+	for _, ref := range newer {
+		m, err := layout.ReadManifest(ctx, r, ref.name)
+		var held bool
+		if err == nil {
+			held, err = manifestHeld(ctx, r, m)
+		}
+		switch {
+		case err == nil && held:
+			return true, nil
+		case err == nil:
+			err = errors.New("the destination holds none of its files with the size it states")
+		case !errors.Is(err, layout.ErrBadManifest) && !errors.Is(err, committer.ErrNotFound):
+			return false, fmt.Errorf("read manifest %s: %w", ref.name, err)
+		}
+		lc.e.log.Error("a document with a manifest's name newer than the state store's newest commit is not a manifest the rebuild would believe: not a reason to rebuild (check who can write the bucket, docs/production.md)",
+			"op", "recovery", "path", ref.name, "err", err)
+	}
+	return false, nil
+}
+
+// manifestHeld reports whether the destination holds one of m's files
+// with the size m states, or m names none: what the rebuild asks of a
+// manifest before it believes it (recovery.Rebuild).
+func manifestHeld(ctx context.Context, r committer.Reader, m *layout.Manifest) (bool, error) {
+	if len(m.Files) == 0 {
+		return true, nil
+	}
+	for _, f := range m.Files {
+		rc, en, err := r.Open(ctx, f.Path)
+		if errors.Is(err, committer.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("open %s: %w", f.Path, err)
+		}
+		_ = rc.Close() // read-only: nothing to lose
+		if en.Bytes == f.Bytes {
+			return true, nil
+		}
+	}
+	return false, nil
+}
 
 // highestManifestID lists this node's manifests in the destination; zero
 // when there are none or the destination cannot be listed (neither the
 // publisher nor the committer is a committer.Reader). Names that do not
 // parse (layout.ParseManifestName, which bounds the id) and ids beyond
 // limit (manifestLimit) were not written by this node: they are reported
-// and not believed.
-func (lc *lifecycle) highestManifestID(ctx context.Context, limit uint64) (manifestIDs, error) {
+// and not believed. Names within limit with ids beyond kept (what the
+// store kept up with) are returned in newer, for believedNewer.
+func (lc *lifecycle) highestManifestID(ctx context.Context, limit, kept uint64) (manifestIDs, error) {
 	var out manifestIDs
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
@@ -472,6 +549,9 @@ func (lc *lifecycle) highestManifestID(ctx context.Context, limit uint64) (manif
 		default:
 			out.ours = max(out.ours, id)
 			out.top = max(out.top, id)
+			if id > kept {
+				out.newer = append(out.newer, manifestRef{id: id, name: en.Path})
+			}
 		}
 	}
 	if bad+beyond > 0 {
