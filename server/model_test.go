@@ -1179,8 +1179,9 @@ func (mr *modelRun) reincarnate(gone []int, why string) {
 // writer of the bucket could: ranges for a live producer naming files
 // that are not there (beyond the ids the node reserved, or within
 // them), a document that is not JSON (within them or beyond), or a name
-// with an id near 2^64; or a forgotten-producers document naming a live
-// producer. Beyond the reserved ids, the commit feed must
+// with an id near 2^64; a forgotten-producers document naming a live
+// producer (forgetDoc), alone or beside a manifest within the ids that
+// the rebuild would not believe. Beyond the reserved ids, the commit feed must
 // give the node's next commit to a follower (feedPastPlanted; before the
 // restart, which starts beyond every manifest it sees).
 // After a crash the node must start, and believe none of it (I5,
@@ -1214,56 +1215,51 @@ func (mr *modelRun) plantManifest(kind int) {
 	case 4:
 		id, body = 1<<64-10, []byte("{}")
 	}
-	name := rigDest + "/" + layout.ManifestName(rigNode, id)
-	if kind == 5 {
-		// A forgotten-producers document forgetting a live producer at
-		// its epoch after the newest checkpoint: the next start, its
-		// store current, must not believe it (layout.ForgottenSeal), or
-		// the producer's committed batches are written again after its
-		// next init (I2), and its client sees unknown_producer.
-		epoch, live := mr.m.epoch[victim]
-		if !live {
+	type plant struct {
+		name string
+		body []byte
+	}
+	plants := []plant{{rigDest + "/" + layout.ManifestName(rigNode, id), body}}
+	// A forgotten-producers document forgetting a live producer at its
+	// epoch: alone (kind 5), or beside a manifest within the reserved ids
+	// that the rebuild would not believe (kinds 1, 2: its file absent,
+	// not JSON), which must not make a start whose store kept up rebuild
+	// and so believe the document (h8-adv: the start judged "behind" by
+	// the names alone, 1a24847, 190a9ad).
+	if kind == 5 || (kind == 1 || kind == 2) && mr.rng.IntN(2) == 0 {
+		name, body, ok := mr.forgetDoc(victim, open)
+		if !ok {
 			return
 		}
-		// After the checkpoint open minus one (as the node names its
-		// own), or the newest committed one or the one before: the
-		// lowest a start whose store kept up applies, where a seal's
-		// checkpoint past the newest commit believed it unsealed.
-		// A store with no commit since its start (new, or rebuilt
-		// after a loss): the newest manifest, which a rebuild went
-		// through, or the one before.
-		id = open - 1
-		switch last := mr.e.Status().LastDone; {
-		case mr.rng.IntN(2) == 0 && last > 0:
-			id = last - uint64(mr.rng.IntN(2))
-		case last == 0:
-			if top := mr.newestManifest(); top > 1 && mr.rng.IntN(3) > 0 {
-				id = top - uint64(mr.rng.IntN(2))
-			}
+		if kind == 5 {
+			plants = plants[:0]
 		}
-		name = rigDest + "/" + layout.ForgottenName(rigNode, id, 7)
-		body = fmt.Appendf(nil, `{"node":%q,"after_checkpoint":%d,"producers":{%q:%d}}`, rigNode, id, wireID(victim), epoch)
+		plants = append(plants, plant{name, body})
 	}
 	// Durably, as a writer of the bucket does, and removed durably: the
 	// node's own publishes sync the directory while it is there.
-	err := mr.base.MkdirAll(filepath.Dir(name), 0o755) // none yet before the first commit
-	if err == nil {
-		err = durable.ReplaceFile(mr.base, name+".plant", name, body)
+	for _, pl := range plants {
+		err := mr.base.MkdirAll(filepath.Dir(pl.name), 0o755) // none yet before the first commit
+		if err == nil {
+			err = durable.ReplaceFile(mr.base, pl.name+".plant", pl.name, pl.body)
+		}
+		if err != nil {
+			mr.fail("plant manifest: %v", err)
+		}
+		mr.st.planted++
+		mr.note("planted %s (kind %d, ranges of %s)", pl.name, kind, victim)
 	}
-	if err != nil {
-		mr.fail("plant manifest: %v", err)
-	}
-	mr.st.planted++
-	mr.note("planted %s (kind %d, ranges of %s)", name, kind, victim)
 	if kind == 0 || kind == 3 || kind == 4 { // beyond the ids the node reserved
-		mr.feedPastPlanted(name)
+		mr.feedPastPlanted(plants[0].name)
 	}
 	mr.restart(false)
-	if err := mr.base.Remove(name); err != nil {
-		mr.fail("remove planted manifest: %v", err)
-	}
-	if err := durable.SyncDir(mr.base, filepath.Dir(name)); err != nil {
-		mr.fail("remove planted manifest: %v", err)
+	for _, pl := range plants {
+		if err := mr.base.Remove(pl.name); err != nil {
+			mr.fail("remove planted manifest: %v", err)
+		}
+		if err := durable.SyncDir(mr.base, filepath.Dir(pl.name)); err != nil {
+			mr.fail("remove planted manifest: %v", err)
+		}
 	}
 }
 
@@ -1434,4 +1430,33 @@ func (d *duringInjector) MaybeError(op faultfs.Op) error {
 		}
 	})
 	return err
+}
+
+// forgetDoc is a forgotten-producers document forgetting live producer
+// victim at its epoch, after the checkpoint open minus one (as the node
+// names its own), or the newest committed one or the one before: the
+// lowest a start whose store kept up applies, where a seal's checkpoint
+// past the newest commit believed it unsealed. A store with no commit
+// since its start (new, or rebuilt after a loss): the newest manifest,
+// which a rebuild went through, or the one before. The next start must
+// not believe it (layout.ForgottenSeal), or the producer's committed
+// batches are written again after its next init (I2), and its client
+// sees unknown_producer. ok is false when victim is not live.
+func (mr *modelRun) forgetDoc(victim string, open uint64) (name string, body []byte, ok bool) {
+	epoch, live := mr.m.epoch[victim]
+	if !live {
+		return "", nil, false
+	}
+	id := open - 1
+	switch last := mr.e.Status().LastDone; {
+	case mr.rng.IntN(2) == 0 && last > 0:
+		id = last - uint64(mr.rng.IntN(2))
+	case last == 0:
+		if top := mr.newestManifest(); top > 1 && mr.rng.IntN(3) > 0 {
+			id = top - uint64(mr.rng.IntN(2))
+		}
+	}
+	name = rigDest + "/" + layout.ForgottenName(rigNode, id, 7)
+	body = fmt.Appendf(nil, `{"node":%q,"after_checkpoint":%d,"producers":{%q:%d}}`, rigNode, id, wireID(victim), epoch)
+	return name, body, true
 }
