@@ -64,14 +64,14 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedBehindStuck                                                        int
+	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck                                       int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine), %d doomed behind a stuck commit (aborted alone)",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone)",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedBehindStuck) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -170,9 +170,10 @@ type modelRun struct {
 	incarnation int
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
 
-	world         modelWorld // table streams, clock steps, retention (model_world_test.go)
-	doomWatch     doomWatch  // the engine's doomed checkpoints (encfail_test.go)
-	storeReplaced bool       // the state store was lost or replaced by a copy once
+	world         modelWorld   // table streams, clock steps, retention (model_world_test.go)
+	doomWatch     doomWatch    // the engine's doomed checkpoints (encfail_test.go)
+	storeReplaced bool         // the state store was lost or replaced by a copy once
+	storeFull     *storeFaults // the state store's writes, refused while a disk is full (settleDoomed)
 }
 
 type dupClaim struct {
@@ -209,6 +210,7 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		c.IdempotencyWindow, c.ProducerExpiry = modelKeyWindow, modelProducerExpiry
 		c.TableLocation = "file://" + rigDest // table streams (tableStep)
 		c.MaxKeys = modelMaxKeys              // the cap is reached: committed keys are dropped, never live ones (keyModel)
+		c.idBlock = 8                         // ids reserved often: a refused reservation meets a doom (settleDoomed)
 		// A node lease that never expires on this clock: every start must
 		// know the lease its data dir left for its own, whatever fault or
 		// crash cut the last one (lease_test.go has the expiry).
@@ -229,6 +231,9 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		c.Committer, c.Publisher = leaser, leaser
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
 	}
+	// The state store's write transactions go through storeFull, which
+	// settleDoomed has refuse the reservation of ids ahead for space.
+	mr.storeFull = mr.r.withStoreFaults()
 	mr.e = mr.r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
 	// pre-commit encodes under the same crashes and faults. The empty
@@ -695,7 +700,9 @@ func (mr *modelRun) doomBehindStuck(p, s string, k [2]string) (skip bool) {
 	var fired atomic.Int64
 	stuck.Store(true)
 	mr.sw.Set(faultfs.InjectorFunc(func(op faultfs.Op) error {
-		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) {
+		// The commit's renames of part files, not the lease document's
+		// (a reservation of ids before the barrier writes it).
+		if stuck.Load() && op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging) && strings.HasPrefix(filepath.Base(op.Path), "part-") {
 			fired.Add(1)
 			return syscall.EIO
 		}
@@ -1418,7 +1425,9 @@ func (d *duringInjector) MaybeError(op faultfs.Op) error {
 	if d.crashed.Load() {
 		return faultfs.ErrCrashed
 	}
-	if op.Kind != faultfs.OpSync || !strings.HasSuffix(op.Path, ".inprogress") {
+	// A staging file's, not the lease document's that a reservation of
+	// ids writes before the barrier (also *.inprogress).
+	if op.Kind != faultfs.OpSync || !strings.HasSuffix(op.Path, ".inprogress") || !strings.HasPrefix(filepath.Base(op.Path), "part-") {
 		return nil
 	}
 	var err error

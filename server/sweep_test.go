@@ -66,7 +66,7 @@ func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteR
 		return res, err
 	}
 	if res.Duplicate || res.NextSeq != seq+1 {
-		t.Fatalf("write %s/%s/%d: %+v", p, s, seq, res)
+		m.fatalf(t, "write %s/%s/%d: %+v", p, s, seq, res)
 	}
 	m.next[k] = seq + 1
 	return res, nil
