@@ -334,16 +334,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 		t.Skip("memory means nothing under the race detector")
 	}
 	const files, perFile = 16, 6 << 20
-	recs := orders.Records(t, 14, perFile/100)
-	var batches [][]byte
-	for i := 0; i < len(recs); i += 100 {
-		var batch []byte
-		for _, r := range recs[i:min(i+100, len(recs))] {
-			batch = append(append(batch, r...), '\n')
-		}
-		batches = append(batches, batch)
-	}
-	recs = nil
+	batches := orders.Batches(orders.Records(t, 14, perFile/100), 100)
 	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	es := NewInlineEncoders(0)
 	enc := Encoding{Format: "parquet", Schema: orders.Schema}
