@@ -87,14 +87,21 @@ func TestSendWait(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
 	c := r.initClient("p")
 	recs, keys := records("w", 4)
+	sendWaitCommitted(t, c, recs, 0)
+	r.expectOnce("s", keys)
+}
+
+// sendWaitCommitted: SendWait of recs to stream s answers them committed
+// as batch seq, and the client keeps no batch after.
+func sendWaitCommitted(t *testing.T, c *client.Client, recs [][]byte, seq int64) {
+	t.Helper()
 	res, err := c.SendWait(ctx(t), "s", recs)
-	if err != nil || !res.Committed || res.Seq != 0 {
+	if err != nil || !res.Committed || res.Seq != seq {
 		t.Fatalf("send wait: %+v %v", res, err)
 	}
 	if st := c.Stats(); st.Batches != 0 {
 		t.Fatalf("committed batch still kept: %+v", st)
 	}
-	r.expectOnce("s", keys)
 }
 
 // TestSendWaitPolls: the service's own wait times out (202), SendWait
@@ -151,13 +158,7 @@ func TestSendWaitPolls(t *testing.T) {
 	}()
 	recs, k := records("w1", 2)
 	keys = append(keys, k...)
-	res, err = c.SendWait(ctx(t), "s", recs)
-	if err != nil || !res.Committed || res.Seq != 1 {
-		t.Fatalf("send wait: %+v %v", res, err)
-	}
-	if st := c.Stats(); st.Batches != 0 {
-		t.Fatalf("stats: %+v", st)
-	}
+	sendWaitCommitted(t, c, recs, 1)
 	r.expectOnce("s", keys)
 }
 
