@@ -88,6 +88,21 @@ func preCommitAll(t testing.TB, tx *Txn, recs [][]byte) Summary {
 	return sum
 }
 
+// preCommitRead pre-commits tx and reads its temp file from fs; any
+// failure ends the test.
+func preCommitRead(t testing.TB, fs afero.Fs, tx *Txn) (Summary, []byte) {
+	t.Helper()
+	sum, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := afero.ReadFile(fs, sum.Temp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, data
+}
+
 func checkedSchema(checked bool, e Encoding) *streamconf.Schema {
 	if checked {
 		return e.Schema
@@ -431,14 +446,7 @@ func TestCreateEncodedChecked(t *testing.T) {
 		if err := appends(tx); err != nil {
 			t.Fatal(err)
 		}
-		sum, err := tx.PreCommit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := afero.ReadFile(fs, sum.Temp)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, data := preCommitRead(t, fs, tx)
 		got, err := format.Preview(bytes.NewReader(data), int64(len(data)), "f.parquet", 10, 0)
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("%d records, %v; want %d", len(got), err, len(want))
