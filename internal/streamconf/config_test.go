@@ -84,14 +84,21 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {
 			_, err := Decode([]byte(tt.body))
-			var fe *FieldError
-			if !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want a *FieldError", err)
-			}
-			if fe.Field != tt.field || !strings.Contains(fe.Message, tt.msg) {
-				t.Fatalf("err = %v, want field %q, %q", err, tt.field, tt.msg)
-			}
+			wantErrorAt(t, err, ErrInvalid, tt.field, tt.msg, func(fe *FieldError) (string, string) { return fe.Field, fe.Message })
 		})
+	}
+}
+
+// wantErrorAt fails t unless err is an E wrapping sentinel, of field
+// field (of gives an E's field and text), its text holding msg.
+func wantErrorAt[E error](t *testing.T, err, sentinel error, field, msg string, of func(E) (field, text string)) {
+	t.Helper()
+	var e E
+	if !errors.As(err, &e) || !errors.Is(err, sentinel) {
+		t.Fatalf("err = %v, want a %T", err, e)
+	}
+	if f, text := of(e); f != field || !strings.Contains(text, msg) {
+		t.Fatalf("err = %v, want field %q, %q", err, field, msg)
 	}
 }
 
