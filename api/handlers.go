@@ -35,11 +35,8 @@ func (s *Server) initProducer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getProducer(w http.ResponseWriter, r *http.Request) {
-	id, ok := producerParam(w, r)
+	id, ok := s.readyProducerParam(w, r)
 	if !ok {
-		return
-	}
-	if !s.readyOr503(w) {
 		return
 	}
 	st, ok := s.eng.Producer(id)

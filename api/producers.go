@@ -69,11 +69,8 @@ func (s *Server) storeAnswer(w http.ResponseWriter, r *http.Request, key string,
 // deleteProducer answers DELETE /v1/producers/{producer} (admin): 204, 404
 // when unknown, 409 producer_busy while it has uncommitted batches.
 func (s *Server) deleteProducer(w http.ResponseWriter, r *http.Request) {
-	id, ok := producerParam(w, r)
+	id, ok := s.readyProducerParam(w, r)
 	if !ok {
-		return
-	}
-	if !s.readyOr503(w) {
 		return
 	}
 	switch err := s.eng.DeleteProducer(r.Context(), id); {

@@ -70,6 +70,16 @@ func producerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
+// readyProducerParam is producerParam, then readyOr503: a bad id is
+// answered 400 before a node not ready is answered 503.
+func (s *Server) readyProducerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, ok := producerParam(w, r)
+	if !ok || !s.readyOr503(w) {
+		return "", false
+	}
+	return id, true
+}
+
 // streamParam returns the {stream} path parameter, or answers 400
 // invalid_stream and returns false.
 func (s *Server) streamParam(w http.ResponseWriter, r *http.Request) (string, bool) {

@@ -73,12 +73,7 @@ func TestInitTakesUpSequences(t *testing.T) {
 	if err != nil || ps.Epoch != 1 || ps.Streams["s"] != (client.StreamState{NextSeq: 3, CommittedSeq: 2}) {
 		t.Fatalf("init: %+v %v", ps, err)
 	}
-	recs, k := records("b0", 1)
-	keys = append(keys, k...)
-	res, err := b.Send(ctx(t), "s", recs)
-	if err != nil || res.Seq != 3 {
-		t.Fatalf("send: %+v %v", res, err)
-	}
+	sendAt(t, b, &keys, "b0", 1, 3)
 	flush(t, b)
 	r.expectOnce("s", keys)
 }
@@ -87,14 +82,33 @@ func TestSendWait(t *testing.T) {
 	r := newRig(t, 20*time.Millisecond).start()
 	c := r.initClient("p")
 	recs, keys := records("w", 4)
+	sendWaitCommitted(t, c, recs, 0)
+	r.expectOnce("s", keys)
+}
+
+// sendAt sends n records tagged tag to stream s through c, adding their
+// keys to keys, and wants them answered as batch seq.
+func sendAt(t *testing.T, c *client.Client, keys *[]string, tag string, n int, seq int64) {
+	t.Helper()
+	recs, k := records(tag, n)
+	*keys = append(*keys, k...)
+	res, err := c.Send(ctx(t), "s", recs)
+	if err != nil || res.Seq != seq {
+		t.Fatalf("send %s: %+v %v", tag, res, err)
+	}
+}
+
+// sendWaitCommitted: SendWait of recs to stream s answers them committed
+// as batch seq, and the client keeps no batch after.
+func sendWaitCommitted(t *testing.T, c *client.Client, recs [][]byte, seq int64) {
+	t.Helper()
 	res, err := c.SendWait(ctx(t), "s", recs)
-	if err != nil || !res.Committed || res.Seq != 0 {
+	if err != nil || !res.Committed || res.Seq != seq {
 		t.Fatalf("send wait: %+v %v", res, err)
 	}
 	if st := c.Stats(); st.Batches != 0 {
 		t.Fatalf("committed batch still kept: %+v", st)
 	}
-	r.expectOnce("s", keys)
 }
 
 // TestSendWaitPolls: the service's own wait times out (202), SendWait
@@ -151,13 +165,7 @@ func TestSendWaitPolls(t *testing.T) {
 	}()
 	recs, k := records("w1", 2)
 	keys = append(keys, k...)
-	res, err = c.SendWait(ctx(t), "s", recs)
-	if err != nil || !res.Committed || res.Seq != 1 {
-		t.Fatalf("send wait: %+v %v", res, err)
-	}
-	if st := c.Stats(); st.Batches != 0 {
-		t.Fatalf("stats: %+v", st)
-	}
+	sendWaitCommitted(t, c, recs, 1)
 	r.expectOnce("s", keys)
 }
 
@@ -303,12 +311,7 @@ func TestGiveUp(t *testing.T) {
 
 	// Healed: the next Send delivers the kept batch first.
 	r.intercept(nil)
-	recs, k = records("next", 1)
-	keys = append(keys, k...)
-	res, err = c.Send(ctx(t), "s", recs)
-	if err != nil || res.Seq != 1 {
-		t.Fatalf("after healing: %+v %v", res, err)
-	}
+	sendAt(t, c, &keys, "next", 1, 1)
 	flush(t, c)
 	r.expectOnce("s", keys)
 
@@ -462,12 +465,7 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("fenced client keeps %+v", st)
 	}
 	// The new owner goes on after a's accepted batch.
-	recs, k := records("b0", 1)
-	keys = append(keys, k...)
-	res, err := b.Send(ctx(t), "s", recs)
-	if err != nil || res.Seq != 1 {
-		t.Fatalf("b send: %+v %v", res, err)
-	}
+	sendAt(t, b, &keys, "b0", 1, 1)
 	flush(t, b)
 	r.expectOnce("s", keys)
 

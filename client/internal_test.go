@@ -33,35 +33,41 @@ func TestRetryAfterParse(t *testing.T) {
 	}
 }
 
+// answers are the service's answers the client classifies: the sentinel
+// each unwraps to, and whether it proves the service did not take the
+// batch (refusedUnheard: its sequence number may be reused).
+var answers = []struct {
+	status  int
+	code    string
+	want    error
+	unheard bool
+}{
+	{409, "producer_fenced", ErrFenced, true},
+	{409, "unknown_producer", ErrUnknownProducer, true},
+	{409, "invalid_epoch", ErrInvalidEpoch, true},
+	{409, "out_of_order_sequence", ErrOutOfOrder, true},
+	{413, "too_large", ErrTooLarge, true},
+	{400, "invalid_json", ErrInvalidJSON, true},
+	{400, "invalid_stream", ErrInvalidStream, true},
+	{400, "invalid_producer_headers", ErrBadRequest, true},
+	{415, "unsupported_media_type", ErrUnsupportedMediaType, true},
+	{401, "unauthorized", ErrUnauthorized, true},
+	{403, "forbidden", ErrForbidden, true},
+	{404, "not_found", ErrNotFound, true},
+	{429, "backpressure", ErrBackpressure, true},
+	{503, "not_ready", ErrNotReady, true},
+	{503, "aborted", ErrAborted, false},
+	{503, "shutting_down", ErrServer, true},
+	{507, "insufficient_storage", ErrInsufficientStorage, true},
+	{500, "internal", ErrServer, false},
+	{502, "", ErrServer, false},
+	{413, "", ErrTooLarge, false},
+	{400, "", ErrBadRequest, false},
+	{418, "", ErrUnexpectedStatus, false},
+}
+
 func TestAPIErrorUnwrap(t *testing.T) {
-	cases := []struct {
-		status int
-		code   string
-		want   error
-	}{
-		{409, "producer_fenced", ErrFenced},
-		{409, "unknown_producer", ErrUnknownProducer},
-		{409, "invalid_epoch", ErrInvalidEpoch},
-		{409, "out_of_order_sequence", ErrOutOfOrder},
-		{413, "too_large", ErrTooLarge},
-		{400, "invalid_json", ErrInvalidJSON},
-		{400, "invalid_stream", ErrInvalidStream},
-		{400, "invalid_producer_headers", ErrBadRequest},
-		{415, "unsupported_media_type", ErrUnsupportedMediaType},
-		{401, "unauthorized", ErrUnauthorized},
-		{403, "forbidden", ErrForbidden},
-		{404, "not_found", ErrNotFound},
-		{429, "backpressure", ErrBackpressure},
-		{503, "not_ready", ErrNotReady},
-		{503, "aborted", ErrAborted},
-		{503, "shutting_down", ErrServer},
-		{507, "insufficient_storage", ErrInsufficientStorage},
-		{500, "internal", ErrServer},
-		{502, "", ErrServer},
-		{413, "", ErrTooLarge},
-		{418, "", ErrUnexpectedStatus},
-	}
-	for _, tc := range cases {
+	for _, tc := range answers {
 		err := error(&APIError{Status: tc.status, Code: tc.code})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%d %s: unwraps to %v, want %v", tc.status, tc.code, errors.Unwrap(err), tc.want)
@@ -72,25 +78,9 @@ func TestAPIErrorUnwrap(t *testing.T) {
 // TestRefusedUnheard: which answers prove the service did not take the
 // batch (its sequence number may be reused).
 func TestRefusedUnheard(t *testing.T) {
-	cases := []struct {
-		status int
-		code   string
-		want   bool
-	}{
-		{400, "invalid_json", true},
-		{409, "out_of_order_sequence", true},
-		{429, "backpressure", true},
-		{503, "not_ready", true},
-		{503, "shutting_down", true},
-		{507, "insufficient_storage", true},
-		{503, "aborted", false},
-		{500, "internal", false},
-		{502, "", false},
-		{400, "", false},
-	}
-	for _, tc := range cases {
-		if got := (&APIError{Status: tc.status, Code: tc.code}).refusedUnheard(); got != tc.want {
-			t.Errorf("%d %q: %v, want %v", tc.status, tc.code, got, tc.want)
+	for _, tc := range answers {
+		if got := (&APIError{Status: tc.status, Code: tc.code}).refusedUnheard(); got != tc.unheard {
+			t.Errorf("%d %q: %v, want %v", tc.status, tc.code, got, tc.unheard)
 		}
 	}
 }

@@ -21,25 +21,24 @@ func TestForgottenProducerStartsAboveItsOldEpochs(t *testing.T) {
 	if _, err := s.InitProducer("q"); err != nil { // epoch 0, never forgotten
 		t.Fatal(err)
 	}
-	if err := s.DeleteProducer("p"); err != nil {
-		t.Fatal(err)
+	// forgetThenInit deletes del, then inits id and returns its epoch.
+	forgetThenInit := func(del, id string) int64 {
+		t.Helper()
+		if err := s.DeleteProducer(del); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.InitProducer(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Epoch
 	}
-	p, err := s.InitProducer("p")
-	if err != nil {
-		t.Fatal(err)
+	if epoch := forgetThenInit("p", "p"); epoch != 3 {
+		t.Fatalf("p initialised after it was forgotten at epoch 2: epoch %d, want 3", epoch)
 	}
-	if p.Epoch != 3 {
-		t.Fatalf("p initialised after it was forgotten at epoch 2: epoch %d, want 3", p.Epoch)
-	}
-	if err := s.DeleteProducer("q"); err != nil { // its epoch 0 is below the floor: the floor stays
-		t.Fatal(err)
-	}
-	r, err := s.InitProducer("r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Epoch != 3 {
-		t.Fatalf("a new producer after forgetting others: epoch %d, want 3 (above every forgotten epoch)", r.Epoch)
+	// q's epoch 0 is below the floor: the floor stays.
+	if epoch := forgetThenInit("q", "r"); epoch != 3 {
+		t.Fatalf("a new producer after forgetting others: epoch %d, want 3 (above every forgotten epoch)", epoch)
 	}
 }
 

@@ -234,6 +234,19 @@ func doomAloneExpect() invariant.Expect {
 	return invariant.Expect{Must: must, Exact: true}
 }
 
+// resendsCommit: after a restart, p (at epoch) resends b's batch 1 and
+// the keyed and anonymous batches of n+1 are written again, each into
+// open, the open checkpoint; they commit once with the batches of
+// doomAloneExpect.
+func (sc *stuckCommit) resendsCommit(t *testing.T, e *Engine, epoch int64, open uint64) {
+	t.Helper()
+	mustSend(t, e, &Producer{ID: "p", Epoch: epoch}, "b", 1, 1)
+	mustWrite(t, e, aloneKeyed(101), open, false)
+	mustWrite(t, e, aloneAnon(102), open, false)
+	sc.r.commit()
+	sc.r.check(doomAloneExpect())
+}
+
 // TestDoomAloneCrash: the engine is closed as a crash would (or the
 // power is cut) right after n+1's abort alone, with n still stuck and n+2
 // holding resends, or with the removal of n+1's staging files failed
@@ -292,16 +305,11 @@ func TestDoomAloneCrash(t *testing.T) {
 			if ss := st.Streams["b"]; ss.NextSeq != 1 || ss.CommittedSeq != 0 {
 				t.Fatalf("p after the restart: %+v, want next 1, committed 0", st)
 			}
-			p = &Producer{ID: "p", Epoch: st.Epoch}
 			open := e.Status().OpenID
 			if res, err := e.Write(aloneKeyed(100)); err != nil || !res.Duplicate || !res.Committed {
 				t.Fatalf("retry of keyed batch 100 (committed in %d): %+v %v", n, res, err)
 			}
-			mustSend(t, e, p, "b", 1, 1)
-			mustWrite(t, e, aloneKeyed(101), open, false)
-			mustWrite(t, e, aloneAnon(102), open, false)
-			sc.r.commit()
-			sc.r.check(doomAloneExpect())
+			sc.resendsCommit(t, e, st.Epoch, open)
 		})
 	}
 }
@@ -489,13 +497,7 @@ func TestDoomAloneStoreFaults(t *testing.T) {
 			if open <= n+2 {
 				t.Fatalf("after the restart the open checkpoint is %d: ids up to %d were answered (I8)", open, n+2)
 			}
-			st := sc.r.initState("p")
-			p = &Producer{ID: "p", Epoch: st.Epoch}
-			mustSend(t, e, p, "b", 1, 1)
-			mustWrite(t, e, aloneKeyed(101), open, false)
-			mustWrite(t, e, aloneAnon(102), open, false)
-			sc.r.commit()
-			sc.r.check(doomAloneExpect())
+			sc.resendsCommit(t, e, sc.r.initState("p").Epoch, open)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -66,9 +65,7 @@ func powerCutDuringPreCommit(t *testing.T, r *rig, base *faultfs.CrashFS, stall 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = r.e.Checkpoint(ctx)
+		_, _ = checkpointIn(r.e)
 	}()
 	select {
 	case <-stall.stalled:

@@ -152,38 +152,34 @@ func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([
 	from := max(newest, 1) - 1 // the documents skipped below are before it
 	var docs []*layout.Forgotten
 	for _, en := range entries {
-		node, after, _, ok := layout.ParseForgottenName(en.Path)
+		// A merged document holds the forgets through its id, a single one
+		// those after its id: both are checked against limit and from alike.
+		node, at, _, ok := layout.ParseForgottenName(en.Path)
 		mnode, through, _, merged := layout.ParseForgottenMergedName(en.Path)
+		if merged {
+			node, at, ok = mnode, through, true
+		}
 		switch {
 		case layout.IsTempName(en.Path):
-		case merged && (mnode != lc.e.cfg.Node || through > limit):
+		case !ok || node != lc.e.cfg.Node || at > limit:
 			lc.e.log.Error("document under this node's forgotten-producers prefix that it did not write: ignored", "op", "recovery", "path", en.Path)
-		case merged && through < from:
-			// Every entry is before newest-1: the store reflects them.
-		case merged:
-			m, err := readMerged(ctx, r, seal, en.Path)
-			if errors.Is(err, layout.ErrBadForgotten) {
-				lc.e.log.Error("merged forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			docs = append(docs, m.Docs(from)...)
-		case !ok || node != lc.e.cfg.Node || after > limit:
-			lc.e.log.Error("document under this node's forgotten-producers prefix that it did not write: ignored", "op", "recovery", "path", en.Path)
-		case after < from:
-			// The store had committed past it: it reflects the forget.
+		case at < from:
+			// The store had committed past it (every entry of a merged
+			// one is before newest-1): it reflects the forgets.
 		default:
-			doc, err := readForgotten(ctx, r, seal, en.Path)
+			got, err := readForgottenDocs(ctx, r, seal, en.Path, merged, from)
 			if errors.Is(err, layout.ErrBadForgotten) {
-				lc.e.log.Error("forgotten-producers document not believed: skipped", "op", "recovery", "path", en.Path, "err", err)
+				msg := "forgotten-producers document not believed: skipped"
+				if merged {
+					msg = "merged " + msg
+				}
+				lc.e.log.Error(msg, "op", "recovery", "path", en.Path, "err", err)
 				continue
 			}
 			if err != nil {
 				return nil, err
 			}
-			docs = append(docs, doc)
+			docs = append(docs, got...)
 		}
 	}
 	return docs, nil
@@ -236,6 +232,23 @@ const forgottenPage = 1000
 // seal (an ErrBadForgotten when seal does not believe it).
 func readForgotten(ctx context.Context, r committer.Reader, seal layout.ForgottenSeal, name string) (*layout.Forgotten, error) {
 	return readDoc(ctx, r, name, layout.DecodeForgotten, seal.Check)
+}
+
+// readForgottenDocs reads the document at name: a merged one's entries
+// after from (readMerged), or the one document (readForgotten).
+func readForgottenDocs(ctx context.Context, r committer.Reader, seal layout.ForgottenSeal, name string, merged bool, from uint64) ([]*layout.Forgotten, error) {
+	if !merged {
+		doc, err := readForgotten(ctx, r, seal, name)
+		if err != nil {
+			return nil, err
+		}
+		return []*layout.Forgotten{doc}, nil
+	}
+	m, err := readMerged(ctx, r, seal, name)
+	if err != nil {
+		return nil, err
+	}
+	return m.Docs(from), nil
 }
 
 // readMerged is readForgotten for a merged document.

@@ -178,6 +178,14 @@ func hookPublisher(r *rig, tweak func(*Config)) *publishHook {
 	return pub
 }
 
+// startHooked starts an engine on a new rig publishing through the
+// publishHook it returns (hookPublisher, no tweak).
+func startHooked(t *testing.T) (*rig, *publishHook, *Engine) {
+	r := newRig(t, nil)
+	pub := hookPublisher(r, nil)
+	return r, pub, r.start(nil)
+}
+
 // The expiry lists a producer as idle and publishes the batch's
 // forgotten-producers document; before the producer's turn to be
 // forgotten, its client comes back (init), so the expiry leaves it. The
@@ -242,9 +250,7 @@ func TestExpiryDocumentSparesProducerActiveAgain(t *testing.T) {
 // 10,001st fails (only 4 digits) until a checkpoint passes. Each forget
 // must cost a bounded number of writes.
 func TestForgetDocumentsCostBounded(t *testing.T) {
-	r := newRig(t, nil)
-	pub := hookPublisher(r, nil)
-	e := r.start(nil)
+	_, pub, e := startHooked(t)
 	ctx := t.Context()
 	const n = 60
 	for i := range n {
@@ -298,9 +304,7 @@ func TestPlantedForgottenEpochBounded(t *testing.T) {
 // its retention windows (I11). Listing from the first name it may need
 // keeps it to the documents since the last commit.
 func TestForgottenListingAtStartBounded(t *testing.T) {
-	r := newRig(t, nil)
-	pub := hookPublisher(r, nil)
-	e := r.start(nil)
+	r, pub, e := startHooked(t)
 	ctx := t.Context()
 	const n = 40
 	for i := range n {
@@ -329,9 +333,7 @@ func TestForgottenListingAtStartBounded(t *testing.T) {
 // (the API's 503 not_ready), not an internal error; once the destination
 // is back the retry forgets the producer.
 func TestDeleteDuringOutage(t *testing.T) {
-	r := newRig(t, nil)
-	pub := hookPublisher(r, nil)
-	e := r.start(nil)
+	r, pub, e := startHooked(t)
 	p := r.initProducer("p")
 	mustSend(t, e, p, "s", 0, 2)
 	r.commit()

@@ -184,13 +184,18 @@ func (r *rig) checker0(exp invariant.Expect) *invariant.Report {
 
 func (r *rig) checkpoint() CheckpointResult {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := r.e.Checkpoint(ctx)
+	res, err := checkpointIn(r.e)
 	if err != nil {
 		r.t.Fatalf("checkpoint: %v", err)
 	}
 	return res
+}
+
+// checkpointIn asks e for a checkpoint, giving it the tests' 30 s.
+func checkpointIn(e *Engine) (CheckpointResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.Checkpoint(ctx)
 }
 
 // send writes batch seq of producer p (nil p: anonymous, seq is a unique id).

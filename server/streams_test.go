@@ -269,9 +269,7 @@ func TestStreamEncodeInBackground(t *testing.T) {
 				return
 			case <-time.After(time.Millisecond):
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			res, err := e.Checkpoint(ctx)
-			cancel()
+			res, err := checkpointIn(e)
 			if err != nil {
 				t.Errorf("checkpoint: %v", err)
 				return

@@ -823,9 +823,7 @@ func TestTableParkedConcurrentProducers(t *testing.T) {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err := e.Checkpoint(ctx)
-			cancel()
+			_, err := checkpointIn(e)
 			if err != nil {
 				t.Errorf("checkpoint: %v", err)
 				return

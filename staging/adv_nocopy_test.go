@@ -57,14 +57,7 @@ func TestAppendCallerBufferReused(t *testing.T) {
 					b[k] = 'X' // the pooled buffer taken by another request
 				}
 			}
-			sum, err := tx.PreCommit()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := afero.ReadFile(fs, sum.Temp)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sum, got := preCommitRead(t, fs, tx)
 			// The CRC-32C is the file's: the encoded bytes for an encoded Txn.
 			wantCRC := CRC32C(want.Bytes())
 			if enc == "zstd" {

@@ -21,16 +21,7 @@ func TestEncodersSlotsHeap(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("memory means nothing under the race detector")
 	}
-	recs := orders.Records(t, 15, 12000)
-	var batches [][]byte
-	for i := 0; i < len(recs); i += 100 {
-		var batch []byte
-		for _, r := range recs[i:min(i+100, len(recs))] {
-			batch = append(append(batch, r...), '\n')
-		}
-		batches = append(batches, batch)
-	}
-	recs = nil
+	batches := orders.Batches(orders.Records(t, 15, 12000), 100)
 	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	base := heap.Live()
 	es := NewEncoders(2, 64<<10)

@@ -88,6 +88,21 @@ func preCommitAll(t testing.TB, tx *Txn, recs [][]byte) Summary {
 	return sum
 }
 
+// preCommitRead pre-commits tx and reads its temp file from fs; any
+// failure ends the test.
+func preCommitRead(t testing.TB, fs afero.Fs, tx *Txn) (Summary, []byte) {
+	t.Helper()
+	sum, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := afero.ReadFile(fs, sum.Temp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, data
+}
+
 func checkedSchema(checked bool, e Encoding) *streamconf.Schema {
 	if checked {
 		return e.Schema
@@ -334,16 +349,7 @@ func TestCreateEncodedMemoryPerOpenFile(t *testing.T) {
 		t.Skip("memory means nothing under the race detector")
 	}
 	const files, perFile = 16, 6 << 20
-	recs := orders.Records(t, 14, perFile/100)
-	var batches [][]byte
-	for i := 0; i < len(recs); i += 100 {
-		var batch []byte
-		for _, r := range recs[i:min(i+100, len(recs))] {
-			batch = append(append(batch, r...), '\n')
-		}
-		batches = append(batches, batch)
-	}
-	recs = nil
+	batches := orders.Batches(orders.Records(t, 14, perFile/100), 100)
 	fs := afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	es := NewInlineEncoders(0)
 	enc := Encoding{Format: "parquet", Schema: orders.Schema}
@@ -440,14 +446,7 @@ func TestCreateEncodedChecked(t *testing.T) {
 		if err := appends(tx); err != nil {
 			t.Fatal(err)
 		}
-		sum, err := tx.PreCommit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := afero.ReadFile(fs, sum.Temp)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, data := preCommitRead(t, fs, tx)
 		got, err := format.Preview(bytes.NewReader(data), int64(len(data)), "f.parquet", 10, 0)
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("%d records, %v; want %d", len(got), err, len(want))

@@ -508,17 +508,19 @@ var crashStreams = []string{"clicks", "orders", "views.v2"}
 // the same data directory, and checks that every batch sent is committed
 // exactly once and nothing else is.
 func TestCrashLoopLocal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash loop: not in -short mode")
-	}
 	cl := localCrashLoop(t, envInt(t, envKills, 20), envInt(t, envProducers, 4))
 	cl.configure = crashConfigured
 	cl.run(t)
 }
 
 // localCrashLoop is a crash loop of the given size over crashStreams, to a
-// file:// destination in a new work dir.
+// file:// destination in a new work dir. Crash loops are long: in -short
+// mode it skips t.
 func localCrashLoop(t *testing.T, kills, producers int) crashLoop {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("crash loop: not in -short mode")
+	}
 	dir := workDir(t)
 	dest := dir + "/dest"
 	return crashLoop{

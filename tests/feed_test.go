@@ -293,9 +293,6 @@ func sameSet(a, b []string) bool {
 // and restarted: the consumer sees every commit once and reads every
 // committed record once, and cursors taken before restarts still work.
 func TestFeedCrashLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash loop: not in -short mode")
-	}
 	cl := localCrashLoop(t, envInt(t, envFeedKills, 12), envInt(t, envProducers, 3))
 	cl.feed = true
 	cl.run(t)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/internal/testing/testenv"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 )
 
@@ -105,16 +106,12 @@ func testRand(t testing.TB) (*rand.Rand, uint64) {
 	return rand.New(rand.NewPCG(seed, seed>>1|1)), seed
 }
 
-// envInt reads a positive integer knob, def when unset.
+// envInt reads a positive integer knob, def when unset (testenv.Int).
 func envInt(t testing.TB, name string, def int) int {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("%s=%q: want an integer >= 0", name, v)
+	n := testenv.Int(t, name, def)
+	if n < 0 {
+		t.Fatalf("%s=%d: want an integer >= 0", name, n)
 	}
 	return n
 }

@@ -305,17 +305,27 @@ func (p *ParquetWriter) write(line []byte, vals []streamconf.Value, plain bool) 
 		}
 	}
 	if p.inGroup += int64(len(line)) + 1; p.inGroup >= p.groupBytes {
-		if err := p.writeBatch(); err != nil {
+		if err := p.endRowGroup(); err != nil {
 			return err
-		}
-		if p.before != nil {
-			p.before()
 		}
 		if err := p.pw.Flush(); err != nil {
 			return fmt.Errorf("write Parquet row group: %w", err)
 		}
 		p.compactIndexes()
 		p.inGroup = 0
+	}
+	return nil
+}
+
+// endRowGroup hands the batched rows to the column writers and calls the
+// before hook: what comes before a row group is written (a flush, or the
+// last at Close).
+func (p *ParquetWriter) endRowGroup() error {
+	if err := p.writeBatch(); err != nil {
+		return err
+	}
+	if p.before != nil {
+		p.before()
 	}
 	return nil
 }
@@ -347,11 +357,8 @@ func (p *ParquetWriter) writeBatch() error {
 // Close writes the last row group and the footer. It does not close w.
 func (p *ParquetWriter) Close() error {
 	return p.guard(func() error {
-		if err := p.writeBatch(); err != nil {
+		if err := p.endRowGroup(); err != nil {
 			return err
-		}
-		if p.before != nil {
-			p.before()
 		}
 		if err := p.pw.Close(); err != nil {
 			return fmt.Errorf("finish Parquet file: %w", err)

@@ -1,24 +1,35 @@
 package streamconf
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-// designExample is docs/design.md's example body of PUT /v1/streams/orders.
-const designExample = `{"format": "parquet",
- "partition": "dt={time:ts:%Y-%m-%d}/region={field:region}",
- "schema": {"fields": [
-   {"name": "id", "type": "int64", "required": true},
-   {"name": "region", "type": "string", "required": true},
-   {"name": "amount", "type": "double"},
-   {"name": "ts", "type": "timestamp", "required": true}]}}`
+// designExample returns docs/design.md's example body of PUT
+// /v1/streams/orders, read from the document: the tests decode what the
+// design shows, not a copy of it that could drift.
+func designExample(t testing.TB) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, found := bytes.Cut(doc, []byte("Example body of `PUT /v1/streams/orders`:\n\n```json\n"))
+	body, _, closed := bytes.Cut(rest, []byte("```"))
+	if !found || !closed {
+		t.Fatal("docs/design.md: no example body of PUT /v1/streams/orders")
+	}
+	return body
+}
 
 func TestDecodeDesignExample(t *testing.T) {
-	c, err := Decode([]byte(designExample))
+	example := designExample(t)
+	c, err := Decode(example)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +47,7 @@ func TestDecodeDesignExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	var std Config
-	if err := json.Unmarshal([]byte(designExample), &std); err != nil || !reflect.DeepEqual(std, want) {
+	if err := json.Unmarshal(example, &std); err != nil || !reflect.DeepEqual(std, want) {
 		t.Fatalf("encoding/json reads %+v, %v", std, err)
 	}
 	again, err := Decode(b)
@@ -84,14 +95,21 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {
 			_, err := Decode([]byte(tt.body))
-			var fe *FieldError
-			if !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want a *FieldError", err)
-			}
-			if fe.Field != tt.field || !strings.Contains(fe.Message, tt.msg) {
-				t.Fatalf("err = %v, want field %q, %q", err, tt.field, tt.msg)
-			}
+			wantErrorAt(t, err, ErrInvalid, tt.field, tt.msg, func(fe *FieldError) (string, string) { return fe.Field, fe.Message })
 		})
+	}
+}
+
+// wantErrorAt fails t unless err is an E wrapping sentinel, of field
+// field (of gives an E's field and text), its text holding msg.
+func wantErrorAt[E error](t *testing.T, err, sentinel error, field, msg string, of func(E) (field, text string)) {
+	t.Helper()
+	var e E
+	if !errors.As(err, &e) || !errors.Is(err, sentinel) {
+		t.Fatalf("err = %v, want a %T", err, e)
+	}
+	if f, text := of(e); f != field || !strings.Contains(text, msg) {
+		t.Fatalf("err = %v, want field %q, %q", err, field, msg)
 	}
 }
 
@@ -199,7 +217,7 @@ func TestExt(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte(designExample))
+	f.Add(designExample(f))
 	f.Add([]byte(`{"format":"text","compression":"gzip","roll_size":4096,"dedup":"body","max_partitions":10,"version":3}`))
 	f.Add([]byte(`{"schema":{"fields":[{"name":"a","type":"json","required":false}]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -65,13 +65,7 @@ func TestCheck(t *testing.T) {
 				}
 				return
 			}
-			var me *MismatchError
-			if !errors.As(err, &me) || !errors.Is(err, ErrSchemaMismatch) {
-				t.Fatalf("err = %v, want a *MismatchError", err)
-			}
-			if me.Field != tt.field || !strings.Contains(me.Reason, tt.reason) {
-				t.Fatalf("err = %v, want field %q, %q", err, tt.field, tt.reason)
-			}
+			wantErrorAt(t, err, ErrSchemaMismatch, tt.field, tt.reason, func(me *MismatchError) (string, string) { return me.Field, me.Reason })
 		})
 	}
 }

@@ -51,11 +51,7 @@ func uncompressOCF(in []byte) ([]byte, error) {
 			}
 		}
 		for ; n > 0; n-- {
-			k, err := r.bytes()
-			if err != nil {
-				return nil, err
-			}
-			v, err := r.bytes()
+			k, v, err := two(r.bytes)
 			if err != nil {
 				return nil, err
 			}
@@ -80,11 +76,7 @@ func uncompressOCF(in []byte) ([]byte, error) {
 	var blocks []block
 	sum := sha256.New()
 	for r.off < len(in) {
-		count, err := r.long()
-		if err != nil {
-			return nil, err
-		}
-		size, err := r.long()
+		count, size, err := two(r.long)
 		if err != nil {
 			return nil, err
 		}
@@ -155,6 +147,15 @@ func (r *ocfReader) bytes() ([]byte, error) {
 		return nil, err
 	}
 	return r.take(int(n))
+}
+
+// two reads two values with read, one after the other: a metadata key
+// and its value, a block's count and size.
+func two[T any](read func() (T, error)) (a, b T, err error) {
+	if a, err = read(); err == nil {
+		b, err = read()
+	}
+	return a, b, err
 }
 
 func putLong(w *bytes.Buffer, v int64) {

@@ -173,9 +173,7 @@ func TestFileBehaviour(t *testing.T) {
 			return fmt.Sprintf("%d %s", pos, data)
 		}, "6 world"},
 		{"read at end returns EOF", func(t *testing.T, fs afero.Fs) string {
-			writeFile(t, fs, "/f", "ab", false)
-			f, err := fs.Open("/f")
-			must(t, err)
+			f := openWritten(t, fs, "/f", "ab")
 			defer f.Close()
 			buf := make([]byte, 4)
 			n, err := f.Read(buf)
@@ -184,9 +182,7 @@ func TestFileBehaviour(t *testing.T) {
 			return fmt.Sprintf("%s %v", buf[:n], err)
 		}, "ab EOF"},
 		{"ReadAt past end", func(t *testing.T, fs afero.Fs) string {
-			writeFile(t, fs, "/f", "hello", false)
-			f, err := fs.Open("/f")
-			must(t, err)
+			f := openWritten(t, fs, "/f", "hello")
 			defer f.Close()
 			buf := make([]byte, 4)
 			n, err := f.ReadAt(buf, 3)
@@ -237,9 +233,7 @@ func TestFileBehaviour(t *testing.T) {
 			return readAll(t, fs, "/f")
 		}, "Jello"},
 		{"open file survives remove", func(t *testing.T, fs afero.Fs) string {
-			writeFile(t, fs, "/f", "hello", false)
-			f, err := fs.Open("/f")
-			must(t, err)
+			f := openWritten(t, fs, "/f", "hello")
 			defer f.Close()
 			must(t, fs.Remove("/f"))
 			data, err := io.ReadAll(f)

@@ -40,6 +40,19 @@ func (f *crashFile) begin(op string) error {
 	return nil
 }
 
+// beginChecked is begin, then check (checkRead or checkWrite): on
+// success fs.mu is held, on failure it is not.
+func (f *crashFile) beginChecked(op string, check func() error) error {
+	if err := f.begin(op); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
+		f.fs.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
 // Name returns the name f was opened with.
 func (f *crashFile) Name() string { return f.name }
 
@@ -89,13 +102,10 @@ func (f *crashFile) checkWrite() error {
 
 // Read reads from the current offset.
 func (f *crashFile) Read(p []byte) (int, error) {
-	if err := f.begin("read"); err != nil {
+	if err := f.beginChecked("read", f.checkRead); err != nil {
 		return 0, err
 	}
 	defer f.fs.mu.Unlock()
-	if err := f.checkRead(); err != nil {
-		return 0, err
-	}
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -109,13 +119,10 @@ func (f *crashFile) Read(p []byte) (int, error) {
 
 // ReadAt reads at off without moving the offset.
 func (f *crashFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.begin("read"); err != nil {
+	if err := f.beginChecked("read", f.checkRead); err != nil {
 		return 0, err
 	}
 	defer f.fs.mu.Unlock()
-	if err := f.checkRead(); err != nil {
-		return 0, err
-	}
 	if off < 0 {
 		return 0, pathErr("readat", f.name, syscall.EINVAL)
 	}
@@ -144,13 +151,10 @@ func (f *crashFile) writeAt(p []byte, off int64) int {
 
 // Write writes at the current offset, or at the end in append mode.
 func (f *crashFile) Write(p []byte) (int, error) {
-	if err := f.begin("write"); err != nil {
+	if err := f.beginChecked("write", f.checkWrite); err != nil {
 		return 0, err
 	}
 	defer f.fs.mu.Unlock()
-	if err := f.checkWrite(); err != nil {
-		return 0, err
-	}
 	if f.append {
 		f.pos = int64(len(f.n.data))
 	}
@@ -162,13 +166,10 @@ func (f *crashFile) Write(p []byte) (int, error) {
 // WriteAt writes at off without moving the offset. Like os.File it refuses
 // files opened with O_APPEND.
 func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.begin("write"); err != nil {
+	if err := f.beginChecked("write", f.checkWrite); err != nil {
 		return 0, err
 	}
 	defer f.fs.mu.Unlock()
-	if err := f.checkWrite(); err != nil {
-		return 0, err
-	}
 	if f.append || off < 0 {
 		return 0, pathErr("writeat", f.name, syscall.EINVAL)
 	}

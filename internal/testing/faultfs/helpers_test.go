@@ -61,6 +61,16 @@ func writeFile(t *testing.T, fs afero.Fs, name, data string, sync bool) {
 	}
 }
 
+// openWritten writes data to name (not synced) and opens it for reading;
+// the caller closes it.
+func openWritten(t *testing.T, fs afero.Fs, name, data string) afero.File {
+	t.Helper()
+	writeFile(t, fs, name, data, false)
+	f, err := fs.Open(name)
+	must(t, err)
+	return f
+}
+
 // durableFile creates name with data and makes both durable: the file
 // synced, then the root directory (name must be at the root).
 func durableFile(t *testing.T, fs afero.Fs, name, data string) {

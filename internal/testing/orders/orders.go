@@ -56,3 +56,17 @@ func Records(t testing.TB, seed uint64, n int) [][]byte {
 	}
 	return out
 }
+
+// Batches joins recs into batches of per records, each record ending in
+// '\n' (the last batch may hold fewer): the bodies a writer would send.
+func Batches(recs [][]byte, per int) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(recs); i += per {
+		var batch []byte
+		for _, r := range recs[i:min(i+per, len(recs))] {
+			batch = append(append(batch, r...), '\n')
+		}
+		out = append(out, batch)
+	}
+	return out
+}

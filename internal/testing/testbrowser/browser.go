@@ -84,6 +84,19 @@ func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// run runs a in one step and returns its result, what naming it in a
+// failure.
+func run[T any](b *Browser, what string, a chromedp.Action[T]) T {
+	b.T.Helper()
+	ctx, cancel := b.Step()
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		b.T.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
 // Open navigates and expects a 200.
 func (b *Browser) Open(p string) {
 	b.T.Helper()
@@ -93,12 +106,7 @@ func (b *Browser) Open(p string) {
 // Visit navigates and expects the status want.
 func (b *Browser) Visit(p string, want int) {
 	b.T.Helper()
-	ctx, cancel := b.Step()
-	defer cancel()
-	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(b.Base+p))
-	if err != nil {
-		b.T.Fatalf("open %s: %v", p, err)
-	}
+	resp := run(b, "open "+p, chromedp.NavigateResponse(b.Base+p))
 	if resp.Status != int64(want) {
 		b.T.Fatalf("open %s: status %d, want %d", p, resp.Status, want)
 	}
@@ -122,37 +130,19 @@ func (b *Browser) Click(sel string) {
 // Location is the current address, without the service's.
 func (b *Browser) Location() string {
 	b.T.Helper()
-	ctx, cancel := b.Step()
-	defer cancel()
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	if err != nil {
-		b.T.Fatal(err)
-	}
-	return strings.TrimPrefix(loc, b.Base)
+	return strings.TrimPrefix(run(b, "location", chromedp.Location()), b.Base)
 }
 
 // Text is the text of what sel finds.
 func (b *Browser) Text(sel string) string {
 	b.T.Helper()
-	ctx, cancel := b.Step()
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		b.T.Fatalf("text of %s: %v", sel, err)
-	}
-	return s
+	return run(b, "text of "+sel, chromedp.Text(chromedp.CSS(sel)))
 }
 
 // Eval evaluates js in the page, awaiting a promise, as a T.
 func Eval[T any](b *Browser, js string) T {
 	b.T.Helper()
-	ctx, cancel := b.Step()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
-	if err != nil {
-		b.T.Fatalf("evaluate %s: %v", js, err)
-	}
-	return v
+	return run(b, "evaluate "+js, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 }
 
 // Shot saves a full-page screenshot of the current page, logs its path,
@@ -162,12 +152,7 @@ func (b *Browser) Shot(name string) {
 	if v := Eval[[]string](b, `window.__csp || []`); len(v) > 0 {
 		b.T.Errorf("%s: Content-Security-Policy violations: %v", name, v)
 	}
-	ctx, cancel := b.Step()
-	defer cancel()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		b.T.Fatalf("screenshot %s: %v", name, err)
-	}
+	buf := run(b, "screenshot "+name, chromedp.FullScreenshot(100))
 	b.n++
 	p := filepath.Join(b.shots, fmt.Sprintf("%s%02d-%s.png", b.s.ShotPrefix, b.n, name))
 	if err := os.WriteFile(p, buf, 0o644); err != nil {
