@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,32 +15,14 @@ import (
 // answer, nor a hang), and a restart finds it committed once.
 func TestShutdownAtReady(t *testing.T) {
 	r := newRig(t, nil)
-	held, release := make(chan struct{}), make(chan struct{})
-	r.tweak = func(c *Config) {
-		c.Logger = slog.New(&holdHandler{msg: "recovery done", held: held, release: release})
-	}
-	e, err := Open(r.config(r.fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.e = e
-	select {
-	case <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the start never logged recovery done")
-	}
+	e, release := r.openHeld("recovery done")
 	if !e.Status().Ready {
 		close(release)
 		t.Fatal("not ready at the start's last log line")
 	}
 	res := mustSend(t, e, nil, "s", 1, 2)
 	asked := commitInBackground(e, res.Checkpoint)
-	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		stopped <- e.Shutdown(ctx)
-	}()
+	stopped := shutdownInBackground(e)
 	time.Sleep(20 * time.Millisecond)
 	if _, err := send(e, nil, "s", 2, 1); err == nil {
 		close(release)
@@ -67,31 +47,10 @@ func TestShutdownAtReady(t *testing.T) {
 // writes; the next start serves the committed batch as a duplicate.
 func TestShutdownDuringRebuild(t *testing.T) {
 	r := newRig(t, nil)
-	e := r.start(nil)
-	p := r.initProducer("p")
-	mustSend(t, e, p, "s", 0, 1)
-	ck := r.commit().ID
+	e, p, ck := r.startCommitted(t)
 	r.stopLosingStore()
-	held, release := make(chan struct{}), make(chan struct{})
-	r.tweak = func(c *Config) {
-		c.Logger = slog.New(&holdHandler{msg: "the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests", held: held, release: release})
-	}
-	e, err := Open(r.config(r.fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.e = e
-	select {
-	case <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the start never logged the rebuild")
-	}
-	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		stopped <- e.Shutdown(ctx)
-	}()
+	e, release := r.openHeld("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests")
+	stopped := shutdownInBackground(e)
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	select {
@@ -107,7 +66,7 @@ func TestShutdownDuringRebuild(t *testing.T) {
 	}
 	r.e = nil
 	if through, err := rebuiltThrough(t, r.storePath); err != nil || through != 0 {
-		t.Logf("the store after a start stopped in its rebuild: mark %d, %v", through, err)
+		t.Fatalf("the store after a start stopped in its rebuild: mark %d, %v; want none (the next start rebuilds again)", through, err)
 	}
 	r.tweak = nil
 	e = r.start(nil)

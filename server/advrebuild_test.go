@@ -20,35 +20,15 @@ import (
 // after an init written again, I2). "lease=true": the planted name within
 // the ids the lease shows reserved (the node's own next id).
 func TestPlantedManifestNameMakesPlantedForgetBelieved(t *testing.T) {
-	for _, lease := range []bool{false, true} {
-		name := "lease=false"
-		if lease {
-			name = "lease=true"
-		}
-		t.Run(name, func(t *testing.T) {
-			r := newRig(t, nil)
-			if lease {
-				r = leaseRig(t, nil, 200*time.Millisecond, nil)
-			}
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 1)
-			ck := r.commit().ID
-			next := e.Status().OpenID
-			r.stop()
-			plant(t, r.fs, layout.ManifestName(rigNode, next), []byte("<html>"))
-			plantForgotten(t, r, ck, "p", p.Epoch)
-			r.broken = "a planted manifest" // the checker believes manifests
-			e = r.start(nil)
-			if _, ok := e.Producer("p"); !ok {
-				t.Fatal("a file with a manifest's name that is not a manifest made a start whose store kept up rebuild, and believe a planted document forgetting the live producer p")
-			}
-			res, err := send(e, p, "s", 0, 1)
-			if err != nil || !res.Duplicate || !res.Committed {
-				t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
-			}
-		})
-	}
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		e, p, ck := r.startCommitted(t)
+		next := e.Status().OpenID
+		r.stop()
+		plant(t, r.fs, layout.ManifestName(rigNode, next), []byte("<html>"))
+		plantForgotten(t, r, ck, "p", p.Epoch)
+		r.broken = "a planted manifest" // the checker believes manifests
+		wantProducerKept(t, r.start(nil), p, "a file with a manifest's name that is not a manifest made a start whose store kept up rebuild")
+	})
 }
 
 // After a store loss and its rebuild (the mark: rebuilt through ck), an
@@ -59,42 +39,28 @@ func TestPlantedManifestNameMakesPlantedForgetBelieved(t *testing.T) {
 // a committed duplicate, and p goes on; the ids go on beyond every id
 // answered.
 func TestRebuiltThroughBeyondManifests(t *testing.T) {
-	for _, lease := range []bool{false, true} {
-		t.Run(map[bool]string{false: "lease=false", true: "lease=true"}[lease], func(t *testing.T) {
-			r := newRig(t, nil)
-			if lease {
-				r = leaseRig(t, nil, 200*time.Millisecond, nil)
-			}
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 1)
-			ck := r.commit().ID
-			r.stopLosingStore()
-			e = r.start(nil) // rebuilds, marks ck
-			open := e.Status().OpenID
-			r.stop()
-			if through, err := rebuiltThrough(t, r.storePath); err != nil || through != ck {
-				t.Fatalf("the mark: %d %v, want %d", through, err, ck)
-			}
-			if err := r.fs.RemoveAll(rigDest + "/_manifests"); err != nil {
-				t.Fatal(err)
-			}
-			r.broken = "the manifests removed by hand"
-			plantForgotten(t, r, ck, "p", p.Epoch)
-			e = r.start(nil)
-			if _, ok := e.Producer("p"); !ok {
-				t.Fatal("manifests removed after a rebuild: a planted document made the start forget the live producer p")
-			}
-			if res, err := send(e, p, "s", 0, 1); err != nil || !res.Duplicate || !res.Committed {
-				t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
-			}
-			if got := e.Status().OpenID; got <= open {
-				t.Fatalf("open checkpoint %d after the restart, %d was open before (I8)", got, open)
-			}
-			mustSend(t, e, p, "s", 1, 1)
-			r.commit()
-		})
-	}
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		e, p, ck := r.startCommitted(t)
+		r.stopLosingStore()
+		e = r.start(nil) // rebuilds, marks ck
+		open := e.Status().OpenID
+		r.stop()
+		if through, err := rebuiltThrough(t, r.storePath); err != nil || through != ck {
+			t.Fatalf("the mark: %d %v, want %d", through, err, ck)
+		}
+		if err := r.fs.RemoveAll(rigDest + "/_manifests"); err != nil {
+			t.Fatal(err)
+		}
+		r.broken = "the manifests removed by hand"
+		plantForgotten(t, r, ck, "p", p.Epoch)
+		e = r.start(nil)
+		wantProducerKept(t, e, p, "manifests removed after a rebuild")
+		if got := e.Status().OpenID; got <= open {
+			t.Fatalf("open checkpoint %d after the restart, %d was open before (I8)", got, open)
+		}
+		mustSend(t, e, p, "s", 1, 1)
+		r.commit()
+	})
 }
 
 // A manifest planted beyond the store's newest commit that is well formed
@@ -105,10 +71,7 @@ func TestRebuiltThroughBeyondManifests(t *testing.T) {
 // of a committed batch refused (and written again after an init, I2).
 func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
 	r := newRig(t, nil)
-	e := r.start(nil)
-	p := r.initProducer("p")
-	mustSend(t, e, p, "s", 0, 1)
-	ck := r.commit().ID
+	e, p, ck := r.startCommitted(t)
 	next := e.Status().OpenID
 	r.stop()
 	m := &layout.Manifest{Checkpoint: next, Node: rigNode, CommittedAt: time.Now().UTC(),
@@ -121,11 +84,5 @@ func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
 	plant(t, r.fs, m.Name(), b)
 	plantForgotten(t, r, ck, "p", p.Epoch)
 	r.broken = "a planted manifest" // the checker believes manifests
-	e = r.start(nil)
-	if _, ok := e.Producer("p"); !ok {
-		t.Fatal("a planted manifest whose files the destination does not hold made a start whose store kept up rebuild, and believe a planted document forgetting the live producer p")
-	}
-	if res, err := send(e, p, "s", 0, 1); err != nil || !res.Duplicate || !res.Committed {
-		t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
-	}
+	wantProducerKept(t, r.start(nil), p, "a planted manifest whose files the destination does not hold made a start whose store kept up rebuild")
 }

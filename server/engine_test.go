@@ -331,20 +331,7 @@ func TestCheckpointQueries(t *testing.T) {
 // held here in its "recovery done" log line, inside that window.
 func TestReadyIsOneFact(t *testing.T) {
 	r := newRig(t, nil)
-	held, release := make(chan struct{}), make(chan struct{})
-	r.tweak = func(c *Config) {
-		c.Logger = slog.New(&holdHandler{msg: "recovery done", held: held, release: release})
-	}
-	e, err := Open(r.config(r.fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.e = e
-	select {
-	case <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the start never logged recovery done")
-	}
+	e, release := r.openHeld("recovery done")
 	st := e.Status()
 	select {
 	case <-e.Ready():
@@ -362,6 +349,40 @@ func TestReadyIsOneFact(t *testing.T) {
 	if res := r.checkpoint(); len(res.Files) != 1 {
 		t.Fatalf("checkpoint after ready: %+v", res)
 	}
+}
+
+// openHeld opens an engine on r whose start is held in its log record
+// msg (holdHandler) and returns once it is; closing release lets the
+// start go on. It sets r.tweak (the logger).
+func (r *rig) openHeld(msg string) (e *Engine, release chan struct{}) {
+	r.t.Helper()
+	held, release := make(chan struct{}), make(chan struct{})
+	r.tweak = func(c *Config) {
+		c.Logger = slog.New(&holdHandler{msg: msg, held: held, release: release})
+	}
+	e, err := Open(r.config(r.fs))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.e = e
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		r.t.Fatalf("the start never logged %q", msg)
+	}
+	return e, release
+}
+
+// shutdownInBackground runs e.Shutdown (the SIGTERM path) with 30 s, and
+// sends its error.
+func shutdownInBackground(e *Engine) <-chan error {
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stopped <- e.Shutdown(ctx)
+	}()
+	return stopped
 }
 
 // holdHandler is a log handler that, at the first record whose message is

@@ -395,6 +395,45 @@ func committedProducer(t *testing.T) (*rig, *Engine, *Producer, uint64) {
 
 // plantForgotten writes, under this node's _forgotten/ prefix, a document
 // the node never wrote: it names p at epoch after checkpoint after.
+// wantProducerKept checks that a start (e) kept live producer p, whose
+// batch 0 of stream s committed, although a document forgetting it was
+// planted (what: the start's circumstances): p is known and its resend
+// of batch 0 is a committed duplicate, not refused unknown_producer (nor
+// written again after an init, I2).
+func wantProducerKept(t *testing.T, e *Engine, p *Producer, what string) {
+	t.Helper()
+	if _, ok := e.Producer(p.ID); !ok {
+		t.Fatalf("%s: a planted document made the start forget the live producer %s", what, p.ID)
+	}
+	if res, err := send(e, p, "s", 0, 1); err != nil || !res.Duplicate || !res.Committed {
+		t.Fatalf("%s: the resend of a committed batch: %+v, %v; want a committed duplicate", what, res, err)
+	}
+}
+
+// startCommitted starts r's engine, inits producer p and commits its
+// batch 0 of stream s in checkpoint ck.
+func (r *rig) startCommitted(t *testing.T) (e *Engine, p *Producer, ck uint64) {
+	t.Helper()
+	e = r.start(nil)
+	p = r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 1)
+	return e, p, r.commit().ID
+}
+
+// withAndWithoutLease runs test on a rig without a node lease and on one
+// with a lease (leaseRig, 200 ms), as subtests lease=false and lease=true.
+func withAndWithoutLease(t *testing.T, test func(t *testing.T, r *rig)) {
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			r := newRig(t, nil)
+			if lease {
+				r = leaseRig(t, nil, 200*time.Millisecond, nil)
+			}
+			test(t, r)
+		})
+	}
+}
+
 func plantForgotten(t *testing.T, r *rig, after uint64, p string, epoch int64) string {
 	t.Helper()
 	name := layout.ForgottenName(rigNode, after, 7)
@@ -505,10 +544,7 @@ func TestForgottenSealWindowAfterRebuild(t *testing.T) {
 	for _, how := range []string{"rebuild", "upgrade"} {
 		t.Run(how, func(t *testing.T) {
 			r := newRig(t, nil)
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 1)
-			ck := r.commit().ID
+			e, p, ck := r.startCommitted(t)
 			switch how {
 			case "rebuild":
 				r.stopLosingStore()
@@ -728,10 +764,7 @@ func TestForgottenPlantedAfterLossBeforeFirstCommit(t *testing.T) {
 			if how == "lease=true" {
 				r = leaseRig(t, nil, 200*time.Millisecond, nil)
 			}
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "s", 0, 1)
-			ck := r.commit().ID
+			e, p, ck := r.startCommitted(t)
 			r.stopLosingStore()
 			e = r.start(nil) // rebuilds
 			if how == "compacted" {
@@ -744,14 +777,7 @@ func TestForgottenPlantedAfterLossBeforeFirstCommit(t *testing.T) {
 			if how != "compacted" {
 				plantForgotten(t, r, ck, "p", p.Epoch)
 			}
-			e = r.start(nil)
-			if _, ok := e.Producer("p"); !ok {
-				t.Fatal("after a store loss, before the rebuilt store's first commit, a planted document made a start forget the live producer p")
-			}
-			res, err := send(e, p, "s", 0, 1)
-			if err != nil || !res.Duplicate || !res.Committed {
-				t.Fatalf("the resend of a committed batch: %+v, %v; want a committed duplicate", res, err)
-			}
+			wantProducerKept(t, r.start(nil), p, "after a store loss, before the rebuilt store's first commit")
 		})
 	}
 }
