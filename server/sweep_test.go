@@ -32,6 +32,10 @@ type model struct {
 	must     map[invariant.BatchID]bool
 	mustNot  map[invariant.BatchID]bool
 	anonSeq  int64
+	// answered is the highest checkpoint id an answer named: a write's
+	// or a checkpoint's (I8: never used again for other data, so every
+	// start opens past it).
+	answered uint64
 	// fatal, when set, reports a client-visible violation with the
 	// caller's context (the model test's recent steps); else t.Fatalf.
 	fatal func(string, ...any)
@@ -72,8 +76,12 @@ func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteR
 		t.Fatalf("write %s/%s/%d: %+v", p, s, seq, res)
 	}
 	m.next[k] = seq + 1
+	m.answer(res.Checkpoint)
 	return res, nil
 }
+
+// answer notes a checkpoint id an answer named.
+func (m *model) answer(id uint64) { m.answered = max(m.answered, id) }
 
 func (m *model) writeAnon(e *Engine, s string) error {
 	m.anonSeq++
@@ -81,6 +89,7 @@ func (m *model) writeAnon(e *Engine, s string) error {
 	res, err := send(e, nil, s, m.anonSeq, 2)
 	if err == nil {
 		m.anon[res.Checkpoint] = append(m.anon[res.Checkpoint], id)
+		m.answer(res.Checkpoint)
 	}
 	return err
 }
@@ -372,6 +381,9 @@ func sweepRun(t *testing.T, wl sweepWorkload, mode sweepMode, n int64) sweepCoun
 			id := e.Status().OpenID
 			snap := m.snapshot()
 			res, err := checkpointUntil(e, crashed)
+			if err == nil {
+				m.answer(res.ID)
+			}
 			switch {
 			case err == nil && res.State == recovery.Committed:
 				m.checkpointed(snap, true)
@@ -411,8 +423,10 @@ func sweepRun(t *testing.T, wl sweepWorkload, mode sweepMode, n int64) sweepCoun
 		// pre-commit encodes, and every operation of it is swept too.
 		// The empty checkpoint is the barrier that puts them in force.
 		if len(m.epoch) == 2 && sweepStreams(t, e) {
-			if _, err := checkpointUntil(e, crashed); err != nil {
+			if res, err := checkpointUntil(e, crashed); err != nil {
 				round = func(func()) {}
+			} else {
+				m.answer(res.ID) // empty: its id is never used again either
 			}
 		}
 		if wl == workRounds {
@@ -458,6 +472,9 @@ func sweepRun(t *testing.T, wl sweepWorkload, mode sweepMode, n int64) sweepCoun
 		r.fs = base
 	}
 	e = r.start(r.fs)
+	if open := e.Status().OpenID; open <= m.answered {
+		t.Fatalf("op %d %s: I8: checkpoint %d open after recovery, but an answer named %d before", n, mode, open, m.answered)
+	}
 	if unknownID != 0 {
 		c, err := e.store.Get(unknownID)
 		m.checkpointed(unknownSnap, err == nil && c.State != recovery.Aborted)
@@ -756,6 +773,9 @@ func sweepDoomBehindStuck(t *testing.T, d *sweepDoomRun) (uint64, map[[2]string]
 	if end == nil {
 		r := <-done
 		end = &r
+	}
+	if end.err == nil {
+		m.answer(end.res.ID)
 	}
 	switch {
 	case stuckSeen:
