@@ -396,19 +396,20 @@ func (c *Client) fetchStateOnly(ctx context.Context) (ProducerState, error) {
 
 // observeLocked applies a state of the producer read from the service
 // (gen: c.inits before it was asked for): kept batches it reports
-// committed are dropped, a newer epoch fences the client. It returns the
+// committed are dropped, a newer epoch fences the client, unless the read
+// is stale (staleLocked). It returns the
 // streams that need a delivery: kept batches the service does not confirm
 // holding (lost in a crash or never confirmed).
 func (c *Client) observeLocked(ps ProducerState, gen uint64) ([]*stream, error) {
 	if c.fenced {
 		return nil, ErrFenced
 	}
+	if c.staleLocked(ps, gen) {
+		return nil, nil
+	}
 	if c.inited && ps.Epoch > c.epoch && c.initing == 0 {
 		c.fenceLocked(fmt.Sprintf("service has epoch %d, this client %d", ps.Epoch, c.epoch))
 		return nil, ErrFenced
-	}
-	if c.staleLocked(ps, gen) {
-		return nil, nil
 	}
 	if c.inited && ps.Epoch < c.epoch {
 		// Read after this client's Init answered: the service lost the
@@ -436,14 +437,20 @@ func (c *Client) observeLocked(ps ProducerState, gen uint64) ([]*stream, error) 
 }
 
 // staleLocked reports whether ps was read before this client's newest
-// Init answered (an older epoch, and an Init answer taken up since gen):
-// nothing in it is believed. Its
+// Init answered (another epoch than that Init's, and an Init answer taken
+// up since gen): nothing in it is believed. Its
 // committed_seq may count another incarnation's batches (the producer
 // forgotten, by DELETE or expiry, and initialised again), whose numbers
 // the batches sent since reuse: trimmed by it, they would be dropped
-// uncommitted, and a crash would lose them with no resend.
+// uncommitted, and a crash would lose them with no resend. Nor does its
+// epoch fence the client when newer: read before the service lost the
+// epoch (its state store rebuilt from the manifests), it may be this
+// client's own older one, above the one its Init took since; taken for
+// a fence, it stopped the client for good (I12). Should another writer
+// have taken the producer since, the service refuses the next write
+// (producer_fenced), which fences the client then.
 func (c *Client) staleLocked(ps ProducerState, gen uint64) bool {
-	return c.inited && ps.Epoch < c.epoch && gen != c.inits
+	return c.inited && ps.Epoch != c.epoch && gen != c.inits
 }
 
 // Stats counts the batches a Client keeps.

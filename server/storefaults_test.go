@@ -68,6 +68,13 @@ func (f *storeFaults) set(fail func(n int, op string, phase recovery.Phase) erro
 }
 
 // count returns how many write transactions began.
+// firedAny reports whether a fault fired.
+func (f *storeFaults) firedAny() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.fired) > 0
+}
+
 func (f *storeFaults) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/streamconf"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -29,6 +32,10 @@ type model struct {
 	must     map[invariant.BatchID]bool
 	mustNot  map[invariant.BatchID]bool
 	anonSeq  int64
+	// answered is the highest checkpoint id an answer named: a write's
+	// or a checkpoint's (I8: never used again for other data, so every
+	// start opens past it).
+	answered uint64
 	// fatal, when set, reports a client-visible violation with the
 	// caller's context (the model test's recent steps); else t.Fatalf.
 	fatal func(string, ...any)
@@ -69,8 +76,12 @@ func (m *model) writeResult(t testing.TB, e *Engine, p, s string, n int) (WriteR
 		m.fatalf(t, "write %s/%s/%d: %+v", p, s, seq, res)
 	}
 	m.next[k] = seq + 1
+	m.answer(res.Checkpoint)
 	return res, nil
 }
+
+// answer notes a checkpoint id an answer named.
+func (m *model) answer(id uint64) { m.answered = max(m.answered, id) }
 
 func (m *model) writeAnon(e *Engine, s string) error {
 	m.anonSeq++
@@ -78,6 +89,7 @@ func (m *model) writeAnon(e *Engine, s string) error {
 	res, err := send(e, nil, s, m.anonSeq, 2)
 	if err == nil {
 		m.anon[res.Checkpoint] = append(m.anon[res.Checkpoint], id)
+		m.answer(res.Checkpoint)
 	}
 	return err
 }
@@ -236,16 +248,44 @@ func (m sweepMode) storeFault() (recovery.Phase, error) {
 	}
 }
 
-// sweepRun runs the fixed workload with one fault at op n (in the store
+// sweepWorkload is one of the sweep's fixed workloads.
+type sweepWorkload int
+
+const (
+	// workRounds: three checkpoints of plain, zstd and Parquet batches,
+	// with anonymous ones among them.
+	workRounds sweepWorkload = iota
+	// workDoomStuck: a doomed checkpoint aborted alone behind a stuck
+	// commit (sweepDoomBehindStuck), on its own: a workload of its own
+	// keeps the sweep's time down (each of the rounds' fault points would
+	// run it too).
+	workDoomStuck
+)
+
+func (w sweepWorkload) String() string { return [...]string{"rounds", "doom-behind-stuck"}[w] }
+
+// full is what the client has sent by the end of wl, after its resends:
+// each producer's and stream's next sequence number.
+func (w sweepWorkload) full() map[[2]string]int64 {
+	if w == workDoomStuck {
+		return map[[2]string]int64{{"p1", "a"}: 2, {"p2", parquetStream}: 2}
+	}
+	return map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 4, {"p2", "a"}: 1, {"p1", "b"}: 1, {"p1", "c"}: 2,
+		{"p1", zstdStream}: 2, {"p2", parquetStream}: 2, {"p1", parquetStream}: 1}
+}
+
+// sweepRun runs fixed workload wl with one fault at op n (in the store
 // modes: at the state store's write transaction n), then recovers, checks
 // I1-I7 and I5, lets the client resend, and checks everything landed
 // exactly once. With n < 0 it only counts the operations and the store's
 // write transactions.
-func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
+func sweepRun(t *testing.T, wl sweepWorkload, mode sweepMode, n int64) sweepCount {
 	base := faultfs.NewCrashFS()
 	sw := &faultfs.SwapInjector{}
 	inj := faultfs.NewInjectFS(base, sw)
-	r := newRig(t, inj)
+	top := &sweepTop{}
+	fsys := faultfs.NewInjectFS(inj, top) // the workload's own faults, above the counted operations
+	r := newRig(t, fsys)
 	fixed := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
 	sf := &storeFaults{}
 	r.tweak = func(c *Config) {
@@ -271,10 +311,12 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, time.Hour, "127.0.0.1:1"
 	}
 	m := newModel()
-	var unknownID uint64 // a checkpoint whose fate the crash hid
+	var from, fromTxns int64 // the counts where the workload's own part begins
+	var unknownID uint64     // a checkpoint whose fate the crash hid
 	var unknownSnap map[[2]string]int64
 
 	var crash *faultfs.CrashAfterInjector
+	var failed *faultfs.FailNthInjector
 	switch {
 	case n < 0:
 	case mode.store():
@@ -290,20 +332,25 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		if n%2 == 1 {
 			errno = syscall.ENOSPC
 		}
-		if n%4 == 1 {
-			sw.Set(faultfs.ShortWriteNth(n, errno)) // only fires if op n is... counted over writes
-			sw.Set(faultfs.FailNth(n, sweepKinds, errno))
-		} else {
-			sw.Set(faultfs.FailNth(n, sweepKinds, errno))
-		}
+		failed = faultfs.FailNth(n, sweepKinds, errno)
+		sw.Set(failed)
 	default:
 		crash = faultfs.CrashAfter(n, sweepKinds)
 		sw.Set(crash)
 	}
 	crashed := func() bool { return crash != nil && crash.Crashed() }
+	// faulted: the fault point was reached (what follows it may differ
+	// from the fault-free run's).
+	faulted := func() bool {
+		if failed != nil {
+			_, ok := failed.Fired()
+			return ok
+		}
+		return crashed() || sf.firedAny()
+	}
 
 	// Phase 1: the workload, under the fault.
-	e, err := Open(r.config(inj))
+	e, err := Open(r.config(fsys))
 	if err == nil {
 		r.e = e
 		ctx, cancel := untilCtx(crashed)
@@ -334,6 +381,9 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 			id := e.Status().OpenID
 			snap := m.snapshot()
 			res, err := checkpointUntil(e, crashed)
+			if err == nil {
+				m.answer(res.ID)
+			}
 			switch {
 			case err == nil && res.State == recovery.Committed:
 				m.checkpointed(snap, true)
@@ -373,27 +423,40 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		// pre-commit encodes, and every operation of it is swept too.
 		// The empty checkpoint is the barrier that puts them in force.
 		if len(m.epoch) == 2 && sweepStreams(t, e) {
-			if _, err := checkpointUntil(e, crashed); err != nil {
+			if res, err := checkpointUntil(e, crashed); err != nil {
 				round = func(func()) {}
+			} else {
+				m.answer(res.ID) // empty: its id is never used again either
 			}
 		}
-		round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = settle(m.writeAnon(e, "a")); w("p1", zstdStream, 1) })
-		round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1); w("p2", parquetStream, 2) })
-		round(func() {
-			w("p2", "b", 2)
-			w("p1", "c", 2)
-			_ = settle(m.writeAnon(e, "c"))
-			w("p1", zstdStream, 1)
-			w("p1", parquetStream, 1)
-		})
+		if wl == workRounds {
+			round(func() { w("p1", "a", 3); w("p2", "b", 2); _ = settle(m.writeAnon(e, "a")); w("p1", zstdStream, 1) })
+			round(func() { w("p1", "a", 2); w("p2", "a", 1); w("p1", "b", 1); w("p2", parquetStream, 2) })
+			round(func() {
+				w("p2", "b", 2)
+				w("p1", "c", 2)
+				_ = settle(m.writeAnon(e, "c"))
+				w("p1", zstdStream, 1)
+				w("p1", parquetStream, 1)
+			})
+		}
+		// Checkpoint n's commit stuck, n+1 doomed and aborted alone, n+2
+		// accepted behind the stuck commit (doomed.go): every operation of
+		// it is a fault point too.
+		if wl == workDoomStuck && len(m.epoch) == 2 {
+			from, fromTxns = inj.Count(sweepKinds), int64(sf.count())
+			if id, snap, ok := sweepDoomBehindStuck(t, &sweepDoomRun{e: e, m: m, top: top, dw: &dw, w: w, crashed: crashed, faulted: faulted, n: n, mode: mode}); !ok {
+				unknownID, unknownSnap = id, snap
+			}
+		}
 		round(func() {})
 	}
-	ops, storeTxns = inj.Count(sweepKinds), int64(sf.count())
+	count := sweepCount{ops: inj.Count(sweepKinds), txns: int64(sf.count()), from: from, fromTxns: fromTxns}
 	r.stop() // with the fault still armed: a crashed process does nothing more
 	sw.Set(nil)
 	sf.set(nil)
 	if n < 0 {
-		return ops, storeTxns
+		return count
 	}
 	if mode.store() && len(sf.fired) != 1 {
 		t.Fatalf("op %d %s: store fault fired %d times, want once (workload not deterministic?)", n, mode, len(sf.fired))
@@ -409,6 +472,9 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 		r.fs = base
 	}
 	e = r.start(r.fs)
+	if open := e.Status().OpenID; open <= m.answered {
+		t.Fatalf("op %d %s: I8: checkpoint %d open after recovery, but an answer named %d before", n, mode, open, m.answered)
+	}
 	if unknownID != 0 {
 		c, err := e.store.Get(unknownID)
 		m.checkpointed(unknownSnap, err == nil && c.State != recovery.Aborted)
@@ -435,9 +501,7 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 			m.epoch[p] = ps.Epoch
 		}
 	}
-	full := map[[2]string]int64{{"p1", "a"}: 5, {"p2", "b"}: 4, {"p2", "a"}: 1, {"p1", "b"}: 1, {"p1", "c"}: 2,
-		{"p1", zstdStream}: 2, {"p2", parquetStream}: 2, {"p1", parquetStream}: 1}
-	for k, want := range full {
+	for k, want := range wl.full() {
 		for m.next[k] < want {
 			if err := m.write(t, e, k[0], k[1], 2); err != nil {
 				t.Fatalf("op %d %s: resend %v: %v", n, mode, k, err)
@@ -455,49 +519,59 @@ func sweepRun(t *testing.T, mode sweepMode, n int64) (ops, storeTxns int64) {
 	if left, _ := afero.ReadDir(r.fs, rigStaging); len(left) != 0 {
 		t.Fatalf("op %d %s: %d staging files left", n, mode, len(left))
 	}
-	return ops, storeTxns
+	return count
 }
 
+// sweepCount is what a workload does: its file system operations and
+// state-store write transactions, and from which of them on they are its
+// own (the start, the producers' inits and the streams' configuration
+// before are the rounds' too, swept there).
+type sweepCount struct{ ops, txns, from, fromTxns int64 }
+
 // TestFaultSweep fails, crashes after, and power-cuts after every
-// filesystem operation of a workload in turn, fails every write transaction
-// of the state store in turn (before it writes, with ENOSPC and EIO; after
-// its commit, as a failed fdatasync with EIO and ENOSPC), and checks the
-// invariants after recovery each time (pebble's error_test.go, applied to
-// eosink).
+// filesystem operation of each workload in turn, fails every write
+// transaction of the state store in turn (before it writes, with ENOSPC
+// and EIO; after its commit, as a failed fdatasync with EIO and ENOSPC),
+// and checks the invariants after recovery each time (pebble's
+// error_test.go, applied to eosink). The workloads: the rounds, and a
+// doomed checkpoint aborted alone behind a stuck commit.
 func TestFaultSweep(t *testing.T) {
-	total, txns := sweepRun(t, modeFail, -1)
-	if total < 50 {
-		t.Fatalf("workload does only %d operations; the sweep would prove little", total)
-	}
-	if txns < 8 {
-		t.Fatalf("workload runs only %d state-store write transactions", txns)
-	}
-	points, storePoints := 0, 0
-	for _, mode := range []sweepMode{modeFail, modeCrash, modePowerCut} {
-		t.Run(mode.String(), func(t *testing.T) {
-			for n := int64(0); n <= total; n++ {
-				sweepRun(t, mode, n)
-				points++
-				if t.Failed() {
-					return
+	for _, wl := range []sweepWorkload{workRounds, workDoomStuck} {
+		c := sweepRun(t, wl, modeFail, -1)
+		if c.ops-c.from < 50 {
+			t.Fatalf("workload %s does only %d operations of its own; the sweep would prove little", wl, c.ops-c.from)
+		}
+		if c.txns-c.fromTxns < 5 {
+			t.Fatalf("workload %s runs only %d state-store write transactions of its own", wl, c.txns-c.fromTxns)
+		}
+		points, storePoints := 0, 0
+		for _, mode := range []sweepMode{modeFail, modeCrash, modePowerCut} {
+			t.Run(wl.String()+"/"+mode.String(), func(t *testing.T) {
+				for n := c.from; n <= c.ops; n++ {
+					sweepRun(t, wl, mode, n)
+					points++
+					if t.Failed() {
+						return
+					}
 				}
-			}
-		})
-	}
-	for _, mode := range []sweepMode{modeStoreNoSpace, modeStoreEIO, modeStoreSyncEIO, modeStoreSyncNoSpace} {
-		t.Run(mode.String(), func(t *testing.T) {
-			for n := int64(0); n < txns; n++ {
-				sweepRun(t, mode, n)
-				storePoints++
-				if t.Failed() {
-					return
+			})
+		}
+		for _, mode := range []sweepMode{modeStoreNoSpace, modeStoreEIO, modeStoreSyncEIO, modeStoreSyncNoSpace} {
+			t.Run(wl.String()+"/"+mode.String(), func(t *testing.T) {
+				for n := c.fromTxns; n < c.txns; n++ {
+					sweepRun(t, wl, mode, n)
+					storePoints++
+					if t.Failed() {
+						return
+					}
 				}
-			}
-		})
+			})
+		}
+		t.Logf("fault sweep, workload %s: %d operations (its own from op %d), %d fault points swept (fail, crash, power cut); %d state-store write transactions (its own from %d), %d store fault points",
+			wl, c.ops, c.from, points, c.txns, c.fromTxns, storePoints)
+		fmt.Printf("fault sweep, workload %s: %d operations (from %d), %d fault points swept; %d store transactions (from %d), %d store fault points\n",
+			wl, c.ops, c.from, points, c.txns, c.fromTxns, storePoints)
 	}
-	t.Logf("fault sweep: %d operations in the workload, %d fault points swept (fail, crash, power cut); %d state-store write transactions, %d store fault points",
-		total, points, txns, storePoints)
-	fmt.Printf("fault sweep: %d operations, %d fault points swept; %d store transactions, %d store fault points\n", total, points, txns, storePoints)
 }
 
 // sweepStreams configures the sweep's zstd and Parquet streams; false if
@@ -602,4 +676,188 @@ func replaySweepRun(t *testing.T, n int64) (faultfs.Op, bool) {
 	r.check(invariant.Expect{Must: must, Exact: true})
 	r.stop()
 	return op, ok
+}
+
+// sweepTop sits above the sweep's counted file system: the workload's
+// own faults, which are not fault points and count no operation, so
+// every run does the same counted operations however long they last.
+type sweepTop struct {
+	// stuck: the destination fails (EIO). A commit's try fails at its
+	// first operation (the manifest's early copy, a file's directory or
+	// rename): retried (I4), counting nothing.
+	stuck atomic.Bool
+	// doom: the next create of an encoded file (a Parquet file's pages,
+	// a zstd file's frames) fails for space, once.
+	doom atomic.Bool
+}
+
+func (s *sweepTop) MaybeError(op faultfs.Op) error {
+	if s.stuck.Load() && (strings.HasPrefix(op.Path, rigDest+"/") ||
+		op.Kind == faultfs.OpRename && strings.HasPrefix(op.Path, rigStaging+"/") ||
+		op.Kind == faultfs.OpOpen && strings.Contains(op.Path, ".publish")) {
+		return syscall.EIO
+	}
+	if op.Kind == faultfs.OpOpen && (strings.HasSuffix(op.Path, ".enc"+layout.TempSuffix) || strings.HasSuffix(op.Path, ".pages"+layout.TempSuffix)) &&
+		s.doom.CompareAndSwap(true, false) {
+		return syscall.ENOSPC
+	}
+	return nil
+}
+
+// sweepDoomRun is what sweepDoomBehindStuck needs of a sweep run.
+type sweepDoomRun struct {
+	e       *Engine
+	m       *model
+	top     *sweepTop
+	dw      *doomWatch
+	w       func(p, s string, k int) // the run's writes (settled by a checkpoint: not while n is stuck)
+	crashed func() bool
+	faulted func() bool // the fault point was reached
+	n       int64
+	mode    sweepMode
+}
+
+// sweepDoomBehindStuck is the sweep's phase of a doom behind a stuck
+// commit (doomed.go, abortDoomedOpen; f87675e): checkpoint n holds p1's
+// batch on a and p2's Parquet batch and is cut; its commit fails (the
+// destination fails, sweepTop.stuck: retried, I4). n+1 takes p1's next
+// batch on a, an anonymous one, then p2's Parquet batch, whose encoder
+// can't create its pages file (ENOSPC, inline): that write is refused
+// and n+1 aborts alone, at once — p1 and p2 back to n's barrier — and
+// n+2 takes p1's resent batch, an anonymous one and p2's resent Parquet
+// batch behind the stuck commit. Then the destination comes back: n
+// commits; the run's last round commits n+2. Until the fault point is
+// reached, each step must happen (the abort alone within 5 s, the
+// writes into n+2 accepted); after it, whatever happens is checked by
+// the recovery that follows. It returns n and its barrier's snapshot
+// and false when n's fate is unknown (the run crashed or failed before
+// n was seen prepared).
+func sweepDoomBehindStuck(t *testing.T, d *sweepDoomRun) (uint64, map[[2]string]int64, bool) {
+	t.Helper()
+	e, m := d.e, d.m
+	stop := func() bool { return d.crashed() || e.Err() != nil }
+	if stop() {
+		return 0, nil, true
+	}
+	d.w("p1", "a", 1)
+	d.w("p2", parquetStream, 1)
+	if stop() {
+		return 0, nil, true
+	}
+	n := e.Status().OpenID
+	snap := m.snapshot()
+	type ended struct {
+		res CheckpointResult
+		err error
+	}
+	done := make(chan ended, 1)
+	d.top.stuck.Store(true)
+	go func() {
+		res, err := checkpointUntil(e, d.crashed)
+		done <- ended{res, err}
+	}()
+	var end *ended
+	for end == nil && e.Status().StuckCheckpoint != n {
+		select {
+		case r := <-done:
+			end = &r
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
+	stuckSeen := end == nil
+	if stuckSeen {
+		m.checkpointed(snap, true) // prepared, its commit tried: bound to commit
+		sweepDoomAlone(t, d, n)
+	}
+	d.top.stuck.Store(false)
+	if end == nil {
+		r := <-done
+		end = &r
+	}
+	if end.err == nil {
+		m.answer(end.res.ID)
+	}
+	switch {
+	case stuckSeen:
+		if end.err == nil && (end.res.ID != n || end.res.State != recovery.Committed) {
+			t.Fatalf("op %d %s: checkpoint %d, whose commit was stuck: %+v, want committed", d.n, d.mode, n, end.res)
+		}
+		if end.err != nil && !d.faulted() {
+			t.Fatalf("op %d %s: checkpoint %d, whose commit was stuck, before the fault point: %v", d.n, d.mode, n, end.err)
+		}
+		m.resolveAnon(t, e)
+	case end.err == nil:
+		m.checkpointed(snap, end.res.State == recovery.Committed)
+	default:
+		return n, snap, false
+	}
+	return 0, nil, true
+}
+
+// sweepDoomAlone dooms n+1 behind n's stuck commit and writes into n+2
+// (see sweepDoomBehindStuck).
+func sweepDoomAlone(t *testing.T, d *sweepDoomRun, n uint64) {
+	t.Helper()
+	e, m := d.e, d.m
+	stop := func() bool { return d.crashed() || e.Err() != nil }
+	// settle: a doom met during the write answered err: the write is
+	// refused, and the doomed checkpoint aborts alone (or with the engine
+	// stopped); the model forgets what it held. False when the run can't
+	// go on with the phase.
+	settle := func(err error, planned bool) bool {
+		dm := d.dw.met(e)
+		if dm == nil {
+			if planned && !d.faulted() {
+				t.Fatalf("op %d %s: the Parquet file's encoder failed (ENOSPC) in checkpoint %d and nothing was doomed: %v", d.n, d.mode, n+1, err)
+			}
+			return err == nil
+		}
+		if rerr := refusedFor(dm, err); rerr != nil {
+			t.Fatalf("op %d %s: %v", d.n, d.mode, rerr)
+		}
+		aborted := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !stop(); time.Sleep(200 * time.Microsecond) {
+			if e.Status().OpenID > dm.id {
+				aborted = true
+				break
+			}
+		}
+		if !aborted && !stop() && !d.faulted() {
+			_, werr := send(e, nil, "a", 0, 1)
+			t.Fatalf("op %d %s: doomed open checkpoint %d not aborted alone within 5 s behind the stuck commit of %d: writes refused meanwhile (%v)", d.n, d.mode, dm.id, n, werr)
+		}
+		m.rollback()
+		return false
+	}
+	write := func(p, s string, want uint64) bool {
+		res, err := m.writeResult(t, e, p, s, 2)
+		if err == nil && res.Checkpoint != want && !d.faulted() {
+			t.Fatalf("op %d %s: %s/%s accepted into %d, want %d", d.n, d.mode, p, s, res.Checkpoint, want)
+		}
+		if err != nil && !d.faulted() {
+			t.Fatalf("op %d %s: %s/%s into %d behind the stuck commit of %d, before the fault point: %v", d.n, d.mode, p, s, want, n, err)
+		}
+		return settle(err, false)
+	}
+	anon := func() bool {
+		return settle(m.writeAnon(e, "c"), false)
+	}
+	if !write("p1", "a", n+1) || stop() || !anon() || stop() {
+		return
+	}
+	d.top.doom.Store(true)
+	err := m.write(t, e, "p2", parquetStream, 2)
+	d.top.doom.Store(false)
+	if settle(err, true) || stop() {
+		return // accepted (a fault came first): n+1 is not doomed
+	}
+	if !d.faulted() {
+		if ck, err := e.store.Get(n + 1); err != nil || ck.State != recovery.Aborted {
+			t.Fatalf("op %d %s: checkpoint %d after its abort alone: %+v %v, want recorded aborted", d.n, d.mode, n+1, ck, err)
+		}
+		if st := e.Status(); st.OpenID != n+2 || st.StuckCheckpoint != n {
+			t.Fatalf("op %d %s: after the abort alone of %d: open %d, stuck %d; want %d open, %d stuck", d.n, d.mode, n+1, st.OpenID, st.StuckCheckpoint, n+2, n)
+		}
+	}
+	_ = write("p1", "a", n+2) && !stop() && anon() && !stop() && write("p2", parquetStream, n+2)
 }
