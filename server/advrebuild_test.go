@@ -6,6 +6,7 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // A start whose store kept up believes, after its newest commit minus 1,
@@ -85,4 +86,57 @@ func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
 	plantForgotten(t, r, ck, "p", p.Epoch)
 	r.broken = "a planted manifest" // the checker believes manifests
 	wantProducerKept(t, r.start(nil), p, "a planted manifest whose files the destination does not hold made a start whose store kept up rebuild")
+}
+
+// TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined: an older
+// copy of the store (after checkpoint c1) is put back after a crash cut
+// checkpoint c3's commit between its renames and its manifest. Between
+// them, c2 committed into stream t, whose files a retention rule (say a
+// bucket lifecycle rule on t/) removed since. c2's manifest is the only
+// one newer than the copy, and the destination holds none of its files:
+// 190a9ad counts the store as not behind then (manifestHeld), so the
+// start did not rebuild and left c3's half-committed file (no manifest,
+// its batch never answered committed) beside the copy p resends: a/1 in
+// the destination twice (I2). Before 190a9ad (and 1a24847) the newer
+// manifest's name made the start rebuild, whose set-aside moved c3's file
+// to _quarantine/. "lease=true": the lease shows no ids beyond the copy's
+// (c2 and c3 used ids of the block reserved before the copy).
+func TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined(t *testing.T) {
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		e := r.start(nil)
+		p := r.initProducer("p")
+		mustSend(t, e, p, "a", 0, 2)
+		r.commit()
+		backup := r.storeCopy() // a backup of the live store, after c1
+		mustSend(t, e, p, "t", 0, 2)
+		c2 := r.commit()
+		mustSend(t, e, p, "a", 1, 3)
+		c3 := r.commit()
+		if len(c2.Files) != 1 || len(c3.Files) != 1 {
+			t.Fatalf("checkpoints: %+v, %+v", c2, c3)
+		}
+		r.loseCommit(c3.ID, backup, leaseExpired)
+		// Retention removed stream t's files.
+		if err := r.fs.Remove(rigDest + "/" + c2.Files[0].Final); err != nil {
+			t.Fatal(err)
+		}
+		r.broken = "a retention rule removed a file a manifest names"
+		e = r.start(nil)
+		ps := r.initState("p")
+		if got := ps.Streams["a"].NextSeq; got != 1 {
+			t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
+		}
+		p.Epoch = ps.Epoch
+		if wr, err := send(e, p, "a", 1, 3); err != nil || wr.Duplicate {
+			t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
+		}
+		r.commit()
+		rep := r.checker0(invariant.Expect{})
+		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err == nil {
+			t.Fatalf("c3's half-committed file (in no manifest, its batch a/1 resent and committed again) is still in stream a: a/1 twice for readers that list the stream (I2); problems %v", rep.Problems)
+		}
+		if len(rep.Quarantined) != 1 {
+			t.Fatalf("quarantined %v, want c3's file", rep.Quarantined)
+		}
+	})
 }
