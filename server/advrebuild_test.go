@@ -1,10 +1,15 @@
 package server
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
 )
@@ -139,4 +144,68 @@ func TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined(t *testing.T) {
 			t.Fatalf("quarantined %v, want c3's file", rep.Quarantined)
 		}
 	})
+}
+
+// openFails is the rig's local destination whose Open fails with a
+// transient error the first time it opens each name that fail picks.
+type openFails struct {
+	*local.Local
+	fail   func(name string) bool
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (o *openFails) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	o.mu.Lock()
+	first := o.fail(name) && !o.failed[name]
+	if first {
+		o.failed[name] = true
+	}
+	o.mu.Unlock()
+	if first {
+		return nil, committer.Entry{}, fmt.Errorf("%w: injected: open %s: connection reset", committer.ErrTransient, name)
+	}
+	return o.Local.Open(ctx, name)
+}
+
+// TestBehindCheckRetriesTransientReads: an older copy of the store (after
+// c1) is put back; c2, committed since, holds p's batch 1. The start's
+// reads of c2's manifest and then of its file fail once each (a GET cut,
+// a connection reset): neither is taken for "not a manifest the rebuild
+// would believe" (the store kept up: no rebuild, p's batch 1 accepted and
+// written again, I2); the step is retried, the store rebuilt, and p's
+// resend of batch 1 is a committed duplicate.
+func TestBehindCheckRetriesTransientReads(t *testing.T) {
+	for _, what := range []string{"manifest", "file"} {
+		t.Run(what, func(t *testing.T) {
+			r := newRig(t, nil)
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "s", 0, 1)
+			r.commit()
+			backup := r.storeCopy()
+			mustSend(t, e, p, "s", 1, 1)
+			c2 := r.commit()
+			r.stop()
+			r.putStore(backup)
+			pick := func(name string) bool { return name == layout.ManifestName(rigNode, c2.ID) }
+			if what == "file" {
+				pick = func(name string) bool { return name == c2.Files[0].Final }
+			}
+			of := &openFails{fail: pick, failed: map[string]bool{}}
+			r.tweak = func(c *Config) {
+				of.Local = local.New(c.FS, rigDest, rigStaging)
+				c.Publisher = of
+			}
+			e = r.start(nil)
+			if len(of.failed) != 1 {
+				t.Fatalf("the start's reads failed %d times, want once", len(of.failed))
+			}
+			if res, err := send(e, p, "s", 1, 1); err != nil || !res.Duplicate || !res.Committed {
+				t.Fatalf("resend of batch 1, committed in c2 after the copy: %+v, %v; want a committed duplicate (I2)", res, err)
+			}
+			r.commit()
+			r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true, {Producer: "p", Stream: "s", Seq: 1}: true}, Exact: true})
+		})
+	}
 }
