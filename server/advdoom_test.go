@@ -197,3 +197,56 @@ func TestDoomedAbortsWhileReservingFails(t *testing.T) {
 	r.commit()
 	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Stream: "s", Seq: 2}: true}, Exact: true})
 }
+
+// TestDoomedAbortsAtBlockEnd: as TestDoomedAbortsWhileReservingFails, but
+// the reservation ahead is refused for space over checkpoint after
+// checkpoint until only the open one's successor is reserved (reserved =
+// n+1): a cut could hand out n+2 (its abort takes n+1 and opens n+2), so
+// the coordinator may not cut n; but the doomed open checkpoint n may
+// abort alone (abortOpenLocked opens n+1, reserved). On a full data dir
+// its staging files hold the space the store needs: left alone, n never
+// ends, every write is refused 507 until an operator frees space.
+func TestDoomedAbortsAtBlockEnd(t *testing.T) {
+	r, f := storeRig(t)
+	ends := &ckEnds{end: map[uint64][]recovery.State{}}
+	r.tweak = func(c *Config) { c.StoreOptions.WriteFault = f.hook; c.idBlock = 8; c.Hooks.Checkpoint = ends.hook }
+	e := r.start(nil)
+	f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+	// Checkpoints with data go on while the ids they may hand out are
+	// reserved (5f1833d), until the reserve runs out.
+	seq := int64(0)
+	for e.pipe.reserved.Load() >= e.Status().OpenID+2 {
+		mustSend(t, e, nil, "s", seq, 1)
+		seq++
+		if res, err := e.Checkpoint(context.Background()); err != nil || res.State != recovery.Committed {
+			t.Fatalf("checkpoint with ids reserved: %+v, %v", res, err)
+		}
+	}
+	n := e.Status().OpenID
+	if got := e.pipe.reserved.Load(); got != n+1 {
+		t.Fatalf("reserved %d, open %d: want reserved = open+1", got, n)
+	}
+	if _, err := e.Checkpoint(context.Background()); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("checkpoint at the end of the reserve: %v, want refused for space", err)
+	}
+	mustSend(t, e, nil, "s", seq, 1)
+	e.ing.doomFile(n, "s", fmt.Errorf("step: %w", ErrDiskFull))
+	deadline := time.Now().Add(5 * time.Second)
+	for s, _ := ends.state(n); s == "" && time.Now().Before(deadline); s, _ = ends.state(n) {
+		time.Sleep(time.Millisecond)
+	}
+	if s, k := ends.state(n); s != recovery.Aborted || k != 1 {
+		t.Fatalf("doomed open checkpoint %d, the coordinator free, %d reserved (its abort alone opens %d), reservations refused for space: %q (%d ends) after 5 s, want aborted (status %+v)", n, n+1, n+1, s, k, e.Status())
+	}
+	res := mustSend(t, e, nil, "s", seq+1, 1)
+	if res.Checkpoint != n+1 || res.Checkpoint > e.pipe.reserved.Load() {
+		t.Fatalf("write after the abort: %+v, want checkpoint n+1=%d within the reserved %d", res, n+1, e.pipe.reserved.Load())
+	}
+	f.set(nil)
+	r.commit()
+	must := map[invariant.BatchID]bool{{Stream: "s", Seq: seq + 1}: true}
+	for i := int64(0); i < seq; i++ {
+		must[invariant.BatchID{Stream: "s", Seq: i}] = true
+	}
+	r.check(invariant.Expect{Must: must, Exact: true})
+}

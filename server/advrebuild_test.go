@@ -1,11 +1,17 @@
 package server
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
 )
 
 // A start whose store kept up believes, after its newest commit minus 1,
@@ -85,4 +91,121 @@ func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
 	plantForgotten(t, r, ck, "p", p.Epoch)
 	r.broken = "a planted manifest" // the checker believes manifests
 	wantProducerKept(t, r.start(nil), p, "a planted manifest whose files the destination does not hold made a start whose store kept up rebuild")
+}
+
+// TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined: an older
+// copy of the store (after checkpoint c1) is put back after a crash cut
+// checkpoint c3's commit between its renames and its manifest. Between
+// them, c2 committed into stream t, whose files a retention rule (say a
+// bucket lifecycle rule on t/) removed since. c2's manifest is the only
+// one newer than the copy, and the destination holds none of its files:
+// 190a9ad counts the store as not behind then (manifestHeld), so the
+// start did not rebuild and left c3's half-committed file (no manifest,
+// its batch never answered committed) beside the copy p resends: a/1 in
+// the destination twice (I2). Before 190a9ad (and 1a24847) the newer
+// manifest's name made the start rebuild, whose set-aside moved c3's file
+// to _quarantine/. "lease=true": the lease shows no ids beyond the copy's
+// (c2 and c3 used ids of the block reserved before the copy).
+func TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined(t *testing.T) {
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		e := r.start(nil)
+		p := r.initProducer("p")
+		mustSend(t, e, p, "a", 0, 2)
+		r.commit()
+		backup := r.storeCopy() // a backup of the live store, after c1
+		mustSend(t, e, p, "t", 0, 2)
+		c2 := r.commit()
+		mustSend(t, e, p, "a", 1, 3)
+		c3 := r.commit()
+		if len(c2.Files) != 1 || len(c3.Files) != 1 {
+			t.Fatalf("checkpoints: %+v, %+v", c2, c3)
+		}
+		r.loseCommit(c3.ID, backup, leaseExpired)
+		// Retention removed stream t's files.
+		if err := r.fs.Remove(rigDest + "/" + c2.Files[0].Final); err != nil {
+			t.Fatal(err)
+		}
+		r.broken = "a retention rule removed a file a manifest names"
+		e = r.start(nil)
+		ps := r.initState("p")
+		if got := ps.Streams["a"].NextSeq; got != 1 {
+			t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
+		}
+		p.Epoch = ps.Epoch
+		if wr, err := send(e, p, "a", 1, 3); err != nil || wr.Duplicate {
+			t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
+		}
+		r.commit()
+		rep := r.checker0(invariant.Expect{})
+		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err == nil {
+			t.Fatalf("c3's half-committed file (in no manifest, its batch a/1 resent and committed again) is still in stream a: a/1 twice for readers that list the stream (I2); problems %v", rep.Problems)
+		}
+		if len(rep.Quarantined) != 1 {
+			t.Fatalf("quarantined %v, want c3's file", rep.Quarantined)
+		}
+	})
+}
+
+// openFails is the rig's local destination whose Open fails with a
+// transient error the first time it opens each name that fail picks.
+type openFails struct {
+	*local.Local
+	fail   func(name string) bool
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (o *openFails) Open(ctx context.Context, name string) (io.ReadSeekCloser, committer.Entry, error) {
+	o.mu.Lock()
+	first := o.fail(name) && !o.failed[name]
+	if first {
+		o.failed[name] = true
+	}
+	o.mu.Unlock()
+	if first {
+		return nil, committer.Entry{}, fmt.Errorf("%w: injected: open %s: connection reset", committer.ErrTransient, name)
+	}
+	return o.Local.Open(ctx, name)
+}
+
+// TestBehindCheckRetriesTransientReads: an older copy of the store (after
+// c1) is put back; c2, committed since, holds p's batch 1. The start's
+// reads of c2's manifest and then of its file fail once each (a GET cut,
+// a connection reset): neither is taken for "not a manifest the rebuild
+// would believe" (the store kept up: no rebuild, p's batch 1 accepted and
+// written again, I2); the step is retried, the store rebuilt, and p's
+// resend of batch 1 is a committed duplicate.
+func TestBehindCheckRetriesTransientReads(t *testing.T) {
+	for _, what := range []string{"manifest", "file"} {
+		t.Run(what, func(t *testing.T) {
+			r := newRig(t, nil)
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "s", 0, 1)
+			r.commit()
+			backup := r.storeCopy()
+			mustSend(t, e, p, "s", 1, 1)
+			c2 := r.commit()
+			r.stop()
+			r.putStore(backup)
+			pick := func(name string) bool { return name == layout.ManifestName(rigNode, c2.ID) }
+			if what == "file" {
+				pick = func(name string) bool { return name == c2.Files[0].Final }
+			}
+			of := &openFails{fail: pick, failed: map[string]bool{}}
+			r.tweak = func(c *Config) {
+				of.Local = local.New(c.FS, rigDest, rigStaging)
+				c.Publisher = of
+			}
+			e = r.start(nil)
+			if len(of.failed) != 1 {
+				t.Fatalf("the start's reads failed %d times, want once", len(of.failed))
+			}
+			if res, err := send(e, p, "s", 1, 1); err != nil || !res.Duplicate || !res.Committed {
+				t.Fatalf("resend of batch 1, committed in c2 after the copy: %+v, %v; want a committed duplicate (I2)", res, err)
+			}
+			r.commit()
+			r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true, {Producer: "p", Stream: "s", Seq: 1}: true}, Exact: true})
+		})
+	}
 }

@@ -48,6 +48,9 @@ func (pipe *pipeline) checkpoint(ctx context.Context) (CheckpointResult, error) 
 		// doomed.go) frees the space its staging files hold.
 		pipe.e.health.noteDiskFull(err)
 		if pipe.reserved.Load() < pipe.e.ing.open()+2 {
+			// A doomed open checkpoint still aborts alone when the id
+			// that opens after it is reserved (doomed.go).
+			pipe.abortDoomedAlone(true)
 			return CheckpointResult{}, err
 		}
 	}

@@ -94,11 +94,20 @@ func (in *ingest) doomFile(id uint64, stream string, err error) {
 // checkpoint is prepared. The check and the abort are one hold of the
 // ingest lock, so the coordinator's barrier either cut the doomed
 // checkpoint before (and aborts it) or finds it aborted after.
-func (pipe *pipeline) abortDoomedOpen() {
+func (pipe *pipeline) abortDoomedOpen() { pipe.abortDoomedAlone(false) }
+
+// abortDoomedAlone aborts the doomed open checkpoint alone: with the
+// coordinator committing the one before it (abortDoomedOpen), or, free
+// (the coordinator itself), when it may not cut it: reserving ids ahead
+// was refused for space and only the id the abort alone opens is
+// reserved, not the one a cut's abort would (checkpoint.go). On a full
+// data dir the doomed checkpoint's staging files hold the space the
+// store needs: left open, it would never end.
+func (pipe *pipeline) abortDoomedAlone(free bool) {
 	in := &pipe.e.ing
 	in.mu.Lock()
 	d := in.doomedLocked()
-	if d == nil || !in.abortAloneLocked(d, pipe.reserved.Load()) {
+	if d == nil || !in.abortAloneLocked(d, pipe.reserved.Load(), free) {
 		in.mu.Unlock()
 		return
 	}
@@ -109,15 +118,24 @@ func (pipe *pipeline) abortDoomedOpen() {
 	in.e.health.noteDiskFullLocked(cause)
 	in.e.health.publishLocked()
 	in.mu.Unlock()
-	log.Error("checkpoint aborted alone, the one before it committing", "err", cause, "committing", committing)
+	if free {
+		log.Error("checkpoint aborted alone, the ids a cut may hand out not reserved (reserving more was refused)", "err", cause, "reserved", pipe.reserved.Load())
+	} else {
+		log.Error("checkpoint aborted alone, the one before it committing", "err", cause, "committing", committing)
+	}
 	pipe.abortedOpen(ao, cause, log)
 }
 
 // abortAloneLocked reports whether doomed open checkpoint d.id may abort
 // alone now: the coordinator is past the prepare of the checkpoint before
-// it, and the id its abort opens is reserved.
-func (in *ingest) abortAloneLocked(d *doom, reserved uint64) bool {
-	return d.id == in.openID && in.inflight != 0 && in.inflight <= in.lastPrepared &&
+// it (or, free, none is past its barrier), and the id its abort opens is
+// reserved.
+func (in *ingest) abortAloneLocked(d *doom, reserved uint64, free bool) bool {
+	busy := in.inflight != 0 && in.inflight <= in.lastPrepared
+	if free {
+		busy = in.inflight == 0
+	}
+	return d.id == in.openID && busy &&
 		in.openID+1 <= reserved && in.isReady && !in.closed && in.e.health.failErr == nil
 }
 

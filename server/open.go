@@ -318,7 +318,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			return err
 		}
 		top = ours.top
-		behind, err := lc.believedNewer(ctx, ours.newer)
+		behind, unheld, err := lc.believedNewer(ctx, ours.newer)
 		if err != nil {
 			return err
 		}
@@ -355,6 +355,19 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		case res.LastID == 0 && lc.leaseReserved(0) == 0:
 			var seen uint64
 			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
+			top = max(top, seen)
+		case unheld:
+			// A manifest of this node newer than the store, none of whose
+			// files the destination holds: planted, or a real one whose
+			// files a retention job removed, the store then an older copy.
+			// No rebuild (it would believe planted forgets), but a commit
+			// the older store's original began after it may have placed
+			// files with no manifest, which the rebuild would have set
+			// aside: their clients resend them (I2).
+			var seen uint64
+			seen, err = lc.setAsideUnnamed(ctx, kept, limit,
+				"a manifest of this node newer than the state store's newest commit names no file the destination holds (its files removed, or planted)",
+				"whose store was replaced by an older copy")
 			top = max(top, seen)
 		}
 		if err != nil {
@@ -453,14 +466,20 @@ type manifestRef struct {
 // nodes": what fails to parse is reported and skipped, never a reason to
 // believe more). It reads from the newest down, until one is believed:
 // one read when the store is behind, none when it kept up.
-func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (bool, error) {
+//
+// unheld reports that one of those read decodes as a manifest of this
+// node but the destination holds none of its files: planted, or a real
+// one whose files a retention job removed (then the store is an older
+// copy, and a commit its original began after it may have placed files:
+// replay sets those aside).
+func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (behind, unheld bool, err error) {
 	if len(newer) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
-			return false, nil
+			return false, false, nil
 		}
 	}
 	slices.SortFunc(newer, func(a, b manifestRef) int { return cmp.Compare(b.id, a.id) })
@@ -472,16 +491,17 @@ func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (bo
 		}
 		switch {
 		case err == nil && held:
-			return true, nil
+			return true, unheld, nil
 		case err == nil:
+			unheld = true
 			err = errors.New("the destination holds none of its files with the size it states")
 		case !errors.Is(err, layout.ErrBadManifest) && !errors.Is(err, committer.ErrNotFound):
-			return false, fmt.Errorf("read manifest %s: %w", ref.name, err)
+			return false, false, fmt.Errorf("read manifest %s: %w", ref.name, err)
 		}
 		lc.e.log.Error("a document with a manifest's name newer than the state store's newest commit is not a manifest the rebuild would believe: not a reason to rebuild (check who can write the bucket, docs/production.md)",
 			"op", "recovery", "path", ref.name, "err", err)
 	}
-	return false, nil
+	return false, unheld, nil
 }
 
 // manifestHeld reports whether the destination holds one of m's files

@@ -191,6 +191,15 @@ func tableReadable(cfg streamconf.Config, files []committer.File) []committer.Fi
 // which a new store's first start can afford; after it the store and
 // the lease know the ids.
 func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint64) (uint64, error) {
+	return lc.setAsideUnnamed(ctx, after, limit, "a new state store and no checkpoint ids in the node lease", "whose store and lease were lost")
+}
+
+// setAsideUnnamed sets aside the part files of this node with ids after
+// after and within limit that no manifest names, when they are one
+// checkpoint's (setAsideFirstCommit), and returns the highest checkpoint
+// id any of them names. cause and lost say, in its log records, why the
+// start looks (what it knows) and what it takes them for.
+func (lc *lifecycle) setAsideUnnamed(ctx context.Context, after, limit uint64, cause, lost string) (uint64, error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
@@ -204,14 +213,14 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 	}
 	switch {
 	case len(parts) == 0 && highest == 0:
-		lc.e.log.Info("a new state store and no checkpoint ids in the node lease: no files of a former incarnation without a manifest found",
+		lc.e.log.Info(cause+": no files of a former incarnation without a manifest found",
 			"op", "recovery", "duration_ms", time.Since(begin).Milliseconds())
 		return 0, nil
 	case len(parts) == 0:
 		// Set aside already (a start that stopped before reserving ids, a
 		// move made but reported failed), or left where they are (table
 		// streams, displaced files): their ids were handed out all the same.
-		lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds files of this node that no manifest names (set aside, in a table stream's folder, displaced or staged): continuing beyond their ids",
+		lc.e.log.Error(cause+", but the destination holds files of this node that no manifest names (set aside, in a table stream's folder, displaced or staged): continuing beyond their ids",
 			"op", "recovery", "highest_checkpoint", highest, "duration_ms", time.Since(begin).Milliseconds())
 		return highest, nil
 	}
@@ -221,13 +230,13 @@ func (lc *lifecycle) setAsideFirstCommit(ctx context.Context, after, limit uint6
 		// can have placed files. These are committed data whose
 		// manifests are gone (copied without eosink's folders, a node id
 		// used again over a former deployment's files): never moved (I7).
-		lc.e.log.Error("a new state store and no checkpoint ids in the node lease, and the destination holds part files of this node from several checkpoints that no manifest names: "+
+		lc.e.log.Error(cause+", and the destination holds part files of this node from several checkpoints that no manifest names: "+
 			"not a commit cut short (committed data whose manifests are gone?). Left where they are (eosink verify lists them); continuing beyond their ids",
 			"op", "recovery", "files", len(parts), "checkpoints", ids, "highest_checkpoint", highest, "path", parts[0])
 		return highest, nil
 	}
-	lc.e.log.Error("a new state store and no checkpoint ids in the node lease, but the destination holds part files of this node that no manifest names: "+
-		"a commit cut short before its manifest, whose store and lease were lost. Setting them aside; their clients resend the batches",
+	lc.e.log.Error(cause+", but the destination holds part files of this node that no manifest names: "+
+		"a commit cut short before its manifest, "+lost+". Setting them aside; their clients resend the batches",
 		"op", "recovery", "files", len(parts), "highest_checkpoint", highest)
 	if err := lc.quarantine(ctx, parts); err != nil {
 		return 0, err
