@@ -126,16 +126,7 @@ func TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.broken = "a retention rule removed a file a manifest names"
-		e = r.start(nil)
-		ps := r.initState("p")
-		if got := ps.Streams["a"].NextSeq; got != 1 {
-			t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
-		}
-		p.Epoch = ps.Epoch
-		if wr, err := send(e, p, "a", 1, 3); err != nil || wr.Duplicate {
-			t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
-		}
-		r.commit()
+		r.resendCutBatch(t, p)
 		rep := r.checker0(invariant.Expect{})
 		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err == nil {
 			t.Fatalf("c3's half-committed file (in no manifest, its batch a/1 resent and committed again) is still in stream a: a/1 twice for readers that list the stream (I2); problems %v", rep.Problems)

@@ -476,7 +476,17 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 	// by the backup.
 	r.loseCommit(r.commit().ID, backup, leaseExpired)
 
-	e = r.start(nil)
+	r.resendCutBatch(t, p)
+	r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 1)
+}
+
+// resendCutBatch starts r over a store put back from before p's batch
+// a/1 (3 records) was committed in a checkpoint a crash cut before its
+// manifest: init says next_seq 1 on a, p resends a/1, taken anew, and it
+// commits.
+func (r *rig) resendCutBatch(t *testing.T, p *Producer) {
+	t.Helper()
+	e := r.start(nil)
 	ps := r.initState("p")
 	if got := ps.Streams["a"].NextSeq; got != 1 {
 		t.Fatalf("after the restore, init says next_seq %d on a, want 1", got)
@@ -486,7 +496,6 @@ func TestHalfCommittedCheckpointQuarantinedOlderCopy(t *testing.T) {
 		t.Fatalf("resend a/1: %+v, %v; want accepted anew", wr, err)
 	}
 	r.commit()
-	r.checkQuarantined(invariant.Expect{Must: must, Exact: true}, 1)
 }
 
 // A committed checkpoint's manifest is missing (deleted by an operator's
