@@ -53,6 +53,13 @@ import (
 //     does it once n is prepared (recordPrepared), or aborts n+1 with n.
 //     Nor when the id after n+1 is not reserved yet (I8): then the
 //     coordinator ends it, once free.
+//   - Or when the coordinator, free, may not cut it: reserving more ids
+//     was refused for space (a full data dir: the state store can't
+//     grow) and only the id the abort alone opens is reserved, not the
+//     one a cut's abort would open (checkpoint.go). Then it aborts alone
+//     too (abortDoomedAlone, free): its staging files hold the space the
+//     store needs, and left open it would never end. A doom of the
+//     checkpoint it opens then waits for space: nothing more is reserved.
 //
 // The failure is noted without the ingest lock (an inline step fails
 // inside an append, under it), as the newest failure by checkpoint id;
