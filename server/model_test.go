@@ -64,14 +64,14 @@ type modelStats struct {
 	writes, dups, dupsCommitted, gaps, fenced, future, anon, checkpoints, committed, aborted, injected, crashes, powerCuts, checks int
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
-	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck                                       int
+	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck, doomedAtBlockEnd                     int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone)",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone)",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -316,6 +316,8 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			mr.anonymous(s)
 		case x == 85 && mr.crash == nil:
 			skip = mr.doomBehindStuck(p, s, k)
+		case x == 84 && mr.crash == nil:
+			skip = mr.doomAtBlockEnd(p, s, k)
 		case x >= 86 && x < 88 && mr.crash == nil:
 			mr.checkpointDuringPreCommit(step)
 		case x < 88:
@@ -775,6 +777,59 @@ func (mr *modelRun) doomBehindStuck(p, s string, k [2]string) (skip bool) {
 	return false
 }
 
+// doomAtBlockEnd: the data dir fills. The state store refuses every
+// reservation of ids ahead (ENOSPC), and checkpoints go on, each while
+// the ids it may hand out are reserved, until only the open checkpoint's
+// next is. Then a staging file of the open checkpoint n can't be
+// finished (doomed): the coordinator may not cut it (a cut's abort opens
+// n+2, not reserved), so n must abort alone, with the coordinator free,
+// opening n+1 (c907c6c): left open, its files would hold the space the
+// store needs for ever, and every write be refused 507. Then the disk
+// has room again.
+func (mr *modelRun) doomAtBlockEnd(p, s string, k [2]string) (skip bool) {
+	if _, inited := mr.m.epoch[p]; !inited || mr.cutFS != nil || mr.e.Err() != nil || mr.doomWatch.peek(mr.e) != nil {
+		return true
+	}
+	mr.sw.Set(nil)
+	mr.storeFull.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+	defer mr.storeFull.set(nil)
+	for range 2 * mr.e.cfg.idBlock {
+		if mr.e.pipe.reserved.Load() < mr.e.Status().OpenID+2 || mr.crash != nil || mr.e.Err() != nil {
+			break
+		}
+		mr.checkpoint()
+	}
+	n, reserved := mr.e.Status().OpenID, mr.e.pipe.reserved.Load()
+	if mr.crash != nil || mr.e.Err() != nil || reserved != n+1 || mr.doomWatch.peek(mr.e) != nil {
+		mr.note("doom at the block's end: not reached (open %d, reserved %d)", n, reserved)
+		return false
+	}
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, s, 1); err != nil {
+		mr.note("doom at the block's end: write %v: %v", k, err)
+	}
+	mr.e.ing.doomFile(n, s, fmt.Errorf("model: a staging file can't be finished: %w", ErrDiskFull))
+	mr.doomWatch.met(mr.e) // settled here
+	mr.st.doomedAtBlockEnd++
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if state, ok := mr.ckLog.state(n); ok {
+			if state != recovery.Aborted {
+				mr.fail("doomed checkpoint %d at the block's end ended %s", n, state)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			mr.fail("doomed open checkpoint %d not aborted within 5 s, only %d reserved (reserving more refused for space)", n, reserved)
+		}
+	}
+	mr.m.rollback()
+	mr.m.resolveAnon(mr.t, mr.e)
+	if got := mr.e.Status().OpenID; got != n+1 {
+		mr.fail("after the abort alone of %d at the block's end: open %d, want %d (reserved %d, I8)", n, got, n+1, reserved)
+	}
+	mr.note("doomed %d at the block's end (reserved %d): aborted alone", n, reserved)
+	return false
+}
+
 func (mr *modelRun) storeEvent() {
 	if mr.crash != nil || mr.cutFS != nil || mr.e.Err() != nil {
 		mr.restart(mr.rng.IntN(2) == 0)
@@ -942,6 +997,7 @@ func (mr *modelRun) settleKeyKick() {
 func (mr *modelRun) restart(powerCut bool) {
 	mr.r.stop()
 	mr.sw.Set(nil)
+	mr.storeFull.set(nil) // the start reserves ids: the disk has room again
 	mr.crash = nil
 	if mr.cutFS != nil {
 		// The store as the cut left it goes back in place: the same
