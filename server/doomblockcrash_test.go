@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,85 @@ func TestDoomedAbortAtBlockEndUnrecordedThenRestart(t *testing.T) {
 		}
 		r.check(invariant.Expect{Must: must, Exact: true})
 	})
+}
+
+// TestDoomedAbortAtBlockEndRacingWrites: writes race the free abort alone
+// at the end of the reserve (c907c6c). Every answer names n or n+1, both
+// reserved (I8); once space is back, what was answered into n+1 commits,
+// once, and nothing answered into n, the doomed checkpoint, appears (I3).
+func TestDoomedAbortAtBlockEndRacingWrites(t *testing.T) {
+	r := newRig(t, nil)
+	f := r.withStoreFaults()
+	ends := &ckEnds{end: map[uint64][]recovery.State{}}
+	before := r.tweak
+	r.tweak = func(c *Config) {
+		before(c)
+		c.idBlock = 8
+		c.Hooks.Checkpoint = ends.hook
+	}
+	e := r.start(nil)
+	f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+	seq := int64(0)
+	must := map[invariant.BatchID]bool{}
+	for e.pipe.reserved.Load() >= e.Status().OpenID+2 {
+		mustSend(t, e, nil, "s", seq, 1)
+		must[invariant.BatchID{Stream: "s", Seq: seq}] = true
+		seq++
+		if res, err := e.Checkpoint(context.Background()); err != nil || res.State != recovery.Committed {
+			t.Fatalf("checkpoint with ids reserved: %+v, %v", res, err)
+		}
+	}
+	n := e.Status().OpenID
+	var mu sync.Mutex
+	answered := map[int64]uint64{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := 1_000_000*int64(w+1) + i // disjoint per writer
+				res, err := send(e, nil, "s", s, 1)
+				if err == nil {
+					mu.Lock()
+					answered[s] = res.Checkpoint
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	e.ing.doomFile(n, "s", fmt.Errorf("step: %w", ErrDiskFull))
+	deadline := time.Now().Add(5 * time.Second)
+	for s, _ := ends.state(n); s == "" && time.Now().Before(deadline); s, _ = ends.state(n) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if s, _ := ends.state(n); s != recovery.Aborted {
+		t.Fatalf("doomed open checkpoint %d: %q, want aborted", n, s)
+	}
+	into := map[uint64]int{}
+	for s, id := range answered {
+		into[id]++
+		if id != n && id != n+1 {
+			t.Fatalf("batch %d answered into checkpoint %d, open %d, reserved %d (I8)", s, id, n, n+1)
+		}
+		if id == n+1 {
+			must[invariant.BatchID{Stream: "s", Seq: s}] = true
+		}
+	}
+	if into[n+1] == 0 {
+		t.Fatalf("no write accepted after the abort: %v", into)
+	}
+	f.set(nil)
+	r.commit()
+	r.check(invariant.Expect{Must: must, Exact: true})
 }
