@@ -356,16 +356,20 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			var seen uint64
 			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
 			top = max(top, seen)
-		case unheld:
+		case unheld != 0:
 			// A manifest of this node newer than the store, none of whose
 			// files the destination holds: planted, or a real one whose
 			// files a retention job removed, the store then an older copy.
 			// No rebuild (it would believe planted forgets), but a commit
 			// the older store's original began after it may have placed
 			// files with no manifest, which the rebuild would have set
-			// aside: their clients resend them (I2).
+			// aside: their clients resend them (I2). Only after it: a
+			// file of this node below a real manifest was committed
+			// before that manifest was published (checkpoints commit one
+			// at a time), its own manifest perhaps removed by retention:
+			// never moved (I7).
 			var seen uint64
-			seen, err = lc.setAsideUnnamed(ctx, kept, limit,
+			seen, err = lc.setAsideUnnamed(ctx, max(kept, unheld), limit,
 				"a manifest of this node newer than the state store's newest commit names no file the destination holds (its files removed, or planted)",
 				"whose store was replaced by an older copy")
 			top = max(top, seen)
@@ -467,19 +471,20 @@ type manifestRef struct {
 // believe more). It reads from the newest down, until one is believed:
 // one read when the store is behind, none when it kept up.
 //
-// unheld reports that one of those read decodes as a manifest of this
-// node but the destination holds none of its files: planted, or a real
-// one whose files a retention job removed (then the store is an older
-// copy, and a commit its original began after it may have placed files:
-// replay sets those aside).
-func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (behind, unheld bool, err error) {
+// unheld is the highest id of those read that decodes as a manifest of
+// this node but whose files the destination holds none of (0: none):
+// planted, or a real one whose files a retention job removed (then the
+// store is an older copy, and a commit its original began after it may
+// have placed files: replay sets those aside, after unheld: a file below
+// a real manifest was committed before it was published).
+func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (behind bool, unheld uint64, err error) {
 	if len(newer) == 0 {
-		return false, false, nil
+		return false, 0, nil
 	}
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
-			return false, false, nil
+			return false, 0, nil
 		}
 	}
 	slices.SortFunc(newer, func(a, b manifestRef) int { return cmp.Compare(b.id, a.id) })
@@ -493,10 +498,10 @@ func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (be
 		case err == nil && held:
 			return true, unheld, nil
 		case err == nil:
-			unheld = true
+			unheld = max(unheld, ref.id)
 			err = errors.New("the destination holds none of its files with the size it states")
 		case !errors.Is(err, layout.ErrBadManifest) && !errors.Is(err, committer.ErrNotFound):
-			return false, false, fmt.Errorf("read manifest %s: %w", ref.name, err)
+			return false, 0, fmt.Errorf("read manifest %s: %w", ref.name, err)
 		}
 		lc.e.log.Error("a document with a manifest's name newer than the state store's newest commit is not a manifest the rebuild would believe: not a reason to rebuild (check who can write the bucket, docs/production.md)",
 			"op", "recovery", "path", ref.name, "err", err)

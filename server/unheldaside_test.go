@@ -1,0 +1,53 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/eosink/eosink/internal/layout"
+)
+
+// TestOlderCopyUnheldManifestKeepsCommittedUnnamedFiles: the set-aside a
+// start runs when the only manifests newer than its store name no file
+// the destination holds (d7ef6fa, setAsideUnnamed) looked after the
+// store's newest commit, not after those manifests. An older copy of the
+// store (after c1) is put back; since it, c2 committed p's batch b/0
+// (answered committed), then c3 committed t/0. Retention removed c2's
+// manifest (manifests kept a shorter time than stream b's data) and c3's
+// file (stream t kept a shorter time than manifests). c3's manifest is
+// then the only newer one, unheld; c2's file is in no manifest and the
+// only checkpoint's after the copy, so the start moved it to _quarantine/:
+// committed data a client was told committed, moved (I7), and b/0 gone
+// from the stream (I2). Checkpoints commit one at a time, each publishing
+// its manifest before the next places a file: a file with an id below a
+// manifest of this node was committed, never a commit cut short (the
+// first start sets aside only after the newest manifest,
+// setAsideFirstCommit).
+func TestOlderCopyUnheldManifestKeepsCommittedUnnamedFiles(t *testing.T) {
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		e := r.start(nil)
+		p := r.initProducer("p")
+		mustSend(t, e, p, "a", 0, 1)
+		r.commit()
+		backup := r.storeCopy() // a backup of the live store, after c1
+		mustSend(t, e, p, "b", 0, 1)
+		c2 := r.commit()
+		mustSend(t, e, p, "t", 0, 1)
+		c3 := r.commit()
+		if len(c2.Files) != 1 || len(c3.Files) != 1 {
+			t.Fatalf("checkpoints: %+v, %+v", c2, c3)
+		}
+		r.stop()
+		r.putStore(backup)
+		if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, c2.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.fs.Remove(rigDest + "/" + c3.Files[0].Final); err != nil {
+			t.Fatal(err)
+		}
+		r.broken = "retention removed c2's manifest and c3's file"
+		r.start(nil)
+		if _, err := r.fs.Stat(rigDest + "/" + c2.Files[0].Final); err != nil {
+			t.Fatalf("c2's file (p's batch b/0, answered committed) is gone from stream b: set aside by the start (I7): %v", err)
+		}
+	})
+}
