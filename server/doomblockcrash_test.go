@@ -23,14 +23,7 @@ import (
 // batches of both, resent, commit once (I3: nothing of n).
 func TestDoomedAbortAtBlockEndUnrecordedThenRestart(t *testing.T) {
 	withAndWithoutLease(t, func(t *testing.T, r *rig) {
-		f := r.withStoreFaults()
-		ends := &ckEnds{end: map[uint64][]recovery.State{}}
-		before := r.tweak
-		r.tweak = func(c *Config) {
-			before(c)
-			c.idBlock = 8
-			c.Hooks.Checkpoint = ends.hook
-		}
+		f, ends := blockEndRig(r)
 		e := r.start(nil)
 		full := func(_ int, op string, ph recovery.Phase) error {
 			if (op == "reserve" || op == "abort") && ph == recovery.BeforeCommit {
@@ -39,18 +32,7 @@ func TestDoomedAbortAtBlockEndUnrecordedThenRestart(t *testing.T) {
 			return nil
 		}
 		f.set(full)
-		seq := int64(0)
-		for e.pipe.reserved.Load() >= e.Status().OpenID+2 {
-			mustSend(t, e, nil, "s", seq, 1)
-			seq++
-			if res, err := e.Checkpoint(context.Background()); err != nil || res.State != recovery.Committed {
-				t.Fatalf("checkpoint with ids reserved: %+v, %v", res, err)
-			}
-		}
-		n := e.Status().OpenID
-		if got := e.pipe.reserved.Load(); got != n+1 {
-			t.Fatalf("reserved %d, open %d: want reserved = open+1", got, n)
-		}
+		n, seq := useUpReserve(t, e)
 		if res := mustSend(t, e, nil, "s", seq, 1); res.Checkpoint != n {
 			t.Fatalf("write into n: %+v", res)
 		}
@@ -101,14 +83,7 @@ func TestDoomedAbortAtBlockEndUnrecordedThenRestart(t *testing.T) {
 // once, and nothing answered into n, the doomed checkpoint, appears (I3).
 func TestDoomedAbortAtBlockEndRacingWrites(t *testing.T) {
 	r := newRig(t, nil)
-	f := r.withStoreFaults()
-	ends := &ckEnds{end: map[uint64][]recovery.State{}}
-	before := r.tweak
-	r.tweak = func(c *Config) {
-		before(c)
-		c.idBlock = 8
-		c.Hooks.Checkpoint = ends.hook
-	}
+	f, ends := blockEndRig(r)
 	e := r.start(nil)
 	f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
 	seq := int64(0)

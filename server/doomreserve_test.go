@@ -214,18 +214,7 @@ func TestDoomedAbortsAtBlockEnd(t *testing.T) {
 	f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
 	// Checkpoints with data go on while the ids they may hand out are
 	// reserved (5f1833d), until the reserve runs out.
-	seq := int64(0)
-	for e.pipe.reserved.Load() >= e.Status().OpenID+2 {
-		mustSend(t, e, nil, "s", seq, 1)
-		seq++
-		if res, err := e.Checkpoint(context.Background()); err != nil || res.State != recovery.Committed {
-			t.Fatalf("checkpoint with ids reserved: %+v, %v", res, err)
-		}
-	}
-	n := e.Status().OpenID
-	if got := e.pipe.reserved.Load(); got != n+1 {
-		t.Fatalf("reserved %d, open %d: want reserved = open+1", got, n)
-	}
+	n, seq := useUpReserve(t, e)
 	if _, err := e.Checkpoint(context.Background()); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("checkpoint at the end of the reserve: %v, want refused for space", err)
 	}
@@ -249,4 +238,40 @@ func TestDoomedAbortsAtBlockEnd(t *testing.T) {
 		must[invariant.BatchID{Stream: "s", Seq: i}] = true
 	}
 	r.check(invariant.Expect{Must: must, Exact: true})
+}
+
+// blockEndRig has r's engines reserve ids 8 at a time, report checkpoint
+// ends to the returned ckEnds and write their state store through the
+// returned storeFaults (after r's tweak).
+func blockEndRig(r *rig) (*storeFaults, *ckEnds) {
+	f := r.withStoreFaults()
+	ends := &ckEnds{end: map[uint64][]recovery.State{}}
+	before := r.tweak
+	r.tweak = func(c *Config) {
+		before(c)
+		c.idBlock = 8
+		c.Hooks.Checkpoint = ends.hook
+	}
+	return f, ends
+}
+
+// useUpReserve commits anonymous batches of stream s (seq 0 up), a
+// checkpoint each, while the ids a checkpoint may hand out are reserved
+// (reserving ahead refused for space, 5f1833d), until only the open
+// checkpoint's next is. It returns the open checkpoint n (reserved
+// n+1) and the next seq.
+func useUpReserve(t *testing.T, e *Engine) (n uint64, seq int64) {
+	t.Helper()
+	for e.pipe.reserved.Load() >= e.Status().OpenID+2 {
+		mustSend(t, e, nil, "s", seq, 1)
+		seq++
+		if res, err := e.Checkpoint(context.Background()); err != nil || res.State != recovery.Committed {
+			t.Fatalf("checkpoint with ids reserved: %+v, %v", res, err)
+		}
+	}
+	n = e.Status().OpenID
+	if got := e.pipe.reserved.Load(); got != n+1 {
+		t.Fatalf("reserved %d, open %d: want reserved = open+1", got, n)
+	}
+	return n, seq
 }
