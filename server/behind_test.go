@@ -108,18 +108,7 @@ func TestPlantedManifestGoneFilesMakesPlantedForgetBelieved(t *testing.T) {
 // (c2 and c3 used ids of the block reserved before the copy).
 func TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined(t *testing.T) {
 	withAndWithoutLease(t, func(t *testing.T, r *rig) {
-		e := r.start(nil)
-		p := r.initProducer("p")
-		mustSend(t, e, p, "a", 0, 2)
-		r.commit()
-		backup := r.storeCopy() // a backup of the live store, after c1
-		mustSend(t, e, p, "t", 0, 2)
-		c2 := r.commit()
-		mustSend(t, e, p, "a", 1, 3)
-		c3 := r.commit()
-		if len(c2.Files) != 1 || len(c3.Files) != 1 {
-			t.Fatalf("checkpoints: %+v, %+v", c2, c3)
-		}
+		p, backup, c2, c3 := r.copyThenTwoCommits(t, [3]string{"a", "t", "a"}, [3]int{2, 2, 3})
 		r.loseCommit(c3.ID, backup, leaseExpired)
 		// Retention removed stream t's files.
 		if err := r.fs.Remove(rigDest + "/" + c2.Files[0].Final); err != nil {
@@ -199,4 +188,28 @@ func TestBehindCheckRetriesTransientReads(t *testing.T) {
 			r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true, {Producer: "p", Stream: "s", Seq: 1}: true}, Exact: true})
 		})
 	}
+}
+
+// copyThenTwoCommits starts r, inits producer p and commits three of its
+// batches, one a checkpoint (c1, c2, c3), on streams[i] with recs[i]
+// records (its next seq on that stream), taking a copy of the live state
+// store (backup) after c1. c2 and c3 hold one file each.
+func (r *rig) copyThenTwoCommits(t *testing.T, streams [3]string, recs [3]int) (p *Producer, backup []byte, c2, c3 CheckpointResult) {
+	t.Helper()
+	e := r.start(nil)
+	p = r.initProducer("p")
+	seqs := map[string]int64{}
+	var cs [3]CheckpointResult
+	for i, s := range streams {
+		mustSend(t, e, p, s, seqs[s], recs[i])
+		seqs[s]++
+		cs[i] = r.commit()
+		if i == 0 {
+			backup = r.storeCopy() // a backup of the live store, after c1
+		}
+	}
+	if len(cs[1].Files) != 1 || len(cs[2].Files) != 1 {
+		t.Fatalf("checkpoints: %+v, %+v", cs[1], cs[2])
+	}
+	return p, backup, cs[1], cs[2]
 }

@@ -24,18 +24,7 @@ import (
 // setAsideFirstCommit).
 func TestOlderCopyUnheldManifestKeepsCommittedUnnamedFiles(t *testing.T) {
 	withAndWithoutLease(t, func(t *testing.T, r *rig) {
-		e := r.start(nil)
-		p := r.initProducer("p")
-		mustSend(t, e, p, "a", 0, 1)
-		r.commit()
-		backup := r.storeCopy() // a backup of the live store, after c1
-		mustSend(t, e, p, "b", 0, 1)
-		c2 := r.commit()
-		mustSend(t, e, p, "t", 0, 1)
-		c3 := r.commit()
-		if len(c2.Files) != 1 || len(c3.Files) != 1 {
-			t.Fatalf("checkpoints: %+v, %+v", c2, c3)
-		}
+		_, backup, c2, c3 := r.copyThenTwoCommits(t, [3]string{"a", "b", "t"}, [3]int{1, 1, 1})
 		r.stop()
 		r.putStore(backup)
 		if err := r.fs.Remove(rigDest + "/" + layout.ManifestName(rigNode, c2.ID)); err != nil {
