@@ -43,29 +43,7 @@ func TestStaleStateReadNewerEpochNotFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The read is answered now and delivered once released.
-	answered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	let := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(let)
-	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
-		if req.Method != http.MethodGet || req.URL.Path != "/v1/producers/p" {
-			return false
-		}
-		r.intercept(nil)
-		rec := httptest.NewRecorder()
-		next.ServeHTTP(rec, req)
-		close(answered)
-		<-release
-		copyAnswer(w, rec)
-		return true
-	})
-	read := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		_, err := c.State(ctx)
-		read <- err
-	}()
+	answered, let, read := holdStateRead(t, r, c, true)
 	<-answered
 	r.er.StorePath = filepath.Join(t.TempDir(), "state-lost.db")
 	r.crash()
@@ -87,4 +65,42 @@ func TestStaleStateReadNewerEpochNotFenced(t *testing.T) {
 	}
 	r.checkpoint()
 	flush(t, c)
+}
+
+// holdStateRead has c read producer p's state, held at the service until
+// let is called: answered there first and then held (answerFirst), or
+// held and then answered. reached is closed once the read is held; read
+// gets State's error.
+func holdStateRead(t *testing.T, r *rig, c *client.Client, answerFirst bool) (reached <-chan struct{}, let func(), read <-chan error) {
+	t.Helper()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	let = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let)
+	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+		if req.Method != http.MethodGet || req.URL.Path != "/v1/producers/p" {
+			return false
+		}
+		r.intercept(nil)
+		if !answerFirst {
+			close(held)
+			<-release
+			next.ServeHTTP(w, req)
+			return true
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, req)
+		close(held)
+		<-release
+		copyAnswer(w, rec)
+		return true
+	})
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		_, err := c.State(ctx)
+		errc <- err
+	}()
+	return held, let, errc
 }

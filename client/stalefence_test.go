@@ -1,12 +1,8 @@
 package client_test
 
 import (
-	"context"
 	"errors"
-	"net/http"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/eosink/eosink/client"
 )
@@ -27,27 +23,7 @@ func TestStaleStateReadAnotherWriterNextSendFenced(t *testing.T) {
 	}
 	r.checkpoint()
 	flush(t, c)
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	let := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(let)
-	r.intercept(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
-		if req.Method != http.MethodGet || req.URL.Path != "/v1/producers/p" {
-			return false
-		}
-		r.intercept(nil)
-		close(arrived)
-		<-release
-		next.ServeHTTP(w, req) // answered after both Inits
-		return true
-	})
-	read := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		_, err := c.State(ctx)
-		read <- err
-	}()
+	arrived, let, read := holdStateRead(t, r, c, false) // answered after both Inits
 	<-arrived
 	mine, err := c.Init(ctx(t))
 	if err != nil {
