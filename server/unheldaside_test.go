@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/spf13/afero"
 )
 
 // TestOlderCopyUnheldManifestKeepsCommittedUnnamedFiles: the set-aside a
@@ -37,6 +38,39 @@ func TestOlderCopyUnheldManifestKeepsCommittedUnnamedFiles(t *testing.T) {
 		r.start(nil)
 		if _, err := r.fs.Stat(rigDest + "/" + c2.Files[0].Final); err != nil {
 			t.Fatalf("c2's file (p's batch b/0, answered committed) is gone from stream b: set aside by the start (I7): %v", err)
+		}
+	})
+}
+
+// TestUnheldAsideSparesFilesOfUnreadableManifest: the set-aside a start
+// runs when the only newer manifests it could read name no file the
+// destination holds (setAsideUnnamed, d7ef6fa and b99f4fc) looked after
+// the newest of those, not after the newest manifest name. An older copy
+// of the store (after c1) is put back; since it, c2 committed p's batch
+// t/0 and c3 its batch b/0 (both answered committed). Retention removed
+// c2's file (stream t kept a shorter time), and c3's manifest no longer
+// decodes (a damaged object; a manifest of another version). c2's
+// manifest is then the only one read, unheld, and c3's file — in no
+// manifest that decodes, the only checkpoint's after c2 — was moved to
+// _quarantine/: committed data moved (I7), b/0 gone from stream b. A
+// checkpoint whose manifest name is there published it (checkpoints
+// commit one at a time): the rebuild (published) and a new store's first
+// start (ours) leave its files, whether its document decodes or not.
+func TestUnheldAsideSparesFilesOfUnreadableManifest(t *testing.T) {
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		_, backup, c2, c3 := r.copyThenTwoCommits(t, [3]string{"a", "t", "b"}, [3]int{1, 1, 1})
+		r.stop()
+		r.putStore(backup)
+		if err := r.fs.Remove(rigDest + "/" + c2.Files[0].Final); err != nil {
+			t.Fatal(err)
+		}
+		if err := afero.WriteFile(r.fs, rigDest+"/"+layout.ManifestName(rigNode, c3.ID), []byte("{not a manifest"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.broken = "retention removed c2's file; c3's manifest damaged"
+		r.start(nil)
+		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err != nil {
+			t.Fatalf("c3's file (p's batch b/0, answered committed, its manifest's name published) is gone from stream b: set aside by the start (I7): %v", err)
 		}
 	})
 }
