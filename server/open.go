@@ -367,9 +367,14 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			// file of this node below a real manifest was committed
 			// before that manifest was published (checkpoints commit one
 			// at a time), its own manifest perhaps removed by retention:
-			// never moved (I7).
+			// never moved (I7). After the newest manifest name, not the
+			// newest unheld one: a newer name whose document does not
+			// decode (damaged, another version's) or is gone meanwhile
+			// was published all the same, after its checkpoint's files
+			// were placed; the rebuild too looks after every name
+			// (recovery.Rebuild's published).
 			var seen uint64
-			seen, err = lc.setAsideUnnamed(ctx, max(kept, unheld), limit,
+			seen, err = lc.setAsideUnnamed(ctx, max(kept, unheld, ours.ours), limit,
 				"a manifest of this node newer than the state store's newest commit names no file the destination holds (its files removed, or planted)",
 				"whose store was replaced by an older copy")
 			top = max(top, seen)
@@ -475,8 +480,9 @@ type manifestRef struct {
 // this node but whose files the destination holds none of (0: none):
 // planted, or a real one whose files a retention job removed (then the
 // store is an older copy, and a commit its original began after it may
-// have placed files: replay sets those aside, after unheld: a file below
-// a real manifest was committed before it was published).
+// have placed files: replay sets those aside, after unheld and every
+// newer manifest name: a file below a real manifest was committed before
+// it was published).
 func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (behind bool, unheld uint64, err error) {
 	if len(newer) == 0 {
 		return false, 0, nil
