@@ -2,8 +2,11 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"github.com/eosink/eosink/internal/layout"
+	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/spf13/afero"
 )
 
@@ -71,6 +74,46 @@ func TestUnheldAsideSparesFilesOfUnreadableManifest(t *testing.T) {
 		r.start(nil)
 		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err != nil {
 			t.Fatalf("c3's file (p's batch b/0, answered committed, its manifest's name published) is gone from stream b: set aside by the start (I7): %v", err)
+		}
+	})
+}
+
+// TestUnheldAsideThenStartCut: the unheld-manifest set-aside (as in
+// TestOlderCopyNewestManifestFilesGoneHalfCommitQuarantined: an older copy
+// of the store put back, c2's manifest newer than it and unheld, c3 cut
+// between its renames and its manifest) moves c3's file, and the start is
+// cut before it reserves ids (a full disk, then a kill). The next start,
+// over the same older copy, sees the file set aside already: it moves
+// nothing twice, continues ids beyond c3 (I8: c3's id was answered to its
+// client), and p's resend of a/1 is taken anew and lands once (I2).
+func TestUnheldAsideThenStartCut(t *testing.T) {
+	withAndWithoutLease(t, func(t *testing.T, r *rig) {
+		f := r.withStoreFaults()
+		p, backup, c2, c3 := r.copyThenTwoCommits(t, [3]string{"a", "t", "a"}, [3]int{2, 2, 3})
+		r.loseCommit(c3.ID, backup, leaseExpired)
+		if err := r.fs.Remove(rigDest + "/" + c2.Files[0].Final); err != nil {
+			t.Fatal(err)
+		}
+		f.set(failOp("reserve", recovery.BeforeCommit, errPageENOSPC, 1<<30))
+		if _, err := r.open(nil, 300*time.Millisecond); err == nil {
+			t.Fatal("the start reserved ids on a full disk")
+		}
+		r.stop()
+		f.set(nil)
+		if q, _ := afero.Glob(r.fs, rigDest+"/"+layout.QuarantineDir+"/"+rigNode+"/a/*"); len(q) != 1 {
+			t.Fatalf("set aside before the cut: %v, want c3's file", q)
+		}
+		if _, err := r.fs.Stat(rigDest + "/" + c3.Files[0].Final); err == nil {
+			t.Fatal("c3's file is still in stream a after the cut start")
+		}
+		r.broken = "a retention rule removed a file a manifest names"
+		r.resendCutBatch(t, p)
+		if open := r.e.Status().OpenID; open <= c3.ID {
+			t.Fatalf("open checkpoint %d; c3 (%d) was answered to its client (I8)", open, c3.ID)
+		}
+		rep := r.checker0(invariant.Expect{})
+		if len(rep.Quarantined) != 1 {
+			t.Fatalf("quarantined %v, want c3's file once", rep.Quarantined)
 		}
 	})
 }
