@@ -341,7 +341,9 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		case behind:
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_rebuilt_through", through, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			var seen uint64
+			believed, seen, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			top = max(top, seen) // the files it set aside named ids too (I8)
 		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
 			// the store's (ids are reserved in the store first, then in
@@ -351,7 +353,9 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
-			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			var seen uint64
+			believed, seen, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			top = max(top, seen) // the files it set aside named ids too (I8)
 		case res.LastID == 0 && lc.leaseReserved(0) == 0:
 			var seen uint64
 			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
