@@ -56,6 +56,12 @@ type Rebuilt struct {
 	// caller moves them aside (layout.QuarantineName) so that the destination
 	// holds each batch once. Sorted by path.
 	Quarantine []string
+	// UnnamedHighest is the highest checkpoint id after the newest
+	// manifest and within the limit that a name of a part file of node
+	// shows anywhere (Quarantine's, set aside already, left in place):
+	// ids were handed out up to it (UnnamedParts), so a start continues
+	// beyond it (I8).
+	UnnamedHighest uint64
 	// Forgotten are the node's forgotten-producers documents, set by the
 	// caller that applies them after Restore (Store.ApplyForgotten):
 	// Restore does not create a producer the store lacks that they would
@@ -273,7 +279,7 @@ func rebuild(ctx context.Context, r committer.Reader, node string, limit uint64,
 			newest = max(newest, id)
 		}
 	}
-	if out.Quarantine, _, err = unnamedParts(ctx, r, node, newest, limit, published); err != nil {
+	if out.Quarantine, out.UnnamedHighest, err = unnamedParts(ctx, r, node, newest, limit, published); err != nil {
 		return nil, fmt.Errorf("rebuild from destination: %w", err)
 	}
 	return out, nil

@@ -341,7 +341,9 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		case behind:
 			lc.e.log.Error("the state store is behind the destination (lost, or an older copy): rebuilding producers from the manifests",
 				"store", lc.e.cfg.StorePath, "store_committed_checkpoint", newest, "store_rebuilt_through", through, "store_last_checkpoint", res.LastID, "manifest_checkpoint", ours.ours)
-			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			var seen uint64
+			believed, seen, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			top = max(top, seen) // the files it set aside named ids too (I8)
 		case rebuild:
 			// The lease shows ids a former incarnation reserved beyond
 			// the store's (ids are reserved in the store first, then in
@@ -351,7 +353,9 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			// placed files. The rebuild finds and sets them aside.
 			lc.e.log.Error("the node lease shows checkpoint ids reserved beyond the state store's (a new store, or an older copy): looking for files a former incarnation left",
 				"store", lc.e.cfg.StorePath, "store_last_checkpoint", res.LastID, "lease_reserved_checkpoint", lc.leaseReserved(res.LastID))
-			believed, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			var seen uint64
+			believed, seen, err = lc.rebuildProducers(ctx, limit, newest, docs)
+			top = max(top, seen) // the files it set aside named ids too (I8)
 		case res.LastID == 0 && lc.leaseReserved(0) == 0:
 			var seen uint64
 			seen, err = lc.setAsideFirstCommit(ctx, max(ours.ours, newest), limit)
@@ -367,9 +371,14 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 			// file of this node below a real manifest was committed
 			// before that manifest was published (checkpoints commit one
 			// at a time), its own manifest perhaps removed by retention:
-			// never moved (I7).
+			// never moved (I7). After the newest manifest name, not the
+			// newest unheld one: a newer name whose document does not
+			// decode (damaged, another version's) or is gone meanwhile
+			// was published all the same, after its checkpoint's files
+			// were placed; the rebuild too looks after every name
+			// (recovery.Rebuild's published).
 			var seen uint64
-			seen, err = lc.setAsideUnnamed(ctx, max(kept, unheld), limit,
+			seen, err = lc.setAsideUnnamed(ctx, max(kept, unheld, ours.ours), limit,
 				"a manifest of this node newer than the state store's newest commit names no file the destination holds (its files removed, or planted)",
 				"whose store was replaced by an older copy")
 			top = max(top, seen)
@@ -475,8 +484,9 @@ type manifestRef struct {
 // this node but whose files the destination holds none of (0: none):
 // planted, or a real one whose files a retention job removed (then the
 // store is an older copy, and a commit its original began after it may
-// have placed files: replay sets those aside, after unheld: a file below
-// a real manifest was committed before it was published).
+// have placed files: replay sets those aside, after unheld and every
+// newer manifest name: a file below a real manifest was committed before
+// it was published).
 func (lc *lifecycle) believedNewer(ctx context.Context, newer []manifestRef) (behind bool, unheld uint64, err error) {
 	if len(newer) == 0 {
 		return false, 0, nil

@@ -30,27 +30,29 @@ import (
 // may lack its table commit (finishTables).
 // What cannot be rebuilt is logged as an error: an operator restoring a
 // copy must know it. It returns the highest id of a manifest it believed
-// (recovery.Rebuilt.Highest).
-func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint64, forgotten []*layout.Forgotten) (uint64, error) {
+// (recovery.Rebuilt.Highest) and the highest id a part file of this node
+// after the newest manifest names, set aside or not
+// (recovery.Rebuilt.UnnamedHighest): ids continue beyond it (I8).
+func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint64, forgotten []*layout.Forgotten) (believed, seen uint64, err error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		if r, ok = lc.e.cfg.Committer.(committer.Reader); !ok {
-			return 0, nil
+			return 0, 0, nil
 		}
 	}
 	begin := time.Now()
 	rb, err := recovery.Rebuild(ctx, r, lc.e.cfg.Node, limit, lc.e.log)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	rb.Forgotten = forgotten
 	// Before the store counts the manifests' checkpoints committed: a
 	// failure here retries the whole step, rebuild included.
 	if rb.Parked, err = lc.finishTables(ctx, rb, committed); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := lc.e.store.Restore(rb); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n := checkpointsOf(rb.Quarantine); n > 1 {
 		// Only the checkpoint after the newest manifest can have placed
@@ -62,7 +64,7 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 		rb.Quarantine = nil
 	}
 	if err := lc.quarantine(ctx, rb.Quarantine); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	lc.e.log.Error("rebuilt producers from the destination's manifests; not in the destination and so not rebuilt: "+
 		"idempotency keys of batches committed after the store's copy (a keyed resend of one is written again), "+
@@ -70,7 +72,7 @@ func (lc *lifecycle) rebuildProducers(ctx context.Context, limit, committed uint
 		"op", "rebuild", "manifests", rb.Manifests, "skipped_manifests", rb.Skipped, "files_gone", rb.FilesGone, "highest_manifest", rb.Highest, "producers", len(rb.Producers),
 		"quarantined", len(rb.Quarantine),
 		"duration_ms", time.Since(begin).Milliseconds())
-	return rb.Highest, nil
+	return rb.Highest, rb.UnnamedHighest, nil
 }
 
 // finishTables finishes the table commits a state store lost after the
