@@ -10,10 +10,13 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/committer/s3"
 	"github.com/eosink/eosink/internal/layout"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"github.com/minio/minio-go/v7"
 )
 
 // A prepared checkpoint whose files are gone when the replay commits it
@@ -318,4 +321,128 @@ func TestLiveCommitLostStaging(t *testing.T) {
 	mustSend(t, e, p, "a", 1, 1)
 	r.commit()
 	r.broken = "a staging file removed by hand"
+}
+
+// TestReplayLostOlderCopyS3 is TestReplayLostOlderCopy ("files",
+// "files+manifest") over an S3 destination (MinIO): there the commit
+// finds neither the upload, the staging object, the final object nor the
+// local staging file (committer/s3 ErrLost), and nothing is displaced.
+// The copy of the store is taken at the Finisher's fence, before c's
+// files commit.
+func TestReplayLostOlderCopyS3(t *testing.T) {
+	srv := testsrv.StartMinIO(t)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []string{"files", "files+manifest"} {
+		t.Run(tc, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.broken = "an S3 destination: the checker reads the local one"
+			l := &errorLog{}
+			var dest *s3.S3
+			r.tweak = func(c *Config) {
+				d, err := s3.New(s3.Config{Client: client, Bucket: srv.Bucket, Prefix: "lost-" + strings.ReplaceAll(tc, "+", "-"), Node: rigNode, Staging: c.FS})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dest, c.Committer, c.Publisher, c.Logger = d, d, d, slog.New(l)
+			}
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "a", 0, 1)
+			r.commit()
+			mustSend(t, e, p, "a", 1, 2)
+			mustSend(t, e, p, "b", 0, 2)
+			var backup []byte
+			e.fin.Fence = func() error {
+				if backup == nil {
+					backup = r.storeCopy()
+				}
+				return nil
+			}
+			c := r.commit()
+			r.stop()
+			r.putStore(backup)
+			gone := []string{c.Files[0].Final, c.Files[1].Final}
+			if tc == "files+manifest" {
+				gone = append(gone, layout.ManifestName(rigNode, c.ID))
+			}
+			for _, name := range gone {
+				if err := client.RemoveObject(t.Context(), srv.Bucket, dest.Key(name), minio.RemoveObjectOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e, err := r.open(nil, 5*time.Second)
+			if err != nil {
+				t.Fatalf("the start is not ready after 5 s (%v); recovering: %s", err, e.Status().Recovering)
+			}
+			for _, b := range []struct {
+				stream string
+				seq    int64
+			}{{"a", 1}, {"b", 0}} {
+				res, err := send(e, p, b.stream, b.seq, 2)
+				if err != nil || !res.Duplicate || !res.Committed {
+					t.Fatalf("resend of %s/%d: %+v, %v; want a committed duplicate", b.stream, b.seq, res, err)
+				}
+			}
+			if got := e.Status().LostFiles; got != 2 {
+				t.Errorf("Status.LostFiles %d, want 2", got)
+			}
+			for _, f := range gone[:2] {
+				if len(l.find("lost", f)) == 0 {
+					t.Errorf("no error logged naming lost file %s", f)
+				}
+			}
+			mustSend(t, e, p, "a", 2, 1)
+			r.commit()
+		})
+	}
+}
+
+// TestReplayLostOlderCopyThenBehind: as TestReplayLostOlderCopy, but
+// the node committed c2 (p's a/2) after c before the copy was put back,
+// and retention removed c's files and manifest, not c2's. The replay
+// records c committed without its files, then finds the store behind
+// the destination (c2's manifest) and rebuilds: every resend, of c's
+// batches and of c2's, is a committed duplicate.
+func TestReplayLostOlderCopyThenBehind(t *testing.T) {
+	r, h, l := lostRig(t)
+	p, backup, c := preparedCopy(t, r, h)
+	e := r.start(nil)
+	mustSend(t, e, p, "a", 2, 1)
+	c2 := r.commit()
+	r.stop()
+	r.putStore(backup)
+	for _, name := range []string{c.Files[0].Final, c.Files[1].Final, layout.ManifestName(rigNode, c.ID)} {
+		if err := r.fs.Remove(rigDest + "/" + name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.broken = "files and manifest of a committed checkpoint removed"
+	e, err := r.open(nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the start is not ready after 5 s (%v); recovering: %s", err, e.Status().Recovering)
+	}
+	for _, b := range []struct {
+		stream string
+		seq    int64
+		n      int
+	}{{"a", 1, 2}, {"b", 0, 2}, {"a", 2, 1}} {
+		res, err := send(e, p, b.stream, b.seq, b.n)
+		if err != nil || !res.Duplicate || !res.Committed {
+			t.Fatalf("resend of %s/%d: %+v, %v; want a committed duplicate", b.stream, b.seq, res, err)
+		}
+	}
+	if got := e.Status().LostFiles; got != 2 {
+		t.Errorf("Status.LostFiles %d, want 2", got)
+	}
+	if len(l.find("lost", c.Files[0].Final)) == 0 || len(l.find("state store is behind")) == 0 {
+		t.Errorf("errors logged: %q; want the lost files and the rebuild", l.find())
+	}
+	if open := e.Status().OpenID; open <= c2.ID {
+		t.Fatalf("open checkpoint %d, c2 was %d (I8)", open, c2.ID)
+	}
+	mustSend(t, e, p, "a", 3, 1)
+	r.commit()
 }
