@@ -49,6 +49,18 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+	// lost: of the abort verdicts, only a file gone for good.
+	for err, want := range map[error]bool{
+		fmt.Errorf("commit: %w", committer.ErrLost):                                               true,
+		fmt.Errorf("commit: %w", committer.ErrConflict):                                           false,
+		fmt.Errorf("rename: %w", syscall.ENOTDIR):                                                 false,
+		fmt.Errorf("x: %w", committer.ErrTransient):                                               false,
+		errors.Join(fmt.Errorf("a: %w", committer.ErrLost), fmt.Errorf("b: %w", durable.ErrSync)): false,
+	} {
+		if got := lost(err); got != want {
+			t.Errorf("lost(%v) = %v, want %v", err, got, want)
+		}
+	}
 }
 
 // TestReplayFailedDirSyncStops: a failed fsync of the destination

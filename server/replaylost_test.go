@@ -128,10 +128,9 @@ func preparedCopy(t *testing.T, r *rig, h *commitHook) (p *Producer, backup []by
 	r.commit()
 	mustSend(t, e, p, "a", 1, 2)
 	mustSend(t, e, p, "b", 0, 2)
+	var once sync.Once // the files commit in parallel
 	h.set(func(committer.File) error {
-		if backup == nil {
-			backup = r.storeCopy()
-		}
+		once.Do(func() { backup = r.storeCopy() })
 		return nil
 	})
 	c = r.commit()
@@ -298,12 +297,10 @@ func TestLiveCommitLostStaging(t *testing.T) {
 	mustSend(t, e, p, "a", 0, 2)
 	mustSend(t, e, p, "b", 0, 2)
 	var gone string
-	h.set(func(f committer.File) error {
-		if gone == "" {
-			gone = f.Final
-			return r.fs.Remove(f.Temp)
-		}
-		return nil
+	var once sync.Once // the files commit in parallel
+	h.set(func(f committer.File) (err error) {
+		once.Do(func() { gone, err = f.Final, r.fs.Remove(f.Temp) })
+		return err
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
