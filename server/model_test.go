@@ -46,7 +46,10 @@ import (
 // wedged). Around the clients, the world steps (model_world_test.go): an
 // Iceberg table stream checked against the manifests, a wall clock that
 // steps forward and back (key and producer expiry), and a retention job
-// that removes committed partitions. EOSINK_MODEL_STEPS sets the steps
+// that removes committed partitions; and a copy of state.db taken while
+// a checkpoint commits, put back after retention removed that
+// checkpoint's files (copyMidCommitAfterRetention: the replay finds them
+// lost and must still start). EOSINK_MODEL_STEPS sets the steps
 // (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
