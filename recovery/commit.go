@@ -44,6 +44,23 @@ type Finisher struct {
 	// first name fails for good, ErrLost included (the temp may have moved
 	// there already). Nil: no file is displaced.
 	Displace func(f committer.File, err error) (committer.File, bool)
+	// Lost, when set, says whether err, a file's failed commit, means
+	// the file is gone for good: neither its staged data nor a final file
+	// exists, under its name or its displaced one (the failure policy
+	// decides). No retry and no operator brings it back, so the
+	// checkpoint is recorded committed without it instead of holding
+	// back every later one — and the start, when the replay meets it: a
+	// checkpoint a store put back from an older copy holds prepared,
+	// committed since and its files removed by a retention job, or one
+	// whose staging files were lost before it committed. Its sequence
+	// numbers stay (I12: the next_seq init answered stays valid); Gone
+	// is told. Nil: a lost file fails Finish, which is retried.
+	Lost func(err error) bool
+	// Gone, when set, is told of the files of checkpoint id that Finish
+	// recorded committed without (Lost), once the record holds it;
+	// published says whether the checkpoint's manifest was there already
+	// (it was committed before, its files removed since).
+	Gone func(id uint64, files []committer.File, published bool)
 	// Tables, when set, commits the checkpoint's files of table streams
 	// into their tables after the manifest is published and before the
 	// checkpoint is recorded committed (docs/design.md "Tables"). Nil: no
@@ -102,7 +119,7 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 	}()
 	// Every file is tried, whatever the others do: errors are kept, not
 	// used to cancel.
-	files, err := f.commitFiles(ctx, c.Files, par)
+	files, lost, err := f.commitFiles(ctx, c.Files, par)
 	if err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", c.ID, err)
 	}
@@ -117,7 +134,8 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %d: manifest: %w", c.ID, err)
 	}
 	body, err := f.publish(ctx, name, c, moved, early)
-	if errors.Is(err, committer.ErrExists) {
+	published := errors.Is(err, committer.ErrExists)
+	if published {
 		// Published by an earlier try — if it holds these bytes (they are
 		// deterministic). Other bytes mean the id was used before, by a
 		// state store since lost: never call that published.
@@ -137,7 +155,7 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		if err := f.fence(); err != nil {
 			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
 		}
-		if parked, err = f.commitTables(ctx, c.ID, files); err != nil {
+		if parked, err = f.commitTables(ctx, c.ID, present(files, lost)); err != nil {
 			return fmt.Errorf("commit checkpoint %d: table: %w", c.ID, err)
 		}
 	}
@@ -151,6 +169,9 @@ func (f *Finisher) Finish(ctx context.Context, c *Checkpoint) error {
 		for _, p := range parked {
 			f.Parked(p)
 		}
+	}
+	if f.Gone != nil && len(lost) > 0 {
+		f.Gone(c.ID, lost, published)
 	}
 	if moved != nil {
 		c.Files = moved // the caller's answer names them where they are
@@ -289,17 +310,19 @@ func (f *Finisher) publish(ctx context.Context, name string, c *Checkpoint, move
 }
 
 // commitFiles commits every file, par at a time, and returns them as
-// committed (some may be displaced). Every file is tried, whatever the
+// committed (some may be displaced) and those lost (Lost), which are
+// not committed and owe no sync. Every file is tried, whatever the
 // others do: errors are kept, not used to cancel.
 //
 // A committer.BatchCommitter commits every file first and then syncs each
 // token once, after all the commits that returned it (local: one fsync per
 // final directory, not per file). Only when every sync succeeded are the
 // files committed; a failed sync is never retried here.
-func (f *Finisher) commitFiles(ctx context.Context, in []committer.File, par int) ([]committer.File, error) {
+func (f *Finisher) commitFiles(ctx context.Context, in []committer.File, par int) ([]committer.File, []committer.File, error) {
 	files := append([]committer.File(nil), in...)
 	errs := make([]error, len(files))
 	tokens := make([]string, len(files))
+	gone := make([]bool, len(files))
 	bc, batch := f.Committer.(committer.BatchCommitter)
 	commit := func(file committer.File) (string, error) { return "", f.Committer.Commit(ctx, file) }
 	if batch {
@@ -308,11 +331,17 @@ func (f *Finisher) commitFiles(ctx context.Context, in []committer.File, par int
 	var g errgroup.Group
 	g.SetLimit(par)
 	for i := range files {
-		g.Go(func() error { files[i], tokens[i], errs[i] = f.commitFile(files[i], commit); return nil })
+		g.Go(func() error { files[i], tokens[i], gone[i], errs[i] = f.commitFile(files[i], commit); return nil })
 	}
 	_ = g.Wait() // the goroutines return nil; errs has their errors
+	var lost []committer.File
+	for i := range files {
+		if gone[i] {
+			lost = append(lost, files[i])
+		}
+	}
 	if err := errors.Join(errs...); err != nil || !batch {
-		return files, err
+		return files, lost, err
 	}
 	seen := make(map[string]bool)
 	var owed []string
@@ -329,27 +358,59 @@ func (f *Finisher) commitFiles(ctx context.Context, in []committer.File, par int
 		g.Go(func() error { errs[i] = bc.SyncCommits(ctx, t); return nil })
 	}
 	_ = g.Wait()
-	return files, errors.Join(errs...)
+	return files, lost, errors.Join(errs...)
+}
+
+// present returns files without those in lost.
+func present(files, lost []committer.File) []committer.File {
+	if len(lost) == 0 {
+		return files
+	}
+	gone := make(map[string]bool, len(lost))
+	for _, l := range lost {
+		gone[l.Final] = true
+	}
+	var out []committer.File
+	for _, file := range files {
+		if !gone[file.Final] {
+			out = append(out, file)
+		}
+	}
+	return out
 }
 
 // commitFile commits file with commit, or its displaced form when the
 // destination refuses its name for good (Displace). It returns the file as
-// committed and the sync it owes.
-func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (string, error)) (committer.File, string, error) {
+// committed and the sync it owes, or true when it is lost (Lost: under
+// its name and, when displaced, under that one too).
+func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (string, error)) (committer.File, string, bool, error) {
 	token, err := commit(file)
-	if err == nil || f.Displace == nil {
-		return file, token, err
+	if err == nil {
+		return file, token, false, nil
+	}
+	lost := f.Lost != nil && f.Lost(err)
+	if f.Displace == nil {
+		return file, "", lost, unlessLost(lost, err)
 	}
 	moved, ok := f.Displace(file, err)
 	if !ok {
-		return file, "", err
+		return file, "", lost, unlessLost(lost, err)
 	}
 	moved.DisplacedFrom = file.Final
 	token, derr := commit(moved)
 	if derr != nil {
-		return file, "", fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr)
+		lost = lost && f.Lost(derr)
+		return file, "", lost, unlessLost(lost, fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr))
 	}
-	return moved, token, nil
+	return moved, token, false, nil
+}
+
+// unlessLost is err, or nil when the file is lost: Finish goes on without it.
+func unlessLost(lost bool, err error) error {
+	if lost {
+		return nil
+	}
+	return err
 }
 
 func (f *Finisher) fence() error {

@@ -138,6 +138,7 @@ func NewMetricsWith(reg prometheus.Registerer, status func() Status, cfg Metrics
 		gauge("eosink_commit_stuck_permanent", "1 while a prepared checkpoint fails to commit with an error no retry cures: it needs an operator.", func(s Status) float64 { return b2f(s.StuckPermanent) }),
 		gauge("eosink_tables_parked", "Table streams whose table commit is parked: it fails with an error no retry cures (planted or incompatible table metadata) and waits for an operator, while the node's other streams commit; the stream's writes are refused with backpressure meanwhile.", func(s Status) float64 { return float64(s.TablesParked) }),
 		gauge("eosink_table_metadata_passed_over", "Table metadata files the table commits passed over since the start: documents at a table's newest versions that are no metadata of it (planted); the commits wrote past them.", func(s Status) float64 { return float64(s.TablePassedOver) }),
+		gauge("eosink_files_lost", "Part files of prepared checkpoints recorded committed without them since the start: neither their staged data nor a final file existed (removed after the commit, or staged data lost); the log names each.", func(s Status) float64 { return float64(s.LostFiles) }),
 		gauge("eosink_files_displaced", "Part files committed under <stream>/_displaced/ since the start, because the destination refused their own name for good.", func(s Status) float64 { return float64(s.Displaced) }),
 	)
 	return m

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,7 +46,10 @@ import (
 // wedged). Around the clients, the world steps (model_world_test.go): an
 // Iceberg table stream checked against the manifests, a wall clock that
 // steps forward and back (key and producer expiry), and a retention job
-// that removes committed partitions. EOSINK_MODEL_STEPS sets the steps
+// that removes committed partitions; and a copy of state.db taken while
+// a checkpoint commits, put back after retention removed that
+// checkpoint's files (copyMidCommitAfterRetention: the replay finds them
+// lost and must still start). EOSINK_MODEL_STEPS sets the steps
 // (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
@@ -65,13 +69,14 @@ type modelStats struct {
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck, doomedAtBlockEnd                     int
+	copiesMidCommit, lostOnReplay                                                                                                  int
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone)",
+	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone), %d copies of state.db taken mid-commit and restored after retention removed %d of that commit's files",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd, s.copiesMidCommit, s.lostOnReplay) + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -893,9 +898,118 @@ func (mr *modelRun) storeEvent() {
 		mr.st.leasesDamaged++
 		mr.note("lease %s", how)
 		mr.restart(mr.rng.IntN(2) == 0)
+	case y < 14: // a copy taken mid-commit comes back after retention removed that commit's files
+		mr.sw.Set(nil)
+		mr.copyMidCommitAfterRetention()
 	default:
 		mr.restart(mr.rng.IntN(2) == 0)
 	}
+}
+
+// copyMidCommitAfterRetention takes a copy of the live state.db while a
+// checkpoint c commits (recorded prepared, its files not yet final: a
+// backup runs at any moment), lets c commit and one more checkpoint
+// after it with batches of the same producers and streams (so that c's
+// are not their newest),
+// then removes c's files that hold no producer's newest batch, as a
+// retention job would (and, half the time, c's manifest with them), and
+// puts the copy back. The start re-commits c: neither its staged data
+// nor those final files exist (committer.ErrLost). It must become ready
+// (r.start: not a replay retrying for ever), record c committed — it
+// was — and tell every producer what the model knows committed (I12,
+// loseStore); resends of c's batches are then committed duplicates.
+// The files kept are not removed (retentionVictim's rule: a store lost
+// later rebuilds producers from manifests whose files are held).
+func (mr *modelRun) copyMidCommitAfterRetention() {
+	var pairs [][2]string
+	for range 1 + mr.rng.IntN(4) {
+		p := mr.producers[mr.rng.IntN(len(mr.producers))]
+		if _, inited := mr.m.epoch[p]; inited {
+			pairs = append(pairs, [2]string{p, mr.streams[mr.rng.IntN(len(mr.streams))]})
+		}
+	}
+	write := func() {
+		for _, k := range pairs {
+			if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, k[0], k[1], 1+mr.rng.IntN(2)); err != nil {
+				mr.fail("write around a copy taken mid-commit: %v", err)
+			}
+		}
+	}
+	// Whatever is open commits first: the copy is to hold c prepared.
+	commitAll(mr.t, mr.e, mr.m, "before a copy taken mid-commit", mr.fail)
+	write()
+	var copyOf []byte
+	fence := mr.e.fin.Fence
+	mr.e.fin.Fence = func() error {
+		if copyOf == nil {
+			data, err := os.ReadFile(mr.r.storePath)
+			if err != nil {
+				return err
+			}
+			copyOf = data
+		}
+		if fence != nil {
+			return fence()
+		}
+		return nil
+	}
+	c := commitAll(mr.t, mr.e, mr.m, "a copy taken mid-commit", mr.fail)
+	mr.e.fin.Fence = fence
+	if copyOf == nil {
+		return // nothing to commit: no checkpoint was prepared
+	}
+	write() // the same producers and streams: c's batches are not their newest
+	commitAll(mr.t, mr.e, mr.m, "after a copy taken mid-commit", mr.fail)
+	mr.fullCheck() // every data file in place is committed
+	var removed int
+	for _, f := range c.Files {
+		if f.Stream == tableStream {
+			continue // a table's files go by table maintenance
+		}
+		data, err := afero.ReadFile(mr.base, rigDest+"/"+f.Final)
+		if err != nil {
+			mr.fail("copy mid-commit: read %s: %v", f.Final, err)
+		}
+		bs, err := invariant.FileBatches(f.Final, data)
+		if err != nil {
+			mr.fail("copy mid-commit: read %s: %v", f.Final, err)
+		}
+		if slices.ContainsFunc(bs, func(b invariant.BatchID) bool {
+			return b.Producer != "" && b.Seq == mr.m.prepared[[2]string{b.Producer, b.Stream}]-1
+		}) {
+			continue
+		}
+		mr.r.checker.Removed(f.Final, data)
+		if err := mr.base.Remove(rigDest + "/" + f.Final); err != nil {
+			mr.fail("copy mid-commit: remove %s: %v", f.Final, err)
+		}
+		if err := durable.SyncDir(mr.base, path.Dir(rigDest+"/"+f.Final)); err != nil {
+			mr.fail("copy mid-commit: sync: %v", err)
+		}
+		removed++
+	}
+	if removed > 0 && mr.rng.IntN(2) == 0 {
+		name := rigDest + "/" + layout.ManifestName(rigNode, c.ID)
+		if err := mr.base.Remove(name); err != nil {
+			mr.fail("copy mid-commit: remove the manifest: %v", err)
+		}
+		if err := durable.SyncDir(mr.base, path.Dir(name)); err != nil {
+			mr.fail("copy mid-commit: sync: %v", err)
+		}
+	}
+	mr.st.copiesMidCommit++
+	mr.st.lostOnReplay += removed
+	mr.note("state.db copied while checkpoint %d committed; %d of its %d files removed since", c.ID, removed, len(c.Files))
+	mr.storeReplaced = true
+	mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
+	if got := mr.e.Status().LostFiles; got != int64(removed) {
+		mr.fail("copy mid-commit: the start counted %d lost files, %d were removed", got, removed)
+	}
+	mr.st.copiesRestored++
+	mr.km.storeLost()
+	mr.world.touchesLost(mr.m)
+	mr.note("state.db replaced by the copy taken mid-commit")
+	mr.fullCheck()
 }
 
 // leaseAfterLoss picks how the node lease looks after a store loss: most

@@ -29,7 +29,9 @@ const (
 	// verdictAbort: the step will not pass as things are (a file lost, a
 	// name taken by other content, a path the destination refuses). Before
 	// "prepared" the checkpoint aborts; after it the commit is stuck until
-	// an operator acts: it is retried slowly and reported as stuck.
+	// an operator acts: it is retried slowly and reported as stuck —
+	// unless a file is lost (lost), which no operator can bring back: the
+	// checkpoint is recorded committed without it.
 	verdictAbort
 	// verdictStop: the engine cannot go on safely (a failed fsync, a state
 	// store in an unknown state, a lease another process holds). It stops;
@@ -70,6 +72,17 @@ var abortErrors = []error{
 	syscall.ENAMETOOLONG,  // a name or path over the destination's limit
 	table.ErrIncompatible, // a table that can't take the stream's files (schema, spec)
 	table.ErrCorrupt,      // table metadata in the destination that doesn't parse
+}
+
+// lost reports whether err, a file's failed commit, says the file is
+// gone for good: an abort verdict, and what no retry cures is that
+// neither the staged data nor the final file exists (committer.ErrLost),
+// which no operator can put right either (unlike other content at the
+// name, or a path the destination refuses). A prepared checkpoint is
+// then recorded committed without the file, loudly
+// (recovery.Finisher.Lost), on the live path and in the replay alike.
+func lost(err error) bool {
+	return classify(err) == verdictAbort && errors.Is(err, committer.ErrLost)
 }
 
 // errStop ends a retry at once: the engine cannot go on.

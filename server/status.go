@@ -22,7 +22,7 @@ type Status struct {
 	Stuck       string // the error holding a prepared checkpoint, if any
 	// StuckCheckpoint is the prepared checkpoint Stuck holds back, since
 	// StuckSince. StuckPermanent: its last error is one a retry does not
-	// cure (a file lost, a name taken by other content, a path the
+	// cure (a name taken by other content, a path the
 	// destination refuses): it needs an operator, and /readyz says so.
 	StuckCheckpoint uint64
 	StuckSince      time.Time
@@ -30,6 +30,10 @@ type Status struct {
 	// Displaced counts the part files committed under their displaced
 	// name since the start (Engine.displace).
 	Displaced int64
+	// LostFiles counts the part files of prepared checkpoints recorded
+	// committed without them since the start, because neither their
+	// staged data nor a final file existed (health.noteLost).
+	LostFiles int64
 	// TablePassedOver counts the table metadata files the table commits
 	// passed over since the start: documents at a table's newest versions
 	// that are no metadata of the table (planted; docs/tables.md).
@@ -65,6 +69,7 @@ type health struct {
 
 	status     atomic.Pointer[Status] // published under mu, read by Status without it
 	displaced  atomic.Int64           // part files committed displaced
+	lostFiles  atomic.Int64           // part files recorded committed though lost
 	passedOver atomic.Int64           // table metadata files passed over
 
 	tablesParked int    // parked table streams (parked.go)
@@ -101,6 +106,7 @@ func (e *Engine) Status() Status {
 	}
 	s.diskFullAt = time.Time{}
 	s.Displaced = e.health.displaced.Load()
+	s.LostFiles = e.health.lostFiles.Load()
 	s.TablePassedOver = e.health.passedOver.Load()
 	return s
 }
@@ -136,6 +142,10 @@ func (hs *health) noteStuck(id uint64, f failure) {
 // committed as <stream>/_displaced/<part name> instead, so it does not
 // hold back every later checkpoint. Loudly: an operator should move the
 // file where it belongs, or remove what is in its way.
+//
+// A lost file (lost: neither staged nor final) is looked for under its
+// displaced name too, where an earlier try may have committed it; that
+// is no refusal, and neither logged nor counted.
 func (hs *health) displace(f committer.File, err error) (committer.File, bool) {
 	if classify(err) != verdictAbort {
 		return f, false
@@ -145,8 +155,29 @@ func (hs *health) displace(f committer.File, err error) (committer.File, bool) {
 	if to.Final == f.Final {
 		return f, false
 	}
-	hs.displaced.Add(1)
-	hs.e.log.Error("the destination refuses a part file's name for good: committing it displaced; move it where it belongs",
-		"path", f.Final, "displaced", to.Final, "stream", f.Stream, "err", err)
+	if !lost(err) {
+		hs.displaced.Add(1)
+		hs.e.log.Error("the destination refuses a part file's name for good: committing it displaced; move it where it belongs",
+			"path", f.Final, "displaced", to.Final, "stream", f.Stream, "err", err)
+	}
 	return to, true
+}
+
+// noteLost is the Finisher's Gone: checkpoint id was recorded committed
+// without files, lost (neither their staged data nor a final file
+// existed). Loudly, naming each file and the batches it held: their
+// producers' sequence numbers stay committed (a resend is a duplicate,
+// not written again), whether the files were removed after a commit a
+// store put back from an older copy does not show (published: the
+// manifest was there) or their staged data was lost before the commit.
+func (hs *health) noteLost(id uint64, files []committer.File, published bool) {
+	hs.lostFiles.Add(int64(len(files)))
+	why := "its manifest is there: it committed before, and its files were removed since (a retention job, or an operator; the state store put back from an older copy)"
+	if !published {
+		why = "no manifest either: its staged data was lost before it committed (staging files removed, a data disk replaced), or its files and manifest were removed after a commit a state store put back from an older copy does not show"
+	}
+	for _, f := range files {
+		hs.e.log.Error("a prepared checkpoint's file is lost, neither staged nor in the destination: recorded committed without it, its batches not in the destination; "+why,
+			"checkpoint", id, "path", f.Final, "stream", f.Stream, "records", f.Records, "bytes", f.Bytes, "producers", f.Producers, "op", "commit")
+	}
 }
