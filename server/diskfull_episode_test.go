@@ -91,7 +91,6 @@ func (d *fullDisk) storeFault(_ int, _ string, phase recovery.Phase) error {
 // episode is what the clients of TestDiskFullLongEpisode share: the
 // engine running now, what was answered, and what went wrong.
 type episode struct {
-	t    *testing.T
 	eng  atomic.Pointer[episodeEngine]
 	stop atomic.Bool
 
@@ -126,9 +125,10 @@ type episodeEngine struct {
 	dead atomic.Bool
 }
 
-// answer classifies err, the answer of call on engine e, into the DESIGN row the API answers with, and reports whether it
-// is one of allowed (codes); an unexpected one is a problem. An answer of
-// an engine that crashed meanwhile is a lost connection.
+// answer classifies err, the answer of call on engine e, into the DESIGN
+// row the API answers with (episodeCode), and reports whether it is one
+// of allowed; an unexpected one, or a call over its limit, is a problem.
+// An answer of an engine that crashed meanwhile is a lost connection.
 func (ep *episode) answer(call string, e *episodeEngine, took time.Duration, limit time.Duration, err error, allowed ...string) (code string, lost bool) {
 	if e.dead.Load() {
 		return "lost", true
@@ -379,7 +379,7 @@ func TestDiskFullLongEpisode(t *testing.T) {
 	}
 	sf := r.withStoreFaults()
 	sf.set(disk.storeFault)
-	ep := &episode{t: t, ans: answers{}, acked: map[invariant.BatchID]uint64{}, codes: map[string]int{},
+	ep := &episode{ans: answers{}, acked: map[invariant.BatchID]uint64{}, codes: map[string]int{},
 		sentNext: map[[2]string]int64{}, ids: map[invariant.BatchID][]uint64{}, claimed: map[invariant.BatchID]bool{}}
 	e := r.start(nil)
 	ep.eng.Store(&episodeEngine{Engine: e})
