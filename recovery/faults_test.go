@@ -152,3 +152,54 @@ func TestStoreFaultOnOpenIsCorrupt(t *testing.T) {
 		t.Fatalf("error does not name the file or the problem: %v", err)
 	}
 }
+
+// TestStoreDiskFullBesideWriters: a page write refused for space while
+// other writers commit is still "disk full", and the store goes on. The
+// check that the refused transaction is not visible compared its id with
+// the newest one readers see; bbolt gives the next writer the same id, so
+// a writer that committed between the rollback and the check made the
+// refusal look visible: ErrWriteFailed, and the engine stopped on a full
+// disk (TestDiskFullLongEpisode, seed 5: "init producer p2: state store
+// write failed: ... no space left on device").
+func TestStoreDiskFullBesideWriters(t *testing.T) {
+	refused := &os.PathError{Op: "write", Path: "state.db", Err: syscall.ENOSPC}
+	s, err := OpenWith(filepath.Join(t.TempDir(), "state.db"), Options{WriteFault: func(op string, ph Phase) error {
+		if op == "init producer" && ph == BeforeCommit {
+			return refused
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { // another writer, committing all along
+		for id := uint64(1); ; id++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := s.Reserve(id); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; i < 20000 && time.Now().Before(deadline); i++ {
+		_, err := s.InitProducer("a")
+		if !errors.Is(err, durable.ErrDiskFull) || errors.Is(err, ErrWriteFailed) {
+			close(stop)
+			<-done
+			t.Fatalf("refusal %d for space beside a committing writer: %v, want disk full", i, err)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("the other writer: %v", err)
+	}
+}

@@ -143,6 +143,10 @@ type Store struct {
 
 	mu     sync.Mutex
 	broken error // the commit failure that left the store in an unknown state
+	// wmu serializes write transactions with the check after a failed
+	// one (update): bbolt gives the next writer the failed one's id, so a
+	// writer that committed in between would make it look visible.
+	wmu sync.Mutex
 
 	decodedOnOpen int // checkpoint rows init decoded; tests check it stays small
 	// opened holds the prepared checkpoints init decoded, for the first
@@ -403,6 +407,8 @@ func (s *Store) update(op string, fn func(*bolt.Tx) error) (err error) {
 	if broken != nil {
 		return fmt.Errorf("%s: %w: refused after an earlier failure: %w", op, ErrWriteFailed, broken)
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	hook := s.opts.WriteFault
 	var refused error
 	txid := 0

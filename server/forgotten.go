@@ -96,11 +96,20 @@ func (lc *lifecycle) recordForgotten(ctx context.Context, ids []string, idleBefo
 				maxForgottenNum+1, doc.After, committer.ErrExists)
 		}
 		if err := lc.leaseCheck(); err != nil {
+			if classify(err) != verdictStop {
+				// Stale (a renewal refused, by a full disk say): retry.
+				return fmt.Errorf("%w: record forgotten producers: %w", ErrNotReady, err)
+			}
 			return fmt.Errorf("record forgotten producers: %w", err)
 		}
 		err := lc.e.cfg.Publisher.Publish(ctx, layout.ForgottenName(doc.Node, doc.After, n), body)
 		if errors.Is(err, committer.ErrExists) {
 			continue // another forget before the same checkpoint
+		}
+		if errors.Is(err, ErrDiskFull) {
+			// Nothing is forgotten; a DELETE is answered 507, as every
+			// call refused for space is.
+			return fmt.Errorf("record forgotten producers in the destination: %w", err)
 		}
 		if err != nil && classify(err) != verdictStop {
 			// Nothing is forgotten: the caller may retry (a DELETE is

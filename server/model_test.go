@@ -46,10 +46,11 @@ import (
 // wedged). Around the clients, the world steps (model_world_test.go): an
 // Iceberg table stream checked against the manifests, a wall clock that
 // steps forward and back (key and producer expiry), and a retention job
-// that removes committed partitions; and a copy of state.db taken while
-// a checkpoint commits, put back after retention removed that
-// checkpoint's files (copyMidCommitAfterRetention: the replay finds them
-// lost and must still start). EOSINK_MODEL_STEPS sets the steps
+// that removes committed partitions; a copy of state.db taken while a
+// checkpoint commits, put back after retention removed that checkpoint's
+// files (copyMidCommitAfterRetention: the replay finds them lost and must
+// still start); and now and then the data dir fills for tens of steps
+// while the clients go on (model_diskfull_test.go). EOSINK_MODEL_STEPS sets the steps
 // (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
 func TestModel(t *testing.T) {
 	steps := 10_000
@@ -70,13 +71,15 @@ type modelStats struct {
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck, doomedAtBlockEnd                     int
 	copiesMidCommit, lostOnReplay                                                                                                  int
+	diskFulls, diskFullSteps, diskFullInits, diskFullCheckpoints, diskFullBeside                                                   int
+	diskFullTime                                                                                                                   time.Duration
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
 	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone), %d copies of state.db taken mid-commit and restored after retention removed %d of that commit's files",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd, s.copiesMidCommit, s.lostOnReplay) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd, s.copiesMidCommit, s.lostOnReplay) + ", " + s.diskFullString() + "; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -175,10 +178,11 @@ type modelRun struct {
 	incarnation int
 	zombies     map[string]int64 // forgotten incarnations' last epochs, by name
 
-	world         modelWorld   // table streams, clock steps, retention (model_world_test.go)
-	doomWatch     doomWatch    // the engine's doomed checkpoints (encfail_test.go)
-	storeReplaced bool         // the state store was lost or replaced by a copy once
-	storeFull     *storeFaults // the state store's writes, refused while a disk is full (settleDoomed)
+	world         modelWorld    // table streams, clock steps, retention (model_world_test.go)
+	doomWatch     doomWatch     // the engine's doomed checkpoints (encfail_test.go)
+	storeReplaced bool          // the state store was lost or replaced by a copy once
+	storeFull     *storeFaults  // the state store's writes, refused while a disk is full (settleDoomed)
+	full          modelDiskFull // a long disk-full stretch (model_diskfull_test.go)
 }
 
 type dupClaim struct {
@@ -193,7 +197,7 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	mr.rng = rand.New(rand.NewPCG(mr.seed, mr.seed^0x9e3779b97f4a7c15))
 	mr.base = faultfs.NewCrashFS()
 	mr.sw = &faultfs.SwapInjector{}
-	mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+	mr.inj = mr.newInjectFS(mr.base)
 	mr.r = newRig(mr.t, mr.inj)
 	mr.hour = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	mr.clock = mr.hour
@@ -239,6 +243,7 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	// The state store's write transactions go through storeFull, which
 	// settleDoomed has refuse the reservation of ids ahead for space.
 	mr.storeFull = mr.r.withStoreFaults()
+	mr.withFullStore()
 	mr.e = mr.r.start(nil)
 	// s1 is a zstd stream and s2 a Parquet stream (streams_test.go): their
 	// pre-commit encodes under the same crashes and faults. The empty
@@ -284,6 +289,7 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			mr.restart(mr.rng.IntN(2) == 0)
 		}
 		mr.settleDoomed() // encfail_test.go
+		mr.diskFullStep()
 		if mr.rng.IntN(12) == 0 {
 			mr.note("%s", mr.km.step(mr.t, mr.rng, mr.m, mr.e, mr.ans, mr.streams, mr.fail))
 			if mr.km.kicked {
@@ -296,7 +302,9 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			continue
 		}
 		if mr.rng.IntN(50) == 0 { // a table stream, a clock step, a retention job
-			mr.worldStep()
+			if mr.full.left == 0 {
+				mr.worldStep()
+			}
 			continue
 		}
 		p := mr.producers[mr.rng.IntN(len(mr.producers))]
@@ -319,12 +327,14 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 			mr.futureEpoch(p, s, k)
 		case x < 78:
 			mr.anonymous(s)
-		case x == 85 && mr.crash == nil:
+		case x == 85 && mr.crash == nil && mr.full.left == 0:
 			skip = mr.doomBehindStuck(p, s, k)
-		case x == 84 && mr.crash == nil:
+		case x == 84 && mr.crash == nil && mr.full.left == 0:
 			skip = mr.doomAtBlockEnd(p, s, k)
 		case x >= 86 && x < 88 && mr.crash == nil:
 			mr.checkpointDuringPreCommit(step)
+		case x < 88 && mr.full.left > 0 && mr.rng.IntN(2) == 0:
+			mr.checkpointBesideInits() // model_diskfull_test.go
 		case x < 88:
 			mr.checkpoint()
 		case x < 92:
@@ -349,6 +359,9 @@ func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) mod
 		}
 	}
 	// The end: no faults, one last checkpoint, exact check, staging empty.
+	if mr.full.left > 0 {
+		mr.diskFullEnd()
+	}
 	mr.restart(false)
 	mr.sw.Set(nil)
 	res := mr.r.checkpoint()
@@ -421,12 +434,28 @@ func (mr *modelRun) anonymous(s string) {
 
 // checkpoint runs a checkpoint; one whose end a crash hid is decided by
 // the store after a restart.
-func (mr *modelRun) checkpoint() {
+func (mr *modelRun) checkpoint() { mr.checkpointBeside(nil) }
+
+// checkpointBeside is checkpoint with beside (nil: none) run while the
+// checkpoint runs; beside returns once done is closed, or before.
+func (mr *modelRun) checkpointBeside(beside func(done <-chan struct{})) {
 	mr.st.checkpoints++
 	id := mr.e.Status().OpenID
 	snap := mr.m.snapshot()
 	armed := mr.crash // the poller must not read the variable the loop reassigns
-	res, err := checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	var res CheckpointResult
+	var err error
+	if beside == nil {
+		res, err = checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+	} else {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, err = checkpointUntil(mr.e, func() bool { return armed != nil && armed.Crashed() })
+		}()
+		beside(done)
+		<-done
+	}
 	mr.note("checkpoint %d: %s %v %v", id, res.State, res.Error, err)
 	switch {
 	case err == nil && res.State == recovery.Committed:
@@ -437,6 +466,8 @@ func (mr *modelRun) checkpoint() {
 		mr.st.aborted++
 		mr.m.checkpointed(snap, false)
 		mr.m.resolveAnon(mr.t, mr.e)
+	case errors.Is(err, ErrDiskFull) && mr.full.left > 0 && mr.e.Err() == nil && !(armed != nil && armed.Crashed()):
+		mr.checkpointRefusedForSpace(id, err)
 	default:
 		mr.pendingID, mr.pendingSnap = id, snap
 		mr.restart(mr.rng.IntN(2) == 0)
@@ -512,6 +543,9 @@ func (mr *modelRun) initProducer(p string, inited bool) (skip bool) {
 	ctx, cancel := untilCtx(func() bool { return armed != nil && armed.Crashed() })
 	ps, err := mr.e.InitProducer(ctx, wireID(p))
 	cancel()
+	if err != nil && errors.Is(err, ErrDiskFull) && mr.full.left > 0 && mr.e.Err() == nil && !(armed != nil && armed.Crashed()) {
+		return mr.initRefusedForSpace(p, inited, open, snap, err)
+	}
 	if err != nil {
 		// A fault stopped the engine, or the crash point hid the
 		// barrier's end: only the store knows, after a restart.
@@ -840,7 +874,13 @@ func (mr *modelRun) storeEvent() {
 		mr.restart(mr.rng.IntN(2) == 0)
 		return
 	}
-	switch y := mr.rng.IntN(40); {
+	y := mr.rng.IntN(40)
+	if mr.full.left > 0 && y < 13 {
+		y = 39 // these need a disk with room: a restart instead
+	}
+	switch {
+	case y == 12: // the data dir fills for a long stretch (model_diskfull_test.go)
+		mr.diskFullStart()
 	case y < 4: // the state store is lost, or an older copy comes back
 		mr.sw.Set(nil) // the loss is the fault of this step
 		var copyOf []byte
@@ -1125,11 +1165,11 @@ func (mr *modelRun) restart(powerCut bool) {
 		}
 		_ = os.Remove(mr.cutStore)
 		mr.base, mr.cutFS = mr.cutFS, nil
-		mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+		mr.inj = mr.newInjectFS(mr.base)
 		mr.st.powerCuts++
 	} else if powerCut {
 		mr.base = mr.base.CrashClone()
-		mr.inj = faultfs.NewInjectFS(mr.base, mr.sw)
+		mr.inj = mr.newInjectFS(mr.base)
 		mr.st.powerCuts++
 	} else {
 		mr.st.crashes++

@@ -6,10 +6,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/internal/durable"
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
@@ -288,4 +290,48 @@ func TestIdleEngineWritesNothing(t *testing.T) {
 	if e.Status().LastDone == 0 {
 		t.Fatal("periodic checkpoint did not commit the write")
 	}
+}
+
+// TestDeleteProducerRefusedForSpace: a DELETE whose forgotten-producers
+// document the full disk refuses is answered as every call refused for
+// space is (507 insufficient_storage), not 503 not_ready with "recovery
+// running"; one refused because the lease is stale (its renewal refused)
+// is a retry (503 not_ready), not an internal error (500). Both forget
+// nothing, and the DELETE passes once space is back. (Found by
+// TestDiskFullLongEpisode.)
+func TestDeleteProducerRefusedForSpace(t *testing.T) {
+	var full, leaseFull atomic.Bool
+	fs := faultfs.NewInjectFS(faultfs.NewCrashFS(), faultfs.InjectorFunc(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpWrite && (full.Load() || leaseFull.Load() && strings.Contains(op.Path, rigNode+".json")) {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	r := newRig(t, fs)
+	r.tweak = func(c *Config) {
+		c.Leaser, c.LeaseTimeout = local.New(c.FS, rigDest, rigStaging), 300*time.Millisecond
+	}
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "s", 0, 1)
+	r.commit()
+
+	full.Store(true)
+	err := e.DeleteProducer(t.Context(), "p")
+	full.Store(false)
+	if !errors.Is(err, ErrDiskFull) || errors.Is(err, ErrNotReady) {
+		t.Fatalf("DELETE with its document refused for space: %v, want disk full (507), not not ready", err)
+	}
+	leaseFull.Store(true)
+	waitFor(t, "the lease to go stale", func() bool { return errors.Is(e.life.leaseCheck(), ErrLeaseStale) })
+	err = e.DeleteProducer(t.Context(), "p")
+	leaseFull.Store(false)
+	if !errors.Is(err, ErrNotReady) {
+		t.Fatalf("DELETE with the lease stale: %v, want not ready (503, retry)", err)
+	}
+	if _, ok := e.Producer("p"); !ok {
+		t.Fatal("producer forgotten by a refused DELETE")
+	}
+	waitFor(t, "the DELETE to pass", func() bool { return e.DeleteProducer(t.Context(), "p") == nil })
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "s", Seq: 0}: true}, Exact: true})
 }
