@@ -150,6 +150,34 @@ func preparedCopy(t *testing.T, r *rig, h *commitHook) (p *Producer, backup []by
 // the node goes on: p's next batch commits.
 func startLost(t *testing.T, r *rig, l *errorLog, p *Producer, c CheckpointResult, want []string) {
 	t.Helper()
+	e := startLostReady(t, r, l, p, c, want)
+	mustSend(t, e, p, "a", 2, 1)
+	if res := r.commit(); res.ID <= c.ID {
+		t.Fatalf("the next checkpoint is %d, after %d (I8)", res.ID, c.ID)
+	}
+	// The destination: c's lost files are what its manifest names and
+	// lacks, nothing else is wrong, and a/2 is there once.
+	r.broken = "files of a committed checkpoint lost"
+	rep := r.checker0(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 2}: true}})
+	for _, pr := range rep.Problems {
+		named := false
+		for _, f := range want {
+			named = named || strings.Contains(pr, f+" in manifest")
+		}
+		if !named || !strings.HasSuffix(pr, "is missing") {
+			t.Errorf("destination: %s", pr)
+		}
+	}
+	if n := rep.Batches[invariant.BatchID{Producer: "p", Stream: "a", Seq: 2}]; n != 1 {
+		t.Errorf("a/2 is in the destination %d times, want once", n)
+	}
+}
+
+// startLostReady is startLost up to p's next batch: the start is ready
+// within 5 s, c's resends are committed duplicates, and the loss of want
+// is counted and logged, naming each file.
+func startLostReady(t *testing.T, r *rig, l *errorLog, p *Producer, c CheckpointResult, want []string) *Engine {
+	t.Helper()
 	e, err := r.open(nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("the start is not ready after 5 s (%v); recovering: %s", err, e.Status().Recovering)
@@ -174,26 +202,7 @@ func startLost(t *testing.T, r *rig, l *errorLog, p *Producer, c CheckpointResul
 			t.Errorf("no error logged naming lost file %s; errors: %q", f, l.find())
 		}
 	}
-	mustSend(t, e, p, "a", 2, 1)
-	if res := r.commit(); res.ID <= c.ID {
-		t.Fatalf("the next checkpoint is %d, after %d (I8)", res.ID, c.ID)
-	}
-	// The destination: c's lost files are what its manifest names and
-	// lacks, nothing else is wrong, and a/2 is there once.
-	r.broken = "files of a committed checkpoint lost"
-	rep := r.checker0(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 2}: true}})
-	for _, pr := range rep.Problems {
-		named := false
-		for _, f := range want {
-			named = named || strings.Contains(pr, f+" in manifest")
-		}
-		if !named || !strings.HasSuffix(pr, "is missing") {
-			t.Errorf("destination: %s", pr)
-		}
-	}
-	if n := rep.Batches[invariant.BatchID{Producer: "p", Stream: "a", Seq: 2}]; n != 1 {
-		t.Errorf("a/2 is in the destination %d times, want once", n)
-	}
+	return e
 }
 
 // TestReplayLostOlderCopy: an older copy of the state store holding
@@ -371,27 +380,7 @@ func TestReplayLostOlderCopyS3(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			e, err := r.open(nil, 5*time.Second)
-			if err != nil {
-				t.Fatalf("the start is not ready after 5 s (%v); recovering: %s", err, e.Status().Recovering)
-			}
-			for _, b := range []struct {
-				stream string
-				seq    int64
-			}{{"a", 1}, {"b", 0}} {
-				res, err := send(e, p, b.stream, b.seq, 2)
-				if err != nil || !res.Duplicate || !res.Committed {
-					t.Fatalf("resend of %s/%d: %+v, %v; want a committed duplicate", b.stream, b.seq, res, err)
-				}
-			}
-			if got := e.Status().LostFiles; got != 2 {
-				t.Errorf("Status.LostFiles %d, want 2", got)
-			}
-			for _, f := range gone[:2] {
-				if len(l.find("lost", f)) == 0 {
-					t.Errorf("no error logged naming lost file %s", f)
-				}
-			}
+			e = startLostReady(t, r, l, p, c, gone[:2])
 			mustSend(t, e, p, "a", 2, 1)
 			r.commit()
 		})
