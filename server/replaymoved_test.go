@@ -1,0 +1,125 @@
+package server
+
+import (
+	"os"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eosink/eosink/committer"
+	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
+)
+
+// moveTree moves every file under from to the same relative path under
+// to, as an operator's mv of a data dir would.
+func moveTree(t *testing.T, fs afero.Fs, from, to string) {
+	t.Helper()
+	err := afero.Walk(fs, from, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		b, err := afero.ReadFile(fs, p)
+		if err != nil {
+			return err
+		}
+		dst := path.Join(to, strings.TrimPrefix(p, from))
+		if err := fs.MkdirAll(path.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		return afero.WriteFile(fs, dst, b, fi.Mode())
+	})
+	if err == nil {
+		err = fs.RemoveAll(from)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayMovedDataDir: checkpoint c is prepared, its commit fails (the
+// destination down) and the process stops; the operator then moves the
+// data dir (staging files and the default file:// destination) and
+// starts the node with the new --data-dir. The state store names c's
+// staging files under the old path, where nothing is: the committer says
+// ErrLost. The staged data is not lost, though: it is under the new
+// staging dir. Recording c committed without it (the lost-file path) and
+// then deleting the new staging dir's files as unprepared (the replay's
+// clean-up) loses batches whose producers are told they are committed
+// (I2, I7); a staging file recorded outside the staging dir is no
+// evidence of a loss, and the start must not call it lost.
+//
+// Failed before (the lost-file fix, 8965b7b): ready at once, LostFiles 2,
+// both staging files deleted, the resends committed duplicates of
+// batches in no file.
+func TestReplayMovedDataDir(t *testing.T) {
+	r, h, l := lostRig(t)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "a", 0, 1)
+	r.commit()
+	mustSend(t, e, p, "a", 1, 2)
+	mustSend(t, e, p, "b", 0, 2)
+	tries := make(chan struct{}, 1)
+	h.set(func(committer.File) error {
+		select {
+		case tries <- struct{}{}:
+		default:
+		}
+		return committer.ErrTransient
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = checkpointIn(e) }()
+	select {
+	case <-tries:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit was never tried")
+	}
+	r.stop()
+	<-done
+	h.set(nil)
+
+	const moved = "/moved"
+	moveTree(t, r.fs, "/data", moved)
+	hooked := r.tweak
+	r.tweak = func(c *Config) {
+		hooked(c)
+		c.StagingDir = moved + "/staging"
+		c.Committer = local.New(c.FS, moved+"/files", moved+"/staging")
+		c.Publisher = local.New(c.FS, moved+"/files", moved+"/staging")
+	}
+	e, err := r.open(nil, 2*time.Second)
+	temps, lerr := staging.List(r.fs, moved+"/staging")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if st := e.Status(); st.LostFiles != 0 || len(temps) != 2 {
+		t.Fatalf("start over a moved data dir: ready %v, LostFiles %d, staging files left %v (want c's two, kept), errors %q",
+			err == nil, st.LostFiles, temps, l.find("lost"))
+	}
+	if err == nil {
+		t.Fatal("ready over a moved data dir whose prepared checkpoint could not commit")
+	}
+	// Put back where it was prepared, the node commits c, every batch once.
+	r.stop()
+	moveTree(t, r.fs, moved, "/data")
+	r.tweak = hooked
+	e = r.start(nil)
+	for _, b := range []struct {
+		stream string
+		seq    int64
+	}{{"a", 1}, {"b", 0}} {
+		res, err := send(e, p, b.stream, b.seq, 2)
+		if err != nil || !res.Duplicate || !res.Committed {
+			t.Fatalf("resend of %s/%d: %+v, %v; want a committed duplicate", b.stream, b.seq, res, err)
+		}
+	}
+	if st := e.Status(); st.LostFiles != 0 {
+		t.Fatalf("LostFiles %d", st.LostFiles)
+	}
+	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{
+		{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true, {Producer: "p", Stream: "b", Seq: 0}: true}})
+}
