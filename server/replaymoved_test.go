@@ -1,15 +1,19 @@
 package server
 
 import (
+	"context"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
 	"github.com/spf13/afero"
 )
@@ -122,4 +126,88 @@ func TestReplayMovedDataDir(t *testing.T) {
 	}
 	r.check(invariant.Expect{Must: map[invariant.BatchID]bool{
 		{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true, {Producer: "p", Stream: "b", Seq: 0}: true}})
+}
+
+// TestLiveCommitLostTableFile: the live commit of a checkpoint holding a
+// table stream's (Parquet, Iceberg) file and a plain stream's finds the
+// staging files lost (removed by hand): "all" both, "table" the table's
+// only. The checkpoint is recorded committed without them; the table
+// gets no snapshot naming a file that is not there (a reader would fail
+// on it), and the next checkpoint's snapshot names only its own file.
+func TestLiveCommitLostTableFile(t *testing.T) {
+	for _, tc := range []string{"all", "table"} {
+		t.Run(tc, func(t *testing.T) {
+			r, d := tableRig(t)
+			e := r.startTable(tableConf)
+			mustSend(t, e, nil, tableStream, 1, 2)
+			mustSend(t, e, nil, "other", 1, 2)
+			var once sync.Once
+			e.fin.Fence = func() error {
+				once.Do(func() {
+					temps, err := staging.List(r.fs, rigStaging)
+					if err != nil {
+						t.Error(err)
+					}
+					for _, tmp := range temps {
+						if tc == "all" || strings.Contains(tmp, "part-"+rigNode) && isTableTemp(t, e, tmp) {
+							_ = r.fs.Remove(tmp)
+						}
+					}
+				})
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			res, err := e.Checkpoint(ctx)
+			if err != nil || res.State != recovery.Committed {
+				t.Fatalf("checkpoint with lost files: %+v, %v (stuck %q)", res, err, e.Status().Stuck)
+			}
+			want := int64(1)
+			if tc == "all" {
+				want = 2
+			}
+			if got := e.Status().LostFiles; got != want {
+				t.Fatalf("LostFiles %d, want %d", got, want)
+			}
+			if cur, err := table.Load(ctx, d, tableStream); err == nil && cur.Metadata != nil {
+				if s := cur.Metadata.CurrentSnapshot(); s != nil {
+					t.Fatalf("table snapshot %v after its only file was lost", s.Summary)
+				}
+			}
+			mustSend(t, e, nil, tableStream, 2, 3)
+			r.commit()
+			cur := snapshotsOf(t, d)
+			paths, err := table.DataFiles(ctx, d, tableStream, cur.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range paths {
+				if _, err := r.fs.Stat(rigDest + "/" + p.Path); err != nil {
+					t.Errorf("the table names %s: %v", p.Path, err)
+				}
+			}
+			if len(paths) != 1 || cur.Metadata.CurrentSnapshot().Summary.Properties["total-records"] != "3" {
+				t.Fatalf("table data files %v, summary %v; want the next checkpoint's one file, 3 records", paths, cur.Metadata.CurrentSnapshot().Summary)
+			}
+			r.broken = "staging files removed by hand"
+		})
+	}
+}
+
+// isTableTemp reports whether staging file tmp is the table stream's:
+// the checkpoint being committed names it so.
+func isTableTemp(t *testing.T, e *Engine, tmp string) bool {
+	t.Helper()
+	pend, err := e.store.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pend {
+		for _, f := range c.Files {
+			if f.Temp == tmp {
+				return f.Stream == tableStream
+			}
+		}
+	}
+	return false
 }
