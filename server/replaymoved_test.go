@@ -211,3 +211,80 @@ func isTableTemp(t *testing.T, e *Engine, tmp string) bool {
 	}
 	return false
 }
+
+// TestLostNewestManifestThenOlderCopy: checkpoint c, the node's newest,
+// is recorded committed with every file lost on the live commit (staging
+// files removed by hand): its manifest names files the destination does
+// not hold. Then a copy of the state store taken before c is put back.
+// The start finds c's manifest newer than the store and holding none of
+// its files (as a planted one): it must not rebuild from it, set aside
+// committed files (I7), or reuse c's id (I8); c's batches, in no file,
+// are written when resent.
+//
+// "store-lost": the state store is lost instead (a rebuild from the
+// manifests, which believes c1's and not c's).
+func TestLostNewestManifestThenOlderCopy(t *testing.T) {
+	for _, tc := range []string{"older-copy", "store-lost"} {
+		t.Run(tc, func(t *testing.T) { lostNewestManifest(t, tc == "store-lost") })
+	}
+}
+
+func lostNewestManifest(t *testing.T, storeLost bool) {
+	r := newRig(t, nil)
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "a", 0, 1)
+	c1 := r.commit()
+	backup := r.storeCopy()
+	mustSend(t, e, p, "a", 1, 2)
+	var once sync.Once
+	e.fin.Fence = func() error {
+		once.Do(func() {
+			temps, _ := staging.List(r.fs, rigStaging)
+			for _, tmp := range temps {
+				_ = r.fs.Remove(tmp)
+			}
+		})
+		return nil
+	}
+	c := r.commit()
+	if e.Status().LostFiles != 1 {
+		t.Fatalf("LostFiles %d, want 1", e.Status().LostFiles)
+	}
+	if storeLost {
+		r.stopLosingStore()
+	} else {
+		r.stop()
+		r.putStore(backup)
+	}
+	e, err := r.open(nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("start over an older (or lost) store, the newest manifest's files lost: %v (%s)", err, e.Status().Recovering)
+	}
+	if _, err := r.fs.Stat(rigDest + "/" + c1.Files[0].Final); err != nil {
+		t.Fatalf("c1's committed file: %v (I7)", err)
+	}
+	res, err := send(e, p, "a", 1, 2)
+	if err != nil {
+		t.Fatalf("resend of a/1 (lost in checkpoint %d): %v", c.ID, err)
+	}
+	if res.Checkpoint <= c.ID {
+		t.Fatalf("a/1 resent into checkpoint %d, not after %d (I8)", res.Checkpoint, c.ID)
+	}
+	c2 := r.commit()
+	if c2.ID <= c.ID {
+		t.Fatalf("checkpoint %d after %d (I8)", c2.ID, c.ID)
+	}
+	r.broken = "a checkpoint's staging files removed by hand: its manifest names missing files"
+	rep := r.checker0(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true, {Producer: "p", Stream: "a", Seq: 1}: true}})
+	for _, pr := range rep.Problems {
+		if !strings.HasSuffix(pr, "is missing") {
+			t.Errorf("destination: %s", pr)
+		}
+	}
+	for _, b := range []int64{0, 1} {
+		if n := rep.Batches[invariant.BatchID{Producer: "p", Stream: "a", Seq: b}]; n != 1 {
+			t.Errorf("a/%d is in the destination %d times, want once", b, n)
+		}
+	}
+}
