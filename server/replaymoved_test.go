@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path"
 	"strings"
@@ -11,10 +12,13 @@ import (
 
 	"github.com/eosink/eosink/committer"
 	"github.com/eosink/eosink/committer/local"
+	"github.com/eosink/eosink/committer/s3"
 	"github.com/eosink/eosink/internal/table"
 	"github.com/eosink/eosink/internal/testing/invariant"
+	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"github.com/minio/minio-go/v7"
 	"github.com/spf13/afero"
 )
 
@@ -286,5 +290,113 @@ func lostNewestManifest(t *testing.T, storeLost bool) {
 		if n := rep.Batches[invariant.BatchID{Producer: "p", Stream: "a", Seq: b}]; n != 1 {
 			t.Errorf("a/%d is in the destination %d times, want once", b, n)
 		}
+	}
+}
+
+// s3Hook is the S3 committer whose Commit calls before first (nil: none).
+type s3Hook struct {
+	*s3.S3
+	mu     sync.Mutex
+	before func(committer.File) error
+}
+
+func (h *s3Hook) Commit(ctx context.Context, f committer.File) error {
+	h.mu.Lock()
+	before := h.before
+	h.mu.Unlock()
+	if before != nil {
+		if err := before(f); err != nil {
+			return err
+		}
+	}
+	return h.S3.Commit(ctx, f)
+}
+
+// TestReplayMovedDataDirS3 is TestReplayMovedDataDir over an S3
+// destination (MinIO), where the staging file matters once the prepared
+// upload is gone (aborted by a bucket lifecycle rule during the outage):
+// the commit uploads again from it. Under the old path it is not there,
+// and the committer says ErrLost; it is under the new staging dir, and
+// must not be recorded lost and then deleted by the replay's clean-up.
+// Failed before 59dbb95 as the local one did: ready, LostFiles 1, the
+// staging file deleted.
+func TestReplayMovedDataDirS3(t *testing.T) {
+	srv := testsrv.StartMinIO(t)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, nil)
+	r.broken = "an S3 destination: the checker reads the local one"
+	l := &errorLog{}
+	h := &s3Hook{}
+	stagingDir := rigStaging
+	r.tweak = func(c *Config) {
+		d, err := s3.New(s3.Config{Client: client, Bucket: srv.Bucket, Prefix: "moved", Node: rigNode, Staging: c.FS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.S3 = d
+		c.Committer, c.Publisher, c.Logger, c.StagingDir = h, d, slog.New(l), stagingDir
+	}
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "a", 0, 2)
+	tried := make(chan committer.File, 1)
+	h.mu.Lock()
+	h.before = func(f committer.File) error {
+		select {
+		case tried <- f:
+		default:
+		}
+		return committer.ErrTransient
+	}
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = checkpointIn(e) }()
+	var f committer.File
+	select {
+	case f = <-tried:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit was never tried")
+	}
+	r.stop()
+	<-done
+	h.mu.Lock()
+	h.before = nil
+	h.mu.Unlock()
+	// The upload expires (a lifecycle rule) while the node is down.
+	core := minio.Core{Client: client}
+	if err := core.AbortMultipartUpload(t.Context(), srv.Bucket, h.Key(f.Final), f.UploadID); err != nil {
+		t.Fatalf("abort upload %s: %v", f.UploadID, err)
+	}
+	if f.StagingKey != "" {
+		_ = client.RemoveObject(t.Context(), srv.Bucket, f.StagingKey, minio.RemoveObjectOptions{})
+	}
+	moveTree(t, r.fs, "/data", "/moved")
+	stagingDir = "/moved/staging"
+	e, err = r.open(nil, 2*time.Second)
+	temps, lerr := staging.List(r.fs, stagingDir)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if st := e.Status(); st.LostFiles != 0 || len(temps) != 1 {
+		t.Fatalf("start over a moved data dir: ready %v, LostFiles %d, staging files left %v (want the one, kept), errors %q",
+			err == nil, st.LostFiles, temps, l.find("lost"))
+	}
+	if err == nil {
+		t.Fatal("ready over a moved data dir whose prepared checkpoint could not commit")
+	}
+	// Put back where it was prepared: the commit uploads again from it.
+	r.stop()
+	moveTree(t, r.fs, "/moved", "/data")
+	stagingDir = rigStaging
+	e = r.start(nil)
+	res, err := send(e, p, "a", 0, 2)
+	if err != nil || !res.Duplicate || !res.Committed {
+		t.Fatalf("resend of a/0: %+v, %v; want a committed duplicate", res, err)
+	}
+	if _, err := client.StatObject(t.Context(), srv.Bucket, h.Key(f.Final), minio.StatObjectOptions{}); err != nil {
+		t.Fatalf("the committed object %s: %v", f.Final, err)
 	}
 }
