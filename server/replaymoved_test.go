@@ -7,6 +7,8 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/eosink/eosink/committer/local"
 	"github.com/eosink/eosink/committer/s3"
 	"github.com/eosink/eosink/internal/table"
+	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/internal/testing/invariant"
 	"github.com/eosink/eosink/internal/testing/testsrv"
 	"github.com/eosink/eosink/recovery"
@@ -409,5 +412,84 @@ func TestReplayMovedDataDirS3(t *testing.T) {
 	}
 	if _, err := client.StatObject(t.Context(), srv.Bucket, h.Key(f.Final), minio.StatObjectOptions{}); err != nil {
 		t.Fatalf("the committed object %s: %v", f.Final, err)
+	}
+}
+
+// stagingFault fails every open, stat, rename and removal of a file in
+// rigStaging with err while on.
+type stagingFault struct {
+	on  atomic.Bool
+	err error
+}
+
+func (s *stagingFault) MaybeError(op faultfs.Op) error {
+	if !s.on.Load() || !strings.HasPrefix(op.Path, rigStaging+"/") {
+		return nil
+	}
+	switch op.Kind {
+	case faultfs.OpOpen, faultfs.OpStat, faultfs.OpRename, faultfs.OpRemove:
+		return s.err
+	}
+	return nil
+}
+
+// TestReplayStagingUnreadable: a start whose staging files can't be
+// reached for a while (EACCES: permissions changed by hand; EIO: a disk
+// failing) must not take that for "neither staged nor final" (ErrLost):
+// recording the prepared checkpoint committed without its files, then
+// deleting them, would lose batches its producers are told are
+// committed. It is not ready meanwhile; once the files can be reached,
+// the start commits them. Held: the local committer returns the error
+// as it is (a retry), not ErrLost.
+func TestReplayStagingUnreadable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"EACCES", syscall.EACCES}, {"EIO", syscall.EIO}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, h, _ := lostRig(t)
+			e := r.start(nil)
+			p := r.initProducer("p")
+			mustSend(t, e, p, "a", 0, 2)
+			tries := make(chan struct{}, 1)
+			h.set(func(committer.File) error {
+				select {
+				case tries <- struct{}{}:
+				default:
+				}
+				return committer.ErrTransient
+			})
+			done := make(chan struct{})
+			go func() { defer close(done); _, _ = checkpointIn(e) }()
+			select {
+			case <-tries:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the commit was never tried")
+			}
+			r.stop()
+			<-done
+			h.set(nil)
+			fault := &stagingFault{err: tc.err}
+			fault.on.Store(true)
+			ifs := faultfs.NewInjectFS(r.fs, fault)
+			e, err := r.open(ifs, time.Second)
+			if st := e.Status(); err == nil || st.LostFiles != 0 {
+				t.Fatalf("start with staging files unreachable (%v): ready %v, LostFiles %d", tc.err, err == nil, st.LostFiles)
+			}
+			fault.on.Store(false)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := e.WaitReady(ctx); err != nil {
+				t.Fatalf("not ready once the staging files can be reached: %v (%s)", err, e.Status().Recovering)
+			}
+			res, err := send(e, p, "a", 0, 2)
+			if err != nil || !res.Duplicate || !res.Committed {
+				t.Fatalf("resend of a/0: %+v, %v; want a committed duplicate", res, err)
+			}
+			if st := e.Status(); st.LostFiles != 0 {
+				t.Fatalf("LostFiles %d", st.LostFiles)
+			}
+			r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true}, Exact: true})
+		})
 	}
 }
