@@ -401,7 +401,11 @@ func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (
 	moved.DisplacedFrom = file.Final
 	token, derr := commit(moved)
 	if derr != nil {
-		lost = lost && f.Lost(file, derr)
+		// Displace took err for a refusal for good (or a loss) of the
+		// name: the file can't be there (a path that can't exist, a
+		// name holding other content), so lost under its displaced name
+		// it is lost, whatever err was.
+		lost = f.Lost != nil && f.Lost(file, derr)
 		return file, "", lost, unlessLost(lost, fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr))
 	}
 	return moved, token, false, nil

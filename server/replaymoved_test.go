@@ -219,18 +219,7 @@ func TestLiveCommitLostTableFile(t *testing.T) {
 // the checkpoint being committed names it so.
 func isTableTemp(t *testing.T, e *Engine, tmp string) bool {
 	t.Helper()
-	pend, err := e.store.Pending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range pend {
-		for _, f := range c.Files {
-			if f.Temp == tmp {
-				return f.Stream == tableStream
-			}
-		}
-	}
-	return false
+	return isStreamTemp(t, e, tmp, tableStream)
 }
 
 // TestLostNewestManifestThenOlderCopy: checkpoint c, the node's newest,
@@ -492,4 +481,69 @@ func TestReplayStagingUnreadable(t *testing.T) {
 			r.check(invariant.Expect{Must: map[invariant.BatchID]bool{{Producer: "p", Stream: "a", Seq: 0}: true}, Exact: true})
 		})
 	}
+}
+
+// TestLostFileNameRefused: a prepared checkpoint's file whose name the
+// destination refuses for good (a file where its partition path needs a
+// folder) and whose staged data is gone (removed by hand on the live
+// commit; or, on a start over an older store copy, committed displaced
+// before and removed from _displaced/ since). Under its name it can't be
+// (the path can't exist), under its displaced name it is not, nor
+// staged: it is lost, and must be recorded so like any lost file, not
+// held stuck for good with every later checkpoint behind it (the wedge
+// the lost-file fix ended).
+//
+// Failed before: not committed after 5 s, stuck permanent ("... not a
+// directory; displaced to s/_displaced/...: file lost").
+func TestLostFileNameRefused(t *testing.T) {
+	r := newRig(t, faultfs.NewCrashFS())
+	e := r.start(nil)
+	blocker := blockPartition(t, r, e, "s")
+	mustSend(t, e, nil, "s", 1, 3)
+	mustSend(t, e, nil, "t", 1, 2)
+	var once sync.Once
+	e.fin.Fence = func() error {
+		once.Do(func() {
+			for _, tmp := range partTemps(t, r.fs, rigStaging) {
+				if isStreamTemp(t, e, tmp, "s") {
+					_ = r.fs.Remove(tmp)
+				}
+			}
+		})
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	res, err := e.Checkpoint(ctx)
+	if err != nil || res.State != recovery.Committed {
+		st := e.Status()
+		t.Fatalf("checkpoint with a lost file whose name is refused: %+v, %v; stuck %q (permanent %v)", res, err, st.Stuck, st.StuckPermanent)
+	}
+	if st := e.Status(); st.LostFiles != 1 || st.Stuck != "" {
+		t.Fatalf("LostFiles %d, stuck %q; want 1 lost, nothing stuck", st.LostFiles, st.Stuck)
+	}
+	if err := r.fs.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, e, nil, "s", 2, 1)
+	r.commit()
+	r.broken = "a staging file removed by hand"
+}
+
+// isStreamTemp reports whether staging file tmp is stream's in the
+// checkpoint being committed.
+func isStreamTemp(t *testing.T, e *Engine, tmp, stream string) bool {
+	t.Helper()
+	pend, err := e.store.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pend {
+		for _, f := range c.Files {
+			if f.Temp == tmp {
+				return f.Stream == stream
+			}
+		}
+	}
+	return false
 }
