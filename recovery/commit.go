@@ -54,8 +54,10 @@ type Finisher struct {
 	// committed since and its files removed by a retention job, or one
 	// whose staging files were lost before it committed. Its sequence
 	// numbers stay (I12: the next_seq init answered stays valid); Gone
-	// is told. Nil: a lost file fails Finish, which is retried.
-	Lost func(err error) bool
+	// is told. f is the file as prepared (its staging file under the
+	// name it was recorded with). Nil: a lost file fails Finish, which is
+	// retried.
+	Lost func(f committer.File, err error) bool
 	// Gone, when set, is told of the files of checkpoint id that Finish
 	// recorded committed without (Lost), once the record holds it;
 	// published says whether the checkpoint's manifest was there already
@@ -388,7 +390,7 @@ func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (
 	if err == nil {
 		return file, token, false, nil
 	}
-	lost := f.Lost != nil && f.Lost(err)
+	lost := f.Lost != nil && f.Lost(file, err)
 	if f.Displace == nil {
 		return file, "", lost, unlessLost(lost, err)
 	}
@@ -399,7 +401,11 @@ func (f *Finisher) commitFile(file committer.File, commit func(committer.File) (
 	moved.DisplacedFrom = file.Final
 	token, derr := commit(moved)
 	if derr != nil {
-		lost = lost && f.Lost(derr)
+		// Displace took err for a refusal for good (or a loss) of the
+		// name: the file can't be there (a path that can't exist, a
+		// name holding other content), so lost under its displaced name
+		// it is lost, whatever err was.
+		lost = f.Lost != nil && f.Lost(file, derr)
 		return file, "", lost, unlessLost(lost, fmt.Errorf("%w; displaced to %s: %w", err, moved.Final, derr))
 	}
 	return moved, token, false, nil

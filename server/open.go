@@ -62,7 +62,7 @@ func Open(cfg Config) (*Engine, error) {
 		// destination can commit a file under another name.
 		e.fin.Displace = e.health.displace
 	}
-	e.fin.Lost, e.fin.Gone = lost, e.health.noteLost
+	e.fin.Lost, e.fin.Gone = e.health.lostFile, e.health.noteLost
 	if d, ok := cfg.Publisher.(table.Dest); ok && cfg.TableLocation != "" {
 		e.fin.Tables = &table.Iceberg{Dest: d, Location: strings.TrimSuffix(cfg.TableLocation, "/"), Now: cfg.Now, Log: cfg.Logger,
 			Bound:      e.life.tableBound.Load,

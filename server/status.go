@@ -1,6 +1,8 @@
 package server
 
 import (
+	"path"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -180,4 +182,35 @@ func (hs *health) noteLost(id uint64, files []committer.File, published bool) {
 		hs.e.log.Error("a prepared checkpoint's file is lost, neither staged nor in the destination: recorded committed without it, its batches not in the destination; "+why,
 			"checkpoint", id, "path", f.Final, "stream", f.Stream, "records", f.Records, "bytes", f.Bytes, "producers", f.Producers, "op", "commit")
 	}
+}
+
+// lostFile is the Finisher's Lost: f's failed commit err says it is lost
+// (lost), and that is evidence of a loss only when f's staging file was
+// recorded in this node's staging dir (or f has none: its data was only
+// ever in the destination). A staging file recorded elsewhere was
+// prepared under another --data-dir (the data dir moved, or the flag
+// changed, between a crash and this start): its data may be under this
+// staging dir or at the old path, so it is not recorded committed without
+// it — the replay is retried, and its clean-up, which deletes every
+// staging file no prepared checkpoint names, waits. Said at error level,
+// with what to do.
+func (hs *health) lostFile(f committer.File, err error) bool {
+	if !lost(err) {
+		return false
+	}
+	if f.Temp == "" || inDir(f.Temp, hs.e.cfg.StagingDir) {
+		return true
+	}
+	hs.e.log.Error("a prepared checkpoint's staging file is recorded outside the staging dir and is not there: not recorded lost; start the node with the --data-dir it was prepared under (or put the file at its recorded path) and let it commit",
+		"path", f.Final, "staging_file", f.Temp, "staging_dir", hs.e.cfg.StagingDir, "stream", f.Stream, "op", "commit")
+	return false
+}
+
+// inDir reports whether name is below dir.
+func inDir(name, dir string) bool {
+	dir = path.Clean(dir)
+	if dir == "/" {
+		return path.IsAbs(name)
+	}
+	return strings.HasPrefix(path.Clean(name), dir+"/")
 }
