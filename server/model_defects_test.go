@@ -24,7 +24,7 @@ import (
 // committed -1). A model defect; failed before reincarnate cleared the
 // accepted state as well as the prepared.
 func TestModelForgetsUnpreparedStreams(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	for _, p := range mr.producers {
 		mr.initProducer(p, false)
 	}
@@ -65,7 +65,7 @@ func TestModelForgetsUnpreparedStreams(t *testing.T) {
 // step (settleDoomed): the feed check then runs on a clean open
 // checkpoint, and the batches accepted before the failure stay aborted.
 func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	for _, p := range mr.producers {
 		mr.initProducer(p, false)
 	}
@@ -125,7 +125,7 @@ func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
 // forgets the batches accepted before the failure, and the quiesce that
 // follows commits.
 func TestModelQuiesceAborted(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	p, k := "p0", [2]string{"p0", "s1"}
 	mr.initProducer(p, false)
 	var failed atomic.Int64

@@ -146,7 +146,7 @@ func (mr *modelRun) worldStep() {
 		return
 	}
 	switch x := mr.rng.IntN(12); {
-	case x == 11 && mr.world.table && mr.crash == nil:
+	case x == 11 && mr.world.table && mr.crash == nil && !mr.noLease: // only the lease's destination keeps stream documents
 		mr.plantStreamDoc()
 	case x >= 10:
 		mr.leaseRenewStep()
