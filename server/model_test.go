@@ -100,13 +100,16 @@ type modelStats struct {
 	restarts, barriers, barriersAborted, initsFailed, idsChecked, concurrent, storeLosses, startsKilled                            int
 	copiesTaken, copiesRestored, forgotten, expiries, planted, lostMidCommit, lostAfterForget                                      int
 	quiesceAborted, leasesDamaged, feedsFollowed, doomed, doomedStoreFull, doomedBehindStuck, doomedAtBlockEnd                     int
+	idleSpells, lossStartsKilled                                                                                                   int // without a lease: before a store loss
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
 	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone)",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd) + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd) +
+		fmt.Sprintf(", %d idle spells of more than a block of ids before a cut store loss, %d first starts after a loss killed partway (without a lease)", s.idleSpells, s.lossStartsKilled) +
+		"; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -920,7 +923,7 @@ func (mr *modelRun) storeEvent() {
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
 		mr.storeReplaced = true
-		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
+		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), nil, mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
@@ -1179,7 +1182,21 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	cut = cut && copyOf == nil
 	mr.storeReplaced = true
 	confs := mr.streamConfs()
-	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, mr.fail)
+	var killFirst func()
+	if mr.noLease {
+		// Ids come from the destination only: at times the cut commit
+		// is more than a block of ids beyond the newest manifest (the
+		// ids between left no trace), and the first start is killed
+		// partway (its rebuild, its set-aside, its reservation).
+		if cut && mr.rng.IntN(2) == 0 {
+			mr.idleSpell()
+		}
+		if mr.rng.IntN(3) == 0 {
+			mr.st.lossStartsKilled++
+			killFirst = mr.killStart
+		}
+	}
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, killFirst, mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
 	}
@@ -1220,6 +1237,31 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	if plant {
 		mr.plantManifest(5)
 	}
+}
+
+// idleSpell commits what is accepted, then lets more than a block of ids
+// pass without data (empty checkpoints, restarts that skip the rest of a
+// reserved block), and writes one batch for the next commit.
+func (mr *modelRun) idleSpell() {
+	p := mr.lastInited()
+	if p == "" {
+		return
+	}
+	commitAll(mr.t, mr.e, mr.m, "before an idle spell", mr.fail)
+	from := mr.e.Status().OpenID
+	for mr.e.Status().OpenID < from+mr.e.cfg.idBlock+2 {
+		if mr.rng.IntN(4) == 0 {
+			mr.restart(false)
+		} else {
+			commitAll(mr.t, mr.e, mr.m, "an idle spell", mr.fail)
+		}
+	}
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, mr.streams[mr.rng.IntN(3)], 1); err != nil {
+		mr.note("idle spell: write: %v", err)
+		return
+	}
+	mr.st.idleSpells++
+	mr.note("idle spell: ids %d to %d passed without data", from, mr.e.Status().OpenID-1)
 }
 
 // streamConfs returns the configurations PUT for the run's streams.

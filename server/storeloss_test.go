@@ -111,7 +111,9 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 // count it. It returns whether the cut was made.
 //
 // lease says how the node lease looks to the new start (leaseAfterLoss).
-func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, lease leaseAfterLoss, fail func(string, ...any)) (*Engine, bool) {
+// killFirst, when set, runs a start killed partway before the one that
+// comes up.
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, lease leaseAfterLoss, killFirst func(), fail func(string, ...any)) (*Engine, bool) {
 	t.Helper()
 	how := "lost"
 	if older != nil {
@@ -179,6 +181,9 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 		}
 	}
 	parts := highestPartID(t, r.fs, fail)
+	if killFirst != nil {
+		killFirst()
+	}
 	e = r.start(nil)
 	if open := e.Status().OpenID; open <= max(withData, parts) {
 		fail("store %s: open checkpoint %d, but the destination has a manifest of %d and a part file of %d (I8)", how, open, withData, parts)
