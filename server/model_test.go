@@ -147,6 +147,20 @@ func (l *checkpointLog) hook(r CheckpointResult) {
 	l.end[r.ID] = r.State
 }
 
+// forgetFrom forgets the ends of checkpoints from id on: a start after a
+// store loss hands out again ids that left no trace in the destination
+// (without a lease: an empty or aborted checkpoint's after the newest
+// manifest and a block), whose checkpoints are new ones.
+func (l *checkpointLog) forgetFrom(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.end {
+		if k >= id {
+			delete(l.end, k)
+		}
+	}
+}
+
 func (l *checkpointLog) state(id uint64) (recovery.State, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1200,6 +1214,7 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	if cut {
 		mr.st.lostMidCommit++
 	}
+	mr.ckLog.forgetFrom(mr.e.Status().FirstID)
 	if mr.noLease {
 		mr.restoreStreams(confs)
 	}
