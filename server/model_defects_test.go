@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
 )
 
 // TestModelForgetsUnpreparedStreams: a producer forgotten while the model
@@ -215,5 +216,23 @@ func TestModelNoLeaseForgetsReusedIDs(t *testing.T) {
 	}
 	if st, ok := mr.ckLog.state(ended); ok {
 		t.Fatalf("checkpoint %d, handed out again after the store loss, has its former end (%s) in the model's log", ended, st)
+	}
+}
+
+// TestModelNoLeaseRetentionBeforeFirstCommit: without a node lease the
+// destination has no directory until the first commit (the lease document
+// made it at the start), and the model's retention job walked it and
+// failed (seed 58, EOSINK_MODEL_LEASE=off: "retention: walk: stat
+// /data/files: no such file or directory"). A model defect: there is
+// nothing to remove yet. Failed here before retentionStep took a missing
+// destination as an empty one.
+func TestModelNoLeaseRetentionBeforeFirstCommit(t *testing.T) {
+	mr := newModelRun(t, 1, false)
+	if ok, _ := afero.DirExists(mr.base, rigDest); ok {
+		t.Fatalf("%s exists before the first commit: the test tests nothing", rigDest)
+	}
+	mr.retentionStep()
+	if mr.st.world.retentions != 0 {
+		t.Fatalf("%d retention jobs removed something before the first commit", mr.st.world.retentions)
 	}
 }

@@ -436,6 +436,9 @@ func (mr *modelRun) retentionStep() {
 	mr.fullCheck() // every data file in place is committed
 	var files []string
 	err := afero.Walk(mr.base, rigDest, func(name string, fi os.FileInfo, err error) error {
+		if name == rigDest && errors.Is(err, os.ErrNotExist) {
+			return nil // no commit yet, and no lease document (modelLease)
+		}
 		if err != nil {
 			return err
 		}
