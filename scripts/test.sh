@@ -7,7 +7,9 @@
 # reader (scripts/icebird.sh). Safe to run again; installs are
 # skipped when already done.
 #
-# Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000),
+# Longer runs: EOSINK_MODEL_STEPS (model test steps, default 10000;
+# EOSINK_MODEL_SEED replays a seed, EOSINK_MODEL_LEASE=on|off forces the
+# node lease that a seed otherwise draws: off for a third of them),
 # EOSINK_E2E_KILLS (SIGKILLs in the end-to-end crash loop), EOSINK_LB_KILLS
 # (SIGKILLs in the load-balancer crash loop, default 4).
 set -euo pipefail

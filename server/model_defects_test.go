@@ -12,6 +12,7 @@ import (
 	"github.com/eosink/eosink/internal/testing/faultfs"
 	"github.com/eosink/eosink/recovery"
 	"github.com/eosink/eosink/staging"
+	"github.com/spf13/afero"
 )
 
 // TestModelForgetsUnpreparedStreams: a producer forgotten while the model
@@ -24,7 +25,7 @@ import (
 // committed -1). A model defect; failed before reincarnate cleared the
 // accepted state as well as the prepared.
 func TestModelForgetsUnpreparedStreams(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	for _, p := range mr.producers {
 		mr.initProducer(p, false)
 	}
@@ -65,7 +66,7 @@ func TestModelForgetsUnpreparedStreams(t *testing.T) {
 // step (settleDoomed): the feed check then runs on a clean open
 // checkpoint, and the batches accepted before the failure stay aborted.
 func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	for _, p := range mr.producers {
 		mr.initProducer(p, false)
 	}
@@ -125,7 +126,7 @@ func TestModelFeedPastPlantedAfterFailedEncoder(t *testing.T) {
 // forgets the batches accepted before the failure, and the quiesce that
 // follows commits.
 func TestModelQuiesceAborted(t *testing.T) {
-	mr := newModelRun(t, 1)
+	mr := newModelRun(t, 1, true)
 	p, k := "p0", [2]string{"p0", "s1"}
 	mr.initProducer(p, false)
 	var failed atomic.Int64
@@ -179,4 +180,59 @@ func TestModelQuiesceAborted(t *testing.T) {
 		t.Fatalf("model after the second quiesce: prepared %d, want %d", mr.m.prepared[k], accepted)
 	}
 	checkI5(mr.t, mr.m, mr.e, mr.fail)
+}
+
+// TestModelNoLeaseForgetsReusedIDs: without a node lease, a start after a
+// store loss hands out again the ids of empty or aborted checkpoints that
+// passed after the newest manifest and a block (they left no trace: the
+// documented limit, firstOpenID). The model kept their ends in its
+// checkpoint log, and judged the new checkpoints of those ids by them
+// (seed 22, EOSINK_MODEL_LEASE=off, 3000 steps: "checkpoint 1050087
+// ended (aborted) while its commit was stuck", an end of the id's former
+// checkpoint, before the loss). A model defect; failed here before
+// loseStore forgot the ends from the new start's first id on.
+func TestModelNoLeaseForgetsReusedIDs(t *testing.T) {
+	mr := newModelRun(t, 1, false)
+	k := [2]string{"p0", "s0"}
+	mr.initProducer("p0", false)
+	mr.write("p0", "s0", k)
+	mr.checkpoint()
+	newest := mr.newestManifest()
+	if newest == 0 {
+		t.Fatal("no manifest: the test tests nothing")
+	}
+	// Beyond a block and then some: the first start after the loss may
+	// be killed after it reserved a block (killFirst).
+	for mr.e.Status().OpenID < newest+4*mr.e.cfg.idBlock {
+		mr.checkpoint() // empty: its id left no trace
+	}
+	ended := mr.e.Status().OpenID - 1
+	if _, ok := mr.ckLog.state(ended); !ok {
+		t.Fatalf("checkpoint %d's end not logged", ended)
+	}
+	mr.loseStore(nil, false)
+	if first := mr.e.Status().FirstID; first > ended {
+		t.Fatalf("the start after the loss opened %d, beyond %d: the test tests nothing", first, ended)
+	}
+	if st, ok := mr.ckLog.state(ended); ok {
+		t.Fatalf("checkpoint %d, handed out again after the store loss, has its former end (%s) in the model's log", ended, st)
+	}
+}
+
+// TestModelNoLeaseRetentionBeforeFirstCommit: without a node lease the
+// destination has no directory until the first commit (the lease document
+// made it at the start), and the model's retention job walked it and
+// failed (seed 58, EOSINK_MODEL_LEASE=off: "retention: walk: stat
+// /data/files: no such file or directory"). A model defect: there is
+// nothing to remove yet. Failed here before retentionStep took a missing
+// destination as an empty one.
+func TestModelNoLeaseRetentionBeforeFirstCommit(t *testing.T) {
+	mr := newModelRun(t, 1, false)
+	if ok, _ := afero.DirExists(mr.base, rigDest); ok {
+		t.Fatalf("%s exists before the first commit: the test tests nothing", rigDest)
+	}
+	mr.retentionStep()
+	if mr.st.world.retentions != 0 {
+		t.Fatalf("%d retention jobs removed something before the first commit", mr.st.world.retentions)
+	}
 }

@@ -327,7 +327,7 @@ func (km *keyModel) storeLost() { km.pool = nil }
 // committed 10, want next 10 committed 9). Failed before the model read
 // the open checkpoint ahead of the write.
 func TestModelKeyKickSettlesItsCheckpoint(t *testing.T) {
-	runModel(t, 1796326299035247880, 2_500, func(mr *modelRun) {
+	runModel(t, 1796326299035247880, 2_500, true, func(mr *modelRun) {
 		mr.km.afterRefusal = func() { time.Sleep(100 * time.Millisecond) }
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -52,6 +53,10 @@ import (
 // still start); and now and then the data dir fills for tens of steps
 // while the clients go on (model_diskfull_test.go). EOSINK_MODEL_STEPS sets the steps
 // (default 10,000; 2,500 under -race), EOSINK_MODEL_SEED replays a seed.
+//
+// A third of the seeds run the engine without a node lease (modelLease):
+// the destination is then all a start knows of ids beyond a lost store.
+// EOSINK_MODEL_LEASE=on|off forces one or the other.
 func TestModel(t *testing.T) {
 	steps := 10_000
 	if raceEnabled {
@@ -59,10 +64,39 @@ func TestModel(t *testing.T) {
 	}
 	steps = testenv.Int(t, "EOSINK_MODEL_STEPS", steps)
 	seed := testenv.Seed(t, "EOSINK_MODEL_SEED")
-	t.Logf("seed %d (replay with EOSINK_MODEL_SEED=%d), %d steps", seed, seed, steps)
-	stats := runModel(t, seed, steps)
+	lease := modelLease(t, seed)
+	t.Logf("seed %d (replay with EOSINK_MODEL_SEED=%d), %d steps, node lease %v", seed, seed, steps, lease)
+	stats := runModel(t, seed, steps, lease)
 	t.Logf("model: %s", stats)
-	fmt.Printf("model test: seed %d, %d steps: %s\n", seed, steps, stats)
+	fmt.Printf("model test: seed %d, %d steps, node lease %v: %s\n", seed, steps, lease, stats)
+}
+
+// modelLease says whether the run of seed has a node lease: as
+// EOSINK_MODEL_LEASE says (on, off), else for two seeds in three, drawn
+// from a stream of its own so that a seed's run with a lease is the one
+// it was before the variant without one existed.
+//
+// Without a lease (Config.Leaser nil: one node per id is the operator's
+// promise) ids beyond a lost store come from the destination only: the
+// rebuild continues beyond the newest manifest, a block, and every part
+// file it finds (recovery.Rebuilt.UnnamedHighest). The run then leaves out
+// what needs a lease: an older copy of the store put back (nothing tells
+// it older: the skipped BUG test in forgotten_test.go), stream
+// configurations restored from the destination (an operator PUTs them
+// again: restoreStreams), a commit feed bounded by the lease's ids
+// (docs/feed.md), the lease's own steps.
+func modelLease(t *testing.T, seed uint64) bool {
+	switch v := os.Getenv("EOSINK_MODEL_LEASE"); v {
+	case "on":
+		return true
+	case "off":
+		return false
+	case "":
+		return rand.New(rand.NewPCG(seed, 0x6c65617365)).IntN(3) != 0
+	default:
+		t.Fatalf("EOSINK_MODEL_LEASE: %q, want on or off", v)
+		return true
+	}
 }
 
 type modelStats struct {
@@ -73,13 +107,16 @@ type modelStats struct {
 	copiesMidCommit, lostOnReplay                                                                                                  int
 	diskFulls, diskFullSteps, diskFullInits, diskFullCheckpoints, diskFullBeside                                                   int
 	diskFullTime                                                                                                                   time.Duration
+	idleSpells, lossStartsKilled                                                                                                   int // without a lease: before a store loss
 	world                                                                                                                          worldStats
 }
 
 func (s modelStats) String() string {
 	return fmt.Sprintf("%d writes, %d duplicates (%d committed), %d gaps, %d stale epochs, %d future epochs, %d anonymous, %d checkpoints (%d committed, %d aborted; %d with writes during their pre-commit, half of those cut there), %d client restarts (inits; %d ran a barrier checkpoint, %d of them aborted; %d inits cut by a fault), %d injected faults, %d crashes, %d power cuts, %d full checks (%d committed checkpoint ids checked against their answers, I8), %d state store losses (%d while a checkpoint committed), %d starts killed partway, %d live copies of state.db taken, %d restored (older copies), %d producers forgotten and created again (%d by expiry; %d times the store was lost before they committed), %d manifests planted by another writer (%d times the commit feed followed past one), %d quiescing checkpoints aborted (a fault earlier), %d node leases expired, damaged or deleted before a restart, %d checkpoints doomed by a failed staging file (writes refused, aborted by the engine; %d of them with the state store refusing reservations), %d doomed behind a stuck commit (aborted alone), %d doomed at the end of the reserved ids (aborted alone), %d copies of state.db taken mid-commit and restored after retention removed %d of that commit's files",
 		s.writes, s.dups, s.dupsCommitted, s.gaps, s.fenced, s.future, s.anon, s.checkpoints, s.committed, s.aborted, s.concurrent, s.restarts, s.barriers, s.barriersAborted, s.initsFailed, s.injected, s.crashes, s.powerCuts, s.checks, s.idsChecked, s.storeLosses, s.lostMidCommit, s.startsKilled,
-		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd, s.copiesMidCommit, s.lostOnReplay) + ", " + s.diskFullString() + "; " + s.world.String()
+		s.copiesTaken, s.copiesRestored, s.forgotten, s.expiries, s.lostAfterForget, s.planted, s.feedsFollowed, s.quiesceAborted, s.leasesDamaged, s.doomed, s.doomedStoreFull, s.doomedBehindStuck, s.doomedAtBlockEnd, s.copiesMidCommit, s.lostOnReplay) + ", " + s.diskFullString() +
+		fmt.Sprintf(", %d idle spells of more than a block of ids before a cut store loss, %d first starts after a loss killed partway (without a lease)", s.idleSpells, s.lossStartsKilled) +
+		"; " + s.world.String()
 }
 
 // answers remembers, per checkpoint id, the batches the engine accepted
@@ -115,6 +152,20 @@ func (l *checkpointLog) hook(r CheckpointResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.end[r.ID] = r.State
+}
+
+// forgetFrom forgets the ends of checkpoints from id on: a start after a
+// store loss hands out again ids that left no trace in the destination
+// (without a lease: an empty or aborted checkpoint's after the newest
+// manifest and a block), whose checkpoints are new ones.
+func (l *checkpointLog) forgetFrom(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.end {
+		if k >= id {
+			delete(l.end, k)
+		}
+	}
 }
 
 func (l *checkpointLog) state(id uint64) (recovery.State, bool) {
@@ -183,6 +234,7 @@ type modelRun struct {
 	storeReplaced bool          // the state store was lost or replaced by a copy once
 	storeFull     *storeFaults  // the state store's writes, refused while a disk is full (settleDoomed)
 	full          modelDiskFull // a long disk-full stretch (model_diskfull_test.go)
+	noLease       bool          // the engine runs without a node lease (modelLease)
 }
 
 type dupClaim struct {
@@ -191,9 +243,10 @@ type dupClaim struct {
 }
 
 // newModelRun starts the engine of a model run on a fresh rig, with its
-// streams configured and no producer yet.
-func newModelRun(t *testing.T, seed uint64) *modelRun {
-	mr := &modelRun{t: t, seed: seed}
+// streams configured and no producer yet; with a node lease or without
+// (modelLease).
+func newModelRun(t *testing.T, seed uint64, lease bool) *modelRun {
+	mr := &modelRun{t: t, seed: seed, noLease: !lease}
 	mr.rng = rand.New(rand.NewPCG(mr.seed, mr.seed^0x9e3779b97f4a7c15))
 	mr.base = faultfs.NewCrashFS()
 	mr.sw = &faultfs.SwapInjector{}
@@ -239,6 +292,13 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 		}
 		c.Committer, c.Publisher = leaser, leaser
 		c.Leaser, c.LeaseTimeout, c.Listen = leaser, 1<<20*time.Hour, "127.0.0.1:1"
+		if mr.noLease {
+			// No lease, so no memo of former incarnations: a lock a
+			// killed one left (a table's version hint's) is broken by
+			// its age alone.
+			leaser.StaleLock = time.Millisecond
+			c.Leaser = nil
+		}
 	}
 	// The state store's write transactions go through storeFull, which
 	// settleDoomed has refuse the reservation of ids ahead for space.
@@ -274,8 +334,8 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 	return mr
 }
 
-func runModel(t *testing.T, seed uint64, steps int, opts ...func(*modelRun)) modelStats {
-	mr := newModelRun(t, seed)
+func runModel(t *testing.T, seed uint64, steps int, lease bool, opts ...func(*modelRun)) modelStats {
+	mr := newModelRun(t, seed, lease)
 	for _, o := range opts {
 		o(mr)
 	}
@@ -891,6 +951,10 @@ func (mr *modelRun) storeEvent() {
 			mr.st.storeLosses++
 		}
 		mr.loseStore(copyOf, mr.rng.IntN(2) == 0)
+	case y < 6 && mr.noLease: // no older copy without a lease: lost instead
+		mr.sw.Set(nil)
+		mr.st.storeLosses++
+		mr.loseStore(nil, mr.rng.IntN(2) == 0)
 	case y < 6: // a snapshot of the live state.db, restored at a later step
 		data, err := os.ReadFile(mr.r.storePath)
 		if err != nil {
@@ -917,7 +981,7 @@ func (mr *modelRun) storeEvent() {
 			commitAll(mr.t, mr.e, mr.m, "before the copy comes back", mr.fail)
 		}
 		mr.storeReplaced = true
-		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
+		mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, mr.older, mr.zombies, false, mr.leaseAfterLoss(), nil, mr.fail)
 		mr.older = nil
 		mr.st.copiesRestored++
 		mr.km.storeLost()
@@ -930,7 +994,7 @@ func (mr *modelRun) storeEvent() {
 	case y < 10: // a manifest planted under this node's prefix
 		mr.sw.Set(nil)
 		mr.plantManifest(-1)
-	case y < 12: // the node lease expired, damaged or deleted; the store kept
+	case y < 12 && !mr.noLease: // the node lease expired, damaged or deleted; the store kept
 		how := leaseAfterLoss(mr.rng.IntN(3))
 		mr.r.stop()
 		mr.sw.Set(nil)
@@ -938,7 +1002,7 @@ func (mr *modelRun) storeEvent() {
 		mr.st.leasesDamaged++
 		mr.note("lease %s", how)
 		mr.restart(mr.rng.IntN(2) == 0)
-	case y < 14: // a copy taken mid-commit comes back after retention removed that commit's files
+	case y < 14 && !mr.noLease: // a copy taken mid-commit comes back after retention removed that commit's files (an older copy: not without a lease)
 		mr.sw.Set(nil)
 		mr.copyMidCommitAfterRetention()
 	default:
@@ -1041,7 +1105,7 @@ func (mr *modelRun) copyMidCommitAfterRetention() {
 	mr.st.lostOnReplay += removed
 	mr.note("state.db copied while checkpoint %d committed; %d of its %d files removed since", c.ID, removed, len(c.Files))
 	mr.storeReplaced = true
-	mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, false, mr.leaseAfterLoss(), mr.fail)
+	mr.e, _ = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, false, mr.leaseAfterLoss(), nil, mr.fail)
 	if got := mr.e.Status().LostFiles; got != int64(removed) {
 		mr.fail("copy mid-commit: the start counted %d lost files, %d were removed", got, removed)
 	}
@@ -1180,6 +1244,11 @@ func (mr *modelRun) restart(powerCut bool) {
 	}
 	mr.e = mr.r.start(nil)
 	mr.note("restart power=%v", powerCut)
+	// I8: no id a file in the destination names is handed out again,
+	// whatever the start found (a store kept, lost, a start killed).
+	if top, open := highestPartID(mr.t, mr.base, mr.fail), mr.e.Status().OpenID; open <= top {
+		mr.fail("I8: restart opened checkpoint %d, but a part file in the destination names %d", open, top)
+	}
 	if mr.pendingID != 0 {
 		c, err := mr.e.store.Get(mr.pendingID)
 		if err == nil && c.State != recovery.Aborted {
@@ -1238,6 +1307,17 @@ func (mr *modelRun) fullCheck() {
 		}
 		mr.verified[id] = true
 	}
+	// I8: an id a set-aside file names was handed out (its commit was
+	// cut): never again, for other data.
+	if q := quarantinedIDs(rep); len(q) > 0 {
+		for b, ids := range rep.Checkpoints {
+			for _, id := range ids {
+				if q[id] {
+					mr.fail("I8: checkpoint %d holds batch %s, but a file set aside (a cut commit's) names %d too: the id was handed out twice", id, b, id)
+				}
+			}
+		}
+	}
 	// I9: what a duplicate reported committed is in the destination.
 	for _, d := range mr.committedDups {
 		if rep.Batches[d.b] != 1 {
@@ -1268,9 +1348,28 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	lease := mr.leaseAfterLoss()
 	cut = cut && copyOf == nil
 	mr.storeReplaced = true
-	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, mr.fail)
+	confs := mr.streamConfs()
+	var killFirst func()
+	if mr.noLease {
+		// Ids come from the destination only: at times the cut commit
+		// is more than a block of ids beyond the newest manifest (the
+		// ids between left no trace), and the first start is killed
+		// partway (its rebuild, its set-aside, its reservation).
+		if cut && mr.rng.IntN(2) == 0 {
+			mr.idleSpell()
+		}
+		if mr.rng.IntN(3) == 0 {
+			mr.st.lossStartsKilled++
+			killFirst = mr.killStart
+		}
+	}
+	mr.e, cut = loseStore(mr.t, mr.r, mr.e, mr.m, copyOf, mr.zombies, cut, lease, killFirst, mr.fail)
 	if cut {
 		mr.st.lostMidCommit++
+	}
+	mr.ckLog.forgetFrom(mr.e.Status().FirstID)
+	if mr.noLease {
+		mr.restoreStreams(confs)
 	}
 	mr.km.storeLost()
 	mr.world.touchesLost(mr.m)
@@ -1292,6 +1391,11 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 			inDest[id] = true
 		}
 	}
+	// The files a start set aside name their ids too: a cut commit's
+	// (I8; a rebuild continues beyond them, without a lease as well).
+	for id := range quarantinedIDs(rep) {
+		inDest[id] = true
+	}
 	for id := range mr.ans {
 		if !inDest[id] {
 			delete(mr.ans, id)
@@ -1301,6 +1405,68 @@ func (mr *modelRun) loseStore(copyOf []byte, cut bool) {
 	if plant {
 		mr.plantManifest(5)
 	}
+}
+
+// idleSpell commits what is accepted, then lets more than a block of ids
+// pass without data (empty checkpoints, restarts that skip the rest of a
+// reserved block), and writes one batch for the next commit.
+func (mr *modelRun) idleSpell() {
+	p := mr.lastInited()
+	if p == "" {
+		return
+	}
+	commitAll(mr.t, mr.e, mr.m, "before an idle spell", mr.fail)
+	from := mr.e.Status().OpenID
+	for mr.e.Status().OpenID < from+mr.e.cfg.idBlock+2 {
+		if mr.rng.IntN(4) == 0 {
+			mr.restart(false)
+		} else {
+			commitAll(mr.t, mr.e, mr.m, "an idle spell", mr.fail)
+		}
+	}
+	if err := modelWrite(mr.t, mr.m, mr.e, mr.ans, p, mr.streams[mr.rng.IntN(3)], 1); err != nil {
+		mr.note("idle spell: write: %v", err)
+		return
+	}
+	mr.st.idleSpells++
+	mr.note("idle spell: ids %d to %d passed without data", from, mr.e.Status().OpenID-1)
+}
+
+// streamConfs returns the configurations PUT for the run's streams.
+func (mr *modelRun) streamConfs() map[string]streamconf.Config {
+	confs := map[string]streamconf.Config{}
+	for _, s := range []string{"s0", "s1", "s2", tableStream} {
+		if c := mr.e.Stream(s).Config; c.Version > 0 {
+			confs[s] = c
+		}
+	}
+	return confs
+}
+
+// restoreStreams PUTs confs again after a store loss without a lease, as
+// its operator must: only the lease's destination keeps stream
+// configurations (streamstore.go). Nothing was written since the start.
+func (mr *modelRun) restoreStreams(confs map[string]streamconf.Config) {
+	for _, s := range slices.Sorted(maps.Keys(confs)) {
+		c := confs[s]
+		c.Version = 0
+		if _, err := mr.e.PutStream(mr.t.Context(), s, c); err != nil {
+			mr.fail("put %s again after the store loss (no lease): %v", s, err)
+		}
+	}
+	mr.note("stream configurations put again: %v", slices.Sorted(maps.Keys(confs)))
+}
+
+// quarantinedIDs are the checkpoint ids the names of the files a start
+// set aside show.
+func quarantinedIDs(rep *invariant.Report) map[uint64]bool {
+	ids := map[uint64]bool{}
+	for _, q := range rep.Quarantined {
+		if _, id, _, _, ok := layout.ParsePartName(path.Base(q)); ok {
+			ids[id] = true
+		}
+	}
+	return ids
 }
 
 func (mr *modelRun) forget(expire bool) {
@@ -1466,7 +1632,8 @@ func (mr *modelRun) plantManifest(kind int) {
 		mr.st.planted++
 		mr.note("planted %s (kind %d, ranges of %s)", pl.name, kind, victim)
 	}
-	if kind == 0 || kind == 3 || kind == 4 { // beyond the ids the node reserved
+	if (kind == 0 || kind == 3 || kind == 4) && !mr.noLease { // beyond the ids the node reserved
+		// Without a lease nothing bounds the feed (docs/feed.md).
 		mr.feedPastPlanted(plants[0].name)
 	}
 	mr.restart(false)

@@ -146,7 +146,7 @@ func (mr *modelRun) worldStep() {
 		return
 	}
 	switch x := mr.rng.IntN(12); {
-	case x == 11 && mr.world.table && mr.crash == nil:
+	case x == 11 && mr.world.table && mr.crash == nil && !mr.noLease: // only the lease's destination keeps stream documents
 		mr.plantStreamDoc()
 	case x >= 10:
 		mr.leaseRenewStep()
@@ -436,6 +436,9 @@ func (mr *modelRun) retentionStep() {
 	mr.fullCheck() // every data file in place is committed
 	var files []string
 	err := afero.Walk(mr.base, rigDest, func(name string, fi os.FileInfo, err error) error {
+		if name == rigDest && errors.Is(err, os.ErrNotExist) {
+			return nil // no commit yet, and no lease document (modelLease)
+		}
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,9 @@ func TestStoreLossContinuesAfterDestination(t *testing.T) {
 // count it. It returns whether the cut was made.
 //
 // lease says how the node lease looks to the new start (leaseAfterLoss).
-func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, lease leaseAfterLoss, fail func(string, ...any)) (*Engine, bool) {
+// killFirst, when set, runs a start killed partway before the one that
+// comes up.
+func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies map[string]int64, cut bool, lease leaseAfterLoss, killFirst func(), fail func(string, ...any)) (*Engine, bool) {
 	t.Helper()
 	how := "lost"
 	if older != nil {
@@ -167,7 +169,8 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 	// the old file's lock), so the next start waits for the lease to
 	// expire, or takes over a lease it cannot read.
 	damageLease(r.fs, lease, fail)
-	// Every id that carried data has a manifest. (Ids of empty
+	// Every id that carried data has a manifest, or (a cut commit's) part
+	// files without one, which the start sets aside. (Ids of empty
 	// checkpoints after the last manifest leave no trace anywhere once
 	// the store is gone: an idle service writes nothing.)
 	var withData uint64
@@ -177,9 +180,13 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 			withData = max(withData, id)
 		}
 	}
+	parts := highestPartID(t, r.fs, fail)
+	if killFirst != nil {
+		killFirst()
+	}
 	e = r.start(nil)
-	if open := e.Status().OpenID; open <= withData {
-		fail("store %s: open checkpoint %d, but the destination has a manifest of %d (I8)", how, open, withData)
+	if open := e.Status().OpenID; open <= max(withData, parts) {
+		fail("store %s: open checkpoint %d, but the destination has a manifest of %d and a part file of %d (I8)", how, open, withData, parts)
 	}
 	if len(m.anon) > 0 {
 		fail("store %s: anonymous batches of unended checkpoints: %v", how, m.anon)
@@ -225,6 +232,29 @@ func loseStore(t *testing.T, r *rig, e *Engine, m *model, older []byte, zombies 
 		m.epoch[p] = ps.Epoch
 	}
 	return e, cut
+}
+
+// highestPartID is the highest checkpoint id the name of a part file of
+// the rig's node shows anywhere in the destination (set aside or not).
+func highestPartID(t *testing.T, fs afero.Fs, fail func(string, ...any)) uint64 {
+	t.Helper()
+	var top uint64
+	err := afero.Walk(fs, rigDest, func(name string, fi os.FileInfo, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if node, id, _, _, ok := layout.ParsePartName(path.Base(name)); ok && !fi.IsDir() && node == rigNode {
+			top = max(top, id)
+		}
+		return nil
+	})
+	if err != nil {
+		fail("walk the destination: %v", err)
+	}
+	return top
 }
 
 // leaseAfterLoss is how the node lease looks to the start that follows a
