@@ -134,20 +134,21 @@ const maxForgottenNum = 9999
 // every forget before it; 0 for all of them) and
 // within limit (the ids this node reserved: beyond, not its own); of a
 // merged document, the entries after newest. Documents that do not parse
-// are reported and skipped, and so are, unless newest is 0, documents
-// after the store's seal that it did not seal (layout.ForgottenSeal): a
-// store that kept up holds the key of every document its node wrote
-// since. A rebuild (newest 0: the store is lost, or an older copy) takes
-// every document: one sealed under a lost store's key can't be told from
-// one planted, and a producer forgotten and brought back would be
-// answered its old incarnation's committed_seq.
-func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64) ([]*layout.Forgotten, error) {
+// are reported and skipped, and so are, unless rebuild, documents after
+// the store's seal that it did not seal (layout.ForgottenSeal): a store
+// that kept up holds the key of every document its node wrote since —
+// also one that has committed nothing yet (newest 0), whose seal checks
+// every document after checkpoint 0. A rebuild (the store is lost, or an
+// older copy) takes every document: one sealed under a lost store's key
+// can't be told from one planted, and a producer forgotten and brought
+// back would be answered its old incarnation's committed_seq.
+func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64, rebuild bool) ([]*layout.Forgotten, error) {
 	r, ok := lc.e.cfg.Publisher.(committer.Reader)
 	if !ok {
 		return nil, nil
 	}
 	var seal layout.ForgottenSeal
-	if newest > 0 {
+	if !rebuild {
 		var err error
 		if seal, err = lc.e.store.ForgottenSeal(); err != nil {
 			return nil, err

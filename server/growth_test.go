@@ -61,7 +61,7 @@ func TestGrowthYear(t *testing.T) {
 		var took []time.Duration
 		for range 5 {
 			begin := time.Now()
-			docs, err := r.e.life.loadForgotten(ctx, 0, layout.MaxCheckpoint/2)
+			docs, err := r.e.life.loadForgotten(ctx, 0, layout.MaxCheckpoint/2, true)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -334,7 +334,7 @@ func (lc *lifecycle) replay(ctx context.Context) (*recovery.Result, uint64, uint
 		if rebuild {
 			from, rebuilt = 0, ours.ours
 		}
-		docs, err := lc.loadForgotten(ctx, from, limit)
+		docs, err := lc.loadForgotten(ctx, from, limit, rebuild)
 		if err != nil {
 			return err
 		}
