@@ -565,6 +565,22 @@ func (s *Store) MakeForgottenSeal(since, rebuilt uint64) (layout.ForgottenSeal, 
 	return seal, err
 }
 
+// ForgottenApplied returns the checkpoint through which the store applied
+// every forgotten-producers document there was when it made its seal's
+// key (MakeForgottenSeal's since: the start applies them all first), 0
+// when it has no key. A document at or below it found later was applied
+// then, or was not there (not the node's: none it writes is that old).
+// ForgottenSeal's Since may be lower until the store commits; this is
+// not a seal, only what the store reflects.
+func (s *Store) ForgottenApplied() (uint64, error) {
+	return viewValue(s, func(tx *bolt.Tx) (uint64, error) {
+		if tx.Bucket(bucketMeta).Get(keyForgottenKey) == nil {
+			return 0, nil
+		}
+		return metaUint64(tx, keyForgottenSince), nil
+	})
+}
+
 // RebuiltThrough returns the newest checkpoint a rebuild of the store
 // went through (MakeForgottenSeal), 0 if it was never rebuilt (or by a
 // binary that did not record it).
