@@ -195,6 +195,8 @@ type Options struct {
 	// committed and the error is returned as if its fdatasync had failed.
 	// The error should look like the OS's: an *os.PathError with Op "write"
 	// for a failed page write, a bare syscall.Errno for a failed fdatasync.
+	// Both calls run under the store's write lock (update): the hook must
+	// not write to the store, which would wait for itself.
 	WriteFault func(op string, phase Phase) error
 }
 
