@@ -156,6 +156,14 @@ func TestForgottenGenuineBeforeFirstCommit(t *testing.T) {
 			} else if n != 0 {
 				t.Fatalf("the lost store's own forget, applied at the first start over the new store, reported \"not believed\" %d times over the next 3 starts (an error per document per start until the node commits)", n)
 			}
+			// The new store's own forget, cut short, still no commit: sealed
+			// under its key and after what it applied, so believed.
+			if err := e.life.recordForgotten(t.Context(), []string{"p"}, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			r.stop()
+			e = r.start(nil)
+			wantForgotten(t, e, "p", p2.Epoch, "the new store's own forget cut short, no commit")
 		})
 	})
 }
