@@ -195,6 +195,8 @@ type Options struct {
 	// committed and the error is returned as if its fdatasync had failed.
 	// The error should look like the OS's: an *os.PathError with Op "write"
 	// for a failed page write, a bare syscall.Errno for a failed fdatasync.
+	// Both calls run under the store's write lock (update): the hook must
+	// not write to the store, which would wait for itself.
 	WriteFault func(op string, phase Phase) error
 }
 
@@ -563,6 +565,22 @@ func (s *Store) MakeForgottenSeal(since, rebuilt uint64) (layout.ForgottenSeal, 
 		return err
 	})
 	return seal, err
+}
+
+// ForgottenApplied returns the checkpoint through which the store applied
+// every forgotten-producers document there was when it made its seal's
+// key (MakeForgottenSeal's since: the start applies them all first), 0
+// when it has no key. A document at or below it found later was applied
+// then, or was not there (not the node's: none it writes is that old).
+// ForgottenSeal's Since may be lower until the store commits; this is
+// not a seal, only what the store reflects.
+func (s *Store) ForgottenApplied() (uint64, error) {
+	return viewValue(s, func(tx *bolt.Tx) (uint64, error) {
+		if tx.Bucket(bucketMeta).Get(keyForgottenKey) == nil {
+			return 0, nil
+		}
+		return metaUint64(tx, keyForgottenSince), nil
+	})
 }
 
 // RebuiltThrough returns the newest checkpoint a rebuild of the store

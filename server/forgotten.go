@@ -138,7 +138,11 @@ const maxForgottenNum = 9999
 // the store's seal that it did not seal (layout.ForgottenSeal): a store
 // that kept up holds the key of every document its node wrote since —
 // also one that has committed nothing yet (newest 0), whose seal checks
-// every document after checkpoint 0. A rebuild (the store is lost, or an
+// every document after checkpoint 0. Documents at or below the checkpoint
+// through which the store applied every document when it made its key
+// (recovery.Store.ForgottenApplied) are skipped unread, not reported: a
+// lost store's, applied at the first start over a new one, would be
+// refused at every start until the node commits. A rebuild (the store is lost, or an
 // older copy) takes every document: one sealed under a lost store's key
 // can't be told from one planted, and a producer forgotten and brought
 // back would be answered its old incarnation's committed_seq.
@@ -148,9 +152,13 @@ func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64, re
 		return nil, nil
 	}
 	var seal layout.ForgottenSeal
+	var applied uint64
 	if !rebuild {
 		var err error
 		if seal, err = lc.e.store.ForgottenSeal(); err != nil {
+			return nil, err
+		}
+		if applied, err = lc.e.store.ForgottenApplied(); err != nil {
 			return nil, err
 		}
 	}
@@ -176,6 +184,14 @@ func (lc *lifecycle) loadForgotten(ctx context.Context, newest, limit uint64, re
 		case at < from:
 			// The store had committed past it (every entry of a merged
 			// one is before newest-1): it reflects the forgets.
+		case applied > 0 && at <= applied:
+			// The store applied every document through it before it made
+			// its key (a lost store's, at the first start over a new
+			// one): it reflects the forgets, and one put there since is
+			// not the node's (it opened beyond applied+1). Not a refusal
+			// to report at every start until the node commits past it.
+			// (Applied 0 is also a key made at checkpoint 1, whose
+			// documents are after 0.)
 		default:
 			got, err := readForgottenDocs(ctx, r, seal, en.Path, merged, from)
 			if errors.Is(err, layout.ErrBadForgotten) {
