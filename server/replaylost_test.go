@@ -260,24 +260,7 @@ func TestReplayLostStaging(t *testing.T) {
 	r.commit()
 	mustSend(t, e, p, "a", 1, 2)
 	id := mustSend(t, e, p, "b", 0, 2).Checkpoint
-	tries := make(chan committer.File, 100)
-	h.set(func(f committer.File) error {
-		select {
-		case tries <- f:
-		default:
-		}
-		return committer.ErrTransient
-	})
-	done := make(chan CheckpointResult, 1)
-	go func() { res, _ := checkpointIn(e); done <- res }()
-	select {
-	case <-tries:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the commit was never tried")
-	}
-	r.stop()
-	<-done
-	h.set(nil)
+	stopMidCommit(t, r, e, h)
 	temps, err := staging.List(r.fs, rigStaging)
 	if err != nil || len(temps) != 2 {
 		t.Fatalf("staging files %v, %v; want c's two", temps, err)
@@ -432,4 +415,29 @@ func TestReplayLostOlderCopyThenBehind(t *testing.T) {
 	}
 	mustSend(t, e, p, "a", 3, 1)
 	r.commit()
+}
+
+// stopMidCommit checkpoints e with every file's commit failing
+// transiently (the destination down), so the checkpoint is prepared and
+// not committed, and stops the node once a commit was tried.
+func stopMidCommit(t *testing.T, r *rig, e *Engine, h *commitHook) {
+	t.Helper()
+	tries := make(chan struct{}, 1)
+	h.set(func(committer.File) error {
+		select {
+		case tries <- struct{}{}:
+		default:
+		}
+		return committer.ErrTransient
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = checkpointIn(e) }()
+	select {
+	case <-tries:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit was never tried")
+	}
+	r.stop()
+	<-done
+	h.set(nil)
 }

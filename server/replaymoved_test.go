@@ -91,24 +91,7 @@ func TestReplayMovedDataDir(t *testing.T) {
 	r.commit()
 	mustSend(t, e, p, "a", 1, 2)
 	mustSend(t, e, p, "b", 0, 2)
-	tries := make(chan struct{}, 1)
-	h.set(func(committer.File) error {
-		select {
-		case tries <- struct{}{}:
-		default:
-		}
-		return committer.ErrTransient
-	})
-	done := make(chan struct{})
-	go func() { defer close(done); _, _ = checkpointIn(e) }()
-	select {
-	case <-tries:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the commit was never tried")
-	}
-	r.stop()
-	<-done
-	h.set(nil)
+	stopMidCommit(t, r, e, h)
 
 	const moved = "/moved"
 	moveTree(t, r.fs, "/data", moved)
@@ -440,24 +423,7 @@ func TestReplayStagingUnreadable(t *testing.T) {
 			e := r.start(nil)
 			p := r.initProducer("p")
 			mustSend(t, e, p, "a", 0, 2)
-			tries := make(chan struct{}, 1)
-			h.set(func(committer.File) error {
-				select {
-				case tries <- struct{}{}:
-				default:
-				}
-				return committer.ErrTransient
-			})
-			done := make(chan struct{})
-			go func() { defer close(done); _, _ = checkpointIn(e) }()
-			select {
-			case <-tries:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the commit was never tried")
-			}
-			r.stop()
-			<-done
-			h.set(nil)
+			stopMidCommit(t, r, e, h)
 			fault := &stagingFault{err: tc.err}
 			fault.on.Store(true)
 			ifs := faultfs.NewInjectFS(r.fs, fault)
