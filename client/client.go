@@ -404,7 +404,7 @@ func (c *Client) observeLocked(ps ProducerState, gen uint64) ([]*stream, error) 
 	if c.fenced {
 		return nil, ErrFenced
 	}
-	if c.staleLocked(ps, gen) {
+	if c.staleLocked(gen) {
 		return nil, nil
 	}
 	if c.inited && ps.Epoch > c.epoch && c.initing == 0 {
@@ -436,21 +436,26 @@ func (c *Client) observeLocked(ps ProducerState, gen uint64) ([]*stream, error) 
 	return need, nil
 }
 
-// staleLocked reports whether ps was read before this client's newest
-// Init answered (another epoch than that Init's, and an Init answer taken
-// up since gen): nothing in it is believed. Its
+// staleLocked reports whether a state read was sent before this client's
+// newest Init answered (an Init answer taken up since gen, c.inits before
+// the read): nothing in it is believed, whatever its epoch. Its
 // committed_seq may count another incarnation's batches (the producer
 // forgotten, by DELETE or expiry, and initialised again), whose numbers
 // the batches sent since reuse: trimmed by it, they would be dropped
-// uncommitted, and a crash would lose them with no resend. Nor does its
-// epoch fence the client when newer: read before the service lost the
-// epoch (its state store rebuilt from the manifests), it may be this
-// client's own older one, above the one its Init took since; taken for
-// a fence, it stopped the client for good (I12). Should another writer
-// have taken the producer since, the service refuses the next write
-// (producer_fenced), which fences the client then.
-func (c *Client) staleLocked(ps ProducerState, gen uint64) bool {
-	return c.inited && ps.Epoch != c.epoch && gen != c.inits
+// uncommitted, and a crash would lose them with no resend; before they
+// are sent, it set the stream's committed above them and Flush returned
+// nil with them kept. Its epoch tells nothing: it may even equal the
+// Init's (a service that lost its store hands out lower epochs again,
+// and a DELETE raises the floor of new producers' epochs back to the
+// read's). Nor does its epoch fence the client when newer: read before
+// the service lost the epoch (its state store rebuilt from the
+// manifests), it may be this client's own older one, above the one its
+// Init took since; taken for a fence, it stopped the client for good
+// (I12). Should another writer have taken the producer since, the
+// service refuses the next write (producer_fenced), which fences the
+// client then.
+func (c *Client) staleLocked(gen uint64) bool {
+	return c.inited && gen != c.inits
 }
 
 // Stats counts the batches a Client keeps.

@@ -104,3 +104,68 @@ func holdStateRead(t *testing.T, r *rig, c *client.Client, answerFirst bool) (re
 	}()
 	return held, let, errc
 }
+
+// TestStaleStateReadSameEpochAfterForget: a state read answered before
+// the service lost its store and an admin deleted the producer is
+// delivered after the client's Init that followed, which took the same
+// epoch number as the read (the rebuilt store's epoch floor is lower, the
+// DELETE raises it back to the read's epoch). The read is stale (an Init
+// answered since it was sent) although its epoch is the client's: its
+// committed_seq counts the forgotten incarnation's batches. Believed, it
+// set the stream's committed to 0 while the new incarnation's seq 0 was
+// not yet sent, and Flush then returned nil with that batch kept, never
+// seen committed, as TestClientModel found with
+// EOSINK_CLIENT_MODEL_SEED=701 and 702 (EOSINK_CLIENT_MODEL_STEPS=2000):
+// "flush p0 returned nil with {Batches:1 ...} kept".
+func TestStaleStateReadSameEpochAfterForget(t *testing.T) {
+	r := newRig(t, 0).start()
+	c := r.initClient("p")
+	recs, want := records("a0", 1)
+	if _, err := c.Send(ctx(t), "s", recs); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	flush(t, c)
+	for range 2 { // epochs only the state store knows
+		if _, err := c.Init(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered, let, read := holdStateRead(t, r, c, true)
+	<-answered
+	old := c.Epoch() // the read's epoch, its committed_seq 0
+	r.er.StorePath = filepath.Join(t.TempDir(), "state-lost.db")
+	r.crash()
+	r.er.WaitReady()
+	if _, err := c.Init(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, r.ts.URL+"/v1/producers/p", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE producer: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	st, err := c.Init(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Epoch != old || len(st.Streams) != 0 {
+		t.Fatalf("init after the DELETE: %+v; the test needs epoch %d again, no streams", st, old)
+	}
+	let()
+	if err := <-read; err != nil {
+		t.Fatalf("stale state read: %v", err)
+	}
+	recs, keys := records("b0", 1)
+	want = append(want, keys...)
+	if _, err := c.Send(ctx(t), "s", recs); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint()
+	flush(t, c)
+	if st := c.Stats(); st.Batches != 0 {
+		t.Fatalf("flush returned nil with %+v kept", st)
+	}
+	r.expectOnce("s", want)
+}

@@ -272,7 +272,7 @@ func (c *Client) resync(ctx context.Context, st *stream, ps *ProducerState, gen 
 	}
 	c.mu.Lock()
 	_, err := c.observeLocked(*ps, gen)
-	if err == nil && !c.staleLocked(*ps, gen) {
+	if err == nil && !c.staleLocked(gen) {
 		ss, ok := ps.Streams[st.name]
 		if !ok {
 			ss = StreamState{NextSeq: 0, CommittedSeq: -1}
