@@ -122,12 +122,7 @@ func lostRig(t *testing.T) (*rig, *commitHook, *errorLog) {
 // commit begins) holds prepared. c commits; the engine stops.
 func preparedCopy(t *testing.T, r *rig, h *commitHook) (p *Producer, backup []byte, c CheckpointResult) {
 	t.Helper()
-	e := r.start(nil)
-	p = r.initProducer("p")
-	mustSend(t, e, p, "a", 0, 1)
-	r.commit()
-	mustSend(t, e, p, "a", 1, 2)
-	mustSend(t, e, p, "b", 0, 2)
+	_, p, _ = pendingTwoStreams(t, r)
 	var once sync.Once // the files commit in parallel
 	h.set(func(committer.File) error {
 		once.Do(func() { backup = r.storeCopy() })
@@ -254,12 +249,7 @@ func TestReplayLostOlderCopy(t *testing.T) {
 // handed out, I12) stay valid.
 func TestReplayLostStaging(t *testing.T) {
 	r, h, l := lostRig(t)
-	e := r.start(nil)
-	p := r.initProducer("p")
-	mustSend(t, e, p, "a", 0, 1)
-	r.commit()
-	mustSend(t, e, p, "a", 1, 2)
-	id := mustSend(t, e, p, "b", 0, 2).Checkpoint
+	e, p, id := pendingTwoStreams(t, r)
 	stopMidCommit(t, r, e, h)
 	temps, err := staging.List(r.fs, rigStaging)
 	if err != nil || len(temps) != 2 {
@@ -338,12 +328,7 @@ func TestReplayLostOlderCopyS3(t *testing.T) {
 				}
 				dest, c.Committer, c.Publisher, c.Logger = d, d, d, slog.New(l)
 			}
-			e := r.start(nil)
-			p := r.initProducer("p")
-			mustSend(t, e, p, "a", 0, 1)
-			r.commit()
-			mustSend(t, e, p, "a", 1, 2)
-			mustSend(t, e, p, "b", 0, 2)
+			e, p, _ := pendingTwoStreams(t, r)
 			var backup []byte
 			e.fin.Fence = func() error {
 				if backup == nil {
@@ -440,4 +425,17 @@ func stopMidCommit(t *testing.T, r *rig, e *Engine, h *commitHook) {
 	r.stop()
 	<-done
 	h.set(nil)
+}
+
+// pendingTwoStreams starts r, inits p, commits p's a/0, and sends a/1 and
+// b/0 into the open checkpoint, whose id it returns: the checkpoint c the
+// lost-file tests prepare and lose files of.
+func pendingTwoStreams(t *testing.T, r *rig) (*Engine, *Producer, uint64) {
+	t.Helper()
+	e := r.start(nil)
+	p := r.initProducer("p")
+	mustSend(t, e, p, "a", 0, 1)
+	r.commit()
+	mustSend(t, e, p, "a", 1, 2)
+	return e, p, mustSend(t, e, p, "b", 0, 2).Checkpoint
 }

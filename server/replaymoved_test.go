@@ -85,12 +85,7 @@ func partTemps(t *testing.T, fs afero.Fs, dir string) []string {
 // batches in no file.
 func TestReplayMovedDataDir(t *testing.T) {
 	r, h, l := lostRig(t)
-	e := r.start(nil)
-	p := r.initProducer("p")
-	mustSend(t, e, p, "a", 0, 1)
-	r.commit()
-	mustSend(t, e, p, "a", 1, 2)
-	mustSend(t, e, p, "b", 0, 2)
+	e, p, _ := pendingTwoStreams(t, r)
 	stopMidCommit(t, r, e, h)
 
 	const moved = "/moved"
